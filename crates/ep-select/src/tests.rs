@@ -1,0 +1,101 @@
+//! Every combination of compiled features x probe results x preference, checked against an
+//! independent statement of the rules plus invariants that must hold for all of them.
+
+use super::*;
+
+const DEVICES: [Device; 4] = [Device::Auto, Device::Cpu, Device::Cuda, Device::Rocm];
+
+/// (vendor, refused) the rules demand, written as a table independent of `plan`'s code.
+fn expected(cuda_c: bool, rocm_c: bool, cuda_a: bool, rocm_a: bool, prefer: bool, device: Device) -> (Vendor, bool) {
+    match (device, prefer) {
+        (Device::Cpu, _) => (Vendor::Cpu, false),
+        (Device::Cuda, _) => (Vendor::Cuda, !cuda_c),
+        (Device::Rocm, _) => (Vendor::Rocm, !rocm_c),
+        (Device::Auto, false) => (Vendor::Cpu, false),
+        (Device::Auto, true) if rocm_c && rocm_a => (Vendor::Rocm, false),
+        (Device::Auto, true) if cuda_c && cuda_a => (Vendor::Cuda, false),
+        (Device::Auto, true) => (Vendor::Cpu, false),
+    }
+}
+
+#[test]
+fn every_combination() {
+    let mut cases = 0;
+    for cuda_c in [false, true] {
+        for rocm_requested in [false, true] {
+            let compiled = Compiled::new(cuda_c, rocm_requested);
+            let rocm_c = compiled.rocm();
+            assert_eq!(rocm_c, rocm_requested && cfg!(feature = "rocm"));
+            for cuda_a in [false, true] {
+                for rocm_a in [false, true] {
+                    for prefer in [false, true] {
+                        for device in DEVICES {
+                            let inputs = Inputs {
+                                compiled,
+                                cuda: VendorState { available: cuda_a, summary: "cuda probe says".into() },
+                                rocm: VendorState { available: rocm_a, summary: "rocm probe says".into() },
+                                preference: Preference { prefer_gpu: prefer, device },
+                            };
+                            let p = plan(&inputs);
+                            let case = format!("{cuda_c} {rocm_c} {cuda_a} {rocm_a} {prefer} {device}: {p:?}");
+                            let (vendor, refused) = expected(cuda_c, rocm_c, cuda_a, rocm_a, prefer, device);
+                            assert_eq!(p.vendor, vendor, "{case}");
+                            assert_eq!(p.refusal.is_some(), refused, "{case}");
+                            assert!(!p.reasons.is_empty(), "{case}");
+                            assert_eq!(p.forced, matches!(device, Device::Cuda | Device::Rocm), "{case}");
+                            if refused {
+                                assert!(p.providers.is_empty(), "{case}");
+                            } else {
+                                assert_eq!(p.providers.last(), Some(&Provider::Cpu), "CPU ends every plan: {case}");
+                                assert!(p.providers[..p.providers.len() - 1].iter().all(|x| x.vendor() == vendor), "{case}");
+                                assert_eq!(p.providers.len() == 1, vendor == Vendor::Cpu, "{case}");
+                            }
+                            if device == Device::Auto && prefer && vendor == Vendor::Cpu {
+                                assert!(p.reasons.iter().any(|r| r.contains("cuda probe says") || r.contains("not compiled")), "{case}");
+                            }
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 2 * 2 * 2 * 2 * 2 * 4);
+}
+
+#[test]
+fn amd_first_when_both_present() {
+    let inputs = Inputs {
+        compiled: Compiled::new(true, true),
+        cuda: VendorState { available: true, summary: "CUDA: available: 1 device(s)".into() },
+        rocm: VendorState { available: true, summary: "ROCm: available: 1 device(s)".into() },
+        preference: Preference::default(),
+    };
+    let p = plan(&inputs);
+    if cfg!(feature = "rocm") {
+        assert_eq!(p.vendor, Vendor::Rocm);
+        let names: Vec<&str> = p.providers.iter().map(|p| p.ort_name()).collect();
+        assert_eq!(names, ["MIGraphXExecutionProvider", "ROCMExecutionProvider", "CPUExecutionProvider"]);
+        assert!(p.reasons.iter().any(|r| r.starts_with("CUDA: skipped")), "{:?}", p.reasons);
+    } else {
+        assert_eq!(p.vendor, Vendor::Cuda);
+        assert!(p.reasons[0].contains("not compiled"), "{:?}", p.reasons);
+    }
+}
+
+#[test]
+fn device_parsing() {
+    assert_eq!("AUTO".parse::<Device>(), Ok(Device::Auto));
+    assert_eq!("".parse::<Device>(), Ok(Device::Auto));
+    assert_eq!(" cuda ".parse::<Device>(), Ok(Device::Cuda));
+    assert_eq!("amd".parse::<Device>(), Ok(Device::Rocm));
+    assert!("tpu".parse::<Device>().unwrap_err().contains("auto, cpu, cuda or rocm"));
+}
+
+#[test]
+fn provider_names_round_trip() {
+    for p in Provider::ALL {
+        assert_eq!(Provider::from_ort_name(p.ort_name()), Some(*p));
+    }
+    assert_eq!(Provider::from_ort_name("TensorrtExecutionProvider"), None);
+}

@@ -1,0 +1,111 @@
+//! Discovery only: finds GPU kernel drivers, GPU runtime libraries (CUDA, and with the `rocm`
+//! feature ROCm/HIP) and ONNX Runtime builds on this machine, loads the vendor runtimes for the life
+//! of the process, and says what it found in a report a person can act on.
+//!
+//! It is not the embedder and knows nothing of ONNX Runtime's API: it never links or calls ONNX
+//! Runtime, it only reads file names and ELF headers. It never decides which provider to use
+//! (that is `nornir-ep-select`). Nothing here panics on bad files; every problem ends up in a report.
+
+mod context;
+mod cuda;
+mod driver;
+mod elf;
+mod library;
+mod ort_lib;
+mod paths;
+mod report;
+mod requirements;
+#[cfg(feature = "rocm")]
+mod rocm;
+mod vendor;
+
+use std::time::Instant;
+
+use once_cell::sync::Lazy;
+
+pub use context::ProbeContext;
+pub use driver::DriverReport;
+pub use elf::{ElfDeps, ElfError, parse_deps, read_deps};
+pub use library::{LibraryReport, LibrarySpec, find_soname, load_with_deps, loaded_path, resident_libraries};
+pub use ort_lib::{OrtCandidate, OrtDiscovery, discover as discover_ort, nornir_home, pick as pick_ort, providers_beside};
+pub use paths::{RejectedEntry, SearchPath, python_site_dirs};
+pub use report::{ProbeReport, write_vendor};
+pub use requirements::{ProviderRequirements, Requirement, RequirementStatus, provider_requirements};
+pub use vendor::{VendorReport, VisibleDevices};
+
+/// Whether this build contains the AMD half.
+pub const ROCM_COMPILED: bool = cfg!(feature = "rocm");
+
+/// What a default build says about AMD.
+pub const ROCM_NOT_COMPILED: &str =
+    "AMD GPU support is not compiled into this build; rebuild with `--features embed-ort-rocm` to add it";
+
+/// Vendors a GPU can come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuVendor {
+    Cuda,
+    Rocm,
+}
+
+/// Probes with `ctx`, uncached. Loads vendor libraries only where that vendor's driver is present.
+pub fn probe_with(ctx: &ProbeContext) -> ProbeReport {
+    let start = Instant::now();
+    let cuda = vendor::probe_vendor(ctx, &cuda::SPEC, cuda::search_path(ctx), driver::nvidia(ctx));
+    let rocm = probe_rocm(ctx);
+    ProbeReport { cuda, rocm, probe_micros: start.elapsed().as_micros() as u64 }
+}
+
+#[cfg(feature = "rocm")]
+fn probe_rocm(ctx: &ProbeContext) -> VendorReport {
+    vendor::probe_vendor(ctx, &rocm::SPEC, rocm::search_path(ctx), driver::amd(ctx))
+}
+
+#[cfg(not(feature = "rocm"))]
+fn probe_rocm(_: &ProbeContext) -> VendorReport {
+    VendorReport::not_compiled("rocm", ROCM_NOT_COMPILED)
+}
+
+static PROBE: Lazy<ProbeReport> = Lazy::new(|| probe_with(&ProbeContext::from_process()));
+
+/// The probe of this process's machine and environment, run once and cached.
+pub fn probe() -> &'static ProbeReport {
+    &PROBE
+}
+
+/// `(gpu_ready, human_report)` for this machine (cached probe).
+pub fn preflight() -> (bool, String) {
+    probe().preflight()
+}
+
+/// Candidate folders for a vendor's libraries (the same the probe searched).
+pub fn search_path(ctx: &ProbeContext, vendor: GpuVendor) -> SearchPath {
+    match vendor {
+        GpuVendor::Cuda => cuda::search_path(ctx),
+        GpuVendor::Rocm => rocm_search_path(ctx),
+    }
+}
+
+#[cfg(feature = "rocm")]
+fn rocm_search_path(ctx: &ProbeContext) -> SearchPath {
+    rocm::search_path(ctx)
+}
+
+#[cfg(not(feature = "rocm"))]
+fn rocm_search_path(_: &ProbeContext) -> SearchPath {
+    SearchPath::default()
+}
+
+/// Loads every library `provider` needs that sits in `dirs` (the vendor's candidate folders or the
+/// provider's own), so ONNX Runtime's later `dlopen` of the provider resolves. Returns the preflight
+/// as it stands after loading.
+pub fn preload_provider(provider: &std::path::Path, dirs: &[std::path::PathBuf]) -> ProviderRequirements {
+    let before = provider_requirements(provider, dirs);
+    for req in before.requirements.iter().filter(|r| r.status == RequirementStatus::Found) {
+        if let Some(path) = &req.path {
+            if let Err(e) = load_with_deps(path, &req.soname, dirs) {
+                tracing::debug!(soname = %req.soname, error = %e, "preload failed");
+            }
+        }
+    }
+    provider_requirements(provider, dirs)
+}
