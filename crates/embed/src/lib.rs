@@ -1,1 +1,25 @@
-//! placeholder
+//! The embedder: loads the ONNX Runtime library chosen for the plan, builds the session one
+//! provider at a time, verifies which provider really runs the model, then tokenizes, packs texts
+//! by length under a token budget, runs, pools and normalises.
+//!
+//! It is not a CLI and prints nothing: it logs with `tracing` and returns [`EmbedError`]s whose
+//! messages say what to do. It never decides policy itself (that is `nornir-ep-select`) and never
+//! searches for libraries itself (that is `nornir-gpu-probe`).
+
+mod batch;
+mod embedder;
+mod error;
+mod model;
+mod placement;
+mod pool;
+mod runtime;
+mod session;
+
+pub use batch::{Batch, pack};
+pub use embedder::{Embedder, EmbedderOptions, Embeddings, ModelInfo, plan_for};
+pub use error::{EmbedError, Result};
+pub use model::{ModelFolder, parse_modules, parse_pooling_config, parse_sentence_bert_config};
+pub use placement::parse_profile;
+pub use pool::{Pooling, normalize, pool_tokens};
+pub use runtime::{MIN_ORT, OrtInfo, check_library, load_runtime, loaded_runtime};
+pub use session::{Placement, Registration, SessionReport};

@@ -40,6 +40,12 @@ pub const ROCM_COMPILED: bool = cfg!(feature = "rocm");
 pub const ROCM_NOT_COMPILED: &str =
     "AMD GPU support is not compiled into this build; rebuild with `--features embed-ort-rocm` to add it";
 
+/// Whether dotted `version` is at least `min` (major, minor); `None` if it has no two numbers.
+pub fn version_at_least(version: &str, min: (u64, u64)) -> Option<bool> {
+    let v = paths::version_key(version);
+    Some((*v.first()?, *v.get(1)?) >= min)
+}
+
 /// Vendors a GPU can come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GpuVendor {

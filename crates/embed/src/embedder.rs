@@ -1,0 +1,475 @@
+//! The embedder: tokenize, pack by length under a token budget, run, pool, normalise.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use nornir_ep_select::{Compiled, Device, Inputs, Plan, Preference, Vendor, VendorState, plan};
+use nornir_gpu_probe::{VendorReport, probe};
+use ort::session::Session;
+use ort::value::{TensorElementType, TensorRef, ValueType};
+use serde::Serialize;
+use tokenizers::{Tokenizer, TruncationParams};
+
+use crate::batch::pack;
+use crate::error::{EmbedError, Result};
+use crate::model::ModelFolder;
+use crate::placement::parse_profile;
+use crate::pool::{Pooling, normalize, pool_tokens};
+use crate::runtime::{OrtRuntime, load_runtime};
+use crate::session::{self, Placement, SessionConfig, SessionReport};
+
+/// How to build an [`Embedder`]. `Default` is: GPU preferred, device auto, all cores, a
+/// 512-token budget per batch, the model's own length limit and pooling, L2-normalised.
+#[derive(Debug, Clone)]
+pub struct EmbedderOptions {
+    pub prefer_gpu: bool,
+    pub device: Device,
+    /// ONNX Runtime intra-op threads; `None` = the machine's cores.
+    pub intra_threads: Option<usize>,
+    /// Most tokens (texts x longest length) in one batch.
+    pub token_budget: usize,
+    /// Truncation length; `None` = the model's `max_seq_length`, then the tokenizer's, then
+    /// `max_position_embeddings`.
+    pub max_length: Option<usize>,
+    /// `None` = the model's pooling config, else mean.
+    pub pooling: Option<Pooling>,
+    pub normalize: bool,
+    /// Model file name relative to the folder, instead of `model.onnx` / `onnx/model.onnx`.
+    pub model_file: Option<PathBuf>,
+    /// The ONNX Runtime library to load, instead of discovery (like `ORT_DYLIB_PATH`).
+    pub ort_library: Option<PathBuf>,
+}
+
+impl Default for EmbedderOptions {
+    fn default() -> Self {
+        Self {
+            prefer_gpu: true,
+            device: Device::Auto,
+            intra_threads: None,
+            token_budget: 512,
+            max_length: None,
+            pooling: None,
+            normalize: true,
+            model_file: None,
+            ort_library: None,
+        }
+    }
+}
+
+impl EmbedderOptions {
+    /// The defaults, with the device taken from `NORNIR_DEVICE` when set.
+    pub fn from_env() -> Result<Self> {
+        let mut o = Self::default();
+        if let Ok(v) = std::env::var("NORNIR_DEVICE") {
+            o.device = v.parse().map_err(|e| EmbedError::Option(format!("NORNIR_DEVICE: {e}")))?;
+        }
+        Ok(o)
+    }
+}
+
+/// Embeddings as one contiguous row-major block: `len()` rows of `dim` floats, row i for text i.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Embeddings {
+    pub data: Vec<f32>,
+    pub dim: usize,
+}
+
+impl Embeddings {
+    pub fn len(&self) -> usize {
+        if self.dim == 0 { 0 } else { self.data.len() / self.dim }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.dim..(i + 1) * self.dim]
+    }
+    pub fn rows(&self) -> std::slice::ChunksExact<'_, f32> {
+        self.data.chunks_exact(self.dim.max(1))
+    }
+}
+
+/// What the model's graph expects, read from the session at load time.
+#[derive(Debug, Clone)]
+struct GraphIo {
+    ids: String,
+    mask: Option<String>,
+    type_ids: Option<String>,
+    int32: bool,
+    output: usize,
+    /// The output is already one vector per text (`sentence_embedding`).
+    pooled: bool,
+}
+
+/// Facts about the loaded model, for reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    pub folder: ModelFolder,
+    pub dimension: usize,
+    pub max_length: usize,
+    pub pooling: Pooling,
+    pub normalize: bool,
+    pub inputs: Vec<String>,
+    pub output: String,
+    pub output_is_pooled: bool,
+}
+
+/// A sentence embedder over one ONNX Runtime session. `Send + Sync`: share it with `Arc`.
+///
+/// `Session::run` needs `&mut`, so the session sits behind a mutex; tokenization and packing run
+/// outside it, in the caller's thread (see ARCHITECTURE.md for why one session, not a pool).
+#[derive(Debug)]
+pub struct Embedder {
+    session: Mutex<Session>,
+    tokenizer: Tokenizer,
+    io: GraphIo,
+    info: ModelInfo,
+    report: SessionReport,
+    runtime: Arc<OrtRuntime>,
+    token_budget: usize,
+    intra_threads: usize,
+}
+
+/// The probe's verdict, as the policy needs it.
+fn vendor_state(r: &VendorReport) -> VendorState {
+    VendorState { available: r.available, summary: r.summary.clone() }
+}
+
+/// The plan this process would use with these preferences (probe + policy, no ONNX Runtime).
+pub fn plan_for(prefer_gpu: bool, device: Device) -> Plan {
+    let p = probe();
+    plan(&Inputs {
+        compiled: Compiled::new(cfg!(feature = "cuda"), cfg!(feature = "rocm")),
+        cuda: vendor_state(&p.cuda),
+        rocm: vendor_state(&p.rocm),
+        preference: Preference { prefer_gpu, device },
+    })
+}
+
+impl Embedder {
+    /// Loads the model folder `dir`: probe -> plan -> ONNX Runtime -> session -> checks.
+    /// Every mismatch between the folder and the graph is an error here, not at the first embed.
+    pub fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
+        if options.token_budget == 0 {
+            return Err(EmbedError::Option("token budget must be at least 1".to_owned()));
+        }
+        if options.intra_threads == Some(0) {
+            return Err(EmbedError::Option("threads must be at least 1 (or leave it unset for all cores)".to_owned()));
+        }
+        let folder = ModelFolder::open(dir, options.model_file.as_deref())?;
+        let mut tokenizer = Tokenizer::from_file(&folder.tokenizer_file)
+            .map_err(|e| EmbedError::Tokenizer { path: folder.tokenizer_file.clone(), reason: e.to_string() })?;
+        let max_length = options
+            .max_length
+            .or(folder.max_seq_length)
+            .or_else(|| tokenizer.get_truncation().map(|t| t.max_length))
+            .or(folder.max_position_embeddings)
+            .unwrap_or(512);
+        if max_length == 0 {
+            return Err(EmbedError::Option("max length must be at least 1".to_owned()));
+        }
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
+            .map_err(|e| EmbedError::Tokenizer { path: folder.tokenizer_file.clone(), reason: e.to_string() })?;
+
+        let plan = plan_for(options.prefer_gpu, options.device);
+        if let Some(why) = &plan.refusal {
+            return Err(EmbedError::DeviceRefused(why.clone()));
+        }
+        let runtime = load_runtime(&plan, options.ort_library.as_deref())?;
+        let intra_threads = options.intra_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+        let cfg = SessionConfig { model: &folder.model_file, intra_threads, profile_to: None };
+        let (session, report) = session::build(&runtime, &plan, &cfg)?;
+        let io = graph_io(&session, &folder)?;
+        let pooling = options.pooling.or(folder.pooling).unwrap_or(Pooling::Mean);
+        let info = ModelInfo {
+            inputs: session.inputs().iter().map(|i| i.name().to_owned()).collect(),
+            output: session.outputs()[io.output].name().to_owned(),
+            output_is_pooled: io.pooled,
+            dimension: 0,
+            max_length,
+            pooling,
+            normalize: options.normalize,
+            folder,
+        };
+        let mut embedder = Self {
+            session: Mutex::new(session),
+            tokenizer,
+            io,
+            info,
+            report,
+            runtime,
+            token_budget: options.token_budget,
+            intra_threads,
+        };
+        embedder.check_with_a_first_run()?;
+        tracing::info!(provider = %embedder.report.active_provider, vendor = %embedder.report.gpu_vendor, "embedder ready");
+        Ok(embedder)
+    }
+
+    /// Runs one short text: finds the output width, checks it against the configs, and makes a
+    /// graph that fails on real input (wrong vocabulary, wrong inputs) fail at load time.
+    fn check_with_a_first_run(&mut self) -> Result<()> {
+        let vocab = self.tokenizer.get_vocab_size(true);
+        let probe_text = "nornir checks the model";
+        let enc = self.tokenizer.encode(probe_text, true).map_err(|e| EmbedError::Tokenizer {
+            path: self.info.folder.tokenizer_file.clone(),
+            reason: e.to_string(),
+        })?;
+        let ids = enc.get_ids().to_vec();
+        let dim = self.run_batch(&[ids.as_slice()], |_, _| {}).map_err(|e| EmbedError::Model {
+            dir: self.info.folder.dir.clone(),
+            reason: format!("the model fails on a first test text ({e}); is tokenizer.json ({vocab} tokens) the model's own?"),
+        })?;
+        if let Some(h) = self.info.folder.hidden_size {
+            if h != dim {
+                return Err(EmbedError::Model {
+                    dir: self.info.folder.dir.clone(),
+                    reason: format!("the model's output has width {dim} but its config says hidden size {h}"),
+                });
+            }
+        }
+        self.info.dimension = dim;
+        Ok(())
+    }
+
+    pub fn dimension(&self) -> usize {
+        self.info.dimension
+    }
+
+    pub fn model_info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// What the session build did: the plan, each provider's outcome, the active provider.
+    pub fn report(&self) -> &SessionReport {
+        &self.report
+    }
+
+    /// The vendor the plan aimed at.
+    pub fn requested_vendor(&self) -> Vendor {
+        self.report.plan.vendor
+    }
+
+    /// The vendor really running the model: "rocm", "cuda" or "cpu".
+    pub fn gpu_vendor(&self) -> &'static str {
+        self.report.gpu_vendor.label()
+    }
+
+    /// True when an AMD provider is running the model.
+    pub fn rocm_ready(&self) -> bool {
+        self.report.gpu_vendor == Vendor::Rocm
+    }
+
+    /// Embeds `texts`; row i of the result is text i.
+    pub fn embed<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Embeddings> {
+        let dim = self.info.dimension;
+        if texts.is_empty() {
+            return Ok(Embeddings { data: Vec::new(), dim });
+        }
+        let inputs: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
+        let encodings = self
+            .tokenizer
+            .encode_batch(inputs, true)
+            .map_err(|e| EmbedError::Inference(format!("tokenization failed: {e}")))?;
+        let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
+        let lengths: Vec<usize> = ids.iter().map(|i| i.len()).collect();
+        let mut data = vec![0f32; texts.len() * dim];
+        for batch in pack(&lengths, self.token_budget) {
+            let rows: Vec<&[u32]> = batch.indices.iter().map(|&i| ids[i]).collect();
+            self.run_batch(&rows, |k, v| {
+                let i = batch.indices[k];
+                data[i * dim..(i + 1) * dim].copy_from_slice(v);
+            })?;
+        }
+        Ok(Embeddings { data, dim })
+    }
+
+    /// Embeds a stream of texts `chunk` at a time, yielding each chunk's rows in input order.
+    /// Memory stays bounded by the chunk size, whatever the length of the stream.
+    pub fn embed_chunks<'a, I>(&'a self, texts: I, chunk: usize) -> impl Iterator<Item = Result<Embeddings>> + 'a
+    where
+        I: IntoIterator<Item = String>,
+        I::IntoIter: 'a,
+    {
+        let mut it = texts.into_iter();
+        let chunk = chunk.max(1);
+        std::iter::from_fn(move || {
+            let part: Vec<String> = it.by_ref().take(chunk).collect();
+            (!part.is_empty()).then(|| self.embed(&part))
+        })
+    }
+
+    /// Runs one batch on the shared session (locked for the run only).
+    fn run_batch(&self, rows: &[&[u32]], emit: impl FnMut(usize, &[f32])) -> Result<usize> {
+        let mut session = self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        run_batch(&mut session, &self.io, self.info.pooling, self.info.normalize, rows, emit)
+    }
+
+    /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh
+    /// session built the same way. Costs a session build; call it on demand (`doctor`).
+    pub fn placement(&self) -> Placement {
+        let dir = match tempfile_dir() {
+            Ok(d) => d,
+            Err(e) => return Placement::Unknown { reason: format!("no temporary folder for the profile: {e}") },
+        };
+        let prefix = dir.join("nornir-placement");
+        let cfg = SessionConfig { model: &self.info.folder.model_file, intra_threads: self.intra_threads, profile_to: Some(&prefix) };
+        let mut plan = self.report.plan.clone();
+        if self.report.gpu_vendor == Vendor::Cpu {
+            plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
+            plan.forced = false;
+        }
+        let result = (|| -> Result<Placement> {
+            let (mut session, _) = session::build(&self.runtime, &plan, &cfg)?;
+            let ids = self.tokenizer.encode("where does this run?", true).map(|e| e.get_ids().to_vec()).unwrap_or_else(|_| vec![0, 0]);
+            run_batch(&mut session, &self.io, self.info.pooling, self.info.normalize, &[ids.as_slice()], |_, _| {})?;
+            let file = session.end_profiling().map_err(|e| EmbedError::Inference(e.to_string()))?;
+            let text = std::fs::read_to_string(&file).map_err(|e| EmbedError::Inference(format!("{file}: {e}")))?;
+            let _ = std::fs::remove_file(&file);
+            Ok(parse_profile(&text))
+        })();
+        let _ = std::fs::remove_dir_all(&dir);
+        result.unwrap_or_else(|e| Placement::Unknown { reason: e.to_string() })
+    }
+}
+
+/// Runs one padded batch and hands each text's finished vector to `emit(k, vector)`.
+/// Returns the vector width.
+fn run_batch(
+session: &mut Session,
+io: &GraphIo,
+pooling: Pooling,
+normalize_rows: bool,
+rows: &[&[u32]],
+mut emit: impl FnMut(usize, &[f32]),
+) -> Result<usize> {
+    let b = rows.len();
+    let l = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
+    let mut ids = vec![0i64; b * l];
+    let mut mask = vec![0i64; b * l];
+    for (k, r) in rows.iter().enumerate() {
+        for (j, &t) in r.iter().enumerate() {
+            ids[k * l + j] = i64::from(t);
+            mask[k * l + j] = 1;
+        }
+    }
+    let types = vec![0i64; b * l];
+    let fail = |e: ort::Error| EmbedError::Inference(e.to_string());
+    let mut feed: Vec<(String, ort::session::SessionInputValue<'_>)> = Vec::with_capacity(3);
+    let ids32: Vec<i32>;
+    let mask32: Vec<i32>;
+    let types32: Vec<i32>;
+    if io.int32 {
+        ids32 = ids.iter().map(|&x| x as i32).collect();
+        mask32 = mask.iter().map(|&x| x as i32).collect();
+        types32 = vec![0; b * l];
+        feed.push((io.ids.clone(), TensorRef::from_array_view(([b, l], ids32.as_slice())).map_err(fail)?.into()));
+        if let Some(m) = &io.mask {
+            feed.push((m.clone(), TensorRef::from_array_view(([b, l], mask32.as_slice())).map_err(fail)?.into()));
+        }
+        if let Some(t) = &io.type_ids {
+            feed.push((t.clone(), TensorRef::from_array_view(([b, l], types32.as_slice())).map_err(fail)?.into()));
+        }
+    } else {
+        feed.push((io.ids.clone(), TensorRef::from_array_view(([b, l], ids.as_slice())).map_err(fail)?.into()));
+        if let Some(m) = &io.mask {
+            feed.push((m.clone(), TensorRef::from_array_view(([b, l], mask.as_slice())).map_err(fail)?.into()));
+        }
+        if let Some(t) = &io.type_ids {
+            feed.push((t.clone(), TensorRef::from_array_view(([b, l], types.as_slice())).map_err(fail)?.into()));
+        }
+    }
+    let outputs = session.run(feed).map_err(fail)?;
+    let (shape, values) = outputs[io.output].try_extract_tensor::<f32>().map_err(fail)?;
+    let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+    let dim = *dims.last().unwrap_or(&0);
+    let expect_rank = if io.pooled { 2 } else { 3 };
+    if dims.len() != expect_rank || dims[0] != b || dim == 0 {
+        return Err(EmbedError::Inference(format!("the model returned shape {dims:?}; expected {expect_rank} dimensions starting with {b}")));
+    }
+    let mut v = vec![0f32; dim];
+    for (k, r) in rows.iter().enumerate() {
+        if io.pooled {
+            v.copy_from_slice(&values[k * dim..(k + 1) * dim]);
+        } else {
+            let seq = dims[1];
+            let hidden = &values[k * seq * dim..(k + 1) * seq * dim];
+            pool_tokens(hidden, r.len().min(seq), dim, pooling, &mut v);
+        }
+        if normalize_rows {
+            normalize(&mut v);
+        }
+        emit(k, &v);
+    }
+    Ok(dim)
+}
+
+/// A fresh private folder under the system temp folder.
+fn tempfile_dir() -> std::io::Result<PathBuf> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!("nornir-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Reads the graph's inputs and outputs and checks them against what a text embedder needs.
+fn graph_io(session: &Session, folder: &ModelFolder) -> Result<GraphIo> {
+    let err = |reason: String| EmbedError::Model { dir: folder.dir.clone(), reason };
+    let mut ids = None;
+    let mut mask = None;
+    let mut type_ids = None;
+    let mut int32 = None;
+    for input in session.inputs() {
+        let name = input.name();
+        let ty = match input.dtype() {
+            ValueType::Tensor { ty, .. } => *ty,
+            other => return Err(err(format!("input {name:?} is {other}, not a tensor; this is not a text-embedding model"))),
+        };
+        let is32 = match ty {
+            TensorElementType::Int64 => false,
+            TensorElementType::Int32 => true,
+            other => return Err(err(format!("input {name:?} takes {other:?}; a text model takes int64 or int32 token ids (is this an image or audio model?)"))),
+        };
+        if int32.is_some_and(|v| v != is32) {
+            return Err(err("inputs mix int32 and int64; nornir feeds one integer type".to_owned()));
+        }
+        int32 = Some(is32);
+        match name {
+            "input_ids" => ids = Some(name.to_owned()),
+            "attention_mask" => mask = Some(name.to_owned()),
+            "token_type_ids" => type_ids = Some(name.to_owned()),
+            other => {
+                return Err(err(format!(
+                    "unexpected model input {other:?}; nornir feeds input_ids, attention_mask and token_type_ids"
+                )));
+            }
+        }
+    }
+    let ids = ids.ok_or_else(|| err("the model has no input_ids input; this is not a text-embedding model".to_owned()))?;
+    let outputs = session.outputs();
+    if outputs.is_empty() {
+        return Err(err("the model has no outputs".to_owned()));
+    }
+    let rank = |i: usize| match outputs[i].dtype() {
+        ValueType::Tensor { ty: TensorElementType::Float32, shape, .. } => Some(shape.len()),
+        _ => None,
+    };
+    let (output, pooled) = match outputs.iter().position(|o| o.name() == "sentence_embedding") {
+        Some(i) if rank(i) == Some(2) => (i, true),
+        _ => match rank(0) {
+            Some(3) => (0, false),
+            Some(2) => (0, true),
+            _ => {
+                return Err(err(format!(
+                    "output {:?} is {}; nornir needs float32 [batch, tokens, width] or [batch, width]",
+                    outputs[0].name(),
+                    outputs[0].dtype()
+                )));
+            }
+        },
+    };
+    Ok(GraphIo { ids, mask, type_ids, int32: int32.unwrap_or(false), output, pooled })
+}

@@ -1,0 +1,38 @@
+//! The embedder's errors. Every message says what went wrong and what to do.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    #[error("no ONNX Runtime library found; searched: {searched}. Run `cargo xtask fetch`, or set ORT_DYLIB_PATH to a libonnxruntime.so")]
+    NoOrtLibrary { searched: String },
+
+    #[error("{path}: cannot be loaded as ONNX Runtime: {reason}. Point ORT_DYLIB_PATH / --ort-lib at a libonnxruntime.so (1.22 or newer)")]
+    OrtLoad { path: PathBuf, reason: String },
+
+    #[error("{path} is ONNX Runtime {version}, older than 1.22, the oldest this build supports. Use a newer build (`cargo xtask fetch` provides 1.31.1)")]
+    OrtTooOld { path: PathBuf, version: String },
+
+    #[error("{0}")]
+    DeviceRefused(String),
+
+    #[error("the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Use --device auto to fall back to the CPU, or fix the cause above (`nornir vector doctor`)")]
+    ForcedDeviceFailed { vendor: String, details: String },
+
+    #[error("model folder {dir}: {reason}")]
+    Model { dir: PathBuf, reason: String },
+
+    #[error("tokenizer {path}: {reason}")]
+    Tokenizer { path: PathBuf, reason: String },
+
+    #[error("ONNX Runtime could not create a session for {model}: {reason}")]
+    Session { model: PathBuf, reason: String },
+
+    #[error("inference failed: {0}")]
+    Inference(String),
+
+    #[error("invalid option: {0}")]
+    Option(String),
+}
+
+pub type Result<T, E = EmbedError> = std::result::Result<T, E>;

@@ -1,0 +1,126 @@
+//! Loading the one ONNX Runtime library this process will use, chosen for the plan's vendor.
+
+use std::ffi::{CStr, c_char};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use nornir_ep_select::Plan;
+use nornir_gpu_probe::{ProbeContext, discover_ort, pick_ort};
+use serde::Serialize;
+
+use crate::error::{EmbedError, Result};
+
+/// The oldest ONNX Runtime this build loads: 1.22, the last with the ROCm provider.
+pub const MIN_ORT: (u64, u64) = (1, 22);
+
+/// The ONNX Runtime library loaded in this process.
+#[derive(Debug)]
+pub struct OrtRuntime {
+    pub info: OrtInfo,
+    pub(crate) env: ort::environment::Environment,
+}
+
+/// What was loaded and why. Serialised under `ort` in `doctor --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct OrtInfo {
+    pub path: PathBuf,
+    /// As the library itself reports it (`OrtGetApiBase()->GetVersionString()`).
+    pub version: String,
+    /// Providers whose `libonnxruntime_providers_<name>.so` sits beside the library.
+    pub providers: Vec<String>,
+    /// Why this library was chosen.
+    pub reason: String,
+}
+
+static LOADED: Mutex<Option<Arc<OrtRuntime>>> = Mutex::new(None);
+
+/// The ONNX Runtime loaded in this process, if any.
+pub fn loaded_runtime() -> Option<Arc<OrtRuntime>> {
+    LOADED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+}
+
+/// Loads ONNX Runtime for `plan` (once per process: a later call gets the same library back).
+/// `explicit` (`--ort-lib`) wins over discovery, like `ORT_DYLIB_PATH`.
+pub fn load_runtime(plan: &Plan, explicit: Option<&Path>) -> Result<Arc<OrtRuntime>> {
+    let mut loaded = LOADED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(rt) = loaded.as_ref() {
+        return Ok(rt.clone());
+    }
+    let mut ctx = ProbeContext::from_process();
+    if let Some(p) = explicit {
+        let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        ctx = ctx.with_var("ORT_DYLIB_PATH", abs);
+    }
+    let discovery = discover_ort(&ctx);
+    let wanted: Vec<&str> = plan.providers.iter().filter_map(|p| p.library_name()).collect();
+    let Some((candidate, reason)) = pick_ort(&discovery, &wanted, MIN_ORT) else {
+        let mut searched: Vec<String> = discovery.searched.iter().map(|p| p.display().to_string()).collect();
+        searched.extend(discovery.problems.iter().cloned());
+        return Err(EmbedError::NoOrtLibrary { searched: searched.join(", ") });
+    };
+    let path = candidate.path.clone();
+    let version = check_library(&path)?;
+    if nornir_gpu_probe::version_at_least(&version, MIN_ORT).is_some_and(|ok| !ok) {
+        return Err(EmbedError::OrtTooOld { path, version });
+    }
+    let env = ort::init_from(&path)
+        .map_err(|e| EmbedError::OrtLoad { path: path.clone(), reason: e.to_string() })?
+        .with_name("nornir")
+        .with_telemetry(false)
+        .with_logger(Arc::new(forward_ort_log))
+        .build()
+        .map_err(|e| EmbedError::OrtLoad { path: path.clone(), reason: e.to_string() })?;
+    tracing::debug!(path = %path.display(), %version, "loaded ONNX Runtime");
+    let rt = Arc::new(OrtRuntime {
+        info: OrtInfo { path, version, providers: candidate.providers.clone(), reason },
+        env,
+    });
+    *loaded = Some(rt.clone());
+    Ok(rt)
+}
+
+/// ONNX Runtime's own log lines, forwarded to `tracing` (only the binary prints them).
+fn forward_ort_log(level: ort::logging::LogLevel, category: &str, _id: &str, location: &str, message: &str) {
+    use ort::logging::LogLevel;
+    match level {
+        LogLevel::Fatal | LogLevel::Error => tracing::debug!(target: "onnxruntime", %category, %location, "error: {message}"),
+        LogLevel::Warning => tracing::debug!(target: "onnxruntime", %category, %location, "warning: {message}"),
+        LogLevel::Info | LogLevel::Verbose => tracing::trace!(target: "onnxruntime", %category, %location, "{message}"),
+    }
+}
+
+#[repr(C)]
+struct OrtApiBase {
+    get_api: unsafe extern "C" fn(u32) -> *const std::ffi::c_void,
+    get_version_string: unsafe extern "C" fn() -> *const c_char,
+}
+
+/// Opens `path` and asks it for its version through `OrtGetApiBase`, so a file that is not ONNX
+/// Runtime is a clear error before `ort` touches it.
+pub fn check_library(path: &Path) -> Result<String> {
+    let fail = |reason: String| EmbedError::OrtLoad { path: path.to_path_buf(), reason };
+    if !path.is_file() {
+        return Err(fail("no such file".to_owned()));
+    }
+    // SAFETY: loading runs the library's initialisers; the user or the discovery named this file
+    // as ONNX Runtime, and `ort` is about to load it anyway.
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| fail(format!("not a loadable shared library ({e})")))?;
+    // SAFETY: `OrtGetApiBase` is `const OrtApiBase* OrtGetApiBase(void)` in ONNX Runtime's C API.
+    let version = unsafe {
+        let get_base = lib
+            .get::<unsafe extern "C" fn() -> *const OrtApiBase>("OrtGetApiBase")
+            .map_err(|_| fail("it does not export OrtGetApiBase, so it is not ONNX Runtime".to_owned()))?;
+        let base = get_base();
+        if base.is_null() {
+            return Err(fail("OrtGetApiBase returned null".to_owned()));
+        }
+        let s = ((*base).get_version_string)();
+        if s.is_null() {
+            return Err(fail("it reports no version".to_owned()));
+        }
+        CStr::from_ptr(s).to_string_lossy().into_owned()
+    };
+    // Kept loaded: `ort` loads the same file next, and unloading ONNX Runtime is never safe.
+    std::mem::forget(lib);
+    Ok(version)
+}

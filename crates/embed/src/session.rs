@@ -1,0 +1,195 @@
+//! Building an ONNX Runtime session from a plan, one provider at a time, and recording honestly
+//! what each registration did and which provider ended up running the model.
+
+use std::path::{Path, PathBuf};
+
+use nornir_ep_select::{Plan, Provider, Vendor};
+use nornir_gpu_probe::{GpuVendor, ProbeContext, ProviderRequirements, preload_provider, search_path};
+use ort::session::Session;
+use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
+use serde::Serialize;
+
+use crate::error::{EmbedError, Result};
+use crate::runtime::{OrtInfo, OrtRuntime};
+
+/// The outcome of registering one provider.
+#[derive(Debug, Clone, Serialize)]
+pub struct Registration {
+    /// As ONNX Runtime names it (`CUDAExecutionProvider`).
+    pub provider: String,
+    pub ok: bool,
+    /// ONNX Runtime's error text, with the preflight's finding where it explains it.
+    pub error: Option<String>,
+    /// The provider library's NEEDED list checked against this machine.
+    pub preflight: Option<ProviderRequirements>,
+}
+
+/// Which provider ran each node of the graph, from ONNX Runtime's own profiling record.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum Placement {
+    Known { nodes: std::collections::BTreeMap<String, usize> },
+    Unknown { reason: String },
+}
+
+/// What really happened when the session was built.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionReport {
+    pub ort: OrtInfo,
+    pub plan: Plan,
+    pub registrations: Vec<Registration>,
+    /// The provider running the model, as ONNX Runtime names it.
+    pub active_provider: String,
+    /// `cpu`, `cuda` or `rocm`: where the model really runs.
+    pub gpu_vendor: Vendor,
+    /// Set when the session had to be rebuilt on CPU after a GPU session failed to build or run.
+    pub fallback: Option<String>,
+    pub placement: Placement,
+}
+
+pub(crate) struct SessionConfig<'a> {
+    pub model: &'a Path,
+    pub intra_threads: usize,
+    pub profile_to: Option<&'a Path>,
+}
+
+/// Builds the session for `plan`. A GPU failure at registration or at commit falls through to CPU,
+/// unless the plan is forced, in which case it is an error.
+pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Result<(Session, SessionReport)> {
+    if let Some(why) = &plan.refusal {
+        return Err(EmbedError::DeviceRefused(why.clone()));
+    }
+    let mut builder = base_builder(rt, cfg)?;
+    let mut registrations = Vec::new();
+    for &p in &plan.providers {
+        registrations.push(register(rt, p, &mut builder));
+    }
+    let gpu_ok: Option<&Registration> = registrations.iter().find(|r| r.ok && r.provider != Provider::Cpu.ort_name());
+    if plan.forced && gpu_ok.is_none() {
+        return Err(forced_failure(plan, &registrations));
+    }
+    let mut active = gpu_ok.map_or(Provider::Cpu.ort_name().to_owned(), |r| r.provider.clone());
+    let mut fallback = None;
+    let session = match builder.commit_from_file(cfg.model) {
+        Ok(s) => s,
+        Err(e) if gpu_ok.is_some() => {
+            let why = format!("creating the session with {active} failed: {e}");
+            if plan.forced {
+                return Err(EmbedError::ForcedDeviceFailed { vendor: plan.vendor.to_string(), details: why });
+            }
+            tracing::warn!("{why}; rebuilding it on CPU");
+            let s = base_builder(rt, cfg)?.commit_from_file(cfg.model).map_err(|e| session_error(cfg.model, e))?;
+            fallback = Some(format!("{why}; rebuilt on CPUExecutionProvider"));
+            active = Provider::Cpu.ort_name().to_owned();
+            s
+        }
+        Err(e) => return Err(session_error(cfg.model, e)),
+    };
+    let gpu_vendor = Provider::from_ort_name(&active).map_or(Vendor::Cpu, Provider::vendor);
+    let report = SessionReport {
+        ort: rt.info.clone(),
+        plan: plan.clone(),
+        registrations,
+        active_provider: active,
+        gpu_vendor,
+        fallback,
+        placement: Placement::Unknown { reason: "not computed (run `nornir vector doctor --model DIR`)".to_owned() },
+    };
+    Ok((session, report))
+}
+
+fn session_error(model: &Path, e: ort::Error) -> EmbedError {
+    EmbedError::Session { model: model.to_path_buf(), reason: e.to_string() }
+}
+
+fn base_builder(rt: &OrtRuntime, cfg: &SessionConfig<'_>) -> Result<SessionBuilder> {
+    let fail = |e: String| EmbedError::Session { model: cfg.model.to_path_buf(), reason: e };
+    let mut b = Session::builder(&rt.env)
+        .map_err(|e| fail(e.to_string()))?
+        .with_optimization_level(GraphOptimizationLevel::All)
+        .map_err(|e| fail(e.to_string()))?
+        .with_intra_threads(cfg.intra_threads)
+        .map_err(|e| fail(e.to_string()))?
+        .with_log_level(ort::logging::LogLevel::Warning)
+        .map_err(|e| fail(e.to_string()))?;
+    if let Some(p) = cfg.profile_to {
+        b = b.with_profiling(p).map_err(|e| fail(e.to_string()))?;
+    }
+    Ok(b)
+}
+
+fn forced_failure(plan: &Plan, regs: &[Registration]) -> EmbedError {
+    let details: Vec<String> = regs
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| format!("{}: {}", r.provider, r.error.as_deref().unwrap_or("failed")))
+        .collect();
+    EmbedError::ForcedDeviceFailed { vendor: plan.vendor.to_string(), details: details.join("; ") }
+}
+
+/// The provider library's folder-mates: where ONNX Runtime will look for it.
+fn provider_library(rt: &OrtRuntime, name: &str) -> PathBuf {
+    let dir = rt.info.path.parent().map(Path::to_path_buf).unwrap_or_default();
+    dir.join(format!("libonnxruntime_providers_{name}.so"))
+}
+
+fn gpu_vendor_of(p: Provider) -> Option<GpuVendor> {
+    match p.vendor() {
+        Vendor::Cuda => Some(GpuVendor::Cuda),
+        Vendor::Rocm => Some(GpuVendor::Rocm),
+        Vendor::Cpu => None,
+    }
+}
+
+fn register(rt: &OrtRuntime, p: Provider, builder: &mut SessionBuilder) -> Registration {
+    let mut reg = Registration { provider: p.ort_name().to_owned(), ok: false, error: None, preflight: None };
+    let (Some(lib_name), Some(vendor)) = (p.library_name(), gpu_vendor_of(p)) else {
+        reg.ok = true; // CPU is built into every ONNX Runtime and always registered last.
+        return reg;
+    };
+    let lib = provider_library(rt, lib_name);
+    if !lib.is_file() {
+        reg.error = Some(format!(
+            "not in this build of ONNX Runtime ({} has no {}); use a build with it (`cargo xtask fetch` lists them) via ORT_DYLIB_PATH",
+            rt.info.path.display(),
+            lib.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        ));
+        return reg;
+    }
+    let dirs = search_path(&ProbeContext::from_process(), vendor).dirs;
+    let preflight = preload_provider(&lib, &dirs);
+    match append(p, builder) {
+        Ok(()) => reg.ok = true,
+        Err(e) => {
+            let mut text = e.to_string();
+            if preflight.missing().next().is_some() || preflight.error.is_some() {
+                text = format!("{text} (preflight: {})", preflight.summary());
+            }
+            reg.error = Some(text);
+        }
+    }
+    reg.preflight = Some(preflight);
+    reg
+}
+
+fn append(p: Provider, builder: &mut SessionBuilder) -> ort::Result<()> {
+    match p {
+        Provider::Cuda => cuda_ep(builder),
+        #[cfg(feature = "rocm")]
+        Provider::MiGraphX => ort::ep::ExecutionProvider::register(&ort::ep::MIGraphX::default(), builder),
+        #[cfg(feature = "rocm")]
+        Provider::Rocm => ort::ep::ExecutionProvider::register(&ort::ep::ROCm::default(), builder),
+        Provider::Cpu => Ok(()),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_ep(builder: &mut SessionBuilder) -> ort::Result<()> {
+    use ort::ep::ExecutionProvider;
+    ort::ep::CUDA::default().register(builder)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_ep(_: &mut SessionBuilder) -> ort::Result<()> {
+    Err(ort::Error::new("the CUDA provider is not compiled into this build of nornir (feature `cuda`)"))
+}

