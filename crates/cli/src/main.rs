@@ -1,1 +1,192 @@
-fn main() {}
+//! `nornir`: embed text files with ONNX sentence-embedding models, diagnose why a GPU is or is not
+//! used (`nornir vector doctor`), and measure speed (`nornir vector bench`).
+
+mod doctor;
+mod engine;
+mod input;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::input::InputFormat;
+use crate::output::OutputFormat;
+
+#[derive(Parser)]
+#[command(name = "nornir", version, about = "nornir's tools", propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Top,
+}
+
+#[derive(Subcommand)]
+enum Top {
+    /// Text embeddings with ONNX Runtime on AMD, NVIDIA or CPU.
+    #[command(subcommand)]
+    Vector(VectorCommand),
+}
+
+#[derive(Subcommand)]
+enum VectorCommand {
+    /// Embed texts: from arguments, --input FILE, or standard input (one text per line).
+    #[command(after_help = "Examples:
+  nornir vector embed \"A man is eating food.\" \"A man is riding a horse.\"
+  nornir vector embed --input texts.txt --format npy --output vectors.npy
+  cat docs.jsonl | nornir vector embed --input-format jsonl --output vectors.jsonl
+  nornir vector embed -v --device cuda --input texts.txt --format f32 --output vectors.f32")]
+    Embed(EmbedArgs),
+    /// Explain which execution provider runs the model and why (\"why is my GPU idle?\").
+    #[command(after_help = "Examples:
+  nornir vector doctor                     drivers, libraries, ONNX Runtime, plan
+  nornir vector doctor --model DIR         also build a session and show what really runs
+  nornir vector doctor --json --model DIR  the same as JSON (stable keys, see README)
+  nornir vector doctor --expect cuda       exit 1 unless CUDA really runs the model (for CI)")]
+    Doctor(DoctorArgs),
+    /// Measure throughput on a file (default: a built-in sample of 99 texts).
+    Bench(BenchArgs),
+}
+
+/// Options shared by every command that loads a model.
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// Model folder (model.onnx or onnx/model.onnx, tokenizer.json, sentence-transformers configs).
+    /// Default: all-MiniLM-L6-v2 int8 in the nornir cache (`cargo xtask fetch`).
+    #[arg(long, value_name = "DIR")]
+    pub model: Option<PathBuf>,
+    /// Model file inside the folder, instead of model.onnx.
+    #[arg(long, value_name = "FILE")]
+    pub model_file: Option<PathBuf>,
+    /// Where to run: auto picks AMD, then NVIDIA, then CPU; a forced GPU that cannot run is an error.
+    #[arg(long, env = "NORNIR_DEVICE", default_value = "auto", value_parser = ["auto", "cpu", "cuda", "rocm"])]
+    pub device: String,
+    /// ONNX Runtime intra-op threads (default: all cores).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: Option<u32>,
+    /// The libonnxruntime.so to load, instead of searching for one.
+    #[arg(long, env = "ORT_DYLIB_PATH", value_name = "PATH")]
+    pub ort_lib: Option<PathBuf>,
+    /// Truncate texts to N tokens (default: the model's max_seq_length).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_length: Option<u32>,
+    /// Pooling: mean, cls or last (default: the model's pooling config).
+    #[arg(long, value_parser = ["mean", "cls", "last"])]
+    pub pooling: Option<String>,
+    /// Do not L2-normalise the vectors.
+    #[arg(long)]
+    pub no_normalize: bool,
+    /// Most tokens per batch (texts x longest text).
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_tokens: u32,
+}
+
+#[derive(Args, Debug)]
+struct EmbedArgs {
+    /// Texts to embed (else --input, else standard input).
+    texts: Vec<String>,
+    /// Read texts from FILE ('-' for standard input).
+    #[arg(long, short, value_name = "FILE", conflicts_with = "texts")]
+    input: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "lines")]
+    input_format: InputFormat,
+    #[arg(long, short, value_enum, default_value = "jsonl")]
+    format: OutputFormat,
+    /// Write to FILE (created only when the run succeeds) instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArgs,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Say on stderr which provider really ran and why (-vv: debug log).
+    #[arg(long, short, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Only the NVIDIA part.
+    #[arg(long)]
+    pub cuda: bool,
+    /// Only the AMD part.
+    #[arg(long)]
+    pub rocm: bool,
+    /// JSON with stable keys instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 1 unless this device really runs the model (builds a session with --model or the default model).
+    #[arg(long, value_parser = ["cpu", "cuda", "rocm"])]
+    pub expect: Option<String>,
+    /// A few lines instead of the full report.
+    #[arg(long)]
+    pub summary: bool,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Debug log on stderr.
+    #[arg(long, short, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Texts to embed, one per line (default: a built-in sample of 99 texts).
+    #[arg(long, short, value_name = "FILE")]
+    pub input: Option<PathBuf>,
+    /// Embed the input this many times.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, short)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "warn,nornir=info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NORNIR_LOG").unwrap_or_else(|_| default.into());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Top::Vector(VectorCommand::Embed(a)) => {
+            init_tracing(a.verbose.saturating_sub(1));
+            engine::embed(&engine::EmbedJob {
+                texts: a.texts,
+                input: a.input,
+                input_format: a.input_format,
+                format: a.format,
+                output: a.output,
+                model: a.model,
+                quiet: a.quiet,
+                verbose: a.verbose > 0,
+            })
+            .map(|()| ExitCode::SUCCESS)
+        }
+        Top::Vector(VectorCommand::Doctor(a)) => {
+            init_tracing(a.verbose.saturating_mul(2));
+            doctor::run(&a)
+        }
+        Top::Vector(VectorCommand::Bench(a)) => {
+            init_tracing(0);
+            engine::bench(&a).map(|()| ExitCode::SUCCESS)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            // One line: the chain of causes, outermost first.
+            eprintln!("nornir: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

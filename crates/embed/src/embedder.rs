@@ -1,7 +1,9 @@
 //! The embedder: tokenize, pack by length under a token budget, run, pool, normalise.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use nornir_ep_select::{Compiled, Device, Inputs, Plan, Preference, Vendor, VendorState, plan};
 use nornir_gpu_probe::{VendorReport, probe};
@@ -89,6 +91,28 @@ impl Embeddings {
     }
 }
 
+/// Counters since the embedder was built (or since [`Embedder::reset_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct EmbedStats {
+    pub texts: u64,
+    pub batches: u64,
+    /// Real tokens, after truncation.
+    pub tokens: u64,
+    /// Tokens fed to the model, padding included.
+    pub padded_tokens: u64,
+    /// Seconds spent inside `Session::run`.
+    pub ort_seconds: f64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    texts: AtomicU64,
+    batches: AtomicU64,
+    tokens: AtomicU64,
+    padded_tokens: AtomicU64,
+    ort_nanos: AtomicU64,
+}
+
 /// What the model's graph expects, read from the session at load time.
 #[derive(Debug, Clone)]
 struct GraphIo {
@@ -128,6 +152,7 @@ pub struct Embedder {
     runtime: Arc<OrtRuntime>,
     token_budget: usize,
     intra_threads: usize,
+    counters: Counters,
 }
 
 /// The probe's verdict, as the policy needs it.
@@ -178,7 +203,8 @@ impl Embedder {
             return Err(EmbedError::DeviceRefused(why.clone()));
         }
         let runtime = load_runtime(&plan, options.ort_library.as_deref())?;
-        let intra_threads = options.intra_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+        let intra_threads =
+            options.intra_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
         let cfg = SessionConfig { model: &folder.model_file, intra_threads, profile_to: None };
         let (session, report) = session::build(&runtime, &plan, &cfg)?;
         let io = graph_io(&session, &folder)?;
@@ -202,6 +228,7 @@ impl Embedder {
             runtime,
             token_budget: options.token_budget,
             intra_threads,
+            counters: Counters::default(),
         };
         embedder.check_with_a_first_run()?;
         tracing::info!(provider = %embedder.report.active_provider, vendor = %embedder.report.gpu_vendor, "embedder ready");
@@ -220,7 +247,9 @@ impl Embedder {
         let ids = enc.get_ids().to_vec();
         let dim = self.run_batch(&[ids.as_slice()], |_, _| {}).map_err(|e| EmbedError::Model {
             dir: self.info.folder.dir.clone(),
-            reason: format!("the model fails on a first test text ({e}); is tokenizer.json ({vocab} tokens) the model's own?"),
+            reason: format!(
+                "the model fails on a first test text ({e}); is tokenizer.json ({vocab} tokens) the model's own?"
+            ),
         })?;
         if let Some(h) = self.info.folder.hidden_size {
             if h != dim {
@@ -231,7 +260,27 @@ impl Embedder {
             }
         }
         self.info.dimension = dim;
+        self.reset_stats();
         Ok(())
+    }
+
+    /// Work done so far: texts, tokens, padding, time inside ONNX Runtime.
+    pub fn stats(&self) -> EmbedStats {
+        let c = &self.counters;
+        EmbedStats {
+            texts: c.texts.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            tokens: c.tokens.load(Ordering::Relaxed),
+            padded_tokens: c.padded_tokens.load(Ordering::Relaxed),
+            ort_seconds: c.ort_nanos.load(Ordering::Relaxed) as f64 * 1e-9,
+        }
+    }
+
+    pub fn reset_stats(&self) {
+        let c = &self.counters;
+        for a in [&c.texts, &c.batches, &c.tokens, &c.padded_tokens, &c.ort_nanos] {
+            a.store(0, Ordering::Relaxed);
+        }
     }
 
     pub fn dimension(&self) -> usize {
@@ -303,8 +352,14 @@ impl Embedder {
 
     /// Runs one batch on the shared session (locked for the run only).
     fn run_batch(&self, rows: &[&[u32]], emit: impl FnMut(usize, &[f32])) -> Result<usize> {
+        let c = &self.counters;
+        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
+        c.texts.fetch_add(rows.len() as u64, Ordering::Relaxed);
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.tokens.fetch_add(rows.iter().map(|r| r.len() as u64).sum(), Ordering::Relaxed);
+        c.padded_tokens.fetch_add((rows.len() * longest) as u64, Ordering::Relaxed);
         let mut session = self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        run_batch(&mut session, &self.io, self.info.pooling, self.info.normalize, rows, emit)
+        run_batch(&mut session, &self.io, self.info.pooling, self.info.normalize, rows, &c.ort_nanos, emit)
     }
 
     /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh
@@ -315,7 +370,11 @@ impl Embedder {
             Err(e) => return Placement::Unknown { reason: format!("no temporary folder for the profile: {e}") },
         };
         let prefix = dir.join("nornir-placement");
-        let cfg = SessionConfig { model: &self.info.folder.model_file, intra_threads: self.intra_threads, profile_to: Some(&prefix) };
+        let cfg = SessionConfig {
+            model: &self.info.folder.model_file,
+            intra_threads: self.intra_threads,
+            profile_to: Some(&prefix),
+        };
         let mut plan = self.report.plan.clone();
         if self.report.gpu_vendor == Vendor::Cpu {
             plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
@@ -323,8 +382,20 @@ impl Embedder {
         }
         let result = (|| -> Result<Placement> {
             let (mut session, _) = session::build(&self.runtime, &plan, &cfg)?;
-            let ids = self.tokenizer.encode("where does this run?", true).map(|e| e.get_ids().to_vec()).unwrap_or_else(|_| vec![0, 0]);
-            run_batch(&mut session, &self.io, self.info.pooling, self.info.normalize, &[ids.as_slice()], |_, _| {})?;
+            let ids = self
+                .tokenizer
+                .encode("where does this run?", true)
+                .map(|e| e.get_ids().to_vec())
+                .unwrap_or_else(|_| vec![0, 0]);
+            run_batch(
+                &mut session,
+                &self.io,
+                self.info.pooling,
+                self.info.normalize,
+                &[ids.as_slice()],
+                &AtomicU64::new(0),
+                |_, _| {},
+            )?;
             let file = session.end_profiling().map_err(|e| EmbedError::Inference(e.to_string()))?;
             let text = std::fs::read_to_string(&file).map_err(|e| EmbedError::Inference(format!("{file}: {e}")))?;
             let _ = std::fs::remove_file(&file);
@@ -338,12 +409,13 @@ impl Embedder {
 /// Runs one padded batch and hands each text's finished vector to `emit(k, vector)`.
 /// Returns the vector width.
 fn run_batch(
-session: &mut Session,
-io: &GraphIo,
-pooling: Pooling,
-normalize_rows: bool,
-rows: &[&[u32]],
-mut emit: impl FnMut(usize, &[f32]),
+    session: &mut Session,
+    io: &GraphIo,
+    pooling: Pooling,
+    normalize_rows: bool,
+    rows: &[&[u32]],
+    ort_nanos: &AtomicU64,
+    mut emit: impl FnMut(usize, &[f32]),
 ) -> Result<usize> {
     let b = rows.len();
     let l = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
@@ -381,13 +453,17 @@ mut emit: impl FnMut(usize, &[f32]),
             feed.push((t.clone(), TensorRef::from_array_view(([b, l], types.as_slice())).map_err(fail)?.into()));
         }
     }
+    let started = Instant::now();
     let outputs = session.run(feed).map_err(fail)?;
+    ort_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     let (shape, values) = outputs[io.output].try_extract_tensor::<f32>().map_err(fail)?;
     let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
     let dim = *dims.last().unwrap_or(&0);
     let expect_rank = if io.pooled { 2 } else { 3 };
     if dims.len() != expect_rank || dims[0] != b || dim == 0 {
-        return Err(EmbedError::Inference(format!("the model returned shape {dims:?}; expected {expect_rank} dimensions starting with {b}")));
+        return Err(EmbedError::Inference(format!(
+            "the model returned shape {dims:?}; expected {expect_rank} dimensions starting with {b}"
+        )));
     }
     let mut v = vec![0f32; dim];
     for (k, r) in rows.iter().enumerate() {
@@ -426,12 +502,18 @@ fn graph_io(session: &Session, folder: &ModelFolder) -> Result<GraphIo> {
         let name = input.name();
         let ty = match input.dtype() {
             ValueType::Tensor { ty, .. } => *ty,
-            other => return Err(err(format!("input {name:?} is {other}, not a tensor; this is not a text-embedding model"))),
+            other => {
+                return Err(err(format!("input {name:?} is {other}, not a tensor; this is not a text-embedding model")));
+            }
         };
         let is32 = match ty {
             TensorElementType::Int64 => false,
             TensorElementType::Int32 => true,
-            other => return Err(err(format!("input {name:?} takes {other:?}; a text model takes int64 or int32 token ids (is this an image or audio model?)"))),
+            other => {
+                return Err(err(format!(
+                    "input {name:?} takes {other:?}; a text model takes int64 or int32 token ids (is this an image or audio model?)"
+                )));
+            }
         };
         if int32.is_some_and(|v| v != is32) {
             return Err(err("inputs mix int32 and int64; nornir feeds one integer type".to_owned()));
@@ -448,7 +530,8 @@ fn graph_io(session: &Session, folder: &ModelFolder) -> Result<GraphIo> {
             }
         }
     }
-    let ids = ids.ok_or_else(|| err("the model has no input_ids input; this is not a text-embedding model".to_owned()))?;
+    let ids =
+        ids.ok_or_else(|| err("the model has no input_ids input; this is not a text-embedding model".to_owned()))?;
     let outputs = session.outputs();
     if outputs.is_empty() {
         return Err(err("the model has no outputs".to_owned()));

@@ -4,19 +4,27 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
-    #[error("no ONNX Runtime library found; searched: {searched}. Run `cargo xtask fetch`, or set ORT_DYLIB_PATH to a libonnxruntime.so")]
+    #[error(
+        "no ONNX Runtime library found; searched: {searched}. Run `cargo xtask fetch`, or set ORT_DYLIB_PATH to a libonnxruntime.so"
+    )]
     NoOrtLibrary { searched: String },
 
-    #[error("{path}: cannot be loaded as ONNX Runtime: {reason}. Point ORT_DYLIB_PATH / --ort-lib at a libonnxruntime.so (1.22 or newer)")]
+    #[error(
+        "{path}: cannot be loaded as ONNX Runtime: {reason}. Point ORT_DYLIB_PATH / --ort-lib at a libonnxruntime.so (1.22 or newer)"
+    )]
     OrtLoad { path: PathBuf, reason: String },
 
-    #[error("{path} is ONNX Runtime {version}, older than 1.22, the oldest this build supports. Use a newer build (`cargo xtask fetch` provides 1.31.1)")]
+    #[error(
+        "{path} is ONNX Runtime {version}, older than 1.22, the oldest this build supports. Use a newer build (`cargo xtask fetch` provides 1.31.1)"
+    )]
     OrtTooOld { path: PathBuf, version: String },
 
     #[error("{0}")]
     DeviceRefused(String),
 
-    #[error("the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Use --device auto to fall back to the CPU, or fix the cause above (`nornir vector doctor`)")]
+    #[error(
+        "the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Use --device auto to fall back to the CPU, or fix the cause above (`nornir vector doctor`)"
+    )]
     ForcedDeviceFailed { vendor: String, details: String },
 
     #[error("model folder {dir}: {reason}")]

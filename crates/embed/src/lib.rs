@@ -16,7 +16,7 @@ mod runtime;
 mod session;
 
 pub use batch::{Batch, pack};
-pub use embedder::{Embedder, EmbedderOptions, Embeddings, ModelInfo, plan_for};
+pub use embedder::{EmbedStats, Embedder, EmbedderOptions, Embeddings, ModelInfo, plan_for};
 pub use error::{EmbedError, Result};
 pub use model::{ModelFolder, parse_modules, parse_pooling_config, parse_sentence_bert_config};
 pub use placement::parse_profile;

@@ -71,9 +71,13 @@ pub fn parse_pooling_config(text: &str) -> Result<(Pooling, Option<usize>), Stri
         (false, true, false) => Pooling::Cls,
         (false, false, true) => Pooling::Last,
         _ if c.pooling_mode_max_tokens || c.pooling_mode_mean_sqrt_len_tokens => {
-            return Err("max and mean-sqrt-len pooling are not supported; override with --pooling mean|cls|last".to_owned());
+            return Err(
+                "max and mean-sqrt-len pooling are not supported; override with --pooling mean|cls|last".to_owned()
+            );
         }
-        _ => return Err("exactly one of mean, cls or last-token pooling must be set; override with --pooling".to_owned()),
+        _ => {
+            return Err("exactly one of mean, cls or last-token pooling must be set; override with --pooling".to_owned());
+        }
     };
     Ok((mode, c.word_embedding_dimension))
 }
@@ -99,15 +103,17 @@ impl ModelFolder {
                 }
                 p
             }
-            None => ["model.onnx", "onnx/model.onnx"]
-                .iter()
-                .map(|n| dir.join(n))
-                .find(|p| p.is_file())
-                .ok_or_else(|| err("no model.onnx or onnx/model.onnx; name the file with --model-file".to_owned()))?,
+            None => {
+                ["model.onnx", "onnx/model.onnx"].iter().map(|n| dir.join(n)).find(|p| p.is_file()).ok_or_else(
+                    || err("no model.onnx or onnx/model.onnx; name the file with --model-file".to_owned()),
+                )?
+            }
         };
         let tokenizer_file = dir.join("tokenizer.json");
         if !tokenizer_file.is_file() {
-            return Err(err("no tokenizer.json (export it with the model's tokenizer: tokenizer.save_pretrained)".to_owned()));
+            return Err(err(
+                "no tokenizer.json (export it with the model's tokenizer: tokenizer.save_pretrained)".to_owned()
+            ));
         }
         let read_json = |name: &str| -> Result<Option<String>> {
             let p = dir.join(name);
@@ -141,7 +147,16 @@ impl ModelFolder {
             }
             None => None,
         };
-        Ok(Self { dir: dir.to_path_buf(), model_file, tokenizer_file, max_seq_length, max_position_embeddings, hidden_size, pooling, declares_normalize })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            model_file,
+            tokenizer_file,
+            max_seq_length,
+            max_position_embeddings,
+            hidden_size,
+            pooling,
+            declares_normalize,
+        })
     }
 }
 
@@ -156,7 +171,8 @@ mod tests {
             {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}]"#;
         assert_eq!(parse_modules(modules), Ok((Some("1_Pooling".to_owned()), true)));
         assert!(parse_modules("{").is_err());
-        let pooling = r#"{"word_embedding_dimension":384,"pooling_mode_cls_token":false,"pooling_mode_mean_tokens":true}"#;
+        let pooling =
+            r#"{"word_embedding_dimension":384,"pooling_mode_cls_token":false,"pooling_mode_mean_tokens":true}"#;
         assert_eq!(parse_pooling_config(pooling), Ok((Pooling::Mean, Some(384))));
         assert!(parse_pooling_config(r#"{"pooling_mode_max_tokens":true}"#).unwrap_err().contains("not supported"));
         assert!(parse_pooling_config("{}").is_err());

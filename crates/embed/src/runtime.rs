@@ -71,10 +71,8 @@ pub fn load_runtime(plan: &Plan, explicit: Option<&Path>) -> Result<Arc<OrtRunti
         .build()
         .map_err(|e| EmbedError::OrtLoad { path: path.clone(), reason: e.to_string() })?;
     tracing::debug!(path = %path.display(), %version, "loaded ONNX Runtime");
-    let rt = Arc::new(OrtRuntime {
-        info: OrtInfo { path, version, providers: candidate.providers.clone(), reason },
-        env,
-    });
+    let rt =
+        Arc::new(OrtRuntime { info: OrtInfo { path, version, providers: candidate.providers.clone(), reason }, env });
     *loaded = Some(rt.clone());
     Ok(rt)
 }
@@ -83,7 +81,9 @@ pub fn load_runtime(plan: &Plan, explicit: Option<&Path>) -> Result<Arc<OrtRunti
 fn forward_ort_log(level: ort::logging::LogLevel, category: &str, _id: &str, location: &str, message: &str) {
     use ort::logging::LogLevel;
     match level {
-        LogLevel::Fatal | LogLevel::Error => tracing::debug!(target: "onnxruntime", %category, %location, "error: {message}"),
+        LogLevel::Fatal | LogLevel::Error => {
+            tracing::debug!(target: "onnxruntime", %category, %location, "error: {message}")
+        }
         LogLevel::Warning => tracing::debug!(target: "onnxruntime", %category, %location, "warning: {message}"),
         LogLevel::Info | LogLevel::Verbose => tracing::trace!(target: "onnxruntime", %category, %location, "{message}"),
     }
@@ -104,7 +104,8 @@ pub fn check_library(path: &Path) -> Result<String> {
     }
     // SAFETY: loading runs the library's initialisers; the user or the discovery named this file
     // as ONNX Runtime, and `ort` is about to load it anyway.
-    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| fail(format!("not a loadable shared library ({e})")))?;
+    let lib =
+        unsafe { libloading::Library::new(path) }.map_err(|e| fail(format!("not a loadable shared library ({e})")))?;
     // SAFETY: `OrtGetApiBase` is `const OrtApiBase* OrtGetApiBase(void)` in ONNX Runtime's C API.
     let version = unsafe {
         let get_base = lib

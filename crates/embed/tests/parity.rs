@@ -51,13 +51,21 @@ fn parity_sample_matches_reference() {
 fn semantic_sanity() {
     let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load");
     let e = embedder
-        .embed(&["A man is eating food.", "A man is eating a piece of bread.", "A man is riding a horse.", "The girl is carrying a baby."])
+        .embed(&[
+            "A man is eating food.",
+            "A man is eating a piece of bread.",
+            "A man is riding a horse.",
+            "The girl is carrying a baby.",
+        ])
         .expect("embed");
     let bread = cosine(e.row(0), e.row(1));
     let horse = cosine(e.row(0), e.row(2));
     let baby = cosine(e.row(0), e.row(3));
     assert!(bread > horse && horse > baby, "bread {bread} horse {horse} baby {baby}");
-    assert!((bread - 0.75).abs() < 0.02 && (horse - 0.25).abs() < 0.02 && (baby + 0.11).abs() < 0.02, "{bread} {horse} {baby}");
+    assert!(
+        (bread - 0.75).abs() < 0.02 && (horse - 0.25).abs() < 0.02 && (baby + 0.11).abs() < 0.02,
+        "{bread} {horse} {baby}"
+    );
 }
 
 #[test]

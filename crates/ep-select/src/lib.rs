@@ -218,7 +218,10 @@ pub fn plan(inputs: &Inputs) -> Plan {
         }
         Device::Cuda => {
             if !compiled.cuda() {
-                return refused(Vendor::Cuda, "CUDA support is not compiled into this build (add --features embed-ort)");
+                return refused(
+                    Vendor::Cuda,
+                    "CUDA support is not compiled into this build (add --features embed-ort)",
+                );
             }
             reasons.push(format!("CUDA: requested because the device is forced to cuda (probe: {})", cuda.summary));
             gpu_plan(Vendor::Cuda, vec![Provider::Cuda], reasons, true)

@@ -47,11 +47,19 @@ fn every_combination() {
                                 assert!(p.providers.is_empty(), "{case}");
                             } else {
                                 assert_eq!(p.providers.last(), Some(&Provider::Cpu), "CPU ends every plan: {case}");
-                                assert!(p.providers[..p.providers.len() - 1].iter().all(|x| x.vendor() == vendor), "{case}");
+                                assert!(
+                                    p.providers[..p.providers.len() - 1].iter().all(|x| x.vendor() == vendor),
+                                    "{case}"
+                                );
                                 assert_eq!(p.providers.len() == 1, vendor == Vendor::Cpu, "{case}");
                             }
                             if device == Device::Auto && prefer && vendor == Vendor::Cpu {
-                                assert!(p.reasons.iter().any(|r| r.contains("cuda probe says") || r.contains("not compiled")), "{case}");
+                                assert!(
+                                    p.reasons
+                                        .iter()
+                                        .any(|r| r.contains("cuda probe says") || r.contains("not compiled")),
+                                    "{case}"
+                                );
                             }
                             cases += 1;
                         }

@@ -80,8 +80,12 @@ pub fn amd(ctx: &ProbeContext) -> DriverReport {
                         Ok(gfx) => {
                             let name = std::fs::read_to_string(node.join("name")).unwrap_or_default();
                             let name = name.trim();
-                            r.gpus.push(format!("node {}: gfx_target_version {gfx}{}{}", node_id(&node),
-                                if name.is_empty() { "" } else { ", " }, name));
+                            r.gpus.push(format!(
+                                "node {}: gfx_target_version {gfx}{}{}",
+                                node_id(&node),
+                                if name.is_empty() { "" } else { ", " },
+                                name
+                            ));
                         }
                     },
                 }

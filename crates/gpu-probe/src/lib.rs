@@ -27,7 +27,9 @@ pub use context::ProbeContext;
 pub use driver::DriverReport;
 pub use elf::{ElfDeps, ElfError, parse_deps, read_deps};
 pub use library::{LibraryReport, LibrarySpec, find_soname, load_with_deps, loaded_path, resident_libraries};
-pub use ort_lib::{OrtCandidate, OrtDiscovery, discover as discover_ort, nornir_home, pick as pick_ort, providers_beside};
+pub use ort_lib::{
+    OrtCandidate, OrtDiscovery, discover as discover_ort, nornir_home, pick as pick_ort, providers_beside,
+};
 pub use paths::{RejectedEntry, SearchPath, python_site_dirs};
 pub use report::{ProbeReport, write_vendor};
 pub use requirements::{ProviderRequirements, Requirement, RequirementStatus, provider_requirements};

@@ -188,7 +188,11 @@ mod tests {
         touch(&home.join("ort/old/libonnxruntime.so.1.9.0"));
         let ctx = ProbeContext::with_root(t.path().join("root")).with_var("NORNIR_HOME", &home);
         let d = discover(&ctx);
-        let flavors: Vec<String> = d.candidates.iter().map(|c| c.path.parent().and_then(|p| p.file_name()).expect("flavor").to_string_lossy().into_owned()).collect();
+        let flavors: Vec<String> = d
+            .candidates
+            .iter()
+            .map(|c| c.path.parent().and_then(|p| p.file_name()).expect("flavor").to_string_lossy().into_owned())
+            .collect();
         assert_eq!(flavors, ["cpu", "gpu", "old"]);
         assert_eq!(d.candidates[1].providers, ["cuda"]);
         assert_eq!(d.candidates[2].version.as_deref(), Some("1.20.0"), "newest file in a folder wins");
@@ -206,7 +210,9 @@ mod tests {
         let t = tempfile::tempdir().expect("tempdir");
         let lib = t.path().join("x/libonnxruntime.so.1.22.2");
         touch(&lib);
-        let ctx = ProbeContext::with_root(t.path()).with_var("ORT_DYLIB_PATH", &lib).with_var("NORNIR_ORT_LIB", "relative.so");
+        let ctx = ProbeContext::with_root(t.path())
+            .with_var("ORT_DYLIB_PATH", &lib)
+            .with_var("NORNIR_ORT_LIB", "relative.so");
         let d = discover(&ctx);
         let (c, why) = pick(&d, &["cuda"], (1, 22)).expect("explicit");
         assert_eq!(c.path, lib);

@@ -64,7 +64,13 @@ pub fn write_vendor(f: &mut dyn fmt::Write, v: &VendorReport) -> fmt::Result {
                 lib.name,
                 p.display(),
                 lib.version.as_deref().unwrap_or("unknown"),
-                if lib.loaded { ", loaded" } else if v.driver_present { "" } else { ", not loaded (no driver)" },
+                if lib.loaded {
+                    ", loaded"
+                } else if v.driver_present {
+                    ""
+                } else {
+                    ", not loaded (no driver)"
+                },
                 lib.error.as_deref().map(|e| format!(", error: {e}")).unwrap_or_default()
             )?,
             None => writeln!(

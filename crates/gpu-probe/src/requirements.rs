@@ -11,7 +11,8 @@ use crate::library::{find_soname, loaded_path};
 use crate::vendor::join_dirs;
 
 /// Folders the system loader searches by default.
-const SYSTEM_DIRS: &[&str] = &["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"];
+const SYSTEM_DIRS: &[&str] =
+    &["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -59,7 +60,11 @@ impl ProviderRequirements {
         }
         let missing: Vec<&Requirement> = self.missing().collect();
         if missing.is_empty() {
-            return format!("all {} libraries {} needs are present", self.requirements.len(), file_name(&self.provider_library));
+            return format!(
+                "all {} libraries {} needs are present",
+                self.requirements.len(),
+                file_name(&self.provider_library)
+            );
         }
         let names: Vec<String> = missing
             .iter()
@@ -90,7 +95,12 @@ pub fn provider_requirements(provider: &Path, candidate_dirs: &[PathBuf]) -> Pro
         }
     }
     let system: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).filter(|d| d.is_dir()).collect();
-    let mut out = ProviderRequirements { provider_library: provider.to_path_buf(), requirements: Vec::new(), searched: searched.clone(), error: None };
+    let mut out = ProviderRequirements {
+        provider_library: provider.to_path_buf(),
+        requirements: Vec::new(),
+        searched: searched.clone(),
+        error: None,
+    };
     for d in &system {
         if !out.searched.contains(d) {
             out.searched.push(d.clone());
@@ -112,7 +122,13 @@ pub fn provider_requirements(provider: &Path, candidate_dirs: &[PathBuf]) -> Pro
                 continue;
             }
             seen.push(soname.clone());
-            let mut req = Requirement { soname: soname.clone(), needed_by: lib_name.clone(), status: RequirementStatus::Missing, path: None, detail: None };
+            let mut req = Requirement {
+                soname: soname.clone(),
+                needed_by: lib_name.clone(),
+                status: RequirementStatus::Missing,
+                path: None,
+                detail: None,
+            };
             if let Some(p) = loaded_path(&soname) {
                 req.status = RequirementStatus::Loaded;
                 req.path = Some(p);

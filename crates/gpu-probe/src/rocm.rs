@@ -9,7 +9,11 @@ pub(crate) const SPEC: VendorSpec = VendorSpec {
     key: "rocm",
     label: "ROCm",
     libraries: &[
-        LibrarySpec { name: "libamdhip64", sonames: &["libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"], required: true },
+        LibrarySpec {
+            name: "libamdhip64",
+            sonames: &["libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"],
+            required: true,
+        },
         LibrarySpec { name: "libMIOpen", sonames: &["libMIOpen.so.1"], required: false },
         LibrarySpec { name: "libmigraphx_c", sonames: &["libmigraphx_c.so.3"], required: false },
     ],

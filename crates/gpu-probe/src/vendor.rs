@@ -69,12 +69,20 @@ impl VendorReport {
     }
 }
 
-pub(crate) fn probe_vendor(ctx: &ProbeContext, spec: &VendorSpec, search: SearchPath, driver: DriverReport) -> VendorReport {
+pub(crate) fn probe_vendor(
+    ctx: &ProbeContext,
+    spec: &VendorSpec,
+    search: SearchPath,
+    driver: DriverReport,
+) -> VendorReport {
     let libraries: Vec<LibraryReport> = spec.libraries.iter().map(|l| library::find(l, &search.dirs)).collect();
     let visible_devices: Vec<VisibleDevices> = spec
         .visible_vars
         .iter()
-        .filter_map(|v| ctx.var(v).map(|val| VisibleDevices { variable: (*v).to_owned(), value: val.to_string_lossy().into_owned() }))
+        .filter_map(|v| {
+            ctx.var(v)
+                .map(|val| VisibleDevices { variable: (*v).to_owned(), value: val.to_string_lossy().into_owned() })
+        })
         .collect();
     let mut report = VendorReport {
         vendor: spec.key.to_owned(),
@@ -126,7 +134,8 @@ fn settle(spec: &VendorSpec, report: &mut VendorReport, dirs: &[PathBuf]) -> Str
             }
         }
     }
-    let Some(count_lib) = report.libraries.iter().find(|l| l.name == spec.count_library).and_then(|l| l.soname.clone()) else {
+    let Some(count_lib) = report.libraries.iter().find(|l| l.name == spec.count_library).and_then(|l| l.soname.clone())
+    else {
         return format!("{}: not available: {} was not found", spec.label, spec.count_library);
     };
     if let Some(init) = spec.init_symbol {

@@ -11,7 +11,11 @@ pub fn model_dir() -> PathBuf {
             .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/nornir"));
         home.join("models/all-MiniLM-L6-v2-int8")
     });
-    assert!(dir.join("model.onnx").is_file(), "default model missing at {}: run `cargo xtask test` (it fetches it)", dir.display());
+    assert!(
+        dir.join("model.onnx").is_file(),
+        "default model missing at {}: run `cargo xtask test` (it fetches it)",
+        dir.display()
+    );
     dir
 }
 

@@ -1,0 +1,203 @@
+//! `nornir vector doctor`: drivers, libraries, the ONNX Runtime chosen, the plan, and with a model
+//! what really runs, in words or as JSON, ending with one line that says what to do next.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use nornir_vector::gpu_probe::write_vendor;
+use nornir_vector::{Plan, ProbeReport};
+use serde_json::{Value, json};
+
+use crate::DoctorArgs;
+use crate::engine::{self, OrtChoice};
+
+pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
+    let probe = nornir_vector::probe();
+    let plan = engine::plan(&a.model)?;
+    let ort = engine::ort_choice(plan.as_ref(), &a.model);
+    let session = (a.model.model.is_some() || a.expect.is_some()).then(|| engine::session_json(&a.model));
+    let next = next_step(probe, plan.as_ref(), &ort, session.as_ref());
+    let (show_cuda, show_rocm) = (a.cuda || !a.rocm, a.rocm || !a.cuda);
+
+    if a.json {
+        let mut doc = serde_json::Map::new();
+        if show_cuda {
+            doc.insert("cuda".into(), serde_json::to_value(&probe.cuda)?);
+        }
+        if show_rocm {
+            doc.insert("rocm".into(), serde_json::to_value(&probe.rocm)?);
+        }
+        doc.insert("ort".into(), serde_json::to_value(&ort)?);
+        doc.insert("plan".into(), serde_json::to_value(&plan)?);
+        if let Some(s) = &session {
+            doc.insert("session".into(), s.clone());
+        }
+        doc.insert("probe_micros".into(), json!(probe.probe_micros));
+        doc.insert("next_step".into(), json!(next));
+        println!("{}", serde_json::to_string_pretty(&Value::Object(doc))?);
+    } else if a.summary {
+        print!("{}", summary(probe, plan.as_ref(), &ort, session.as_ref(), &next));
+    } else {
+        let mut out = String::new();
+        if show_cuda {
+            write_vendor(&mut out, &probe.cuda)?;
+            out.push('\n');
+        }
+        if show_rocm {
+            write_vendor(&mut out, &probe.rocm)?;
+            out.push('\n');
+        }
+        write_ort(&mut out, &ort)?;
+        write_plan(&mut out, plan.as_ref())?;
+        if let Some(s) = &session {
+            write_session(&mut out, s)?;
+        }
+        writeln!(out, "\nnext: {next}")?;
+        print!("{out}");
+    }
+
+    if let Some(expected) = &a.expect {
+        let active = session.as_ref().and_then(|s| s["gpu_vendor"].as_str()).unwrap_or("none");
+        if active != expected {
+            eprintln!("nornir: expected {expected}, but the model runs on {active}");
+            return Ok(ExitCode::from(1));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn active_of(session: Option<&Value>) -> Option<String> {
+    session.and_then(|s| s["active_provider"].as_str()).map(str::to_owned)
+}
+
+fn summary(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session: Option<&Value>, next: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{}", probe.cuda.summary);
+    let _ = writeln!(s, "{}", probe.rocm.summary);
+    match (&ort.path, &ort.version) {
+        (Some(p), Some(v)) => {
+            let _ = writeln!(s, "ONNX Runtime {v}: {}", p.display());
+        }
+        _ => {
+            let _ = writeln!(s, "ONNX Runtime: {}", ort.error.as_deref().unwrap_or("not found"));
+        }
+    }
+    if let Some(p) = plan {
+        let names: Vec<&str> = p.providers.iter().map(|x| x.ort_name()).collect();
+        let _ = writeln!(s, "plan: {} [{}]", p.vendor, names.join(", "));
+    }
+    if let Some(active) = active_of(session) {
+        let _ = writeln!(s, "active provider: {active}");
+    } else if let Some(e) = session.and_then(|x| x["error"].as_str()) {
+        let _ = writeln!(s, "session: {e}");
+    }
+    let _ = writeln!(s, "next: {next}");
+    s
+}
+
+fn write_ort(out: &mut String, ort: &OrtChoice) -> std::fmt::Result {
+    writeln!(out, "ONNX Runtime")?;
+    match &ort.path {
+        Some(p) => {
+            writeln!(out, "  chosen: {} (version {})", p.display(), ort.version.as_deref().unwrap_or("unknown"))?;
+            writeln!(out, "  why: {}", ort.reason)?;
+            let providers = if ort.providers.is_empty() { "none beside CPU".to_owned() } else { ort.providers.join(", ") };
+            writeln!(out, "  provider libraries beside it: {providers}")?;
+        }
+        None => writeln!(out, "  none chosen")?,
+    }
+    if let Some(e) = &ort.error {
+        writeln!(out, "  problem: {e}")?;
+    }
+    for c in ort.candidates.iter().filter(|c| Some(&c.path) != ort.path.as_ref()) {
+        writeln!(out, "  also found: {} ({}, {})", c.path.display(), c.version.as_deref().unwrap_or("?"), c.source)?;
+    }
+    Ok(())
+}
+
+fn write_plan(out: &mut String, plan: Option<&Plan>) -> std::fmt::Result {
+    let Some(p) = plan else {
+        return writeln!(out, "\nplan: none (no embedder in this build)");
+    };
+    let names: Vec<&str> = p.providers.iter().map(|x| x.ort_name()).collect();
+    writeln!(out, "\nplan: {} [{}]{}", p.vendor, names.join(", "), if p.forced { " (forced)" } else { "" })?;
+    for r in &p.reasons {
+        writeln!(out, "  {r}")?;
+    }
+    Ok(())
+}
+
+fn write_session(out: &mut String, s: &Value) -> std::fmt::Result {
+    writeln!(out, "\nsession")?;
+    if let Some(e) = s["error"].as_str() {
+        return writeln!(out, "  could not be built: {e}");
+    }
+    for r in s["registrations"].as_array().into_iter().flatten() {
+        let provider = r["provider"].as_str().unwrap_or("?");
+        if r["ok"].as_bool() == Some(true) {
+            writeln!(out, "  {provider}: registered")?;
+        } else {
+            writeln!(out, "  {provider}: failed: {}", r["error"].as_str().unwrap_or("unknown error"))?;
+        }
+    }
+    if let Some(f) = s["fallback"].as_str() {
+        writeln!(out, "  fallback: {f}")?;
+    }
+    writeln!(out, "  active provider: {}", s["active_provider"].as_str().unwrap_or("?"))?;
+    match s["placement"]["status"].as_str() {
+        Some("known") => {
+            let nodes: Vec<String> = s["placement"]["nodes"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect();
+            writeln!(out, "  node placement: {}", nodes.join(", "))?;
+        }
+        _ => writeln!(out, "  node placement: unknown ({})", s["placement"]["reason"].as_str().unwrap_or("?"))?,
+    }
+    Ok(())
+}
+
+/// One sentence a person can act on.
+fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session: Option<&Value>) -> String {
+    if ort.path.is_none() || ort.error.is_some() && ort.version.is_none() {
+        return "get ONNX Runtime: run `cargo xtask fetch`, or set ORT_DYLIB_PATH to a libonnxruntime.so (1.22 or newer)".to_owned();
+    }
+    if let Some(s) = session {
+        if let Some(e) = s["error"].as_str() {
+            return format!("fix the session error above ({})", e.chars().take(160).collect::<String>());
+        }
+        let active = s["active_provider"].as_str().unwrap_or("");
+        if active != "CPUExecutionProvider" {
+            return format!("nothing to do: the model runs on {active}");
+        }
+        if let Some(failed) = s["registrations"].as_array().into_iter().flatten().find(|r| r["ok"].as_bool() == Some(false)) {
+            return format!(
+                "make {} work: {}",
+                failed["provider"].as_str().unwrap_or("the GPU provider"),
+                failed["error"].as_str().unwrap_or("see above")
+            );
+        }
+    }
+    if let Some(p) = plan {
+        if p.vendor.label() == "cpu" {
+            if !probe.cuda.driver_present && !probe.rocm.driver_present {
+                let amd = if probe.rocm.compiled { "" } else { " (this build has no AMD support: add --features embed-ort-rocm)" };
+                return format!("no GPU driver found, so the CPU runs the model; on a GPU machine install the NVIDIA or AMD kernel driver{amd}");
+            }
+            let gpu = if probe.cuda.driver_present { &probe.cuda } else { &probe.rocm };
+            return format!("the {} driver is present but the GPU is not usable: {}", gpu.vendor, gpu.summary);
+        }
+        let missing: Vec<&str> = p.providers.iter().filter_map(|x| x.library_name()).filter(|n| !ort.providers.iter().any(|o| o == n)).collect();
+        if !missing.is_empty() {
+            return format!(
+                "the chosen ONNX Runtime has no {} provider: point ORT_DYLIB_PATH at a build that has it",
+                missing.join("/")
+            );
+        }
+        return "run `nornir vector doctor --model DIR` to see which provider really runs the model".to_owned();
+    }
+    "this build has no embedder: rebuild with --features embed-ort".to_owned()
+}

@@ -1,0 +1,29 @@
+//! Stand-ins for a build without the `embed-ort` feature.
+
+use anyhow::{Result, bail};
+
+use super::{EmbedJob, OrtChoice};
+use crate::{BenchArgs, ModelArgs};
+
+const NOT_COMPILED: &str =
+    "this nornir was built without the ONNX Runtime embedder; rebuild with `--features embed-ort` (the default)";
+
+pub fn embed(_: &EmbedJob) -> Result<()> {
+    bail!(NOT_COMPILED)
+}
+
+pub fn bench(_: &BenchArgs) -> Result<()> {
+    bail!(NOT_COMPILED)
+}
+
+pub fn plan(_: &ModelArgs) -> Result<Option<nornir_vector::Plan>> {
+    Ok(None)
+}
+
+pub fn ort_choice(_: Option<&nornir_vector::Plan>, _: &ModelArgs) -> OrtChoice {
+    OrtChoice { error: Some(NOT_COMPILED.to_owned()), ..OrtChoice::default() }
+}
+
+pub fn session_json(_: &ModelArgs) -> serde_json::Value {
+    serde_json::json!({ "error": NOT_COMPILED })
+}

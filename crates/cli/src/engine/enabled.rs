@@ -1,0 +1,271 @@
+//! Model loading, embedding and benchmarking for the CLI.
+
+use std::io::{BufRead, BufReader, IsTerminal};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use nornir_vector::gpu_probe::{ProbeContext, discover_ort, nornir_home, pick_ort};
+use nornir_vector::{Device, Embedder, EmbedderOptions, Plan, check_library, plan_for};
+
+use super::{EmbedJob, OrtChoice};
+use crate::input::{InputFormat, Record, Records};
+use crate::output::{RowWriter, Sink};
+use crate::{BenchArgs, ModelArgs};
+
+/// Texts embedded per call when streaming: bounds memory whatever the input size.
+const CHUNK: usize = 4096;
+
+const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2-int8";
+
+fn device(m: &ModelArgs) -> Result<Device> {
+    m.device.parse::<Device>().map_err(anyhow::Error::msg)
+}
+
+pub fn model_dir(m: &ModelArgs) -> Result<PathBuf> {
+    if let Some(d) = &m.model {
+        return Ok(d.clone());
+    }
+    let home = nornir_home(&ProbeContext::from_process()).context("no nornir cache folder (set NORNIR_HOME); pass --model DIR")?;
+    let dir = home.join(DEFAULT_MODEL);
+    if !dir.is_dir() {
+        bail!("the default model is not at {}: run `cargo xtask fetch`, or pass --model DIR", dir.display());
+    }
+    Ok(dir)
+}
+
+pub fn options(m: &ModelArgs) -> Result<EmbedderOptions> {
+    Ok(EmbedderOptions {
+        prefer_gpu: true,
+        device: device(m)?,
+        intra_threads: m.threads.map(|t| t as usize),
+        token_budget: m.batch_tokens as usize,
+        max_length: m.max_length.map(|l| l as usize),
+        pooling: m.pooling.as_deref().map(str::parse).transpose().map_err(anyhow::Error::msg)?,
+        normalize: !m.no_normalize,
+        model_file: m.model_file.clone(),
+        ort_library: m.ort_lib.clone(),
+    })
+}
+
+pub fn load(m: &ModelArgs) -> Result<Embedder> {
+    let dir = model_dir(m)?;
+    Ok(Embedder::new(&dir, &options(m)?)?)
+}
+
+/// One line: which provider runs and why.
+pub fn provider_line(e: &Embedder) -> String {
+    let r = e.report();
+    let mut why: Vec<String> = r.plan.reasons.clone();
+    for reg in r.registrations.iter().filter(|g| !g.ok) {
+        why.push(format!("{} failed: {}", reg.provider, reg.error.as_deref().unwrap_or("unknown error")));
+    }
+    if let Some(f) = &r.fallback {
+        why.push(f.clone());
+    }
+    format!("running on {} ({}); {}", r.active_provider, r.gpu_vendor, why.join("; "))
+}
+
+enum Source {
+    Args(std::vec::IntoIter<String>),
+    Reader { records: Records<Box<dyn BufRead>>, name: String },
+}
+
+impl Source {
+    fn next(&mut self) -> Result<Option<Record>> {
+        match self {
+            Source::Args(it) => Ok(it.next().map(|text| Record { text, id: None })),
+            Source::Reader { records, name } => records.next_record(name),
+        }
+    }
+    fn bytes(&self) -> u64 {
+        match self {
+            Source::Args(_) => 0,
+            Source::Reader { records, .. } => records.bytes,
+        }
+    }
+}
+
+fn open_source(job: &EmbedJob) -> Result<(Source, Option<u64>)> {
+    if !job.texts.is_empty() {
+        return Ok((Source::Args(job.texts.clone().into_iter()), None));
+    }
+    let (reader, name, size): (Box<dyn BufRead>, String, Option<u64>) = match &job.input {
+        Some(p) if p.as_os_str() != "-" => {
+            let f = std::fs::File::open(p).with_context(|| format!("cannot read --input {}", p.display()))?;
+            let size = f.metadata().ok().map(|m| m.len());
+            (Box::new(BufReader::with_capacity(1 << 20, f)), p.display().to_string(), size)
+        }
+        _ => (Box::new(BufReader::with_capacity(1 << 20, std::io::stdin())), "standard input".to_owned(), None),
+    };
+    Ok((Source::Reader { records: Records::new(reader, job.input_format), name }, size))
+}
+
+fn progress(enabled: bool, total: Option<u64>) -> ProgressBar {
+    if !enabled || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    match total {
+        Some(n) => ProgressBar::new(n).with_style(
+            ProgressStyle::with_template("{bar:40} {percent:>3}% {msg} ETA {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ),
+        None => ProgressBar::new_spinner(),
+    }
+}
+
+pub fn embed(job: &EmbedJob) -> Result<()> {
+    let (mut source, size) = open_source(job)?;
+    let sink = Sink::open(job.output.as_deref())?;
+    let embedder = load(&job.model)?;
+    if job.verbose {
+        eprintln!("nornir: {}", provider_line(&embedder));
+    }
+    let mut writer = RowWriter::new(job.format, sink);
+    let bar = progress(!job.quiet && job.texts.is_empty(), size);
+    let started = Instant::now();
+    let mut done = 0usize;
+    loop {
+        let mut chunk: Vec<Record> = Vec::with_capacity(CHUNK);
+        while chunk.len() < CHUNK {
+            match source.next()? {
+                Some(r) => chunk.push(r),
+                None => break,
+            }
+        }
+        if chunk.is_empty() {
+            break;
+        }
+        let texts: Vec<&str> = chunk.iter().map(|r| r.text.as_str()).collect();
+        let vectors = embedder.embed(&texts)?;
+        for (row, rec) in vectors.rows().zip(&chunk) {
+            writer.write_row(row, rec.id.as_ref())?;
+        }
+        done += chunk.len();
+        bar.set_position(source.bytes());
+        bar.set_message(format!("{done} texts, {:.0} texts/s", done as f64 / started.elapsed().as_secs_f64().max(1e-9)));
+    }
+    bar.finish_and_clear();
+    writer.finish(embedder.dimension())
+}
+
+/// The built-in benchmark sample: the parity sample's 99 texts.
+const SAMPLE: &str = include_str!("../../../../testdata/parity-sample.txt");
+
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+pub fn bench(a: &BenchArgs) -> Result<()> {
+    let (texts, source): (Vec<String>, String) = match &a.input {
+        Some(p) => {
+            let bytes = std::fs::read(p).with_context(|| format!("cannot read --input {}", p.display()))?;
+            let mut records = Records::new(bytes.as_slice(), InputFormat::Lines);
+            let mut texts = Vec::new();
+            while let Some(r) = records.next_record(&p.display().to_string())? {
+                texts.push(r.text);
+            }
+            (texts, p.display().to_string())
+        }
+        None => (SAMPLE.lines().map(str::to_owned).collect(), "built-in sample (99 texts)".to_owned()),
+    };
+    let load_start = Instant::now();
+    let embedder = load(&a.model)?;
+    let load_seconds = load_start.elapsed().as_secs_f64();
+    let bar = progress(!a.quiet && !a.json, Some(texts.len() as u64 * u64::from(a.repeat)));
+    let started = Instant::now();
+    for _ in 0..a.repeat {
+        for chunk in texts.chunks(CHUNK) {
+            embedder.embed(chunk)?;
+            bar.inc(chunk.len() as u64);
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let s = embedder.stats();
+    let report = serde_json::json!({
+        "input": source,
+        "texts": s.texts,
+        "tokens": s.tokens,
+        "padded_tokens": s.padded_tokens,
+        "batches": s.batches,
+        "seconds": seconds,
+        "texts_per_second": s.texts as f64 / seconds,
+        "tokens_per_second": s.tokens as f64 / seconds,
+        "ort_seconds": s.ort_seconds,
+        "outside_ort_seconds": (seconds - s.ort_seconds).max(0.0),
+        "load_seconds": load_seconds,
+        "peak_rss_mib": peak_rss_mib(),
+        "active_provider": embedder.report().active_provider,
+        "gpu_vendor": embedder.gpu_vendor(),
+        "threads": a.model.threads,
+        "batch_tokens": a.model.batch_tokens,
+        "model": embedder.model_info().folder.dir,
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("input            {source}");
+        println!("provider         {} ({})", embedder.report().active_provider, embedder.gpu_vendor());
+        println!("texts            {} in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s", s.texts, s.texts as f64 / seconds, s.tokens as f64 / seconds);
+        println!("inside ORT       {:.2} s ({:.0}%), outside {:.2} s", s.ort_seconds, 100.0 * s.ort_seconds / seconds, (seconds - s.ort_seconds).max(0.0));
+        println!("padding          {:.1}% of {} tokens fed", 100.0 * (1.0 - s.tokens as f64 / s.padded_tokens.max(1) as f64), s.padded_tokens);
+        println!("model load       {load_seconds:.2} s");
+        if let Some(m) = peak_rss_mib() {
+            println!("peak RSS         {m:.0} MiB");
+        }
+    }
+    Ok(())
+}
+
+pub fn plan(m: &ModelArgs) -> Result<Option<Plan>> {
+    Ok(Some(plan_for(true, device(m)?)))
+}
+
+/// Which ONNX Runtime library the plan would load, and its real version, without creating a session.
+pub fn ort_choice(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
+    let mut ctx = ProbeContext::from_process();
+    if let Some(p) = &m.ort_lib {
+        ctx = ctx.with_var("ORT_DYLIB_PATH", std::path::absolute(p).unwrap_or_else(|_| p.clone()));
+    }
+    let d = discover_ort(&ctx);
+    let wanted: Vec<&str> = plan.map(|p| p.providers.iter().filter_map(|x| x.library_name()).collect()).unwrap_or_default();
+    let mut c = OrtChoice { candidates: d.candidates.clone(), searched: d.searched.clone(), ..OrtChoice::default() };
+    match pick_ort(&d, &wanted, nornir_vector::MIN_ORT) {
+        None => {
+            c.error = Some(format!("no ONNX Runtime library found: run `cargo xtask fetch` or set ORT_DYLIB_PATH {}", d.problems.join("; ")));
+        }
+        Some((cand, why)) => {
+            c.path = Some(cand.path.clone());
+            c.providers = cand.providers.clone();
+            c.reason = why;
+            match check_library(&cand.path) {
+                Ok(v) => c.version = Some(v),
+                Err(e) => c.error = Some(e.to_string()),
+            }
+        }
+    }
+    c
+}
+
+/// Builds the embedder and reports what really runs, with node placement.
+pub fn session_json(m: &ModelArgs) -> serde_json::Value {
+    match load(m) {
+        Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
+        Ok(e) => {
+            let r = e.report();
+            serde_json::json!({
+                "active_provider": r.active_provider,
+                "gpu_vendor": r.gpu_vendor,
+                "registrations": r.registrations,
+                "fallback": r.fallback,
+                "placement": e.placement(),
+                "ort": r.ort,
+                "model": e.model_info(),
+            })
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Writing embeddings as JSON lines, .npy or raw float32, to stdout or to a file that appears only
+//! when the run succeeded (a temporary file in the same folder, renamed at the end).
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// One JSON array per line; objects {"id", "embedding"} when the input had ids.
+    Jsonl,
+    /// A NumPy .npy file, float32, shape [texts, dimension] (rows are kept in memory until the end).
+    Npy,
+    /// Raw little-endian float32 rows, no header.
+    F32,
+}
+
+/// Where the output goes: stdout, or a temporary file renamed onto the target on success.
+pub struct Sink {
+    out: BufWriter<Box<dyn Write>>,
+    target: Option<(PathBuf, PathBuf)>,
+}
+
+impl Sink {
+    pub fn open(path: Option<&Path>) -> Result<Self> {
+        match path {
+            None => Ok(Self { out: BufWriter::with_capacity(1 << 20, Box::new(std::io::stdout())), target: None }),
+            Some(p) => {
+                let dir = match p.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                    _ => PathBuf::from("."),
+                };
+                let name = p.file_name().with_context(|| format!("{} is not a file path", p.display()))?;
+                let tmp = dir.join(format!(".{}.nornir-{}.tmp", name.to_string_lossy(), std::process::id()));
+                let file = std::fs::File::create(&tmp)
+                    .with_context(|| format!("cannot write into {}: choose a writable --output path", dir.display()))?;
+                Ok(Self { out: BufWriter::with_capacity(1 << 20, Box::new(file)), target: Some((tmp, p.to_path_buf())) })
+            }
+        }
+    }
+
+    pub fn writer(&mut self) -> &mut BufWriter<Box<dyn Write>> {
+        &mut self.out
+    }
+
+    /// Flushes and, for a file, renames the temporary file onto the target.
+    pub fn finish(mut self) -> Result<()> {
+        self.out.flush().context("write output")?;
+        if let Some((tmp, target)) = self.target.take() {
+            std::fs::rename(&tmp, &target).with_context(|| format!("rename {} to {}", tmp.display(), target.display()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        // Not finished: remove the temporary file so nothing half-written is left behind.
+        if let Some((tmp, _)) = self.target.take() {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+/// Writes rows in the chosen format; `.npy` collects rows and writes at `finish`.
+pub struct RowWriter {
+    format: OutputFormat,
+    sink: Sink,
+    npy_rows: Vec<f32>,
+    dim: usize,
+}
+
+impl RowWriter {
+    pub fn new(format: OutputFormat, sink: Sink) -> Self {
+        Self { format, sink, npy_rows: Vec::new(), dim: 0 }
+    }
+
+    pub fn write_row(&mut self, row: &[f32], id: Option<&serde_json::Value>) -> Result<()> {
+        self.dim = row.len();
+        let w = self.sink.writer();
+        match self.format {
+            OutputFormat::Jsonl => {
+                match id {
+                    Some(id) => serde_json::to_writer(&mut *w, &serde_json::json!({ "id": id, "embedding": row }))?,
+                    None => serde_json::to_writer(&mut *w, row)?,
+                }
+                w.write_all(b"\n")?;
+            }
+            OutputFormat::F32 => {
+                let bytes: Vec<u8> = row.iter().flat_map(|x| x.to_le_bytes()).collect();
+                w.write_all(&bytes)?;
+            }
+            OutputFormat::Npy => self.npy_rows.extend_from_slice(row),
+        }
+        Ok(())
+    }
+
+    pub fn finish(mut self, dim: usize) -> Result<()> {
+        if self.format == OutputFormat::Npy {
+            let dim = if self.dim == 0 { dim } else { self.dim };
+            let rows = if dim == 0 { 0 } else { self.npy_rows.len() / dim };
+            use npyz::WriterBuilder;
+            let mut npy = npyz::WriteOptions::<f32>::new()
+                .default_dtype()
+                .shape(&[rows as u64, dim as u64])
+                .writer(self.sink.writer())
+                .begin_nd()
+                .context("write .npy header")?;
+            npy.extend(self.npy_rows.iter().copied()).context("write .npy data")?;
+            npy.finish().context("finish .npy")?;
+        }
+        self.sink.finish()
+    }
+}
