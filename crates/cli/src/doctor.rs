@@ -102,7 +102,8 @@ fn write_ort(out: &mut String, ort: &OrtChoice) -> std::fmt::Result {
         Some(p) => {
             writeln!(out, "  chosen: {} (version {})", p.display(), ort.version.as_deref().unwrap_or("unknown"))?;
             writeln!(out, "  why: {}", ort.reason)?;
-            let providers = if ort.providers.is_empty() { "none beside CPU".to_owned() } else { ort.providers.join(", ") };
+            let providers =
+                if ort.providers.is_empty() { "none beside CPU".to_owned() } else { ort.providers.join(", ") };
             writeln!(out, "  provider libraries beside it: {providers}")?;
         }
         None => writeln!(out, "  none chosen")?,
@@ -147,12 +148,8 @@ fn write_session(out: &mut String, s: &Value) -> std::fmt::Result {
     writeln!(out, "  active provider: {}", s["active_provider"].as_str().unwrap_or("?"))?;
     match s["placement"]["status"].as_str() {
         Some("known") => {
-            let nodes: Vec<String> = s["placement"]["nodes"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| format!("{k}: {v}"))
-                .collect();
+            let nodes: Vec<String> =
+                s["placement"]["nodes"].as_object().into_iter().flatten().map(|(k, v)| format!("{k}: {v}")).collect();
             writeln!(out, "  node placement: {}", nodes.join(", "))?;
         }
         _ => writeln!(out, "  node placement: unknown ({})", s["placement"]["reason"].as_str().unwrap_or("?"))?,
@@ -173,7 +170,9 @@ fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session:
         if active != "CPUExecutionProvider" {
             return format!("nothing to do: the model runs on {active}");
         }
-        if let Some(failed) = s["registrations"].as_array().into_iter().flatten().find(|r| r["ok"].as_bool() == Some(false)) {
+        if let Some(failed) =
+            s["registrations"].as_array().into_iter().flatten().find(|r| r["ok"].as_bool() == Some(false))
+        {
             return format!(
                 "make {} work: {}",
                 failed["provider"].as_str().unwrap_or("the GPU provider"),
@@ -184,13 +183,24 @@ fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session:
     if let Some(p) = plan {
         if p.vendor.label() == "cpu" {
             if !probe.cuda.driver_present && !probe.rocm.driver_present {
-                let amd = if probe.rocm.compiled { "" } else { " (this build has no AMD support: add --features embed-ort-rocm)" };
-                return format!("no GPU driver found, so the CPU runs the model; on a GPU machine install the NVIDIA or AMD kernel driver{amd}");
+                let amd = if probe.rocm.compiled {
+                    ""
+                } else {
+                    " (this build has no AMD support: add --features embed-ort-rocm)"
+                };
+                return format!(
+                    "no GPU driver found, so the CPU runs the model; on a GPU machine install the NVIDIA or AMD kernel driver{amd}"
+                );
             }
             let gpu = if probe.cuda.driver_present { &probe.cuda } else { &probe.rocm };
             return format!("the {} driver is present but the GPU is not usable: {}", gpu.vendor, gpu.summary);
         }
-        let missing: Vec<&str> = p.providers.iter().filter_map(|x| x.library_name()).filter(|n| !ort.providers.iter().any(|o| o == n)).collect();
+        let missing: Vec<&str> = p
+            .providers
+            .iter()
+            .filter_map(|x| x.library_name())
+            .filter(|n| !ort.providers.iter().any(|o| o == n))
+            .collect();
         if !missing.is_empty() {
             return format!(
                 "the chosen ONNX Runtime has no {} provider: point ORT_DYLIB_PATH at a build that has it",

@@ -52,11 +52,16 @@ impl<R: BufRead> Records<R> {
             bytes = rest;
         }
         let Ok(text) = std::str::from_utf8(bytes) else {
-            bail!("{source}: line {} is not valid UTF-8; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)", self.line);
+            bail!(
+                "{source}: line {} is not valid UTF-8; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+                self.line
+            );
         };
         match self.format {
             InputFormat::Lines => Ok(Some(Record { text: text.to_owned(), id: None })),
-            InputFormat::Jsonl => parse_json_line(text).map(Some).with_context(|| format!("{source}: line {}", self.line)),
+            InputFormat::Jsonl => {
+                parse_json_line(text).map(Some).with_context(|| format!("{source}: line {}", self.line))
+            }
         }
     }
 }

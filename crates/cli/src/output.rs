@@ -35,7 +35,10 @@ impl Sink {
                 let tmp = dir.join(format!(".{}.nornir-{}.tmp", name.to_string_lossy(), std::process::id()));
                 let file = std::fs::File::create(&tmp)
                     .with_context(|| format!("cannot write into {}: choose a writable --output path", dir.display()))?;
-                Ok(Self { out: BufWriter::with_capacity(1 << 20, Box::new(file)), target: Some((tmp, p.to_path_buf())) })
+                Ok(Self {
+                    out: BufWriter::with_capacity(1 << 20, Box::new(file)),
+                    target: Some((tmp, p.to_path_buf())),
+                })
             }
         }
     }
@@ -48,7 +51,8 @@ impl Sink {
     pub fn finish(mut self) -> Result<()> {
         self.out.flush().context("write output")?;
         if let Some((tmp, target)) = self.target.take() {
-            std::fs::rename(&tmp, &target).with_context(|| format!("rename {} to {}", tmp.display(), target.display()))?;
+            std::fs::rename(&tmp, &target)
+                .with_context(|| format!("rename {} to {}", tmp.display(), target.display()))?;
         }
         Ok(())
     }

@@ -503,7 +503,9 @@ fn graph_io(session: &Session, folder: &ModelFolder) -> Result<GraphIo> {
         let ty = match input.dtype() {
             ValueType::Tensor { ty, .. } => *ty,
             other => {
-                return Err(err(format!("input {name:?} is {other}, not a tensor; this is not a text-embedding model")));
+                return Err(err(format!(
+                    "input {name:?} is {other}, not a tensor; this is not a text-embedding model"
+                )));
             }
         };
         let is32 = match ty {

@@ -76,7 +76,9 @@ pub fn parse_pooling_config(text: &str) -> Result<(Pooling, Option<usize>), Stri
             );
         }
         _ => {
-            return Err("exactly one of mean, cls or last-token pooling must be set; override with --pooling".to_owned());
+            return Err(
+                "exactly one of mean, cls or last-token pooling must be set; override with --pooling".to_owned()
+            );
         }
     };
     Ok((mode, c.word_embedding_dimension))

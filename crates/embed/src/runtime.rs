@@ -104,8 +104,8 @@ pub fn check_library(path: &Path) -> Result<String> {
     }
     // SAFETY: loading runs the library's initialisers; the user or the discovery named this file
     // as ONNX Runtime, and `ort` is about to load it anyway.
-    let lib =
-        unsafe { libloading::Library::new(path) }.map_err(|e| fail(format!("not a loadable shared library ({e})")))?;
+    let lib = unsafe { libloading::Library::new(path) }
+        .map_err(|e| fail(format!("not a loadable shared library ({})", nornir_gpu_probe::describe_dl_error(&e))))?;
     // SAFETY: `OrtGetApiBase` is `const OrtApiBase* OrtGetApiBase(void)` in ONNX Runtime's C API.
     let version = unsafe {
         let get_base = lib

@@ -26,7 +26,9 @@ use once_cell::sync::Lazy;
 pub use context::ProbeContext;
 pub use driver::DriverReport;
 pub use elf::{ElfDeps, ElfError, parse_deps, read_deps};
-pub use library::{LibraryReport, LibrarySpec, find_soname, load_with_deps, loaded_path, resident_libraries};
+pub use library::{
+    LibraryReport, LibrarySpec, describe_dl_error, find_soname, load_with_deps, loaded_path, resident_libraries,
+};
 pub use ort_lib::{
     OrtCandidate, OrtDiscovery, discover as discover_ort, nornir_home, pick as pick_ort, providers_beside,
 };

@@ -151,10 +151,19 @@ fn load_recursive(path: &Path, soname: &str, dirs: &[PathBuf], depth: usize) -> 
     }
     // SAFETY: loading a shared library runs its initialisers; the probe only loads vendor runtime
     // libraries found by absolute path in folders the user or the system designated.
-    let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL) }.map_err(|e| e.to_string())?;
+    let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL) }.map_err(|e| describe_dl_error(&e))?;
     tracing::debug!(path = %path.display(), soname, "loaded library");
     lock_resident().push(Resident { soname: soname.to_owned(), path: path.to_path_buf(), _lib: lib });
     Ok(())
+}
+
+/// The loader's own message for a libloading error (its `Display` alone says only "dlopen failed").
+pub fn describe_dl_error(e: &libloading::Error) -> String {
+    use std::error::Error as _;
+    match e.source() {
+        Some(src) => src.to_string(),
+        None => e.to_string(),
+    }
 }
 
 /// Calls `int fn(int*)` (hipGetDeviceCount, cuDeviceGetCount) in a resident library.
@@ -166,7 +175,7 @@ pub(crate) fn call_count(soname: &str, symbol: &str) -> Result<i32, String> {
         let f = resident
             ._lib
             .get::<unsafe extern "C" fn(*mut i32) -> i32>(symbol)
-            .map_err(|e| format!("{symbol} not found in {soname}: {e}"))?;
+            .map_err(|e| format!("{symbol} not found in {soname}: {}", describe_dl_error(&e)))?;
         let mut count = 0i32;
         let status = f(&mut count);
         if status != 0 {
@@ -185,7 +194,7 @@ pub(crate) fn call_init(soname: &str, symbol: &str) -> Result<(), String> {
         let f = resident
             ._lib
             .get::<unsafe extern "C" fn(u32) -> i32>(symbol)
-            .map_err(|e| format!("{symbol} not found in {soname}: {e}"))?;
+            .map_err(|e| format!("{symbol} not found in {soname}: {}", describe_dl_error(&e)))?;
         match f(0) {
             0 => Ok(()),
             status => Err(format!("{symbol} returned error code {status}")),

@@ -27,7 +27,8 @@ pub fn model_dir(m: &ModelArgs) -> Result<PathBuf> {
     if let Some(d) = &m.model {
         return Ok(d.clone());
     }
-    let home = nornir_home(&ProbeContext::from_process()).context("no nornir cache folder (set NORNIR_HOME); pass --model DIR")?;
+    let home = nornir_home(&ProbeContext::from_process())
+        .context("no nornir cache folder (set NORNIR_HOME); pass --model DIR")?;
     let dir = home.join(DEFAULT_MODEL);
     if !dir.is_dir() {
         bail!("the default model is not at {}: run `cargo xtask fetch`, or pass --model DIR", dir.display());
@@ -108,7 +109,8 @@ fn progress(enabled: bool, total: Option<u64>) -> ProgressBar {
     }
     match total {
         Some(n) => ProgressBar::new(n).with_style(
-            ProgressStyle::with_template("{bar:40} {percent:>3}% {msg} ETA {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template("{bar:40} {percent:>3}% {msg} ETA {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
         ),
         None => ProgressBar::new_spinner(),
     }
@@ -143,7 +145,10 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
         }
         done += chunk.len();
         bar.set_position(source.bytes());
-        bar.set_message(format!("{done} texts, {:.0} texts/s", done as f64 / started.elapsed().as_secs_f64().max(1e-9)));
+        bar.set_message(format!(
+            "{done} texts, {:.0} texts/s",
+            done as f64 / started.elapsed().as_secs_f64().max(1e-9)
+        ));
     }
     bar.finish_and_clear();
     writer.finish(embedder.dimension())
@@ -210,9 +215,23 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     } else {
         println!("input            {source}");
         println!("provider         {} ({})", embedder.report().active_provider, embedder.gpu_vendor());
-        println!("texts            {} in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s", s.texts, s.texts as f64 / seconds, s.tokens as f64 / seconds);
-        println!("inside ORT       {:.2} s ({:.0}%), outside {:.2} s", s.ort_seconds, 100.0 * s.ort_seconds / seconds, (seconds - s.ort_seconds).max(0.0));
-        println!("padding          {:.1}% of {} tokens fed", 100.0 * (1.0 - s.tokens as f64 / s.padded_tokens.max(1) as f64), s.padded_tokens);
+        println!(
+            "texts            {} in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s",
+            s.texts,
+            s.texts as f64 / seconds,
+            s.tokens as f64 / seconds
+        );
+        println!(
+            "inside ORT       {:.2} s ({:.0}%), outside {:.2} s",
+            s.ort_seconds,
+            100.0 * s.ort_seconds / seconds,
+            (seconds - s.ort_seconds).max(0.0)
+        );
+        println!(
+            "padding          {:.1}% of {} tokens fed",
+            100.0 * (1.0 - s.tokens as f64 / s.padded_tokens.max(1) as f64),
+            s.padded_tokens
+        );
         println!("model load       {load_seconds:.2} s");
         if let Some(m) = peak_rss_mib() {
             println!("peak RSS         {m:.0} MiB");
@@ -232,11 +251,15 @@ pub fn ort_choice(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
         ctx = ctx.with_var("ORT_DYLIB_PATH", std::path::absolute(p).unwrap_or_else(|_| p.clone()));
     }
     let d = discover_ort(&ctx);
-    let wanted: Vec<&str> = plan.map(|p| p.providers.iter().filter_map(|x| x.library_name()).collect()).unwrap_or_default();
+    let wanted: Vec<&str> =
+        plan.map(|p| p.providers.iter().filter_map(|x| x.library_name()).collect()).unwrap_or_default();
     let mut c = OrtChoice { candidates: d.candidates.clone(), searched: d.searched.clone(), ..OrtChoice::default() };
     match pick_ort(&d, &wanted, nornir_vector::MIN_ORT) {
         None => {
-            c.error = Some(format!("no ONNX Runtime library found: run `cargo xtask fetch` or set ORT_DYLIB_PATH {}", d.problems.join("; ")));
+            c.error = Some(format!(
+                "no ONNX Runtime library found: run `cargo xtask fetch` or set ORT_DYLIB_PATH {}",
+                d.problems.join("; ")
+            ));
         }
         Some((cand, why)) => {
             c.path = Some(cand.path.clone());
