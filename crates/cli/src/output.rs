@@ -103,7 +103,7 @@ impl RowWriter {
     pub fn finish(mut self, dim: usize) -> Result<()> {
         if self.format == OutputFormat::Npy {
             let dim = if self.dim == 0 { dim } else { self.dim };
-            let rows = if dim == 0 { 0 } else { self.npy_rows.len() / dim };
+            let rows = self.npy_rows.len().checked_div(dim).unwrap_or(0);
             use npyz::WriterBuilder;
             let mut npy = npyz::WriteOptions::<f32>::new()
                 .default_dtype()

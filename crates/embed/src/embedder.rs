@@ -78,7 +78,7 @@ pub struct Embeddings {
 
 impl Embeddings {
     pub fn len(&self) -> usize {
-        if self.dim == 0 { 0 } else { self.data.len() / self.dim }
+        self.data.len().checked_div(self.dim).unwrap_or(0)
     }
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
@@ -251,14 +251,13 @@ impl Embedder {
                 "the model fails on a first test text ({e}); is tokenizer.json ({vocab} tokens) the model's own?"
             ),
         })?;
-        if let Some(h) = self.info.folder.hidden_size {
-            if h != dim {
+        if let Some(h) = self.info.folder.hidden_size
+            && h != dim {
                 return Err(EmbedError::Model {
                     dir: self.info.folder.dir.clone(),
                     reason: format!("the model's output has width {dim} but its config says hidden size {h}"),
                 });
             }
-        }
         self.info.dimension = dim;
         self.reset_stats();
         Ok(())

@@ -97,7 +97,7 @@ fn device_parsing() {
     assert_eq!("".parse::<Device>(), Ok(Device::Auto));
     assert_eq!(" cuda ".parse::<Device>(), Ok(Device::Cuda));
     assert_eq!("amd".parse::<Device>(), Ok(Device::Rocm));
-    assert!("tpu".parse::<Device>().unwrap_err().contains("auto, cpu, cuda or rocm"));
+    assert!("tpu".parse::<Device>().expect_err("unknown device").contains("auto, cpu, cuda or rocm"));
 }
 
 #[test]

@@ -111,11 +111,10 @@ fn rocm_search_path(_: &ProbeContext) -> SearchPath {
 pub fn preload_provider(provider: &std::path::Path, dirs: &[std::path::PathBuf]) -> ProviderRequirements {
     let before = provider_requirements(provider, dirs);
     for req in before.requirements.iter().filter(|r| r.status == RequirementStatus::Found) {
-        if let Some(path) = &req.path {
-            if let Err(e) = load_with_deps(path, &req.soname, dirs) {
+        if let Some(path) = &req.path
+            && let Err(e) = load_with_deps(path, &req.soname, dirs) {
                 tracing::debug!(soname = %req.soname, error = %e, "preload failed");
             }
-        }
     }
     provider_requirements(provider, dirs)
 }

@@ -78,10 +78,7 @@ pub fn find_soname(soname: &str, dirs: &[PathBuf]) -> (Option<PathBuf>, Vec<Stri
     let mut rejected = Vec::new();
     for dir in dirs {
         let candidate = dir.join(soname);
-        match std::fs::symlink_metadata(&candidate) {
-            Err(_) => continue,
-            Ok(_) => {}
-        }
+        if std::fs::symlink_metadata(&candidate).is_err() { continue }
         match std::fs::metadata(&candidate) {
             Err(e) => rejected.push(format!("{}: {e}", candidate.display())),
             Ok(m) if !m.is_file() => rejected.push(format!("{}: not a regular file", candidate.display())),
@@ -136,8 +133,8 @@ fn load_recursive(path: &Path, soname: &str, dirs: &[PathBuf], depth: usize) -> 
     if lock_resident().iter().any(|r| r.soname == soname) {
         return Ok(());
     }
-    if depth < 8 {
-        if let Ok(deps) = elf::read_deps(path) {
+    if depth < 8
+        && let Ok(deps) = elf::read_deps(path) {
             for needed in &deps.needed {
                 if loaded_path(needed).is_some() {
                     continue;
@@ -148,7 +145,6 @@ fn load_recursive(path: &Path, soname: &str, dirs: &[PathBuf], depth: usize) -> 
                 }
             }
         }
-    }
     // SAFETY: loading a shared library runs its initialisers; the probe only loads vendor runtime
     // libraries found by absolute path in folders the user or the system designated.
     let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL) }.map_err(|e| describe_dl_error(&e))?;

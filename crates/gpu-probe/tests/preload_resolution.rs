@@ -35,7 +35,7 @@ fn provider_loads_only_after_its_runtime_is_preloaded() {
     assert_eq!(req.status, RequirementStatus::Missing);
     assert!(unresolved.summary().contains("libnornirstubrt.so.3 is missing"), "{}", unresolved.summary());
 
-    let after = preload_provider(&provider, &[runtime_dir.clone()]);
+    let after = preload_provider(&provider, std::slice::from_ref(&runtime_dir));
     let req = after.requirements.iter().find(|r| r.soname == "libnornirstubrt.so.3").expect("NEEDED entry");
     assert_eq!(req.status, RequirementStatus::Loaded, "{after:?}");
 

@@ -28,3 +28,8 @@ pub use nornir_embed::{
 pub const EMBED_ORT: bool = cfg!(feature = "embed-ort");
 /// Whether this build contains the AMD path.
 pub const EMBED_ORT_ROCM: bool = cfg!(feature = "embed-ort-rocm");
+
+/// Compiles the README's Rust example as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
