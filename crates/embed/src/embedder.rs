@@ -252,12 +252,13 @@ impl Embedder {
             ),
         })?;
         if let Some(h) = self.info.folder.hidden_size
-            && h != dim {
-                return Err(EmbedError::Model {
-                    dir: self.info.folder.dir.clone(),
-                    reason: format!("the model's output has width {dim} but its config says hidden size {h}"),
-                });
-            }
+            && h != dim
+        {
+            return Err(EmbedError::Model {
+                dir: self.info.folder.dir.clone(),
+                reason: format!("the model's output has width {dim} but its config says hidden size {h}"),
+            });
+        }
         self.info.dimension = dim;
         self.reset_stats();
         Ok(())

@@ -112,9 +112,10 @@ pub fn preload_provider(provider: &std::path::Path, dirs: &[std::path::PathBuf])
     let before = provider_requirements(provider, dirs);
     for req in before.requirements.iter().filter(|r| r.status == RequirementStatus::Found) {
         if let Some(path) = &req.path
-            && let Err(e) = load_with_deps(path, &req.soname, dirs) {
-                tracing::debug!(soname = %req.soname, error = %e, "preload failed");
-            }
+            && let Err(e) = load_with_deps(path, &req.soname, dirs)
+        {
+            tracing::debug!(soname = %req.soname, error = %e, "preload failed");
+        }
     }
     provider_requirements(provider, dirs)
 }

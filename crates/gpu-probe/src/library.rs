@@ -78,7 +78,9 @@ pub fn find_soname(soname: &str, dirs: &[PathBuf]) -> (Option<PathBuf>, Vec<Stri
     let mut rejected = Vec::new();
     for dir in dirs {
         let candidate = dir.join(soname);
-        if std::fs::symlink_metadata(&candidate).is_err() { continue }
+        if std::fs::symlink_metadata(&candidate).is_err() {
+            continue;
+        }
         match std::fs::metadata(&candidate) {
             Err(e) => rejected.push(format!("{}: {e}", candidate.display())),
             Ok(m) if !m.is_file() => rejected.push(format!("{}: not a regular file", candidate.display())),
@@ -134,17 +136,18 @@ fn load_recursive(path: &Path, soname: &str, dirs: &[PathBuf], depth: usize) -> 
         return Ok(());
     }
     if depth < 8
-        && let Ok(deps) = elf::read_deps(path) {
-            for needed in &deps.needed {
-                if loaded_path(needed).is_some() {
-                    continue;
-                }
-                if let (Some(dep_path), _) = find_soname(needed, dirs) {
-                    // A failure here shows again, with its cause, when the library itself is loaded.
-                    let _ = load_recursive(&dep_path, needed, dirs, depth + 1);
-                }
+        && let Ok(deps) = elf::read_deps(path)
+    {
+        for needed in &deps.needed {
+            if loaded_path(needed).is_some() {
+                continue;
+            }
+            if let (Some(dep_path), _) = find_soname(needed, dirs) {
+                // A failure here shows again, with its cause, when the library itself is loaded.
+                let _ = load_recursive(&dep_path, needed, dirs, depth + 1);
             }
         }
+    }
     // SAFETY: loading a shared library runs its initialisers; the probe only loads vendor runtime
     // libraries found by absolute path in folders the user or the system designated.
     let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL) }.map_err(|e| describe_dl_error(&e))?;

@@ -109,9 +109,10 @@ fn scan_dir(dir: &Path, source: &str, d: &mut OrtDiscovery) {
         .filter(|(_, p)| p.is_file())
         .max_by(|a, b| a.0.cmp(&b.0));
     if let Some((_, path)) = best
-        && !d.candidates.iter().any(|c| c.path == path) {
-            d.candidates.push(candidate(path, source));
-        }
+        && !d.candidates.iter().any(|c| c.path == path)
+    {
+        d.candidates.push(candidate(path, source));
+    }
 }
 
 fn candidate(path: PathBuf, source: &str) -> OrtCandidate {
@@ -152,9 +153,10 @@ pub fn pick<'a>(d: &'a OrtDiscovery, wanted: &[&str], min: (u64, u64)) -> Option
     }
     let recent: Vec<&OrtCandidate> = d.candidates.iter().filter(|c| c.major_minor().is_none_or(|v| v >= min)).collect();
     if !wanted.is_empty()
-        && let Some(c) = recent.iter().find(|c| c.providers.iter().any(|p| wanted.contains(&p.as_str()))) {
-            return Some((c, format!("first build found ({}) with the {} provider", c.source, wanted.join("/"))));
-        }
+        && let Some(c) = recent.iter().find(|c| c.providers.iter().any(|p| wanted.contains(&p.as_str())))
+    {
+        return Some((c, format!("first build found ({}) with the {} provider", c.source, wanted.join("/"))));
+    }
     recent.first().map(|c| {
         let why = if wanted.is_empty() {
             format!("first build found ({})", c.source)

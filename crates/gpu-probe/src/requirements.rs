@@ -90,9 +90,10 @@ fn file_name(p: &Path) -> String {
 pub fn provider_requirements(provider: &Path, candidate_dirs: &[PathBuf]) -> ProviderRequirements {
     let mut searched: Vec<PathBuf> = candidate_dirs.to_vec();
     if let Some(own) = provider.parent().map(Path::to_path_buf)
-        && !searched.contains(&own) {
-            searched.push(own);
-        }
+        && !searched.contains(&own)
+    {
+        searched.push(own);
+    }
     let system: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).filter(|d| d.is_dir()).collect();
     let mut out = ProviderRequirements {
         provider_library: provider.to_path_buf(),

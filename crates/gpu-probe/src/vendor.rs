@@ -139,10 +139,11 @@ fn settle(spec: &VendorSpec, report: &mut VendorReport, dirs: &[PathBuf]) -> Str
         return format!("{}: not available: {} was not found", spec.label, spec.count_library);
     };
     if let Some(init) = spec.init_symbol
-        && let Err(e) = library::call_init(&count_lib, init) {
-            report.device_count = Some(0);
-            return format!("{}: not available: {e}", spec.label);
-        }
+        && let Err(e) = library::call_init(&count_lib, init)
+    {
+        report.device_count = Some(0);
+        return format!("{}: not available: {e}", spec.label);
+    }
     match library::call_count(&count_lib, spec.count_symbol) {
         Err(e) => {
             report.device_count = Some(0);

@@ -19,10 +19,12 @@ pub fn model_dir() -> PathBuf {
     dir
 }
 
+#[allow(dead_code)]
 pub fn testdata(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(name)
 }
 
+#[allow(dead_code)]
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
     let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
