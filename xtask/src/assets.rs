@@ -90,8 +90,27 @@ pub const TEST_CUDART: Asset = Asset {
     file_sha256: &[],
 };
 
+/// ONNX Runtime 1.22.2 with the ROCm provider: the oldest build nornir loads, and a real ROCm
+/// provider library whose registration fails on a machine without ROCm.
+pub const ORT_ROCM_1_22: Asset = Asset {
+    name: "ONNX Runtime 1.22.2 (ROCm build, for tests)",
+    wheel: Wheel {
+        package: "onnxruntime-rocm",
+        version: "1.22.2.post3",
+        file: "onnxruntime_rocm-1.22.2.post3-cp311-cp311-manylinux_2_34_x86_64.whl",
+        sha256: "705596b48933446ae6766921c5c8a46ef42f0c735bf158b6eb44a60bf7f95230",
+    },
+    dest: "ort/rocm",
+    files: &[
+        ("onnxruntime/capi/libonnxruntime.so.1.22.2", "libonnxruntime.so.1.22.2"),
+        ("onnxruntime/capi/libonnxruntime_providers_shared.so", "libonnxruntime_providers_shared.so"),
+        ("onnxruntime/capi/libonnxruntime_providers_rocm.so", "libonnxruntime_providers_rocm.so"),
+    ],
+    file_sha256: &[("libonnxruntime.so.1.22.2", "406e676e115eee92e382c105705bf00aa27c742844b3798d202642a04bf72dc2")],
+};
+
 /// What `cargo xtask fetch` provides by default: the CPU runtime and the default model.
 pub const DEFAULT_ASSETS: &[&Asset] = &[&ORT_CPU, &MODEL_ONNX, &MODEL_TOKENIZER];
 
 /// What the test suite needs beyond the defaults.
-pub const TEST_ASSETS: &[&Asset] = &[&TEST_CUDART];
+pub const TEST_ASSETS: &[&Asset] = &[&TEST_CUDART, &ORT_ROCM_1_22];

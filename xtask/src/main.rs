@@ -95,6 +95,7 @@ fn test(extra: &[String]) -> Result<()> {
         ("NORNIR_HOME", home.clone()),
         ("NORNIR_TEST_MODEL", home.join(assets::DEFAULT_MODEL_DIR)),
         ("NORNIR_TEST_CUDART_DIR", home.join(assets::TEST_CUDART.dest)),
+        ("NORNIR_TEST_ORT_1_22", home.join(assets::ORT_ROCM_1_22.dest).join("libonnxruntime.so.1.22.2")),
         ("NORNIR_TEST_CORPUS", workspace_root().join("testdata")),
     ];
     eprintln!("xtask: tests, default build");
