@@ -164,7 +164,12 @@ fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session:
     }
     if let Some(s) = session {
         if let Some(e) = s["error"].as_str() {
-            return format!("fix the session error above ({})", e.chars().take(160).collect::<String>());
+            if e.contains("was forced to") {
+                return "install what the session error above names as missing, or use --device auto to run on the CPU"
+                    .to_owned();
+            }
+            return "fix the session error above; `nornir vector doctor --model DIR -v` shows ONNX Runtime's own log"
+                .to_owned();
         }
         let active = s["active_provider"].as_str().unwrap_or("");
         if active != "CPUExecutionProvider" {

@@ -73,7 +73,7 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
     let session = match builder.commit_from_file(cfg.model) {
         Ok(s) => s,
         Err(e) if gpu_ok.is_some() => {
-            let why = format!("creating the session with {active} failed: {e}");
+            let why = format!("creating the session with {active} failed: {}", one_line(&e.to_string()));
             if plan.forced {
                 return Err(EmbedError::ForcedDeviceFailed { vendor: plan.vendor.to_string(), details: why });
             }
@@ -99,7 +99,12 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
 }
 
 fn session_error(model: &Path, e: ort::Error) -> EmbedError {
-    EmbedError::Session { model: model.to_path_buf(), reason: e.to_string() }
+    EmbedError::Session { model: model.to_path_buf(), reason: one_line(&e.to_string()) }
+}
+
+/// ONNX Runtime's messages can span lines; reports and CLI errors are one line each.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn base_builder(rt: &OrtRuntime, cfg: &SessionConfig<'_>) -> Result<SessionBuilder> {
@@ -161,7 +166,7 @@ fn register(rt: &OrtRuntime, p: Provider, builder: &mut SessionBuilder) -> Regis
     match append(p, builder) {
         Ok(()) => reg.ok = true,
         Err(e) => {
-            let mut text = e.to_string();
+            let mut text = one_line(&e.to_string());
             if preflight.missing().next().is_some() || preflight.error.is_some() {
                 text = format!("{text} (preflight: {})", preflight.summary());
             }

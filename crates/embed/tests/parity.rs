@@ -77,3 +77,29 @@ fn empty_input_and_empty_text() {
     assert_eq!(e.len(), 2);
     assert!((e.row(0).iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-4);
 }
+
+#[test]
+fn shared_across_threads_gives_the_single_threaded_result() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Embedder>();
+    let embedder = std::sync::Arc::new(Embedder::new(&model_dir(), &cpu_options()).expect("load"));
+    let texts: Vec<String> =
+        std::fs::read_to_string(testdata("parity-sample.txt")).expect("sample").lines().map(str::to_owned).collect();
+    let alone = embedder.embed(&texts).expect("embed");
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let (e, texts) = (embedder.clone(), texts.clone());
+            std::thread::spawn(move || {
+                (0..3).map(|k| e.embed(&texts[(t * 7 + k) % 50..]).expect("embed").data).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for (t, h) in handles.into_iter().enumerate() {
+        for (k, data) in h.join().expect("thread").into_iter().enumerate() {
+            let start = (t * 7 + k) % 50;
+            for (i, row) in data.chunks_exact(384).enumerate() {
+                assert!(cosine(row, alone.row(start + i)) > 0.99999, "thread {t} call {k} row {i}");
+            }
+        }
+    }
+}

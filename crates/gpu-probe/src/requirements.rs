@@ -77,7 +77,8 @@ impl ProviderRequirements {
                 }
             })
             .collect();
-        format!("{} is missing; searched: {}", names.join(", "), join_dirs(&self.searched))
+        let verb = if names.len() == 1 { "is" } else { "are" };
+        format!("{} {verb} missing; searched: {}", names.join(", "), join_dirs(&self.searched))
     }
 }
 
