@@ -109,8 +109,48 @@ pub const ORT_ROCM_1_22: Asset = Asset {
     file_sha256: &[("libonnxruntime.so.1.22.2", "406e676e115eee92e382c105705bf00aa27c742844b3798d202642a04bf72dc2")],
 };
 
+/// ONNX Runtime 1.31.1 with the CUDA (and TensorRT) providers.
+pub const ORT_GPU: Asset = Asset {
+    name: "ONNX Runtime 1.31.1 (CUDA build)",
+    wheel: Wheel {
+        package: "onnxruntime-gpu",
+        version: "1.31.1",
+        file: "onnxruntime_gpu-1.31.1-cp311-cp311-manylinux_2_28_x86_64.whl",
+        sha256: "e26c475fe361b2015f45b4b824bd13f0bb20204e59b62814e6f0acd5f3d491a6",
+    },
+    dest: "ort/gpu",
+    files: &[
+        ("onnxruntime/capi/libonnxruntime.so.1.31.1", "libonnxruntime.so.1.31.1"),
+        ("onnxruntime/capi/libonnxruntime_providers_shared.so", "libonnxruntime_providers_shared.so"),
+        ("onnxruntime/capi/libonnxruntime_providers_cuda.so", "libonnxruntime_providers_cuda.so"),
+        ("onnxruntime/capi/libonnxruntime_providers_tensorrt.so", "libonnxruntime_providers_tensorrt.so"),
+    ],
+    file_sha256: &[("libonnxruntime.so.1.31.1", "5104254339ecadae808da771bd0b63b240f0dbd466514234905e54372435c303")],
+};
+
+/// ONNX Runtime 1.27.1 with the MIGraphX provider.
+pub const ORT_MIGRAPHX: Asset = Asset {
+    name: "ONNX Runtime 1.27.1 (MIGraphX build)",
+    wheel: Wheel {
+        package: "onnxruntime-migraphx",
+        version: "1.27.1",
+        file: "onnxruntime_migraphx-1.27.1-cp311-cp311-manylinux_2_34_x86_64.whl",
+        sha256: "4a178713a67dbcd1a952edb89d60e856ec70538f8f9848c89745ae2328305b6d",
+    },
+    dest: "ort/migraphx",
+    files: &[
+        ("onnxruntime/capi/libonnxruntime.so.1.27.1", "libonnxruntime.so.1.27.1"),
+        ("onnxruntime/capi/libonnxruntime_providers_shared.so", "libonnxruntime_providers_shared.so"),
+        ("onnxruntime/capi/libonnxruntime_providers_migraphx.so", "libonnxruntime_providers_migraphx.so"),
+    ],
+    file_sha256: &[("libonnxruntime.so.1.27.1", "9364e82a085a7ade66ebe46dd5d21700cdafa0da856ff23744dc4049bf157d59")],
+};
+
+/// The GPU builds: `cargo xtask fetch --gpu-builds`, and the test suite.
+pub const GPU_BUILDS: &[&Asset] = &[&ORT_GPU, &ORT_MIGRAPHX, &ORT_ROCM_1_22];
+
 /// What `cargo xtask fetch` provides by default: the CPU runtime and the default model.
 pub const DEFAULT_ASSETS: &[&Asset] = &[&ORT_CPU, &MODEL_ONNX, &MODEL_TOKENIZER];
 
 /// What the test suite needs beyond the defaults.
-pub const TEST_ASSETS: &[&Asset] = &[&TEST_CUDART, &ORT_ROCM_1_22];
+pub const TEST_ASSETS: &[&Asset] = &[&TEST_CUDART, &ORT_GPU, &ORT_MIGRAPHX, &ORT_ROCM_1_22];

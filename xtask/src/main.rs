@@ -15,6 +15,7 @@ use anyhow::{Context, Result, bail};
 
 const USAGE: &str = "usage: cargo xtask <fetch|demo|test>
   fetch   download ONNX Runtime 1.31.1 (CPU) and all-MiniLM-L6-v2 (int8) into the nornir cache
+          --gpu-builds: also the CUDA 1.31.1, MIGraphX 1.27.1 and ROCm 1.22.2 builds of ONNX Runtime
   demo    fetch, build `nornir`, embed a few sentences, print their similarity and the doctor summary
   test    fetch what the tests need, then run every test (default and embed-ort-rocm builds)";
 
@@ -29,7 +30,16 @@ fn run() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("fetch") => {
-            let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
+            let mut wanted: Vec<&assets::Asset> = assets::DEFAULT_ASSETS.to_vec();
+            match args.get(1).map(String::as_str) {
+                None => {}
+                Some("--gpu-builds") => wanted.extend_from_slice(assets::GPU_BUILDS),
+                Some(other) => bail!("unknown fetch option {other:?}\n{USAGE}"),
+            }
+            let home = fetch::fetch(&wanted)?;
+            for gpu in assets::GPU_BUILDS.iter().filter(|a| wanted.iter().any(|w| std::ptr::eq(*w, **a))) {
+                println!("{}: {}", gpu.name, home.join(gpu.dest).display());
+            }
             println!("ONNX Runtime: {}", home.join(assets::ORT_CPU.dest).display());
             println!("default model: {}", home.join(assets::DEFAULT_MODEL_DIR).display());
             Ok(())
@@ -96,6 +106,9 @@ fn test(extra: &[String]) -> Result<()> {
         ("NORNIR_TEST_MODEL", home.join(assets::DEFAULT_MODEL_DIR)),
         ("NORNIR_TEST_CUDART_DIR", home.join(assets::TEST_CUDART.dest)),
         ("NORNIR_TEST_ORT_1_22", home.join(assets::ORT_ROCM_1_22.dest).join("libonnxruntime.so.1.22.2")),
+        ("NORNIR_TEST_ORT_CPU", home.join(assets::ORT_CPU.dest).join("libonnxruntime.so.1.31.1")),
+        ("NORNIR_TEST_ORT_GPU", home.join(assets::ORT_GPU.dest).join("libonnxruntime.so.1.31.1")),
+        ("NORNIR_TEST_ORT_MIGRAPHX", home.join(assets::ORT_MIGRAPHX.dest).join("libonnxruntime.so.1.27.1")),
         ("NORNIR_TEST_CORPUS", workspace_root().join("testdata")),
     ];
     eprintln!("xtask: tests, default build");

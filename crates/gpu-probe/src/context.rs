@@ -15,9 +15,16 @@ pub struct ProbeContext {
 }
 
 impl ProbeContext {
-    /// The running machine: root `/` and the process environment as it is now.
+    /// The running machine: the process environment as it is now, and root `/`, or
+    /// `$NORNIR_PROBE_ROOT` when that is an absolute path (a simulated machine, for tests).
     pub fn from_process() -> Self {
-        Self { root: PathBuf::from("/"), vars: std::env::vars_os().collect() }
+        let vars: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+        let root = vars
+            .get(OsStr::new("NORNIR_PROBE_ROOT"))
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .unwrap_or_else(|| PathBuf::from("/"));
+        Self { root, vars }
     }
 
     /// An empty environment over `root`; add variables with [`ProbeContext::with_var`].

@@ -1,0 +1,185 @@
+//! Every fallback on real ONNX Runtime builds (fetched, pinned and verified by `cargo xtask test`),
+//! each in its own `nornir` process since a process can load only one ONNX Runtime:
+//!
+//! | build | on this machine (no GPU) |
+//! | --- | --- |
+//! | onnxruntime 1.31.1 (CPU) | CPU; a forced GPU is "not in this build" |
+//! | onnxruntime-gpu 1.31.1 | CUDA fails naming libcublasLt.so.13; CPU runs |
+//! | onnxruntime-migraphx 1.27.1 | MIGraphX fails naming a missing AMD library; CPU runs |
+//! | onnxruntime-rocm 1.22.2 | (see crates/embed/tests/ort_1_22.rs) |
+//!
+//! Simulated GPU machines (`NORNIR_PROBE_ROOT` pointing at a fake driver tree, stub vendor
+//! libraries with the real sonames, compiled at test time) make `auto` request the GPU: the real
+//! provider then fails to register, the session runs on CPU, and every report says so.
+
+#[path = "../../gpu-probe/tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn env_path(var: &str) -> PathBuf {
+    let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| panic!("{var} unset: run `cargo xtask test`"));
+    assert!(p.exists(), "{} missing: run `cargo xtask test`", p.display());
+    p
+}
+
+fn model() -> PathBuf {
+    env_path("NORNIR_TEST_MODEL")
+}
+
+fn nornir(args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nornir"));
+    cmd.args(args).env_remove("NORNIR_DEVICE").env_remove("ORT_DYLIB_PATH").env_remove("NORNIR_CUDA_LIBS").env_remove("NORNIR_ROCM_LIBS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run nornir")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn doctor(ort: &Path, device: &str, env: &[(&str, &Path)]) -> serde_json::Value {
+    let m = model();
+    let o = nornir(&["vector", "doctor", "--json", "--model", s(&m), "--ort-lib", s(ort), "--device", device], env);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("doctor JSON")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// Embeds the parity sample and checks it against the reference (cosine >= 0.9999).
+fn assert_parity(ort: &Path, env: &[(&str, &Path)]) {
+    let sample = env_path("NORNIR_TEST_CORPUS").join("parity-sample.txt");
+    let reference = std::fs::read(env_path("NORNIR_TEST_CORPUS").join("parity-sample.f32")).expect("reference");
+    let m = model();
+    let o = nornir(&["vector", "embed", "--quiet", "--format", "f32", "--model", s(&m), "--ort-lib", s(ort), "--input", s(&sample)], env);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(o.stdout.len(), reference.len());
+    let f = |b: &[u8]| -> Vec<f32> { b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
+    let (got, want) = (f(&o.stdout), f(&reference));
+    for (i, (a, b)) in got.chunks_exact(384).zip(want.chunks_exact(384)).enumerate() {
+        let cos: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        assert!(cos >= 0.9999, "{}: row {i} cosine {cos}", ort.display());
+    }
+}
+
+fn registration<'a>(d: &'a serde_json::Value, provider: &str) -> &'a serde_json::Value {
+    d["session"]["registrations"].as_array().and_then(|r| r.iter().find(|x| x["provider"] == provider)).unwrap_or_else(|| panic!("no {provider} registration in {d}"))
+}
+
+fn missing_in_preflight(reg: &serde_json::Value) -> Vec<String> {
+    reg["preflight"]["requirements"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["status"] == "missing")
+        .map(|r| r["soname"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn cpu_build_runs_on_cpu_and_a_forced_gpu_is_not_in_this_build() {
+    let ort = env_path("NORNIR_TEST_ORT_CPU");
+    let d = doctor(&ort, "auto", &[]);
+    assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
+    assert_eq!(d["ort"]["version"], "1.31.1");
+    assert_parity(&ort, &[]);
+    let m = model();
+    let o = nornir(&["vector", "embed", "--model", s(&m), "--ort-lib", s(&ort), "--device", "cuda", "x"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("CUDAExecutionProvider: not in this build of ONNX Runtime"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn cuda_build_forced_is_an_error_naming_libcublaslt_and_auto_falls_back() {
+    let ort = env_path("NORNIR_TEST_ORT_GPU");
+    let m = model();
+    let o = nornir(&["vector", "embed", "--model", s(&m), "--ort-lib", s(&ort), "--device", "cuda", "x"], &[]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("forced to cuda") && err.contains("libcublasLt.so.13: cannot open shared object file"), "{err}");
+    assert!(err.contains("preflight: libcublasLt.so.13"), "the preflight agrees: {err}");
+    let d = doctor(&ort, "auto", &[]);
+    assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
+    assert_eq!(d["plan"]["vendor"], "cpu", "no driver: auto does not even request CUDA");
+    assert_parity(&ort, &[]);
+}
+
+/// NVIDIA simulated: driver tree + stub libcuda.so.1 (one device) and libcudart.so.13.
+#[test]
+fn simulated_nvidia_machine_requests_cuda_which_fails_and_cpu_runs() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let root = t.path().join("root");
+    support::nvidia_driver_tree(&root);
+    let libs = t.path().join("cuda-libs");
+    support::stub_libcuda(&libs, 1);
+    support::stub_cudart(&libs);
+    let env: [(&str, &Path); 2] = [("NORNIR_PROBE_ROOT", &root), ("NORNIR_CUDA_LIBS", &libs)];
+    let ort = env_path("NORNIR_TEST_ORT_GPU");
+    let d = doctor(&ort, "auto", &env);
+    assert_eq!(d["cuda"]["available"], true, "{}", d["cuda"]);
+    assert_eq!(d["plan"]["vendor"], "cuda");
+    assert_eq!(d["plan"]["providers"], serde_json::json!(["Cuda", "Cpu"]));
+    let cuda = registration(&d, "CUDAExecutionProvider");
+    assert_eq!(cuda["ok"], false);
+    let error = cuda["error"].as_str().unwrap_or_default();
+    assert!(error.contains("libcublasLt.so.13"), "{error}");
+    let missing = missing_in_preflight(cuda);
+    assert!(missing.contains(&"libcublasLt.so.13".to_owned()), "{missing:?}");
+    assert!(!missing.contains(&"libcuda.so.1".to_owned()) && !missing.contains(&"libcudart.so.13".to_owned()), "the stubs were preloaded: {missing:?}");
+    assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
+    assert_eq!(d["session"]["placement"]["status"], "known");
+    assert!(d["session"]["placement"]["nodes"].get("CUDAExecutionProvider").is_none());
+    assert_parity(&ort, &env);
+}
+
+/// AMD simulated: kfd tree + stub libamdhip64.so.7 (one device) and a stub libmigraphx_c.so.3
+/// that lacks every symbol the real provider needs, with the real onnxruntime-migraphx build.
+#[cfg(feature = "embed-ort-rocm")]
+#[test]
+fn simulated_amd_machine_requests_migraphx_which_fails_and_cpu_runs() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let root = t.path().join("root");
+    support::amd_driver_tree(&root);
+    let libs = t.path().join("rocm-libs");
+    let hip = support::stub_hip(&libs, "libamdhip64.so.7", 1);
+    support::stub_library(&libs, "libmigraphx_c.so.3", "int nornir_stub_has_no_migraphx_api = 1;\n", &[&hip]);
+    let env: [(&str, &Path); 2] = [("NORNIR_PROBE_ROOT", &root), ("NORNIR_ROCM_LIBS", &libs)];
+    let ort = env_path("NORNIR_TEST_ORT_MIGRAPHX");
+    let d = doctor(&ort, "auto", &env);
+    assert_eq!(d["rocm"]["available"], true, "{}", d["rocm"]);
+    assert_eq!(d["plan"]["vendor"], "rocm");
+    let mig = registration(&d, "MIGraphXExecutionProvider");
+    assert_eq!(mig["ok"], false);
+    assert!(mig["error"].as_str().is_some_and(|e| !e.is_empty()), "{mig}");
+    let rocm = registration(&d, "ROCMExecutionProvider");
+    assert!(rocm["error"].as_str().is_some_and(|e| e.contains("not in this build")), "{rocm}");
+    assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
+    assert_parity(&ort, &env);
+
+    // Forced on the same machine: an error, never a silent CPU run.
+    let m = model();
+    let o = nornir(&["vector", "embed", "--model", s(&m), "--ort-lib", s(&ort), "--device", "rocm", "x"], &env);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("forced to rocm"));
+}
+
+/// The real MIGraphX build on this machine with no AMD driver at all: forced is an error that
+/// names a missing AMD library; auto runs on CPU.
+#[cfg(feature = "embed-ort-rocm")]
+#[test]
+fn migraphx_build_forced_names_the_missing_library() {
+    let ort = env_path("NORNIR_TEST_ORT_MIGRAPHX");
+    let m = model();
+    let o = nornir(&["vector", "embed", "--model", s(&m), "--ort-lib", s(&ort), "--device", "rocm", "x"], &[]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("libmigraphx_c.so.3") || err.contains("libamdhip64.so.7"), "{err}");
+    let d = doctor(&ort, "auto", &[]);
+    assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
+}
