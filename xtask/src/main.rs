@@ -6,6 +6,7 @@
 //! - `test`: the whole test suite with its set-up (fetch, test libraries), default and AMD builds.
 
 mod assets;
+mod features;
 mod fetch;
 
 use std::path::{Path, PathBuf};
@@ -17,7 +18,9 @@ const USAGE: &str = "usage: cargo xtask <fetch|demo|test>
   fetch   download ONNX Runtime 1.31.1 (CPU) and all-MiniLM-L6-v2 (int8) into the nornir cache
           --gpu-builds: also the CUDA 1.31.1, MIGraphX 1.27.1 and ROCm 1.22.2 builds of ONNX Runtime
   demo    fetch, build `nornir`, embed a few sentences, print their similarity and the doctor summary
-  test    fetch what the tests need, then run every test (default and embed-ort-rocm builds)";
+  test    fetch what the tests need, then run every test (default and embed-ort-rocm builds) and
+          check-features
+  check-features  clippy (-D warnings), tests and binary contents for every feature set; layering";
 
 fn main() {
     if let Err(e) = run() {
@@ -46,6 +49,7 @@ fn run() -> Result<()> {
         }
         Some("demo") => demo(),
         Some("test") => test(&args[1..]),
+        Some("check-features") => features::check_features(&test_env(&fetch::fetch(&all_test_assets())?)),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
             Ok(())
@@ -54,17 +58,17 @@ fn run() -> Result<()> {
     }
 }
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(workspace_root());
     c
 }
 
-fn run_checked(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run_checked(cmd: &mut Command) -> Result<()> {
     let status = cmd.status().with_context(|| format!("run {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed ({status})");
@@ -96,13 +100,16 @@ fn ensure_debian_hip() -> Result<()> {
     )
 }
 
-fn test(extra: &[String]) -> Result<()> {
+fn all_test_assets() -> Vec<&'static assets::Asset> {
     let mut all: Vec<&assets::Asset> = assets::DEFAULT_ASSETS.to_vec();
     all.extend_from_slice(assets::TEST_ASSETS);
-    let home = fetch::fetch(&all)?;
-    ensure_debian_hip()?;
-    let env = [
-        ("NORNIR_HOME", home.clone()),
+    all
+}
+
+/// What the tests read to find the fetched assets.
+fn test_env(home: &Path) -> Vec<(&'static str, PathBuf)> {
+    vec![
+        ("NORNIR_HOME", home.to_path_buf()),
         ("NORNIR_TEST_MODEL", home.join(assets::DEFAULT_MODEL_DIR)),
         ("NORNIR_TEST_CUDART_DIR", home.join(assets::TEST_CUDART.dest)),
         ("NORNIR_TEST_ORT_1_22", home.join(assets::ORT_ROCM_1_22.dest).join("libonnxruntime.so.1.22.2")),
@@ -110,7 +117,13 @@ fn test(extra: &[String]) -> Result<()> {
         ("NORNIR_TEST_ORT_GPU", home.join(assets::ORT_GPU.dest).join("libonnxruntime.so.1.31.1")),
         ("NORNIR_TEST_ORT_MIGRAPHX", home.join(assets::ORT_MIGRAPHX.dest).join("libonnxruntime.so.1.27.1")),
         ("NORNIR_TEST_CORPUS", workspace_root().join("testdata")),
-    ];
+    ]
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    let home = fetch::fetch(&all_test_assets())?;
+    ensure_debian_hip()?;
+    let env = test_env(&home);
     eprintln!("xtask: tests, default build");
     run_checked(cargo().args(["test", "--workspace", "--exclude", "xtask"]).args(extra).envs(env.clone()))?;
     eprintln!("xtask: tests, embed-ort-rocm build");

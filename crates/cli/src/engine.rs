@@ -18,6 +18,7 @@ use crate::input::InputFormat;
 use crate::output::OutputFormat;
 
 /// One `nornir vector embed` run.
+#[cfg_attr(not(feature = "embed-ort"), allow(dead_code))]
 pub struct EmbedJob {
     pub texts: Vec<String>,
     pub input: Option<PathBuf>,

@@ -3,7 +3,10 @@
 
 mod doctor;
 mod engine;
+// Without the embedder the embed options are still parsed (to say it is not compiled in), not used.
+#[cfg_attr(not(feature = "embed-ort"), allow(dead_code))]
 mod input;
+#[cfg_attr(not(feature = "embed-ort"), allow(dead_code))]
 mod output;
 
 use std::path::PathBuf;

@@ -1,6 +1,8 @@
 //! The `nornir` binary end to end, on the real default model and the real CPU ONNX Runtime
 //! (`cargo xtask test` fetches both and sets NORNIR_TEST_MODEL / NORNIR_HOME).
 
+#![cfg(feature = "embed-ort")]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

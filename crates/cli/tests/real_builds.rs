@@ -12,6 +12,8 @@
 //! libraries with the real sonames, compiled at test time) make `auto` request the GPU: the real
 //! provider then fails to register, the session runs on CPU, and every report says so.
 
+#![cfg(feature = "embed-ort")]
+
 #[path = "../../gpu-probe/tests/support/mod.rs"]
 mod support;
 
@@ -30,7 +32,11 @@ fn model() -> PathBuf {
 
 fn nornir(args: &[&str], env: &[(&str, &Path)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_nornir"));
-    cmd.args(args).env_remove("NORNIR_DEVICE").env_remove("ORT_DYLIB_PATH").env_remove("NORNIR_CUDA_LIBS").env_remove("NORNIR_ROCM_LIBS");
+    cmd.args(args)
+        .env_remove("NORNIR_DEVICE")
+        .env_remove("ORT_DYLIB_PATH")
+        .env_remove("NORNIR_CUDA_LIBS")
+        .env_remove("NORNIR_ROCM_LIBS");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -57,10 +63,26 @@ fn assert_parity(ort: &Path, env: &[(&str, &Path)]) {
     let sample = env_path("NORNIR_TEST_CORPUS").join("parity-sample.txt");
     let reference = std::fs::read(env_path("NORNIR_TEST_CORPUS").join("parity-sample.f32")).expect("reference");
     let m = model();
-    let o = nornir(&["vector", "embed", "--quiet", "--format", "f32", "--model", s(&m), "--ort-lib", s(ort), "--input", s(&sample)], env);
+    let o = nornir(
+        &[
+            "vector",
+            "embed",
+            "--quiet",
+            "--format",
+            "f32",
+            "--model",
+            s(&m),
+            "--ort-lib",
+            s(ort),
+            "--input",
+            s(&sample),
+        ],
+        env,
+    );
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(o.stdout.len(), reference.len());
-    let f = |b: &[u8]| -> Vec<f32> { b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
+    let f =
+        |b: &[u8]| -> Vec<f32> { b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
     let (got, want) = (f(&o.stdout), f(&reference));
     for (i, (a, b)) in got.chunks_exact(384).zip(want.chunks_exact(384)).enumerate() {
         let cos: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
@@ -69,7 +91,10 @@ fn assert_parity(ort: &Path, env: &[(&str, &Path)]) {
 }
 
 fn registration<'a>(d: &'a serde_json::Value, provider: &str) -> &'a serde_json::Value {
-    d["session"]["registrations"].as_array().and_then(|r| r.iter().find(|x| x["provider"] == provider)).unwrap_or_else(|| panic!("no {provider} registration in {d}"))
+    d["session"]["registrations"]
+        .as_array()
+        .and_then(|r| r.iter().find(|x| x["provider"] == provider))
+        .unwrap_or_else(|| panic!("no {provider} registration in {d}"))
 }
 
 fn missing_in_preflight(reg: &serde_json::Value) -> Vec<String> {
@@ -92,7 +117,11 @@ fn cpu_build_runs_on_cpu_and_a_forced_gpu_is_not_in_this_build() {
     let m = model();
     let o = nornir(&["vector", "embed", "--model", s(&m), "--ort-lib", s(&ort), "--device", "cuda", "x"], &[]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("CUDAExecutionProvider: not in this build of ONNX Runtime"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("CUDAExecutionProvider: not in this build of ONNX Runtime"),
+        "{}",
+        text(&o.stderr)
+    );
 }
 
 #[test]
@@ -102,7 +131,10 @@ fn cuda_build_forced_is_an_error_naming_libcublaslt_and_auto_falls_back() {
     let o = nornir(&["vector", "embed", "--model", s(&m), "--ort-lib", s(&ort), "--device", "cuda", "x"], &[]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("forced to cuda") && err.contains("libcublasLt.so.13: cannot open shared object file"), "{err}");
+    assert!(
+        err.contains("forced to cuda") && err.contains("libcublasLt.so.13: cannot open shared object file"),
+        "{err}"
+    );
     assert!(err.contains("preflight: libcublasLt.so.13"), "the preflight agrees: {err}");
     let d = doctor(&ort, "auto", &[]);
     assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
@@ -131,7 +163,10 @@ fn simulated_nvidia_machine_requests_cuda_which_fails_and_cpu_runs() {
     assert!(error.contains("libcublasLt.so.13"), "{error}");
     let missing = missing_in_preflight(cuda);
     assert!(missing.contains(&"libcublasLt.so.13".to_owned()), "{missing:?}");
-    assert!(!missing.contains(&"libcuda.so.1".to_owned()) && !missing.contains(&"libcudart.so.13".to_owned()), "the stubs were preloaded: {missing:?}");
+    assert!(
+        !missing.contains(&"libcuda.so.1".to_owned()) && !missing.contains(&"libcudart.so.13".to_owned()),
+        "the stubs were preloaded: {missing:?}"
+    );
     assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
     assert_eq!(d["session"]["placement"]["status"], "known");
     assert!(d["session"]["placement"]["nodes"].get("CUDAExecutionProvider").is_none());

@@ -1,0 +1,85 @@
+//! `cargo xtask check-features`: the feature promise, checked rather than assumed.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use crate::{cargo, run_checked, workspace_root};
+
+/// (label, cargo flags, whether the binary must contain the AMD path).
+const CONFIGS: &[(&str, &[&str], bool)] = &[
+    ("no default features", &["--no-default-features"], false),
+    ("embed-ort", &["--no-default-features", "--features", "embed-ort"], false),
+    ("embed-ort-rocm", &["--features", "embed-ort-rocm"], true),
+    ("all features", &["--all-features"], true),
+];
+
+/// Strings only the AMD path puts into a binary.
+const AMD_MARKERS: &[&str] = &["MIGraphXExecutionProvider", "ROCMExecutionProvider", "libmigraphx_c.so"];
+
+pub fn check_features(test_env: &[(&str, std::path::PathBuf)]) -> Result<()> {
+    let started = Instant::now();
+    for (label, flags, amd) in CONFIGS {
+        eprintln!("xtask: check-features: {label}");
+        let packages = ["-p", "nornir-vector", "-p", "nornir-cli"];
+        run_checked(
+            cargo()
+                .args(["clippy", "--quiet", "--all-targets"])
+                .args(packages)
+                .args(*flags)
+                .args(["--", "-D", "warnings"]),
+        )?;
+        run_checked(cargo().args(["test", "--quiet"]).args(packages).args(*flags).envs(test_env.iter().cloned()))?;
+        run_checked(cargo().args(["build", "--quiet", "-p", "nornir-cli"]).args(*flags))?;
+        let bin = workspace_root().join("target/debug/nornir");
+        let found: Vec<&str> = AMD_MARKERS.iter().copied().filter(|m| contains(&bin, m).unwrap_or(false)).collect();
+        match (amd, found.is_empty()) {
+            (true, true) => bail!("{label}: the binary lacks the AMD path ({AMD_MARKERS:?} not found)"),
+            (false, false) => bail!("{label}: the binary contains AMD code: {found:?}"),
+            _ => eprintln!(
+                "xtask: check-features: {label}: AMD markers {}",
+                if *amd { "present, as they must be" } else { "absent, as they must be" }
+            ),
+        }
+    }
+    for pkg in ["nornir-gpu-probe", "nornir-ep-select"] {
+        let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .current_dir(workspace_root())
+            .args(["tree", "--quiet", "--all-features", "-e", "normal", "-p", pkg])
+            .output()
+            .context("run cargo tree")?;
+        let tree = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || tree.lines().any(|l| l.contains(" ort v") || l.contains(" ort-sys v")) {
+            bail!("{pkg} depends on ort (or cargo tree failed):\n{tree}");
+        }
+        if pkg == "nornir-ep-select" && tree.lines().any(|l| l.contains("libloading") || l.contains("nornir-gpu-probe"))
+        {
+            bail!("nornir-ep-select must do no I/O, but depends on:\n{tree}");
+        }
+    }
+    facade_has_no_logic(&workspace_root().join("crates/vector/src/lib.rs"))?;
+    eprintln!("xtask: check-features passed in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn contains(file: &Path, needle: &str) -> Result<bool> {
+    let bytes = std::fs::read(file).with_context(|| format!("read {}", file.display()))?;
+    Ok(bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
+}
+
+/// The facade may hold re-exports, constants and docs, nothing that computes.
+fn facade_has_no_logic(lib: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(lib)?;
+    for (i, line) in text.lines().enumerate() {
+        let code = line.trim();
+        if code.starts_with("//") {
+            continue;
+        }
+        if ["fn ", "impl ", "trait ", "macro_rules!", "mod "].iter().any(|k| code.contains(k)) {
+            bail!("{}:{}: the facade must have no logic: {code}", lib.display(), i + 1);
+        }
+    }
+    Ok(())
+}
