@@ -172,6 +172,12 @@ fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session:
                 .to_owned();
         }
         let active = s["active_provider"].as_str().unwrap_or("");
+        if let Some(f) = s["fallback"].as_str() {
+            return format!(
+                "the GPU failed when the session was created, so the CPU runs the model; check the device and its driver ({})",
+                f.chars().take(120).collect::<String>()
+            );
+        }
         if active != "CPUExecutionProvider" {
             return format!("nothing to do: the model runs on {active}");
         }

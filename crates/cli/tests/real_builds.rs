@@ -50,7 +50,7 @@ fn text(b: &[u8]) -> String {
 fn doctor(ort: &Path, device: &str, env: &[(&str, &Path)]) -> serde_json::Value {
     let m = model();
     let o = nornir(&["vector", "doctor", "--json", "--model", s(&m), "--ort-lib", s(ort), "--device", device], env);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(o.status.success(), "{}: {}", o.status, text(&o.stderr));
     serde_json::from_slice(&o.stdout).expect("doctor JSON")
 }
 
@@ -217,4 +217,104 @@ fn migraphx_build_forced_names_the_missing_library() {
     assert!(err.contains("libmigraphx_c.so.3") || err.contains("libamdhip64.so.7"), "{err}");
     let d = doctor(&ort, "auto", &[]);
     assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
+}
+
+/// Stub CUDA libraries with every symbol the real CUDA provider imports, so that the provider
+/// loads and registers; they report one device, but `cudaGetDeviceProperties` fails, which ONNX
+/// Runtime calls only when it creates the provider for a session. This stands in for a GPU whose
+/// driver answers but whose device fails at session creation (a device error that shows only then).
+fn cuda_stubs_failing_at_session_creation(dir: &Path, provider: &Path) {
+    let nm = Command::new("nm").args(["-D", "--undefined-only"]).arg(provider).output().expect("run nm (binutils)");
+    assert!(nm.status.success());
+    let mut by_lib: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+    for line in String::from_utf8_lossy(&nm.stdout).lines() {
+        let Some(sym) = line.split_whitespace().last() else { continue };
+        match sym.split_once('@') {
+            // Versioned: the version node is the library's soname (cudart, cublas, cublasLt).
+            Some((name, version)) if version.trim_start_matches('@').starts_with("libcu") => {
+                by_lib.entry(version.trim_start_matches('@').to_owned()).or_default().push(name.to_owned());
+            }
+            // Unversioned driver API (cuTensorMapEncodeTiled); Provider_GetHost and the like
+            // belong to ONNX Runtime's own shared library and must not be stubbed.
+            None if sym.starts_with("cu") => by_lib.entry("libcuda.so.1".to_owned()).or_default().push(sym.to_owned()),
+            _ => {}
+        }
+    }
+    by_lib.entry("libcurand.so.10".to_owned()).or_default();
+    // What the probe calls in the driver library to count devices.
+    by_lib.entry("libcuda.so.1".to_owned()).or_default().extend(["cuInit".to_owned(), "cuDeviceGetCount".to_owned()]);
+    let special = |name: &str| -> Option<String> {
+        Some(match name {
+            "cudaGetDeviceCount" => "int cudaGetDeviceCount(int* n) { *n = 1; return 0; }".to_owned(),
+            "cuDeviceGetCount" => "int cuDeviceGetCount(int* n) { *n = 1; return 0; }".to_owned(),
+            "cudaGetDeviceProperties" => "int cudaGetDeviceProperties(void* p, int d) { (void)p; (void)d; return 100; }".to_owned(),
+            "cudaGetErrorString" | "cudaGetErrorName" => format!("const char* {name}(int e) {{ (void)e; return \"no CUDA-capable device is detected (nornir test stub)\"; }}"),
+            // The provider's static initialisers register their kernels and keep the handle.
+            "__cudaRegisterFatBinary" => "static void* nornir_fatbin_slot[64]; void** __cudaRegisterFatBinary(void* f) { (void)f; return nornir_fatbin_slot; }".to_owned(),
+            "cudaMalloc" => "int cudaMalloc(void** p, unsigned long n) { (void)n; *p = 0; return 2; }".to_owned(),
+            _ => return None,
+        })
+    };
+    let mut built: Vec<PathBuf> = Vec::new();
+    for (lib, syms) in &by_lib {
+        let mut src = String::new();
+        for s in syms {
+            src.push_str(&special(s).unwrap_or_else(|| format!("long {s}(void) {{ return 0; }}")));
+            src.push('\n');
+        }
+        if syms.is_empty() {
+            src.push_str("int nornir_stub_placeholder;\n");
+        }
+        let script = dir.join(format!("{lib}.map"));
+        let versioned = lib != "libcuda.so.1" && !syms.is_empty();
+        if versioned {
+            std::fs::create_dir_all(dir).expect("mkdir");
+            std::fs::write(&script, format!("{lib} {{ global: {}; local: *; }};\n", syms.join("; ")))
+                .expect("version script");
+        }
+        let c = dir.join(format!("{lib}.c"));
+        std::fs::create_dir_all(dir).expect("mkdir");
+        std::fs::write(&c, src).expect("source");
+        let out = dir.join(lib);
+        let mut cmd = Command::new("cc");
+        cmd.args(["-shared", "-fPIC", "-w", "-o"]).arg(&out).arg(&c).arg(format!("-Wl,-soname,{lib}"));
+        if versioned {
+            cmd.arg(format!("-Wl,--version-script={}", script.display()));
+        }
+        assert!(cmd.status().expect("cc").success(), "stub {lib}");
+        built.push(out);
+    }
+    assert!(built.iter().any(|p| p.ends_with("libcublasLt.so.13")), "{by_lib:?}");
+}
+
+/// A GPU provider that registers but fails when the session is created: auto ends on CPU with the
+/// reason recorded; forced is an error.
+#[test]
+fn cuda_registers_but_session_creation_fails_then_cpu_runs() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let root = t.path().join("root");
+    support::nvidia_driver_tree(&root);
+    let libs = t.path().join("cuda-libs");
+    let ort = env_path("NORNIR_TEST_ORT_GPU");
+    cuda_stubs_failing_at_session_creation(&libs, &ort.with_file_name("libonnxruntime_providers_cuda.so"));
+    let env: [(&str, &Path); 2] = [("NORNIR_PROBE_ROOT", &root), ("NORNIR_CUDA_LIBS", &libs)];
+    let d = doctor(&ort, "auto", &env);
+    assert_eq!(d["plan"]["vendor"], "cuda", "{}", d["cuda"]);
+    let cuda = registration(&d, "CUDAExecutionProvider");
+    assert_eq!(cuda["ok"], true, "registration succeeds: {cuda}");
+    let fallback =
+        d["session"]["fallback"].as_str().unwrap_or_else(|| panic!("no fallback recorded: {}", d["session"]));
+    assert!(
+        fallback.contains("creating the session with CUDAExecutionProvider failed")
+            && fallback.contains("rebuilt on CPUExecutionProvider"),
+        "{fallback}"
+    );
+    assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
+    assert_eq!(d["session"]["gpu_vendor"], "cpu");
+    assert_parity(&ort, &env);
+
+    let m = model();
+    let o = nornir(&["vector", "embed", "--model", s(&m), "--ort-lib", s(&ort), "--device", "cuda", "x"], &env);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("creating the session with CUDAExecutionProvider failed"), "{}", text(&o.stderr));
 }
