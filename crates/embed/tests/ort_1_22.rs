@@ -7,7 +7,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{cosine, model_dir, testdata};
+use common::{cosine, model_dir, parity_sample};
 use nornir_embed::{Embedder, EmbedderOptions};
 
 fn ort_1_22() -> PathBuf {
@@ -27,13 +27,7 @@ fn cpu_fallback_on_1_22_embeds_the_parity_sample_correctly() {
     let e = Embedder::new(&model_dir(), &options()).expect("load on 1.22.2");
     assert_eq!(e.report().ort.version, "1.22.2");
     assert_eq!(e.report().active_provider, "CPUExecutionProvider");
-    let texts: Vec<String> =
-        std::fs::read_to_string(testdata("parity-sample.txt")).expect("sample").lines().map(str::to_owned).collect();
-    let reference: Vec<f32> = std::fs::read(testdata("parity-sample.f32"))
-        .expect("reference")
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let (texts, reference) = parity_sample();
     let got = e.embed(&texts).expect("embed");
     for (i, row) in got.rows().enumerate() {
         let c = cosine(row, &reference[i * 384..(i + 1) * 384]);

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{cosine, model_dir, testdata};
+use common::{cosine, model_dir, parity_sample};
 use nornir_embed::{Embedder, EmbedderOptions};
 use nornir_ep_select::Device;
 
@@ -14,16 +14,7 @@ fn cpu_options() -> EmbedderOptions {
 
 #[test]
 fn parity_sample_matches_reference() {
-    let texts: Vec<String> = std::fs::read_to_string(testdata("parity-sample.txt"))
-        .expect("parity-sample.txt")
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    let reference: Vec<f32> = std::fs::read(testdata("parity-sample.f32"))
-        .expect("parity-sample.f32")
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let (texts, reference) = parity_sample();
     assert_eq!(texts.len(), 99);
     assert_eq!(reference.len(), 99 * 384);
     let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load the default model");
@@ -83,8 +74,7 @@ fn shared_across_threads_gives_the_single_threaded_result() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Embedder>();
     let embedder = std::sync::Arc::new(Embedder::new(&model_dir(), &cpu_options()).expect("load"));
-    let texts: Vec<String> =
-        std::fs::read_to_string(testdata("parity-sample.txt")).expect("sample").lines().map(str::to_owned).collect();
+    let (texts, _) = parity_sample();
     let alone = embedder.embed(&texts).expect("embed");
     let handles: Vec<_> = (0..4)
         .map(|t| {
