@@ -419,40 +419,15 @@ fn run_batch(
 ) -> Result<usize> {
     let b = rows.len();
     let l = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
-    let mut ids = vec![0i64; b * l];
-    let mut mask = vec![0i64; b * l];
-    for (k, r) in rows.iter().enumerate() {
-        for (j, &t) in r.iter().enumerate() {
-            ids[k * l + j] = i64::from(t);
-            mask[k * l + j] = 1;
-        }
-    }
-    let types = vec![0i64; b * l];
     let fail = |e: ort::Error| EmbedError::Inference(e.to_string());
-    let mut feed: Vec<(String, ort::session::SessionInputValue<'_>)> = Vec::with_capacity(3);
-    let ids32: Vec<i32>;
-    let mask32: Vec<i32>;
-    let types32: Vec<i32>;
-    if io.int32 {
-        ids32 = ids.iter().map(|&x| x as i32).collect();
-        mask32 = mask.iter().map(|&x| x as i32).collect();
-        types32 = vec![0; b * l];
-        feed.push((io.ids.clone(), TensorRef::from_array_view(([b, l], ids32.as_slice())).map_err(fail)?.into()));
-        if let Some(m) = &io.mask {
-            feed.push((m.clone(), TensorRef::from_array_view(([b, l], mask32.as_slice())).map_err(fail)?.into()));
-        }
-        if let Some(t) = &io.type_ids {
-            feed.push((t.clone(), TensorRef::from_array_view(([b, l], types32.as_slice())).map_err(fail)?.into()));
-        }
+    let (wide, narrow);
+    let feed = if io.int32 {
+        narrow = PaddedInputs::<i32>::new(rows, l);
+        narrow.feed(io, [b, l]).map_err(fail)?
     } else {
-        feed.push((io.ids.clone(), TensorRef::from_array_view(([b, l], ids.as_slice())).map_err(fail)?.into()));
-        if let Some(m) = &io.mask {
-            feed.push((m.clone(), TensorRef::from_array_view(([b, l], mask.as_slice())).map_err(fail)?.into()));
-        }
-        if let Some(t) = &io.type_ids {
-            feed.push((t.clone(), TensorRef::from_array_view(([b, l], types.as_slice())).map_err(fail)?.into()));
-        }
-    }
+        wide = PaddedInputs::<i64>::new(rows, l);
+        wide.feed(io, [b, l]).map_err(fail)?
+    };
     let started = Instant::now();
     let outputs = session.run(feed).map_err(fail)?;
     ort_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -557,4 +532,42 @@ fn graph_io(session: &Session, folder: &ModelFolder) -> Result<GraphIo> {
         },
     };
     Ok(GraphIo { ids, mask, type_ids, int32: int32.unwrap_or(false), output, pooled })
+}
+
+/// A batch's ids, attention mask and token type ids, padded to `l`, in the graph's integer type.
+struct PaddedInputs<T> {
+    ids: Vec<T>,
+    mask: Vec<T>,
+    types: Vec<T>,
+}
+
+impl<T: ort::value::PrimitiveTensorElementType + From<u16> + TryFrom<u32> + Copy + std::fmt::Debug + 'static>
+    PaddedInputs<T>
+{
+    fn new(rows: &[&[u32]], l: usize) -> Self {
+        let zero = T::from(0u16);
+        let mut ids = vec![zero; rows.len() * l];
+        let mut mask = vec![zero; rows.len() * l];
+        for (k, r) in rows.iter().enumerate() {
+            for (j, &t) in r.iter().enumerate() {
+                // Token ids come from the tokenizer's vocabulary, far below i32::MAX.
+                ids[k * l + j] = T::try_from(t).unwrap_or(zero);
+                mask[k * l + j] = T::from(1u16);
+            }
+        }
+        Self { ids, mask, types: vec![zero; rows.len() * l] }
+    }
+
+    /// The inputs the graph declares, viewing this batch's buffers without copying them.
+    fn feed(&self, io: &GraphIo, shape: [usize; 2]) -> ort::Result<Vec<(String, ort::session::SessionInputValue<'_>)>> {
+        let mut feed = Vec::with_capacity(3);
+        feed.push((io.ids.clone(), TensorRef::from_array_view((shape, self.ids.as_slice()))?.into()));
+        if let Some(m) = &io.mask {
+            feed.push((m.clone(), TensorRef::from_array_view((shape, self.mask.as_slice()))?.into()));
+        }
+        if let Some(t) = &io.type_ids {
+            feed.push((t.clone(), TensorRef::from_array_view((shape, self.types.as_slice()))?.into()));
+        }
+        Ok(feed)
+    }
 }
