@@ -131,8 +131,11 @@ fn test(extra: &[String]) -> Result<()> {
         cargo()
             .args(["test", "--workspace", "--exclude", "xtask", "--features", "nornir-cli/embed-ort-rocm"])
             .args(extra)
-            .envs(env),
+            .envs(env.clone()),
     )?;
+    if extra.is_empty() {
+        features::check_features(&env)?;
+    }
     Ok(())
 }
 
