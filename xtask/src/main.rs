@@ -170,6 +170,11 @@ fn demo() -> Result<()> {
         println!("  {} {:<36}", cells.join(" "), sentences[i]);
     }
     println!();
-    run_checked(Command::new(&nornir).args(["vector", "doctor", "--summary"]).env("NORNIR_HOME", &home))?;
+    run_checked(
+        Command::new(&nornir)
+            .args(["vector", "doctor", "--summary", "--model"])
+            .arg(home.join(assets::DEFAULT_MODEL_DIR))
+            .env("NORNIR_HOME", &home),
+    )?;
     Ok(())
 }
