@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use nornir_ep_select::Plan;
-use nornir_gpu_probe::{ProbeContext, discover_ort, pick_ort};
+use nornir_gpu_probe::{OrtCandidate, OrtDiscovery, ProbeContext, discover_ort, pick_ort};
 use serde::Serialize;
 
 use crate::error::{EmbedError, Result};
@@ -46,14 +46,8 @@ pub fn load_runtime(plan: &Plan, explicit: Option<&Path>) -> Result<Arc<OrtRunti
     if let Some(rt) = loaded.as_ref() {
         return Ok(rt.clone());
     }
-    let mut ctx = ProbeContext::from_process();
-    if let Some(p) = explicit {
-        let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-        ctx = ctx.with_var("ORT_DYLIB_PATH", abs);
-    }
-    let discovery = discover_ort(&ctx);
-    let wanted: Vec<&str> = plan.providers.iter().filter_map(|p| p.library_name()).collect();
-    let Some((candidate, reason)) = pick_ort(&discovery, &wanted, MIN_ORT) else {
+    let (discovery, choice) = choose_library(plan, explicit);
+    let Some((candidate, reason)) = choice else {
         let mut searched: Vec<String> = discovery.searched.iter().map(|p| p.display().to_string()).collect();
         searched.extend(discovery.problems.iter().cloned());
         return Err(EmbedError::NoOrtLibrary { searched: searched.join(", ") });
@@ -75,6 +69,20 @@ pub fn load_runtime(plan: &Plan, explicit: Option<&Path>) -> Result<Arc<OrtRunti
         Arc::new(OrtRuntime { info: OrtInfo { path, version, providers: candidate.providers.clone(), reason }, env });
     *loaded = Some(rt.clone());
     Ok(rt)
+}
+
+/// The library [`load_runtime`] would load for `plan` (an `explicit` path wins, like
+/// `ORT_DYLIB_PATH`), with the whole discovery, without loading anything.
+pub fn choose_library(plan: &Plan, explicit: Option<&Path>) -> (OrtDiscovery, Option<(OrtCandidate, String)>) {
+    let mut ctx = ProbeContext::from_process();
+    if let Some(p) = explicit {
+        let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        ctx = ctx.with_var("ORT_DYLIB_PATH", abs);
+    }
+    let discovery = discover_ort(&ctx);
+    let wanted: Vec<&str> = plan.providers.iter().filter_map(|p| p.library_name()).collect();
+    let choice = pick_ort(&discovery, &wanted, MIN_ORT).map(|(c, why)| (c.clone(), why));
+    (discovery, choice)
 }
 
 /// ONNX Runtime's own log lines, forwarded to `tracing` (only the binary prints them).

@@ -10,7 +10,7 @@ pub use nornir_gpu_probe::{self as gpu_probe, ProbeReport, preflight, probe};
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
     EmbedError, EmbedStats, Embedder, EmbedderOptions, Embeddings, MIN_ORT, ModelInfo, OrtInfo, Placement, Pooling,
-    Registration, Result, SessionReport, check_library, plan_for,
+    Registration, Result, SessionReport, check_library, choose_library, plan_for,
 };
 
 /// Whether this build contains the ONNX Runtime embedder.

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use nornir_vector::gpu_probe::{ProbeContext, discover_ort, nornir_home, pick_ort};
-use nornir_vector::{Device, Embedder, EmbedderOptions, Plan, check_library, plan_for};
+use nornir_vector::gpu_probe::{ProbeContext, nornir_home};
+use nornir_vector::{Device, Embedder, EmbedderOptions, Plan, check_library, choose_library, plan_for};
 
 use super::{EmbedJob, OrtChoice};
 use crate::input::{InputFormat, Record, Records};
@@ -246,15 +246,10 @@ pub fn plan(m: &ModelArgs) -> Result<Option<Plan>> {
 
 /// Which ONNX Runtime library the plan would load, and its real version, without creating a session.
 pub fn ort_choice(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
-    let mut ctx = ProbeContext::from_process();
-    if let Some(p) = &m.ort_lib {
-        ctx = ctx.with_var("ORT_DYLIB_PATH", std::path::absolute(p).unwrap_or_else(|_| p.clone()));
-    }
-    let d = discover_ort(&ctx);
-    let wanted: Vec<&str> =
-        plan.map(|p| p.providers.iter().filter_map(|x| x.library_name()).collect()).unwrap_or_default();
+    let Some(plan) = plan else { return OrtChoice::default() };
+    let (d, choice) = choose_library(plan, m.ort_lib.as_deref());
     let mut c = OrtChoice { candidates: d.candidates.clone(), searched: d.searched.clone(), ..OrtChoice::default() };
-    match pick_ort(&d, &wanted, nornir_vector::MIN_ORT) {
+    match choice {
         None => {
             c.error = Some(format!(
                 "no ONNX Runtime library found: run `cargo xtask fetch` or set ORT_DYLIB_PATH {}",
