@@ -6,6 +6,7 @@
 //! - `test`: the whole test suite with its set-up (fetch, test libraries), default and AMD builds.
 
 mod assets;
+mod compare;
 mod features;
 mod fetch;
 
@@ -20,6 +21,8 @@ const USAGE: &str = "usage: cargo xtask <fetch|demo|test>
   demo    fetch, build `nornir`, embed a few sentences, print their similarity and the doctor summary
   test    fetch what the tests need, then run every test (default and embed-ort-rocm builds) and
           check-features
+  bench-compare   nornir vs Python (sorted/unsorted batches of 32) vs the ONNX Runtime floor on
+                  the corpus, rounds interleaved, medians (--rounds N, --threads N, --with-unsorted)
   check-features  clippy (-D warnings), tests and binary contents for every feature set; layering";
 
 fn main() {
@@ -49,6 +52,7 @@ fn run() -> Result<()> {
         }
         Some("demo") => demo(),
         Some("test") => test(&args[1..]),
+        Some("bench-compare") => compare::bench_compare(&args[1..]),
         Some("check-features") => features::check_features(&test_env(&fetch::fetch(&all_test_assets())?)),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");

@@ -1,0 +1,145 @@
+//! `cargo xtask bench-compare`: nornir against the Python pipelines people write today and
+//! against ONNX Runtime's own floor, side by side in one run, rounds interleaved, medians reported.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use crate::{assets, cargo, fetch, run_checked, workspace_root};
+
+/// Pinned so every machine compares against the same Python stack.
+const PYTHON_PACKAGES: &[&str] = &["onnxruntime==1.31.1", "tokenizers==0.23.3", "numpy==2.4.6"];
+
+struct Options {
+    corpus: std::path::PathBuf,
+    threads: u32,
+    budget: u32,
+    rounds: usize,
+    unsorted: bool,
+}
+
+fn parse(args: &[String]) -> Result<Options> {
+    let mut o = Options {
+        corpus: workspace_root().join("testdata/corpus.txt"),
+        threads: 2,
+        budget: 512,
+        rounds: 3,
+        unsorted: false,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--corpus" => o.corpus = value()?.into(),
+            "--threads" => o.threads = value()?.parse().context("--threads")?,
+            "--batch-tokens" => o.budget = value()?.parse().context("--batch-tokens")?,
+            "--rounds" => o.rounds = value()?.parse().context("--rounds")?,
+            "--with-unsorted" => o.unsorted = true,
+            other => bail!(
+                "unknown bench-compare option {other:?} (--corpus FILE, --threads N, --batch-tokens N, --rounds N, --with-unsorted)"
+            ),
+        }
+    }
+    if o.rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
+    Ok(o)
+}
+
+fn python_env(home: &Path) -> Result<std::path::PathBuf> {
+    let venv = home.join("bench-venv");
+    let py = venv.join("bin/python");
+    let stamp = venv.join(".nornir-packages");
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(&PYTHON_PACKAGES.join(" ")) {
+        eprintln!("xtask: making the Python baseline's virtual environment ({})", PYTHON_PACKAGES.join(", "));
+        run_checked(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        run_checked(
+            Command::new(&py)
+                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .args(PYTHON_PACKAGES),
+        )?;
+        std::fs::write(&stamp, PYTHON_PACKAGES.join(" "))?;
+    }
+    Ok(py)
+}
+
+fn python_run(py: &Path, mode: &str, model: &Path, o: &Options) -> Result<f64> {
+    let out = Command::new(py)
+        .arg(workspace_root().join("scripts/bench_python.py"))
+        .args([
+            mode,
+            &model.display().to_string(),
+            &o.corpus.display().to_string(),
+            &o.threads.to_string(),
+            &o.budget.to_string(),
+        ])
+        .output()
+        .context("run the Python baseline")?;
+    if !out.status.success() {
+        bail!("Python {mode} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("Python baseline output")?;
+    v["texts_per_second"].as_f64().context("texts_per_second")
+}
+
+/// `nornir vector embed` end to end: read, tokenize, batch, run, pool, write f32. Wall time.
+fn nornir_run(nornir: &Path, model: &Path, o: &Options, texts: usize) -> Result<f64> {
+    let out = std::env::temp_dir().join(format!("nornir-bench-{}.f32", std::process::id()));
+    let start = Instant::now();
+    let status = Command::new(nornir)
+        .args(["vector", "embed", "--quiet", "--format", "f32", "--model"])
+        .arg(model)
+        .arg("--input")
+        .arg(&o.corpus)
+        .arg("--output")
+        .arg(&out)
+        .args(["--threads", &o.threads.to_string(), "--batch-tokens", &o.budget.to_string()])
+        .status()
+        .context("run nornir")?;
+    let seconds = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&out);
+    if !status.success() {
+        bail!("nornir vector embed failed ({status})");
+    }
+    Ok(texts as f64 / seconds)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub fn bench_compare(args: &[String]) -> Result<()> {
+    let o = parse(args)?;
+    let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
+    let model = home.join(assets::DEFAULT_MODEL_DIR);
+    let texts =
+        std::fs::read_to_string(&o.corpus).with_context(|| format!("read {}", o.corpus.display()))?.lines().count();
+    let py = python_env(&home)?;
+    run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
+    let nornir = workspace_root().join("target/release/nornir");
+    let (mut sorted, mut floor, mut ours) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=o.rounds {
+        eprintln!("xtask: bench-compare round {round}/{}", o.rounds);
+        sorted.push(python_run(&py, "sorted", &model, &o)?);
+        floor.push(python_run(&py, "floor", &model, &o)?);
+        ours.push(nornir_run(&nornir, &model, &o, texts)?);
+    }
+    let unsorted = if o.unsorted { Some(python_run(&py, "unsorted", &model, &o)?) } else { None };
+    let (sorted, floor, ours) = (median(sorted), median(floor), median(ours));
+    let report = serde_json::json!({
+        "corpus": o.corpus, "texts": texts, "threads": o.threads, "batch_tokens": o.budget, "rounds": o.rounds,
+        "texts_per_second": { "python_sorted_32": sorted, "python_unsorted_32": unsorted, "ort_floor": floor, "nornir_end_to_end": ours },
+        "nornir_vs_python_sorted": ours / sorted,
+        "nornir_time_vs_floor_time": floor / ours,
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    eprintln!(
+        "nornir {ours:.1} texts/s = {:.2}x Python sorted ({sorted:.1}); its time is {:.2}x the ONNX Runtime floor ({floor:.1} texts/s)",
+        ours / sorted,
+        floor / ours
+    );
+    Ok(())
+}
