@@ -64,9 +64,13 @@ pub struct ModelArgs {
     /// Where to run: auto picks AMD, then NVIDIA, then CPU; a forced GPU that cannot run is an error.
     #[arg(long, env = "NORNIR_DEVICE", default_value = "auto", value_parser = ["auto", "cpu", "cuda", "rocm"])]
     pub device: String,
-    /// ONNX Runtime intra-op threads (default: all cores).
+    /// Threads for the model in all (default: all cores).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
+    /// ONNX Runtime sessions that run batches side by side on the CPU, sharing the threads
+    /// (default 1; 2 on two cores measured 14-17% faster, at about 220 MB more memory).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub sessions: Option<u32>,
     /// The libonnxruntime.so to load, instead of searching for one.
     #[arg(long, env = "ORT_DYLIB_PATH", value_name = "PATH")]
     pub ort_lib: Option<PathBuf>,

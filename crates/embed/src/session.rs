@@ -51,6 +51,8 @@ pub(crate) struct SessionConfig<'a> {
     pub model: &'a Path,
     pub intra_threads: usize,
     pub profile_to: Option<&'a Path>,
+    /// Shared by every session of one embedder, so pre-packed weights exist once.
+    pub prepacked: Option<&'a ort::session::builder::PrepackedWeights>,
 }
 
 /// Builds the session for `plan`. A GPU failure at registration or at commit falls through to CPU,
@@ -119,6 +121,9 @@ fn base_builder(rt: &OrtRuntime, cfg: &SessionConfig<'_>) -> Result<SessionBuild
         .map_err(|e| fail(e.to_string()))?;
     if let Some(p) = cfg.profile_to {
         b = b.with_profiling(p).map_err(|e| fail(e.to_string()))?;
+    }
+    if let Some(w) = cfg.prepacked {
+        b = b.with_prepacked_weights(w).map_err(|e| fail(e.to_string()))?;
     }
     Ok(b)
 }

@@ -19,7 +19,7 @@ fn ort_1_22() -> PathBuf {
 }
 
 fn options() -> EmbedderOptions {
-    EmbedderOptions { ort_library: Some(ort_1_22()), intra_threads: Some(2), ..EmbedderOptions::default() }
+    EmbedderOptions { ort_library: Some(ort_1_22()), threads: Some(2), ..EmbedderOptions::default() }
 }
 
 #[test]

@@ -9,7 +9,7 @@ use nornir_embed::{Embedder, EmbedderOptions};
 use nornir_ep_select::Device;
 
 fn cpu_options() -> EmbedderOptions {
-    EmbedderOptions { device: Device::Cpu, intra_threads: Some(2), ..EmbedderOptions::default() }
+    EmbedderOptions { device: Device::Cpu, threads: Some(2), ..EmbedderOptions::default() }
 }
 
 #[test]
@@ -92,4 +92,18 @@ fn shared_across_threads_gives_the_single_threaded_result() {
             }
         }
     }
+}
+
+#[test]
+fn several_sessions_give_the_same_vectors_in_input_order() {
+    let (texts, reference) = parity_sample();
+    // A small budget makes many batches, so both sessions take some.
+    let options = EmbedderOptions { sessions: Some(2), token_budget: 64, ..cpu_options() };
+    let embedder = Embedder::new(&model_dir(), &options).expect("load");
+    assert_eq!(embedder.sessions(), 2);
+    let got = embedder.embed(&texts).expect("embed");
+    for (i, row) in got.rows().enumerate() {
+        assert!(cosine(row, &reference[i * 384..(i + 1) * 384]) >= 0.9999, "row {i}");
+    }
+    assert!(embedder.stats().batches > 2);
 }

@@ -21,7 +21,7 @@ fn folder(dir: &Path, kind: Kind, pooling: &str) {
 }
 
 fn options() -> EmbedderOptions {
-    EmbedderOptions { device: Device::Cpu, intra_threads: Some(1), ..EmbedderOptions::default() }
+    EmbedderOptions { device: Device::Cpu, threads: Some(1), ..EmbedderOptions::default() }
 }
 
 fn token_ids(text: &str) -> Vec<usize> {
