@@ -408,11 +408,7 @@ impl Embedder {
     /// (CPU only, if the first session fell back). A failure to build them leaves one session.
     fn extra_sessions(&self) -> &[Mutex<Session>] {
         self.extra_sessions.get_or_init(|| {
-            let mut plan = self.report.plan.clone();
-            if self.report.gpu_vendor == Vendor::Cpu {
-                plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
-                plan.forced = false;
-            }
+            let plan = self.running_plan();
             let cfg = SessionConfig {
                 model: &self.info.folder.model_file,
                 intra_threads: self.intra_threads,
@@ -431,6 +427,17 @@ impl Embedder {
             }
             extra
         })
+    }
+
+    /// The plan as it really ran: CPU only when the first session ended on the CPU, so that a
+    /// further session is built the same way instead of trying the GPU again.
+    fn running_plan(&self) -> Plan {
+        let mut plan = self.report.plan.clone();
+        if self.report.gpu_vendor == Vendor::Cpu {
+            plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
+            plan.forced = false;
+        }
+        plan
     }
 
     /// How many sessions embed in parallel (on a GPU, one).
@@ -479,11 +486,7 @@ impl Embedder {
             profile_to: Some(&prefix),
             prepacked: None,
         };
-        let mut plan = self.report.plan.clone();
-        if self.report.gpu_vendor == Vendor::Cpu {
-            plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
-            plan.forced = false;
-        }
+        let plan = self.running_plan();
         let result = (|| -> Result<Placement> {
             let (mut session, _) = session::build(&self.runtime, &plan, &cfg)?;
             let ids = self
