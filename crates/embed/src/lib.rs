@@ -21,5 +21,5 @@ pub use error::{EmbedError, Result};
 pub use model::{ModelFolder, parse_modules, parse_pooling_config, parse_sentence_bert_config};
 pub use placement::parse_profile;
 pub use pool::{Pooling, normalize, pool_tokens};
-pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library, load_runtime, loaded_runtime};
+pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library, load_runtime};
 pub use session::{Placement, Registration, SessionReport};

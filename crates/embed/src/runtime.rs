@@ -34,11 +34,6 @@ pub struct OrtInfo {
 
 static LOADED: Mutex<Option<Arc<OrtRuntime>>> = Mutex::new(None);
 
-/// The ONNX Runtime loaded in this process, if any.
-pub fn loaded_runtime() -> Option<Arc<OrtRuntime>> {
-    LOADED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
-}
-
 /// Loads ONNX Runtime for `plan` (once per process: a later call gets the same library back).
 /// `explicit` (`--ort-lib`) wins over discovery, like `ORT_DYLIB_PATH`.
 pub fn load_runtime(plan: &Plan, explicit: Option<&Path>) -> Result<Arc<OrtRuntime>> {
