@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use nornir_ep_select::{Compiled, Device, Inputs, Plan, Preference, Vendor, VendorState, plan};
+use nornir_ep_select::{Compiled, Device, Inputs, Plan, Preference, Provider, Vendor, VendorState, plan};
 use nornir_gpu_probe::{VendorReport, probe};
 use ort::session::Session;
 use ort::value::{TensorElementType, TensorRef, ValueType};
@@ -118,6 +118,14 @@ struct Counters {
     ort_nanos: AtomicU64,
 }
 
+/// A session and the vendor it runs on; a GPU session that fails at run time is replaced here
+/// by a CPU session, under the same lock, before the failed batch is run again.
+#[derive(Debug)]
+struct Slot {
+    session: Session,
+    vendor: Vendor,
+}
+
 /// One finished batch from a worker: its index in the packing and its rows, in batch order.
 type BatchRows = (usize, Vec<f32>);
 
@@ -154,9 +162,11 @@ pub struct ModelInfo {
 /// so a one-text call pays for one session only.
 #[derive(Debug)]
 pub struct Embedder {
-    session: Mutex<Session>,
+    session: Mutex<Slot>,
     /// More sessions like the first, built on first need; empty on a GPU or when `sessions` is 1.
-    extra_sessions: std::sync::OnceLock<Vec<Mutex<Session>>>,
+    extra_sessions: std::sync::OnceLock<Vec<Mutex<Slot>>>,
+    /// Set once a GPU session failed at run time and was replaced by a CPU session.
+    run_fallback: Mutex<Option<String>>,
     sessions: usize,
     prepacked: ort::session::builder::PrepackedWeights,
     tokenizer: Tokenizer,
@@ -241,8 +251,9 @@ impl Embedder {
             folder,
         };
         let mut embedder = Self {
-            session: Mutex::new(session),
+            session: Mutex::new(Slot { session, vendor: report.gpu_vendor }),
             extra_sessions: std::sync::OnceLock::new(),
+            run_fallback: Mutex::new(None),
             sessions,
             prepacked,
             tokenizer,
@@ -269,11 +280,14 @@ impl Embedder {
             reason: e.to_string(),
         })?;
         let ids = enc.get_ids().to_vec();
-        let dim = self.run_batch(&self.session, &[ids.as_slice()], |_, _| {}).map_err(|e| EmbedError::Model {
-            dir: self.info.folder.dir.clone(),
-            reason: format!(
-                "the model fails on a first test text ({e}); is tokenizer.json ({vocab} tokens) the model's own?"
-            ),
+        let dim = self.run_batch(&self.session, &[ids.as_slice()], |_, _| {}).map_err(|e| match e {
+            EmbedError::ForcedDeviceFailed { .. } => e,
+            e => EmbedError::Model {
+                dir: self.info.folder.dir.clone(),
+                reason: format!(
+                    "the model fails on a first test text ({e}); is tokenizer.json ({vocab} tokens) the model's own?"
+                ),
+            },
         })?;
         if let Some(h) = self.info.folder.hidden_size
             && h != dim
@@ -315,9 +329,16 @@ impl Embedder {
         &self.info
     }
 
-    /// What the session build did: the plan, each provider's outcome, the active provider.
-    pub fn report(&self) -> &SessionReport {
-        &self.report
+    /// What the session build did (the plan, each provider's outcome) and what runs the model
+    /// now: after a GPU failure at run time, the CPU, with the reason in `fallback`.
+    pub fn report(&self) -> SessionReport {
+        let mut r = self.report.clone();
+        if let Some(why) = self.run_fallback.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
+            r.fallback = Some(why);
+            r.active_provider = Provider::Cpu.ort_name().to_owned();
+            r.gpu_vendor = Vendor::Cpu;
+        }
+        r
     }
 
     /// The vendor the plan aimed at.
@@ -325,14 +346,19 @@ impl Embedder {
         self.report.plan.vendor
     }
 
-    /// The vendor really running the model: "rocm", "cuda" or "cpu".
+    /// The vendor really running the model now: "rocm", "cuda" or "cpu".
     pub fn gpu_vendor(&self) -> &'static str {
-        self.report.gpu_vendor.label()
+        self.vendor().label()
+    }
+
+    fn vendor(&self) -> Vendor {
+        let fell_back = self.run_fallback.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some();
+        if fell_back { Vendor::Cpu } else { self.report.gpu_vendor }
     }
 
     /// True when an AMD provider is running the model.
     pub fn rocm_ready(&self) -> bool {
-        self.report.gpu_vendor == Vendor::Rocm
+        self.vendor() == Vendor::Rocm
     }
 
     /// Embeds `texts`; row i of the result is text i.
@@ -351,7 +377,7 @@ impl Embedder {
         let mut data = vec![0f32; texts.len() * dim];
         let batches = pack(&lengths, self.token_budget);
         let rows_of = |b: &Batch| -> Vec<&[u32]> { b.indices.iter().map(|&i| ids[i]).collect() };
-        let sessions: Vec<&Mutex<Session>> = if batches.len() > 1 {
+        let sessions: Vec<&Mutex<Slot>> = if batches.len() > 1 {
             std::iter::once(&self.session).chain(self.extra_sessions().iter()).collect()
         } else {
             vec![&self.session]
@@ -406,7 +432,7 @@ impl Embedder {
 
     /// The sessions beyond the first, built on first use with the plan that is really running
     /// (CPU only, if the first session fell back). A failure to build them leaves one session.
-    fn extra_sessions(&self) -> &[Mutex<Session>] {
+    fn extra_sessions(&self) -> &[Mutex<Slot>] {
         self.extra_sessions.get_or_init(|| {
             let plan = self.running_plan();
             let cfg = SessionConfig {
@@ -418,7 +444,7 @@ impl Embedder {
             let mut extra = Vec::new();
             for _ in 1..self.sessions {
                 match session::build(&self.runtime, &plan, &cfg) {
-                    Ok((s, _)) => extra.push(Mutex::new(s)),
+                    Ok((session, r)) => extra.push(Mutex::new(Slot { session, vendor: r.gpu_vendor })),
                     Err(e) => {
                         tracing::warn!("running with {} session(s): another could not be built: {e}", extra.len() + 1);
                         break;
@@ -433,7 +459,7 @@ impl Embedder {
     /// further session is built the same way instead of trying the GPU again.
     fn running_plan(&self) -> Plan {
         let mut plan = self.report.plan.clone();
-        if self.report.gpu_vendor == Vendor::Cpu {
+        if self.vendor() == Vendor::Cpu {
             plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
             plan.forced = false;
         }
@@ -460,16 +486,58 @@ impl Embedder {
         })
     }
 
-    /// Runs one batch on `session` (locked for the run only).
-    fn run_batch(&self, session: &Mutex<Session>, rows: &[&[u32]], emit: impl FnMut(usize, &[f32])) -> Result<usize> {
+    /// Runs one batch on `slot` (locked for the run only). When a GPU session fails, and the
+    /// device was not forced, the slot's session is replaced by a CPU session and the same batch
+    /// runs again: `emit` sees each text once, from the run that succeeded.
+    fn run_batch(&self, slot: &Mutex<Slot>, rows: &[&[u32]], mut emit: impl FnMut(usize, &[f32])) -> Result<usize> {
+        let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (pooling, normalize_rows, nanos) = (self.info.pooling, self.info.normalize, &self.counters.ort_nanos);
+        let dim = match run_batch(&mut slot.session, &self.io, pooling, normalize_rows, rows, nanos, &mut emit) {
+            Ok(dim) => dim,
+            Err(e) if slot.vendor != Vendor::Cpu => {
+                let e = match e {
+                    EmbedError::Inference(text) => text,
+                    e => e.to_string(),
+                };
+                let why = format!("running a batch on {} failed: {e}", self.report.active_provider);
+                if self.report.plan.forced {
+                    return Err(EmbedError::ForcedDeviceFailed {
+                        vendor: self.report.plan.vendor.to_string(),
+                        details: why,
+                    });
+                }
+                tracing::warn!("{why}; running it and the rest on CPU");
+                slot.session = self.cpu_session()?;
+                slot.vendor = Vendor::Cpu;
+                self.run_fallback
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .get_or_insert_with(|| format!("{why}; rebuilt on CPUExecutionProvider and ran that batch again"));
+                run_batch(&mut slot.session, &self.io, pooling, normalize_rows, rows, nanos, &mut emit)?
+            }
+            Err(e) => return Err(e),
+        };
         let c = &self.counters;
         let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
         c.texts.fetch_add(rows.len() as u64, Ordering::Relaxed);
         c.batches.fetch_add(1, Ordering::Relaxed);
         c.tokens.fetch_add(rows.iter().map(|r| r.len() as u64).sum(), Ordering::Relaxed);
         c.padded_tokens.fetch_add((rows.len() * longest) as u64, Ordering::Relaxed);
-        let mut session = session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        run_batch(&mut session, &self.io, self.info.pooling, self.info.normalize, rows, &c.ort_nanos, emit)
+        Ok(dim)
+    }
+
+    /// A CPU session like the others, to replace a GPU session that failed at run time.
+    fn cpu_session(&self) -> Result<Session> {
+        let mut plan = self.report.plan.clone();
+        plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
+        plan.forced = false;
+        let cfg = SessionConfig {
+            model: &self.info.folder.model_file,
+            intra_threads: self.intra_threads,
+            profile_to: None,
+            prepacked: Some(&self.prepacked),
+        };
+        Ok(session::build(&self.runtime, &plan, &cfg)?.0)
     }
 
     /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh
