@@ -361,17 +361,55 @@ impl Embedder {
         self.vendor() == Vendor::Rocm
     }
 
-    /// Embeds `texts`; row i of the result is text i.
+    /// Embeds `texts`; row i of the result is text i. Identical texts are embedded once.
     pub fn embed<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Embeddings> {
+        let dim = self.info.dimension;
+        let mut first: std::collections::HashMap<&str, usize> = std::collections::HashMap::with_capacity(texts.len());
+        let mut unique: Vec<&str> = Vec::with_capacity(texts.len());
+        let slot: Vec<usize> = texts
+            .iter()
+            .map(|t| {
+                *first.entry(t.as_ref()).or_insert_with(|| {
+                    unique.push(t.as_ref());
+                    unique.len() - 1
+                })
+            })
+            .collect();
+        let rows = self.embed_unique(&unique)?;
+        self.counters.texts.fetch_add(texts.len() as u64, Ordering::Relaxed);
+        if unique.len() == texts.len() {
+            return Ok(rows);
+        }
+        let mut data = Vec::with_capacity(texts.len() * dim);
+        for &u in &slot {
+            data.extend_from_slice(rows.row(u));
+        }
+        Ok(Embeddings { data, dim })
+    }
+
+    /// Token ids of each text, truncated to the model's length. A very long text is tokenized
+    /// from a prefix cut at whitespace (a 10 MB line would otherwise cost seconds and a gigabyte);
+    /// when the prefix yields fewer tokens than the limit, the whole text is tokenized instead,
+    /// so the ids are always those of the whole text.
+    fn tokenize(&self, texts: &[&str]) -> Result<Vec<tokenizers::Encoding>> {
+        let fail = |e: tokenizers::Error| EmbedError::Inference(format!("tokenization failed: {e}"));
+        let max_length = self.info.max_length;
+        let prefixes: Vec<&str> = texts.iter().map(|t| prefix_for_tokens(t, max_length)).collect();
+        let mut encodings = self.tokenizer.encode_batch(prefixes.clone(), true).map_err(fail)?;
+        for (i, enc) in encodings.iter_mut().enumerate() {
+            if prefixes[i].len() < texts[i].len() && enc.len() < max_length {
+                *enc = self.tokenizer.encode(texts[i], true).map_err(fail)?;
+            }
+        }
+        Ok(encodings)
+    }
+
+    fn embed_unique(&self, texts: &[&str]) -> Result<Embeddings> {
         let dim = self.info.dimension;
         if texts.is_empty() {
             return Ok(Embeddings { data: Vec::new(), dim });
         }
-        let inputs: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
-        let encodings = self
-            .tokenizer
-            .encode_batch(inputs, true)
-            .map_err(|e| EmbedError::Inference(format!("tokenization failed: {e}")))?;
+        let encodings = self.tokenize(texts)?;
         let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
         let lengths: Vec<usize> = ids.iter().map(|i| i.len()).collect();
         let mut data = vec![0f32; texts.len() * dim];
@@ -519,7 +557,6 @@ impl Embedder {
         };
         let c = &self.counters;
         let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
-        c.texts.fetch_add(rows.len() as u64, Ordering::Relaxed);
         c.batches.fetch_add(1, Ordering::Relaxed);
         c.tokens.fetch_add(rows.iter().map(|r| r.len() as u64).sum(), Ordering::Relaxed);
         c.padded_tokens.fetch_add((rows.len() * longest) as u64, Ordering::Relaxed);
@@ -630,6 +667,28 @@ fn run_batch(
         emit(k, &v);
     }
     Ok(dim)
+}
+
+/// Bytes of text per token kept when cutting a long text before tokenizing: far more than any
+/// tokenizer needs (an English token is about 4 bytes; a word piece never spans whitespace).
+const PREFIX_BYTES_PER_TOKEN: usize = 64;
+
+/// The start of `text` that is enough for `max_length` tokens, cut at whitespace so that its
+/// tokens are the first tokens of the whole text; the whole text when it is short.
+fn prefix_for_tokens(text: &str, max_length: usize) -> &str {
+    let limit = max_length.saturating_mul(PREFIX_BYTES_PER_TOKEN).max(4096);
+    if text.len() <= limit {
+        return text;
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    // Without whitespace there is no safe cut: a word piece depends on the whole word.
+    match text[..end].rfind(char::is_whitespace) {
+        Some(i) if i > 0 => &text[..i],
+        _ => text,
+    }
 }
 
 /// A fresh private folder under the system temp folder.

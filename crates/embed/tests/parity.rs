@@ -107,3 +107,37 @@ fn several_sessions_give_the_same_vectors_in_input_order() {
     }
     assert!(embedder.stats().batches > 2);
 }
+
+/// A 10 MB text is tokenized from a prefix: its vector is that of a short text with the same
+/// first 256 tokens (here, its first 2,000 bytes, cut at a space), and a text with no
+/// whitespace to cut at still embeds.
+#[test]
+fn a_ten_megabyte_text_embeds_as_its_first_tokens() {
+    let (texts, _) = parity_sample();
+    let mut long = String::new();
+    while long.len() < 10 << 20 {
+        long.push_str(&texts[long.len() % texts.len()]);
+        long.push(' ');
+    }
+    let head = &long[..long[..2000].rfind(' ').expect("a space")];
+    let blob = "x".repeat(1 << 20);
+    let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load");
+    let e = embedder.embed(&[long.as_str(), head, blob.as_str()]).expect("embed");
+    assert!(cosine(e.row(0), e.row(1)) > 0.99999, "{}", cosine(e.row(0), e.row(1)));
+    assert_eq!(e.len(), 3);
+}
+
+/// Repeated texts are embedded once and every row still belongs to its own text.
+#[test]
+fn duplicates_are_embedded_once_and_rows_stay_in_place() {
+    let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load");
+    let texts = ["b", "", "a", "b", "", "", "a"];
+    let e = embedder.embed(&texts).expect("embed");
+    assert_eq!(e.len(), texts.len());
+    let s = embedder.stats();
+    assert_eq!((s.texts, s.batches, s.tokens), (7, 1, 3 + 2 + 3), "three distinct texts run, seven rows out");
+    for (i, t) in texts.iter().enumerate() {
+        let alone = embedder.embed(&[*t]).expect("embed one");
+        assert!(cosine(alone.row(0), e.row(i)) > 0.99999, "row {i}");
+    }
+}
