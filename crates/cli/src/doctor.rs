@@ -15,8 +15,12 @@ use crate::engine::{self, OrtChoice};
 pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
     let probe = nornir_vector::probe();
     let plan = engine::plan(&a.model)?;
-    let ort = engine::ort_choice(plan.as_ref(), &a.model);
-    let session = (a.model.model.is_some() || a.expect.is_some()).then(|| engine::session_json(&a.model));
+    let wants_session = a.model.model.is_some() || a.expect.is_some();
+    let (ort, session) = if a.isolate {
+        isolated(a, plan.as_ref(), wants_session)
+    } else {
+        (engine::ort_choice(plan.as_ref(), &a.model), wants_session.then(|| engine::session_json(&a.model)))
+    };
     let next = next_step(probe, plan.as_ref(), &ort, session.as_ref());
     let (show_cuda, show_rocm) = (a.cuda || !a.rocm, a.rocm || !a.cuda);
 
@@ -34,6 +38,7 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
             doc.insert("session".into(), s.clone());
         }
         doc.insert("probe_micros".into(), json!(probe.probe_micros));
+        doc.insert("isolated".into(), json!(a.isolate));
         doc.insert("next_step".into(), json!(next));
         println!("{}", serde_json::to_string_pretty(&Value::Object(doc))?);
     } else if a.summary {
@@ -65,6 +70,58 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs this doctor again as a child with `--json` (without `--isolate` and `--summary`) and takes
+/// the ONNX Runtime check and the session from its report. A child killed by a signal becomes an
+/// error in both, naming the library that was being loaded.
+fn isolated(a: &DoctorArgs, plan: Option<&Plan>, wants_session: bool) -> (OrtChoice, Option<Value>) {
+    let mut ort = engine::ort_pick(plan, &a.model);
+    let crashed = |why: String| -> (OrtChoice, Option<Value>) {
+        let lib = ort.path.as_ref().map_or_else(|| "ONNX Runtime".to_owned(), |p| p.display().to_string());
+        let text = format!(
+            "loading {lib} in a child process failed: {why}; this library (or a provider it loads) is broken on this machine, so use another build (--ort-lib / ORT_DYLIB_PATH)"
+        );
+        let mut ort = ort.clone();
+        ort.error = Some(text.clone());
+        (ort, wants_session.then(|| json!({ "error": text })))
+    };
+    let args: Vec<std::ffi::OsString> = std::env::args_os()
+        .skip(1)
+        .filter(|x| !matches!(x.to_str(), Some("--isolate" | "--summary" | "--json")))
+        .chain(std::iter::once("--json".into()))
+        .collect();
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return crashed(format!("cannot find this program to start it again: {e}")),
+    };
+    let out = match std::process::Command::new(exe).args(&args).stderr(std::process::Stdio::inherit()).output() {
+        Ok(o) => o,
+        Err(e) => return crashed(format!("cannot start the child process: {e}")),
+    };
+    if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&out.status) {
+        return crashed(format!("the process was killed by signal {signal} ({})", signal_name(signal)));
+    }
+    let report: Value = match serde_json::from_slice(&out.stdout) {
+        Ok(v) => v,
+        Err(_) => return crashed(format!("the child exited with {} and no report", out.status)),
+    };
+    if let Ok(o) = serde_json::from_value::<OrtChoice>(report["ort"].clone()) {
+        ort = o;
+    }
+    (ort, wants_session.then(|| report["session"].clone()))
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        4 => "SIGILL, an instruction this CPU lacks",
+        6 => "SIGABRT, the library aborted",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL, perhaps out of memory",
+        11 => "SIGSEGV, a crash",
+        _ => "see `kill -l`",
+    }
 }
 
 fn active_of(session: Option<&Value>) -> Option<String> {
@@ -174,7 +231,7 @@ fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session:
         let active = s["active_provider"].as_str().unwrap_or("");
         if let Some(f) = s["fallback"].as_str() {
             return format!(
-                "the GPU failed when the session was created, so the CPU runs the model; check the device and its driver ({})",
+                "the GPU failed, so the CPU runs the model; check the device and its driver ({})",
                 f.chars().take(120).collect::<String>()
             );
         }

@@ -31,7 +31,8 @@ pub struct EmbedJob {
 }
 
 /// The ONNX Runtime library the plan would load, as `doctor` reports it.
-#[derive(Debug, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct OrtChoice {
     pub path: Option<PathBuf>,
     pub version: Option<String>,

@@ -45,7 +45,9 @@ enum VectorCommand {
   nornir vector doctor                     drivers, libraries, ONNX Runtime, plan
   nornir vector doctor --model DIR         also build a session and show what really runs
   nornir vector doctor --json --model DIR  the same as JSON (stable keys, see README)
-  nornir vector doctor --expect cuda       exit 1 unless CUDA really runs the model (for CI)")]
+  nornir vector doctor --expect cuda       exit 1 unless CUDA really runs the model (for CI)
+  nornir vector doctor --isolate --ort-lib /opt/ort/libonnxruntime.so
+                                           check a library that may crash the process on load")]
     Doctor(DoctorArgs),
     /// Measure throughput on a file (default: a built-in sample of 99 texts).
     Bench(BenchArgs),
@@ -129,6 +131,10 @@ pub struct DoctorArgs {
     /// A few lines instead of the full report.
     #[arg(long)]
     pub summary: bool,
+    /// Load ONNX Runtime and build the session in a child process, so that a library that
+    /// crashes on load is reported (with the signal) instead of killing the doctor.
+    #[arg(long)]
+    pub isolate: bool,
     #[command(flatten)]
     pub model: ModelArgs,
     /// Debug log on stderr.

@@ -32,6 +32,9 @@ impl Sink {
                     _ => PathBuf::from("."),
                 };
                 let name = p.file_name().with_context(|| format!("{} is not a file path", p.display()))?;
+                if p.is_dir() {
+                    anyhow::bail!("--output {} is a folder: give a file path inside it", p.display());
+                }
                 let tmp = dir.join(format!(".{}.nornir-{}.tmp", name.to_string_lossy(), std::process::id()));
                 let file = std::fs::File::create(&tmp)
                     .with_context(|| format!("cannot write into {}: choose a writable --output path", dir.display()))?;
@@ -50,9 +53,11 @@ impl Sink {
     /// Flushes and, for a file, renames the temporary file onto the target.
     pub fn finish(mut self) -> Result<()> {
         self.out.flush().context("write output")?;
-        if let Some((tmp, target)) = self.target.take() {
-            std::fs::rename(&tmp, &target)
-                .with_context(|| format!("rename {} to {}", tmp.display(), target.display()))?;
+        if let Some((tmp, target)) = self.target.take()
+            && let Err(e) = std::fs::rename(&tmp, &target)
+        {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e).with_context(|| format!("cannot create --output {}", target.display()));
         }
         Ok(())
     }

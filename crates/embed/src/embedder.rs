@@ -220,6 +220,17 @@ impl Embedder {
         if max_length == 0 {
             return Err(EmbedError::Option("max length must be at least 1".to_owned()));
         }
+        let vocab = tokenizer.get_vocab_size(true);
+        if let Some(rows) = folder.vocab_size
+            && vocab > rows
+        {
+            return Err(EmbedError::Tokenizer {
+                path: folder.tokenizer_file.clone(),
+                reason: format!(
+                    "it has {vocab} tokens but config.json says the model has {rows} (vocab_size), so it is not this model's tokenizer"
+                ),
+            });
+        }
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
@@ -279,7 +290,10 @@ impl Embedder {
             path: self.info.folder.tokenizer_file.clone(),
             reason: e.to_string(),
         })?;
-        let ids = enc.get_ids().to_vec();
+        // The vocabulary's last id goes in too: a model with a smaller embedding table fails here.
+        let mut ids = enc.get_ids().to_vec();
+        let last = u32::try_from(vocab.saturating_sub(1)).unwrap_or(u32::MAX);
+        ids.insert(ids.len().saturating_sub(1), last);
         let dim = self.run_batch(&self.session, &[ids.as_slice()], |_, _| {}).map_err(|e| match e {
             EmbedError::ForcedDeviceFailed { .. } => e,
             e => EmbedError::Model {

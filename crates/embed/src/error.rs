@@ -30,10 +30,16 @@ pub enum EmbedError {
     #[error("model folder {dir}: {reason}")]
     Model { dir: PathBuf, reason: String },
 
-    #[error("tokenizer {path}: {reason}")]
+    #[error(
+        "tokenizer {path}: {}. It must be the model's own Hugging Face tokenizer.json (tokenizer.save_pretrained); re-download or re-export it",
+        .reason.trim_end_matches('.')
+    )]
     Tokenizer { path: PathBuf, reason: String },
 
-    #[error("ONNX Runtime could not create a session for {model}: {reason}")]
+    #[error(
+        "ONNX Runtime could not create a session for {model}: {}. Check that it is a complete ONNX model (re-download or re-export it)",
+        .reason.trim_end_matches('.')
+    )]
     Session { model: PathBuf, reason: String },
 
     #[error("inference failed: {0}")]

@@ -18,7 +18,9 @@ mod session;
 pub use batch::{Batch, pack};
 pub use embedder::{EmbedStats, Embedder, EmbedderOptions, Embeddings, ModelInfo, plan_for};
 pub use error::{EmbedError, Result};
-pub use model::{ModelFolder, parse_modules, parse_pooling_config, parse_sentence_bert_config};
+pub use model::{
+    HfConfig, ModelFolder, parse_hf_config, parse_modules, parse_pooling_config, parse_sentence_bert_config,
+};
 pub use placement::parse_profile;
 pub use pool::{Pooling, normalize, pool_tokens};
 pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library, load_runtime};

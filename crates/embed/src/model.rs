@@ -19,6 +19,8 @@ pub struct ModelFolder {
     pub max_position_embeddings: Option<usize>,
     /// `config.json`'s `hidden_size`, or the pooling config's `word_embedding_dimension`.
     pub hidden_size: Option<usize>,
+    /// `config.json`'s `vocab_size`: the rows of the model's token embedding table.
+    pub vocab_size: Option<usize>,
     /// From the pooling module's config, if the folder has one.
     pub pooling: Option<Pooling>,
     /// Whether `modules.json` lists a Normalize module.
@@ -30,10 +32,17 @@ struct SentenceBertConfig {
     max_seq_length: Option<usize>,
 }
 
-#[derive(Deserialize)]
-struct HfConfig {
-    max_position_embeddings: Option<usize>,
-    hidden_size: Option<usize>,
+/// What nornir reads from a Hugging Face `config.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+pub struct HfConfig {
+    pub max_position_embeddings: Option<usize>,
+    pub hidden_size: Option<usize>,
+    pub vocab_size: Option<usize>,
+}
+
+/// Parses a Hugging Face `config.json` (other keys are ignored).
+pub fn parse_hf_config(text: &str) -> Result<HfConfig, String> {
+    serde_json::from_str(text).map_err(|e| e.to_string())
 }
 
 #[derive(Deserialize)]
@@ -129,13 +138,11 @@ impl ModelFolder {
             Some(t) => parse_sentence_bert_config(&t).map_err(|e| err(format!("sentence_bert_config.json: {e}")))?,
             None => None,
         };
-        let (max_position_embeddings, mut hidden_size) = match read_json("config.json")? {
-            Some(t) => {
-                let c: HfConfig = serde_json::from_str(&t).map_err(|e| err(format!("config.json: {e}")))?;
-                (c.max_position_embeddings, c.hidden_size)
-            }
-            None => (None, None),
+        let hf = match read_json("config.json")? {
+            Some(t) => parse_hf_config(&t).map_err(|e| err(format!("config.json: {e}")))?,
+            None => HfConfig::default(),
         };
+        let mut hidden_size = hf.hidden_size;
         let (pooling_dir, declares_normalize) = match read_json("modules.json")? {
             Some(t) => parse_modules(&t).map_err(|e| err(format!("modules.json: {e}")))?,
             None => (None, false),
@@ -154,8 +161,9 @@ impl ModelFolder {
             model_file,
             tokenizer_file,
             max_seq_length,
-            max_position_embeddings,
+            max_position_embeddings: hf.max_position_embeddings,
             hidden_size,
+            vocab_size: hf.vocab_size,
             pooling,
             declares_normalize,
         })

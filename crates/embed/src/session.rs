@@ -168,6 +168,14 @@ fn register(rt: &OrtRuntime, p: Provider, builder: &mut SessionBuilder) -> Regis
     }
     let dirs = search_path(&ProbeContext::from_process(), vendor).dirs;
     let preflight = preload_provider(&lib, &dirs);
+    if let Some(damaged) = &preflight.error {
+        // Handing a damaged library to the loader can kill the process (SIGBUS): not tried.
+        reg.error = Some(format!(
+            "not loaded: {damaged}; reinstall this ONNX Runtime build (`cargo xtask fetch` verifies its files)"
+        ));
+        reg.preflight = Some(preflight);
+        return reg;
+    }
     match append(p, builder) {
         Ok(()) => reg.ok = true,
         Err(e) => {

@@ -23,6 +23,14 @@ pub fn parse_deps(bytes: &[u8]) -> Result<ElfDeps, String> {
         return Err("no ELF magic number".to_owned());
     }
     let elf = goblin::elf::Elf::parse(bytes).map_err(|e| e.to_string())?;
+    // The loader maps each segment's file range; past the end of the file that is a SIGBUS.
+    let len = bytes.len() as u64;
+    for ph in elf.program_headers.iter().filter(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD) {
+        let end = ph.p_offset.saturating_add(ph.p_filesz);
+        if end > len {
+            return Err(format!("truncated: a loadable segment ends at byte {end} but the file has {len} bytes"));
+        }
+    }
     Ok(ElfDeps {
         soname: elf.soname.map(str::to_owned),
         needed: elf.libraries.iter().map(|s| (*s).to_owned()).collect(),
@@ -59,6 +67,13 @@ mod tests {
         let mut truncated = b"\x7fELF\x02\x01\x01".to_vec();
         truncated.resize(70, 0xff);
         assert!(parse_deps(&truncated).is_err());
+    }
+
+    #[test]
+    fn a_truncated_library_is_an_error() {
+        let exe = std::fs::read(std::env::current_exe().expect("current exe")).expect("read own ELF");
+        let e = parse_deps(&exe[..exe.len() / 2]).expect_err("truncated");
+        assert!(e.contains("truncated") || e.contains("offset"), "{e}");
     }
 
     #[test]

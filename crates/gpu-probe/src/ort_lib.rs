@@ -3,13 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::context::ProbeContext;
 use crate::paths::{python_site_dirs, version_key};
 
 /// One ONNX Runtime library found on disk.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrtCandidate {
     /// Absolute path of `libonnxruntime.so.<version>` (or `libonnxruntime.so`).
     pub path: PathBuf,

@@ -24,6 +24,10 @@ pub fn ort_choice(_: Option<&nornir_vector::Plan>, _: &ModelArgs) -> OrtChoice {
     OrtChoice { error: Some(NOT_COMPILED.to_owned()), ..OrtChoice::default() }
 }
 
+pub fn ort_pick(_: Option<&nornir_vector::Plan>, _: &ModelArgs) -> OrtChoice {
+    OrtChoice { error: Some(NOT_COMPILED.to_owned()), ..OrtChoice::default() }
+}
+
 pub fn session_json(_: &ModelArgs) -> serde_json::Value {
     serde_json::json!({ "error": NOT_COMPILED })
 }

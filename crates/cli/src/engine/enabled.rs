@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use nornir_vector::gpu_probe::{ProbeContext, nornir_home};
-use nornir_vector::{Device, Embedder, EmbedderOptions, Plan, check_library, choose_library, plan_for};
+use nornir_vector::{Device, Embedder, EmbedderOptions, MIN_ORT, Plan, check_library, choose_library, plan_for};
 
 use super::{EmbedJob, OrtChoice};
 use crate::input::{InputFormat, Record, Records};
@@ -250,6 +250,26 @@ pub fn plan(m: &ModelArgs) -> Result<Option<Plan>> {
 
 /// Which ONNX Runtime library the plan would load, and its real version, without creating a session.
 pub fn ort_choice(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
+    let mut c = ort_pick(plan, m);
+    if let Some(path) = &c.path {
+        match check_library(path) {
+            Ok(v) => {
+                if nornir_vector::gpu_probe::version_at_least(&v, MIN_ORT) == Some(false) {
+                    c.error = Some(format!(
+                        "ONNX Runtime {v} is older than {}.{}, the oldest nornir supports: `cargo xtask fetch` provides 1.31.1",
+                        MIN_ORT.0, MIN_ORT.1
+                    ));
+                }
+                c.version = Some(v);
+            }
+            Err(e) => c.error = Some(e.to_string()),
+        }
+    }
+    c
+}
+
+/// Which ONNX Runtime library the plan would load, from file names alone: nothing is loaded.
+pub fn ort_pick(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
     let Some(plan) = plan else { return OrtChoice::default() };
     let (d, choice) = choose_library(plan, m.ort_lib.as_deref());
     let mut c = OrtChoice { candidates: d.candidates.clone(), searched: d.searched.clone(), ..OrtChoice::default() };
@@ -264,10 +284,6 @@ pub fn ort_choice(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
             c.path = Some(cand.path.clone());
             c.providers = cand.providers.clone();
             c.reason = why;
-            match check_library(&cand.path) {
-                Ok(v) => c.version = Some(v),
-                Err(e) => c.error = Some(e.to_string()),
-            }
         }
     }
     c

@@ -1,0 +1,467 @@
+//! Every bad input, each an automated test: through the library (`Embedder::new`, `check_library`)
+//! where the input reaches it, and through the `nornir` command, where the rule is exit code 2, one
+//! line on stderr that says what to do, no panic, and no output or temporary file left behind.
+//!
+//! | input | expected (part of the one-line error, or the outcome) |
+//! | --- | --- |
+//! | missing model folder | `no such folder; pass a model folder with model.onnx and tokenizer.json` |
+//! | folder without tokenizer.json | `no tokenizer.json (export it with the model's tokenizer` |
+//! | model.onnx truncated | `Protobuf parsing failed. Check that it is a complete ONNX model` |
+//! | model.onnx empty | `No graph was found in the protobuf. Check that it is a complete ONNX model` |
+//! | model.onnx random bytes | `Check that it is a complete ONNX model (re-download or re-export it)` |
+//! | tokenizer.json invalid JSON | `EOF while parsing a value ... It must be the model's own Hugging Face tokenizer.json` |
+//! | tokenizer larger than config.json's vocab_size | `it has 31522 tokens but config.json says the model has 30522 (vocab_size)` |
+//! | the same, no config.json | `the model fails on a first test text (...); is tokenizer.json (31522 tokens) the model's own?` |
+//! | an image model | `input "pixel_values" takes Float; a text model takes int64 or int32 token ids (is this an image or audio model?)` |
+//! | invalid UTF-8 on line 3 | `line 3 is not valid UTF-8; convert the file to UTF-8` |
+//! | NUL bytes in a line | embedded like any other text: one row per line |
+//! | one 10 MB line | one row, equal to the row of its first 2,000 bytes (both are cut to 256 tokens) |
+//! | a million empty lines | a million rows, all equal |
+//! | missing input file | `cannot read --input /no/such/file` |
+//! | output folder does not exist | `choose a writable --output path` |
+//! | output path is a folder | `is a folder: give a file path inside it` |
+//! | --ort-lib: a shared library that is not ONNX Runtime | `does not export OrtGetApiBase, so it is not ONNX Runtime` |
+//! | --ort-lib: a text file | `cannot be loaded as ONNX Runtime` |
+//! | --ort-lib: ONNX Runtime 1.20 (a stub whose OrtGetApiBase says 1.20.0) | `is ONNX Runtime 1.20.0, older than 1.22` |
+//! | --ort-lib: a library that crashes the process on load | `doctor` dies by SIGSEGV; `doctor --isolate` reports `killed by signal 11` |
+//! | a corrupt (truncated) CUDA provider library, simulated NVIDIA machine | never handed to the loader (SIGBUS): forced, `forced to cuda ... not loaded: ... is not a valid ELF shared library`; auto: CPU, the reason recorded |
+//! | NORNIR_CUDA_LIBS with empty, relative and missing entries | each in doctor's `rejected_entries`; stubs in the working folder are never loaded |
+//! | --threads 0, --sessions 0, --batch-tokens 0 | clap's `invalid value '0'`, exit 2; the library says `must be at least 1` |
+//! | --batch-tokens 1, smaller than any text | each text alone in a batch, the same vectors |
+
+#![cfg(feature = "embed-ort")]
+
+#[path = "../../gpu-probe/tests/support/mod.rs"]
+mod support;
+
+#[path = "../../embed/tests/fixtures/mod.rs"]
+mod fixtures;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use nornir_vector::{Device, Embedder, EmbedderOptions};
+
+fn model() -> PathBuf {
+    let dir = std::env::var_os("NORNIR_TEST_MODEL")
+        .map(PathBuf::from)
+        .expect("NORNIR_TEST_MODEL unset: run `cargo xtask test`");
+    assert!(dir.join("model.onnx").is_file(), "no model at {}: run `cargo xtask test`", dir.display());
+    dir
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+struct Run<'a> {
+    args: &'a [&'a str],
+    stdin: &'a [u8],
+    env: &'a [(&'a str, &'a str)],
+    cwd: Option<&'a Path>,
+    stdout: Stdio,
+}
+
+impl<'a> Run<'a> {
+    fn new(args: &'a [&'a str]) -> Self {
+        Self { args, stdin: b"", env: &[], cwd: None, stdout: Stdio::piped() }
+    }
+    fn output(self) -> Output {
+        use std::io::Write;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nornir"));
+        cmd.args(self.args)
+            .env_remove("NORNIR_DEVICE")
+            .env_remove("ORT_DYLIB_PATH")
+            .env_remove("NORNIR_CUDA_LIBS")
+            .env_remove("NORNIR_ROCM_LIBS")
+            .stdin(Stdio::piped())
+            .stdout(self.stdout)
+            .stderr(Stdio::piped());
+        for (k, v) in self.env {
+            cmd.env(k, v);
+        }
+        if let Some(d) = self.cwd {
+            cmd.current_dir(d);
+        }
+        let mut child = cmd.spawn().expect("run nornir");
+        let mut pipe = child.stdin.take().expect("stdin");
+        // Fed from another thread: nornir writes output while it still reads input.
+        let input = self.stdin.to_vec();
+        let feeder = std::thread::spawn(move || {
+            let _ = pipe.write_all(&input);
+        });
+        let out = child.wait_with_output().expect("wait");
+        feeder.join().expect("stdin feeder");
+        out
+    }
+}
+
+fn nornir(args: &[&str]) -> Output {
+    Run::new(args).output()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn assert_one_line_error(o: &Output, needle: &str) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains(needle), "expected {needle:?} in {e}");
+    assert!(!e.contains("panicked"), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+}
+
+fn embed_error(dir: &Path, needle: &str) {
+    assert_one_line_error(&nornir(&["vector", "embed", "--model", s(dir), "hello"]), needle);
+}
+
+fn cpu() -> EmbedderOptions {
+    EmbedderOptions { device: Device::Cpu, threads: Some(1), ..EmbedderOptions::default() }
+}
+
+fn library_error(dir: &Path, options: &EmbedderOptions, needle: &str) {
+    let e = Embedder::new(dir, options).expect_err("a load error").to_string();
+    assert!(e.contains(needle), "expected {needle:?} in {e}");
+}
+
+/// The default model's folder with links to its files, except those `replace` writes.
+fn model_copy(dir: &Path, replace: &[(&str, &[u8])]) -> PathBuf {
+    let m = model();
+    let copy = dir.join("model");
+    std::fs::create_dir_all(&copy).expect("mkdir");
+    for entry in std::fs::read_dir(&m).expect("read model dir") {
+        let name = entry.expect("entry").file_name();
+        std::os::unix::fs::symlink(m.join(&name), copy.join(&name)).expect("link");
+    }
+    for (name, bytes) in replace {
+        let p = copy.join(name);
+        let _ = std::fs::remove_file(&p);
+        std::fs::write(&p, bytes).expect("write replacement");
+    }
+    copy
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn f32_rows(bytes: &[u8]) -> Vec<Vec<f32>> {
+    bytes
+        .chunks_exact(384 * 4)
+        .map(|r| r.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        .collect()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+#[test]
+fn broken_model_folders() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let missing = t.path().join("no-such-model");
+    library_error(&missing, &cpu(), "no such folder");
+    embed_error(&missing, "no such folder; pass a model folder with model.onnx and tokenizer.json");
+
+    let no_tokenizer = model_copy(&t.path().join("a"), &[]);
+    std::fs::remove_file(no_tokenizer.join("tokenizer.json")).expect("rm");
+    library_error(&no_tokenizer, &cpu(), "no tokenizer.json");
+    embed_error(&no_tokenizer, "no tokenizer.json (export it with the model's tokenizer");
+
+    let model_bytes = std::fs::read(model().join("model.onnx")).expect("model");
+    let truncated = model_copy(&t.path().join("b"), &[("model.onnx", &model_bytes[..model_bytes.len() / 3])]);
+    library_error(&truncated, &cpu(), "Protobuf parsing failed");
+    embed_error(&truncated, "Protobuf parsing failed. Check that it is a complete ONNX model");
+    let e = stderr(&nornir(&["vector", "embed", "--model", s(&truncated), "x"]));
+    assert!(!e.contains(".."), "{e}");
+
+    let empty = model_copy(&t.path().join("c"), &[("model.onnx", b"")]);
+    library_error(&empty, &cpu(), "No graph was found");
+    embed_error(&empty, "Check that it is a complete ONNX model");
+
+    let noise: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let random = model_copy(&t.path().join("d"), &[("model.onnx", &noise)]);
+    library_error(&random, &cpu(), "complete ONNX model");
+    embed_error(&random, "Check that it is a complete ONNX model (re-download or re-export it)");
+}
+
+#[test]
+fn broken_or_foreign_tokenizers() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let invalid = model_copy(&t.path().join("a"), &[("tokenizer.json", b"{\"version\": ")]);
+    library_error(&invalid, &cpu(), "EOF while parsing");
+    embed_error(&invalid, "It must be the model's own Hugging Face tokenizer.json");
+
+    // Another model's tokenizer: the same one with 1,000 more tokens than the model has rows.
+    let text = std::fs::read_to_string(model().join("tokenizer.json")).expect("tokenizer");
+    let mut json: serde_json::Value = serde_json::from_str(&text).expect("tokenizer JSON");
+    let vocab = json["model"]["vocab"].as_object_mut().expect("WordPiece vocab");
+    for i in 0..1000 {
+        vocab.insert(format!("nornirextra{i}"), serde_json::json!(30522 + i));
+    }
+    let larger = serde_json::to_vec(&json).expect("serialize");
+    let foreign = model_copy(&t.path().join("b"), &[("tokenizer.json", &larger)]);
+    library_error(&foreign, &cpu(), "it has 31522 tokens but config.json says the model has 30522 (vocab_size)");
+    embed_error(&foreign, "so it is not this model's tokenizer");
+    std::fs::remove_file(foreign.join("config.json")).expect("rm config");
+    library_error(&foreign, &cpu(), "is tokenizer.json (31522 tokens) the model's own?");
+    embed_error(&foreign, "the model fails on a first test text");
+}
+
+#[test]
+fn an_image_model_is_refused_at_load() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let dir = model_copy(&t.path().join("a"), &[]);
+    std::fs::remove_file(dir.join("model.onnx")).expect("rm");
+    fixtures::write_model(&dir, fixtures::Kind::ImageModel, 30522);
+    library_error(&dir, &cpu(), "pixel_values");
+    embed_error(&dir, "a text model takes int64 or int32 token ids (is this an image or audio model?)");
+}
+
+#[test]
+fn input_text_edge_cases() {
+    let m = model();
+    let t = tempfile::tempdir().expect("tempdir");
+    let out = t.path().join("out.f32");
+    let bad = t.path().join("bad.txt");
+    std::fs::write(&bad, b"fine\nalso fine\nnot \xff utf8\n").expect("write");
+    let o = nornir(&["vector", "embed", "--model", s(&m), "--input", s(&bad), "--output", s(&out)]);
+    assert_one_line_error(&o, "line 3 is not valid UTF-8; convert the file to UTF-8");
+    assert_eq!(files_in(t.path()), ["bad.txt"], "no partial output, no temporary file");
+
+    let o = Run { stdin: b"a\0b\n\0\nplain\n", ..Run::new(&["vector", "embed", "--model", s(&m), "--format", "f32"]) }
+        .output();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(f32_rows(&o.stdout).len(), 3, "NUL bytes are text: one row per line");
+
+    let mut long = String::new();
+    let words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog,", "again."];
+    let mut i = 0;
+    while long.len() < 10 << 20 {
+        long.push_str(words[i % words.len()]);
+        long.push(' ');
+        i += 7;
+    }
+    let head = &long[..long[..2000].rfind(' ').expect("space")];
+    let input = format!("{long}\n{head}\n");
+    let o =
+        Run { stdin: input.as_bytes(), ..Run::new(&["vector", "embed", "--model", s(&m), "--format", "f32"]) }.output();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = f32_rows(&o.stdout);
+    assert_eq!(rows.len(), 2);
+    assert!(cosine(&rows[0], &rows[1]) > 0.99999, "the 10 MB line embeds as its first 256 tokens");
+
+    let empty_lines = vec![b'\n'; 1_000_000];
+    let o = Run { stdin: &empty_lines, ..Run::new(&["vector", "embed", "-q", "--model", s(&m), "--format", "f32"]) }
+        .output();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(o.stdout.len(), 1_000_000 * 384 * 4);
+    let first = &o.stdout[..384 * 4];
+    assert!(o.stdout.chunks_exact(384 * 4).all(|r| r == first), "every empty line has the empty text's vector");
+}
+
+#[test]
+fn missing_input_and_unwritable_outputs() {
+    let m = model();
+    let t = tempfile::tempdir().expect("tempdir");
+    assert_one_line_error(
+        &nornir(&["vector", "embed", "--model", s(&m), "--input", "/no/such/file"]),
+        "cannot read --input /no/such/file",
+    );
+    let nowhere = t.path().join("no/such/dir/out.jsonl");
+    assert_one_line_error(
+        &nornir(&["vector", "embed", "--model", s(&m), "--output", s(&nowhere), "x"]),
+        "choose a writable --output path",
+    );
+    let folder = t.path().join("folder");
+    std::fs::create_dir(&folder).expect("mkdir");
+    assert_one_line_error(
+        &nornir(&["vector", "embed", "--model", s(&m), "--output", s(&folder), "x"]),
+        "is a folder: give a file path inside it",
+    );
+    assert_eq!(files_in(t.path()), ["folder"], "no temporary file left behind");
+    assert!(files_in(&folder).is_empty());
+}
+
+/// A stub `libonnxruntime.so.<version>` whose `OrtGetApiBase()->GetVersionString()` says `version`.
+fn stub_ort(dir: &Path, version: &str) -> PathBuf {
+    let src = format!(
+        "typedef struct {{ const void* (*get_api)(unsigned); const char* (*version)(void); }} OrtApiBase;\n\
+         static const void* get_api(unsigned v) {{ (void)v; return 0; }}\n\
+         static const char* version(void) {{ return \"{version}\"; }}\n\
+         static const OrtApiBase base = {{ get_api, version }};\n\
+         const OrtApiBase* OrtGetApiBase(void) {{ return &base; }}\n"
+    );
+    support::stub_library(dir, &format!("libonnxruntime.so.{version}"), &src, &[])
+}
+
+#[test]
+fn ort_libraries_that_are_not_usable() {
+    let m = model();
+    let t = tempfile::tempdir().expect("tempdir");
+    let not_ort = support::stub_library(t.path(), "libnotort.so.1", "int not_onnx_runtime = 1;\n", &[]);
+    let old = stub_ort(&t.path().join("old"), "1.20.0");
+    let text = t.path().join("libonnxruntime.so");
+    std::fs::write(&text, "not a library\n").expect("write");
+
+    let check = |p: &Path| nornir_vector::check_library(p).expect_err("not usable").to_string();
+    assert!(check(&not_ort).contains("does not export OrtGetApiBase, so it is not ONNX Runtime"));
+    assert!(check(&text).contains("cannot be loaded as ONNX Runtime"));
+    assert_eq!(nornir_vector::check_library(&old).ok().as_deref(), Some("1.20.0"), "it is ONNX Runtime, too old");
+
+    let embed = |lib: &Path| nornir(&["vector", "embed", "--model", s(&m), "--ort-lib", s(lib), "x"]);
+    assert_one_line_error(&embed(&not_ort), "does not export OrtGetApiBase, so it is not ONNX Runtime");
+    assert_one_line_error(&embed(&text), "cannot be loaded as ONNX Runtime");
+    assert_one_line_error(&embed(&old), "is ONNX Runtime 1.20.0, older than 1.22");
+    let o = nornir(&["vector", "doctor", "--json", "--ort-lib", s(&old)]);
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).expect("doctor JSON");
+    assert!(d["ort"]["error"].as_str().is_some_and(|e| e.contains("1.20.0 is older than 1.22")), "{}", d["ort"]);
+}
+
+/// A library that kills any process that loads it (a constructor that dereferences null), as a
+/// build for another CPU or a broken install can: only a child process can survive checking it.
+#[test]
+fn doctor_isolate_reports_a_library_that_crashes_on_load() {
+    let m = model();
+    let t = tempfile::tempdir().expect("tempdir");
+    let crash = support::stub_library(
+        t.path(),
+        "libonnxruntime.so.1.31.1",
+        "__attribute__((constructor)) static void nornir_crash(void) { *(volatile int*)0 = 1; }\n\
+         const void* OrtGetApiBase(void) { return 0; }\n",
+        &[],
+    );
+    let plain = nornir(&["vector", "doctor", "--model", s(&m), "--ort-lib", s(&crash)]);
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&plain.status), Some(11), "without --isolate it dies");
+
+    let o = nornir(&["vector", "doctor", "--isolate", "--json", "--model", s(&m), "--ort-lib", s(&crash)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).expect("doctor JSON");
+    assert_eq!(d["isolated"], true);
+    let e = d["ort"]["error"].as_str().unwrap_or_default();
+    assert!(e.contains("killed by signal 11 (SIGSEGV") && e.contains(s(&crash)), "{e}");
+    assert!(d["session"]["error"].as_str().is_some_and(|x| x.contains("use another build")), "{}", d["session"]);
+    let human = nornir(&["vector", "doctor", "--isolate", "--model", s(&m), "--ort-lib", s(&crash)]);
+    assert!(human.status.success());
+    assert!(String::from_utf8_lossy(&human.stdout).contains("killed by signal 11"));
+
+    // A good library through --isolate gives the same report as without it.
+    let o = nornir(&["vector", "doctor", "--isolate", "--json", "--model", s(&m)]);
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).expect("doctor JSON");
+    assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider", "{d}");
+    assert!(d["ort"]["version"].as_str().is_some());
+}
+
+#[test]
+fn a_corrupt_provider_library() {
+    let gpu =
+        PathBuf::from(std::env::var_os("NORNIR_TEST_ORT_GPU").expect("NORNIR_TEST_ORT_GPU: run `cargo xtask test`"));
+    let t = tempfile::tempdir().expect("tempdir");
+    let build = t.path().join("ort");
+    std::fs::create_dir(&build).expect("mkdir");
+    for name in ["libonnxruntime.so.1.31.1", "libonnxruntime_providers_shared.so"] {
+        std::os::unix::fs::symlink(gpu.with_file_name(name), build.join(name)).expect("link");
+    }
+    let mut corrupt = std::fs::read(gpu.with_file_name("libonnxruntime_providers_cuda.so")).expect("provider");
+    corrupt.truncate(4096);
+    std::fs::write(build.join("libonnxruntime_providers_cuda.so"), &corrupt).expect("write");
+    let root = t.path().join("root");
+    support::nvidia_driver_tree(&root);
+    let libs = t.path().join("cuda-libs");
+    support::stub_libcuda(&libs, 1);
+    support::stub_cudart(&libs);
+    let env = [("NORNIR_PROBE_ROOT", s(&root)), ("NORNIR_CUDA_LIBS", s(&libs))];
+    let lib = build.join("libonnxruntime.so.1.31.1");
+    let m = model();
+
+    let forced = Run {
+        env: &env,
+        ..Run::new(&["vector", "embed", "--model", s(&m), "--ort-lib", s(&lib), "--device", "cuda", "x"])
+    }
+    .output();
+    assert_one_line_error(&forced, "forced to cuda");
+    assert!(stderr(&forced).contains("libonnxruntime_providers_cuda.so"), "{}", stderr(&forced));
+
+    let auto =
+        Run { env: &env, ..Run::new(&["vector", "doctor", "--json", "--model", s(&m), "--ort-lib", s(&lib)]) }.output();
+    assert!(auto.status.success(), "{}", stderr(&auto));
+    let d: serde_json::Value = serde_json::from_slice(&auto.stdout).expect("doctor JSON");
+    assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
+    let cuda = d["session"]["registrations"]
+        .as_array()
+        .and_then(|r| r.iter().find(|x| x["provider"] == "CUDAExecutionProvider"))
+        .unwrap_or_else(|| panic!("no CUDA registration: {d}"));
+    assert_eq!(cuda["ok"], false);
+    assert!(
+        cuda["error"].as_str().is_some_and(
+            |e| e.contains("not loaded") && e.contains("libonnxruntime_providers_cuda.so is not a valid ELF")
+        ),
+        "{cuda}"
+    );
+}
+
+/// Empty, relative and missing entries are ignored and reported; a folder that an empty or
+/// relative entry would mean (the working folder) holds stubs that would make CUDA available if
+/// it were searched.
+#[test]
+fn library_path_variables_with_bad_entries() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let root = t.path().join("root");
+    support::nvidia_driver_tree(&root);
+    let cwd = t.path().join("work");
+    support::stub_libcuda(&cwd, 1);
+    support::stub_cudart(&cwd);
+    support::stub_libcuda(&cwd.join("lib"), 1);
+    support::stub_cudart(&cwd.join("lib"));
+    let o = Run {
+        env: &[("NORNIR_PROBE_ROOT", s(&root)), ("NORNIR_CUDA_LIBS", "::lib:./lib:/no/such/folder")],
+        cwd: Some(&cwd),
+        ..Run::new(&["vector", "doctor", "--json", "--cuda"])
+    }
+    .output();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).expect("doctor JSON");
+    let rejected: Vec<String> = d["cuda"]["rejected_entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| format!("{} {}", r["entry"].as_str().unwrap_or("?"), r["reason"].as_str().unwrap_or("?")))
+        .collect();
+    assert!(rejected.iter().any(|r| r.contains("empty entry ignored")), "{rejected:?}");
+    assert!(rejected.iter().any(|r| r.starts_with("lib ") && r.contains("relative entry ignored")), "{rejected:?}");
+    assert!(rejected.iter().any(|r| r.starts_with("./lib ")), "{rejected:?}");
+    assert!(rejected.iter().any(|r| r.starts_with("/no/such/folder") && r.contains("not an existing folder")));
+    assert_eq!(d["cuda"]["available"], false, "the working folder's stubs were not loaded: {}", d["cuda"]);
+    let text = d.to_string();
+    assert!(!text.contains(&format!("{}/libcuda", s(&cwd))), "nothing from the working folder: {text}");
+}
+
+#[test]
+fn numeric_options_out_of_range() {
+    let m = model();
+    for flag in ["--threads", "--sessions", "--batch-tokens", "--max-length"] {
+        let o = nornir(&["vector", "embed", "--model", s(&m), flag, "0", "x"]);
+        assert_eq!(o.status.code(), Some(2), "{flag}");
+        assert!(stderr(&o).contains("invalid value '0'"), "{flag}: {}", stderr(&o));
+    }
+    library_error(&m, &EmbedderOptions { threads: Some(0), ..cpu() }, "threads must be at least 1");
+    library_error(&m, &EmbedderOptions { sessions: Some(0), ..cpu() }, "sessions must be at least 1");
+    library_error(&m, &EmbedderOptions { token_budget: 0, ..cpu() }, "token budget must be at least 1");
+    library_error(&m, &EmbedderOptions { max_length: Some(0), ..cpu() }, "max length must be at least 1");
+
+    // A budget smaller than any text: each text runs alone, with the same vectors.
+    let texts = ["a short one", "", "a somewhat longer text than the first"];
+    let small = Embedder::new(&m, &EmbedderOptions { token_budget: 1, ..cpu() }).expect("load");
+    let one_by_one = small.embed(&texts).expect("embed");
+    assert_eq!(small.stats().batches, 3);
+    let normal = Embedder::new(&m, &cpu()).expect("load").embed(&texts).expect("embed");
+    for i in 0..texts.len() {
+        assert!(cosine(one_by_one.row(i), normal.row(i)) > 0.99999, "row {i}");
+    }
+}
