@@ -4,6 +4,8 @@
 //!   registries, pinned and verified.
 //! - `demo`: fetch, build, embed a few sentences, print their similarity matrix and the doctor summary.
 //! - `test`: the whole test suite with its set-up (fetch, test libraries), default and AMD builds.
+//! - `soak`: 8 threads x 500 calls on one embedder, release build: calls/s, peak RSS.
+//! - `fuzz`: every cargo-fuzz target for a while (nightly), crashes kept as regression inputs.
 
 mod assets;
 mod compare;
@@ -23,7 +25,11 @@ const USAGE: &str = "usage: cargo xtask <fetch|demo|test>
           check-features
   bench-compare   nornir vs Python (sorted/unsorted batches of 32) vs the ONNX Runtime floor on
                   the corpus, rounds interleaved, medians (--rounds N, --threads N, --with-unsorted)
-  check-features  clippy (-D warnings), tests and binary contents for every feature set; layering";
+  check-features  clippy (-D warnings), tests and binary contents for every feature set; layering
+  soak    one embedder shared by 8 threads x 500 calls of mixed sizes (--calls N): checks every
+          row against the single-threaded result, prints calls/s and peak RSS; stops by itself
+  fuzz    run each cargo-fuzz target (elf_deps, model_configs, input_records) for --seconds N
+          (default 300) with the nightly toolchain; crashing inputs go to fuzz/regressions/";
 
 fn main() {
     if let Err(e) = run() {
@@ -53,6 +59,8 @@ fn run() -> Result<()> {
         Some("demo") => demo(),
         Some("test") => test(&args[1..]),
         Some("bench-compare") => compare::bench_compare(&args[1..]),
+        Some("soak") => soak(&args[1..]),
+        Some("fuzz") => fuzz(&args[1..]),
         Some("check-features") => features::check_features(&test_env(&fetch::fetch(&all_test_assets())?)),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
@@ -139,6 +147,68 @@ fn test(extra: &[String]) -> Result<()> {
     )?;
     if extra.is_empty() {
         features::check_features(&env)?;
+    }
+    Ok(())
+}
+
+/// The value after `flag` in `args`, parsed, or `default`.
+fn numeric_flag(args: &[String], flag: &str, default: u64) -> Result<u64> {
+    match args.iter().position(|a| a == flag) {
+        None => Ok(default),
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .with_context(|| format!("{flag} needs a positive whole number")),
+    }
+}
+
+fn soak(args: &[String]) -> Result<()> {
+    let calls = numeric_flag(args, "--calls", 500)?;
+    let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
+    eprintln!("xtask: soak, 8 threads x {calls} calls, release build");
+    run_checked(
+        cargo()
+            .args(["test", "--release", "-p", "nornir-embed", "--test", "soak", "--", "--nocapture"])
+            .envs(test_env(&home))
+            .env("NORNIR_SOAK_CALLS", calls.to_string()),
+    )
+}
+
+const FUZZ_TARGETS: [(&str, u32); 3] = [("elf_deps", 65536), ("model_configs", 4096), ("input_records", 4096)];
+
+fn fuzz(args: &[String]) -> Result<()> {
+    let seconds = numeric_flag(args, "--seconds", 300)?;
+    let fuzz_dir = workspace_root().join("fuzz");
+    let has = |args: &[&str]| Command::new("cargo").args(args).output().is_ok_and(|o| o.status.success());
+    if !has(&["+nightly", "fuzz", "--version"]) {
+        bail!(
+            "cargo fuzz needs the nightly toolchain and cargo-fuzz: `rustup toolchain install nightly` and `cargo install cargo-fuzz`"
+        );
+    }
+    for (target, max_len) in FUZZ_TARGETS {
+        let corpus = fuzz_dir.join("corpus").join(target);
+        std::fs::create_dir_all(&corpus)?;
+        let artifacts = fuzz_dir.join("regressions").join(target);
+        std::fs::create_dir_all(&artifacts)?;
+        eprintln!("xtask: fuzzing {target} for {seconds} s");
+        let status = Command::new("cargo")
+            .current_dir(&fuzz_dir)
+            .args(["+nightly", "fuzz", "run", "-O", target])
+            .arg(&corpus)
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .arg(format!("-max_len={max_len}"))
+            .arg(format!("-artifact_prefix={}/", artifacts.display()))
+            .arg("-print_final_stats=1")
+            .status()
+            .context("run cargo fuzz")?;
+        if !status.success() {
+            bail!(
+                "{target} found a crash, saved under {}: fix it and keep the input as a regression test",
+                artifacts.display()
+            );
+        }
     }
     Ok(())
 }

@@ -26,6 +26,7 @@
 //! | --ort-lib: a library that crashes the process on load | `doctor` dies by SIGSEGV; `doctor --isolate` reports `killed by signal 11` |
 //! | a corrupt (truncated) CUDA provider library, simulated NVIDIA machine | never handed to the loader (SIGBUS): forced, `forced to cuda ... not loaded: ... is not a valid ELF shared library`; auto: CPU, the reason recorded |
 //! | NORNIR_CUDA_LIBS with empty, relative and missing entries | each in doctor's `rejected_entries`; stubs in the working folder are never loaded |
+//! | libraries in the model folder, run from inside it | never loaded (stubs there would crash the process) |
 //! | --threads 0, --sessions 0, --batch-tokens 0 | clap's `invalid value '0'`, exit 2; the library says `must be at least 1` |
 //! | --batch-tokens 1, smaller than any text | each text alone in a batch, the same vectors |
 
@@ -464,4 +465,20 @@ fn numeric_options_out_of_range() {
     for i in 0..texts.len() {
         assert!(cosine(one_by_one.row(i), normal.row(i)) > 0.99999, "row {i}");
     }
+}
+
+/// Libraries inside the model folder, run from inside it, are never loaded: a library there that
+/// would crash any process loading it goes unnoticed.
+#[test]
+fn nothing_is_loaded_from_the_model_folder_or_the_working_folder() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let dir = model_copy(t.path(), &[]);
+    let crash = "__attribute__((constructor)) static void nornir_crash(void) { *(volatile int*)0 = 1; }\n";
+    for soname in ["libonnxruntime.so.1.31.1", "libonnxruntime.so", "libcudart.so.13", "libcuda.so.1"] {
+        support::stub_library(&dir, soname, crash, &[]);
+    }
+    let o = Run { cwd: Some(&dir), ..Run::new(&["vector", "embed", "--model", ".", "x"]) }.output();
+    assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
+    let o = Run { cwd: Some(&dir), ..Run::new(&["vector", "doctor", "--model", "."]) }.output();
+    assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
 }
