@@ -18,15 +18,17 @@ struct Options {
     budget: u32,
     rounds: usize,
     unsorted: bool,
+    memory: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
     let mut o = Options {
         corpus: workspace_root().join("testdata/corpus.txt"),
         threads: 2,
-        budget: 512,
+        budget: 256,
         rounds: 3,
         unsorted: false,
+        memory: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -37,8 +39,9 @@ fn parse(args: &[String]) -> Result<Options> {
             "--batch-tokens" => o.budget = value()?.parse().context("--batch-tokens")?,
             "--rounds" => o.rounds = value()?.parse().context("--rounds")?,
             "--with-unsorted" => o.unsorted = true,
+            "--memory" => o.memory = true,
             other => bail!(
-                "unknown bench-compare option {other:?} (--corpus FILE, --threads N, --batch-tokens N, --rounds N, --with-unsorted)"
+                "unknown bench-compare option {other:?} (--corpus FILE, --threads N, --batch-tokens N, --rounds N, --with-unsorted, --memory)"
             ),
         }
     }
@@ -84,26 +87,55 @@ fn python_run(py: &Path, mode: &str, model: &Path, o: &Options) -> Result<f64> {
     v["texts_per_second"].as_f64().context("texts_per_second")
 }
 
-/// `nornir vector embed` end to end: read, tokenize, batch, run, pool, write f32. Wall time.
-fn nornir_run(nornir: &Path, model: &Path, o: &Options, texts: usize) -> Result<f64> {
+/// One `nornir vector embed` run: texts/s (wall time) and its peak RSS in MiB.
+struct NornirRun {
+    texts_per_second: f64,
+    peak_rss_mib: f64,
+}
+
+/// `nornir vector embed` end to end: read, tokenize, batch, run, pool, write f32. With `repeat`
+/// above 1, the corpus is streamed that many times through standard input.
+fn nornir_run(nornir: &Path, model: &Path, o: &Options, texts: usize, repeat: usize) -> Result<NornirRun> {
+    use std::io::Write;
     let out = std::env::temp_dir().join(format!("nornir-bench-{}.f32", std::process::id()));
-    let start = Instant::now();
-    let status = Command::new(nornir)
-        .args(["vector", "embed", "--quiet", "--format", "f32", "--model"])
+    let mut cmd = Command::new(nornir);
+    cmd.args(["vector", "embed", "--quiet", "-v", "--format", "f32", "--model"])
         .arg(model)
-        .arg("--input")
-        .arg(&o.corpus)
         .arg("--output")
         .arg(&out)
         .args(["--threads", &o.threads.to_string(), "--batch-tokens", &o.budget.to_string()])
-        .status()
-        .context("run nornir")?;
+        .stderr(std::process::Stdio::piped());
+    if repeat == 1 {
+        cmd.arg("--input").arg(&o.corpus);
+    } else {
+        cmd.stdin(std::process::Stdio::piped());
+    }
+    let start = Instant::now();
+    let mut child = cmd.spawn().context("run nornir")?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let corpus = std::fs::read(&o.corpus)?;
+        std::thread::spawn(move || {
+            for _ in 0..repeat {
+                if stdin.write_all(&corpus).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let output = child.wait_with_output().context("wait for nornir")?;
     let seconds = start.elapsed().as_secs_f64();
     let _ = std::fs::remove_file(&out);
-    if !status.success() {
-        bail!("nornir vector embed failed ({status})");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        bail!("nornir vector embed failed ({}): {stderr}", output.status);
     }
-    Ok(texts as f64 / seconds)
+    let peak_rss_mib = stderr
+        .split("peak RSS ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("nornir -v printed no peak RSS")?;
+    Ok(NornirRun { texts_per_second: (texts * repeat) as f64 / seconds, peak_rss_mib })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -120,20 +152,30 @@ pub fn bench_compare(args: &[String]) -> Result<()> {
     let py = python_env(&home)?;
     run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
     let nornir = workspace_root().join("target/release/nornir");
-    let (mut sorted, mut floor, mut ours) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut sorted, mut floor, mut ours, mut rss) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 1..=o.rounds {
         eprintln!("xtask: bench-compare round {round}/{}", o.rounds);
         sorted.push(python_run(&py, "sorted", &model, &o)?);
         floor.push(python_run(&py, "floor", &model, &o)?);
-        ours.push(nornir_run(&nornir, &model, &o, texts)?);
+        let run = nornir_run(&nornir, &model, &o, texts, 1)?;
+        ours.push(run.texts_per_second);
+        rss.push(run.peak_rss_mib);
     }
     let unsorted = if o.unsorted { Some(python_run(&py, "unsorted", &model, &o)?) } else { None };
-    let (sorted, floor, ours) = (median(sorted), median(floor), median(ours));
+    let (sorted, floor, ours, rss_once) = (median(sorted), median(floor), median(ours), median(rss));
+    let ten = if o.memory {
+        eprintln!("xtask: bench-compare: the corpus 10 times through standard input");
+        Some(nornir_run(&nornir, &model, &o, texts, 10)?)
+    } else {
+        None
+    };
     let report = serde_json::json!({
         "corpus": o.corpus, "texts": texts, "threads": o.threads, "batch_tokens": o.budget, "rounds": o.rounds,
         "texts_per_second": { "python_sorted_32": sorted, "python_unsorted_32": unsorted, "ort_floor": floor, "nornir_end_to_end": ours },
         "nornir_vs_python_sorted": ours / sorted,
         "nornir_time_vs_floor_time": floor / ours,
+        "nornir_peak_rss_mib": { "corpus_once": rss_once, "corpus_10x_stdin": ten.as_ref().map(|r| r.peak_rss_mib) },
+        "nornir_10x_stdin_texts_per_second": ten.as_ref().map(|r| r.texts_per_second),
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     eprintln!(
@@ -141,5 +183,12 @@ pub fn bench_compare(args: &[String]) -> Result<()> {
         ours / sorted,
         floor / ours
     );
+    if let Some(t) = &ten {
+        eprintln!(
+            "peak RSS: {rss_once:.0} MiB for the corpus once, {:.0} MiB for it 10 times through stdin ({:.2}x)",
+            t.peak_rss_mib,
+            t.peak_rss_mib / rss_once
+        );
+    }
     Ok(())
 }

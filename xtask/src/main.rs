@@ -24,7 +24,8 @@ const USAGE: &str = "usage: cargo xtask <fetch|demo|test>
   test    fetch what the tests need, then run every test (default and embed-ort-rocm builds) and
           check-features
   bench-compare   nornir vs Python (sorted/unsorted batches of 32) vs the ONNX Runtime floor on
-                  the corpus, rounds interleaved, medians (--rounds N, --threads N, --with-unsorted)
+                  the corpus, rounds interleaved, medians (--rounds N, --threads N, --with-unsorted;
+                  --memory: also stream the corpus 10 times through stdin and compare peak RSS)
   check-features  clippy (-D warnings), tests and binary contents for every feature set; layering
   soak    one embedder shared by 8 threads x 500 calls of mixed sizes (--calls N): checks every
           row against the single-threaded result, prints calls/s and peak RSS; stops by itself

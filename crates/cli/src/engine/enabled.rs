@@ -152,7 +152,17 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
         ));
     }
     bar.finish_and_clear();
-    writer.finish(embedder.dimension())
+    writer.finish(embedder.dimension())?;
+    if job.verbose {
+        let seconds = started.elapsed().as_secs_f64();
+        eprintln!(
+            "nornir: {done} texts in {seconds:.2} s ({:.1} texts/s) on {}; peak RSS {:.0} MiB",
+            done as f64 / seconds.max(1e-9),
+            embedder.report().active_provider,
+            peak_rss_mib().unwrap_or(f64::NAN)
+        );
+    }
+    Ok(())
 }
 
 /// The built-in benchmark sample: the parity sample's 99 texts.
