@@ -351,7 +351,7 @@ impl Embedder {
     /// now: after a GPU failure at run time, the CPU, with the reason in `fallback`.
     pub fn report(&self) -> SessionReport {
         let mut r = self.report.clone();
-        if let Some(why) = self.run_fallback.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
+        if let Some(why) = self.run_fallback().clone() {
             r.fallback = Some(why);
             r.active_provider = Provider::Cpu.ort_name().to_owned();
             r.gpu_vendor = Vendor::Cpu;
@@ -369,8 +369,13 @@ impl Embedder {
         self.vendor().label()
     }
 
+    /// Why a GPU session was replaced at run time, if one was.
+    fn run_fallback(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.run_fallback.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn vendor(&self) -> Vendor {
-        let fell_back = self.run_fallback.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some();
+        let fell_back = self.run_fallback().is_some();
         if fell_back { Vendor::Cpu } else { self.report.gpu_vendor }
     }
 
@@ -491,12 +496,7 @@ impl Embedder {
     fn extra_sessions(&self) -> &[Mutex<Slot>] {
         self.extra_sessions.get_or_init(|| {
             let plan = self.running_plan();
-            let cfg = SessionConfig {
-                model: &self.info.folder.model_file,
-                intra_threads: self.intra_threads,
-                profile_to: None,
-                prepacked: Some(&self.prepacked),
-            };
+            let cfg = self.pooled_config();
             let mut extra = Vec::new();
             for _ in 1..self.sessions {
                 match session::build(&self.runtime, &plan, &cfg) {
@@ -514,12 +514,25 @@ impl Embedder {
     /// The plan as it really ran: CPU only when the first session ended on the CPU, so that a
     /// further session is built the same way instead of trying the GPU again.
     fn running_plan(&self) -> Plan {
+        if self.vendor() == Vendor::Cpu { self.cpu_plan() } else { self.report.plan.clone() }
+    }
+
+    /// The plan without its GPU providers: what a CPU session is built from.
+    fn cpu_plan(&self) -> Plan {
         let mut plan = self.report.plan.clone();
-        if self.vendor() == Vendor::Cpu {
-            plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
-            plan.forced = false;
-        }
+        plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
+        plan.forced = false;
         plan
+    }
+
+    /// How every session of the pool is built: the same threads, one set of pre-packed weights.
+    fn pooled_config(&self) -> SessionConfig<'_> {
+        SessionConfig {
+            model: &self.info.folder.model_file,
+            intra_threads: self.intra_threads,
+            profile_to: None,
+            prepacked: Some(&self.prepacked),
+        }
     }
 
     /// How many sessions embed in parallel (on a GPU, one).
@@ -565,9 +578,7 @@ impl Embedder {
                 tracing::warn!("{why}; running it and the rest on CPU");
                 slot.session = self.cpu_session()?;
                 slot.vendor = Vendor::Cpu;
-                self.run_fallback
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                self.run_fallback()
                     .get_or_insert_with(|| format!("{why}; rebuilt on CPUExecutionProvider and ran that batch again"));
                 run_batch(&mut slot.session, &self.io, pooling, normalize_rows, rows, nanos, &mut emit)?
             }
@@ -583,16 +594,7 @@ impl Embedder {
 
     /// A CPU session like the others, to replace a GPU session that failed at run time.
     fn cpu_session(&self) -> Result<Session> {
-        let mut plan = self.report.plan.clone();
-        plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
-        plan.forced = false;
-        let cfg = SessionConfig {
-            model: &self.info.folder.model_file,
-            intra_threads: self.intra_threads,
-            profile_to: None,
-            prepacked: Some(&self.prepacked),
-        };
-        Ok(session::build(&self.runtime, &plan, &cfg)?.0)
+        Ok(session::build(&self.runtime, &self.cpu_plan(), &self.pooled_config())?.0)
     }
 
     /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh
@@ -603,12 +605,7 @@ impl Embedder {
             Err(e) => return Placement::Unknown { reason: format!("no temporary folder for the profile: {e}") },
         };
         let prefix = dir.join("nornir-placement");
-        let cfg = SessionConfig {
-            model: &self.info.folder.model_file,
-            intra_threads: self.intra_threads,
-            profile_to: Some(&prefix),
-            prepacked: None,
-        };
+        let cfg = SessionConfig { profile_to: Some(&prefix), prepacked: None, ..self.pooled_config() };
         let plan = self.running_plan();
         let result = (|| -> Result<Placement> {
             let (mut session, _) = session::build(&self.runtime, &plan, &cfg)?;
