@@ -27,7 +27,7 @@
 //! | a corrupt (truncated) CUDA provider library, simulated NVIDIA machine | never handed to the loader (SIGBUS): forced, `forced to cuda ... not loaded: ... is not a valid ELF shared library`; auto: CPU, the reason recorded |
 //! | NORNIR_CUDA_LIBS with empty, relative and missing entries | each in doctor's `rejected_entries`; stubs in the working folder are never loaded |
 //! | libraries in the model folder, run from inside it | never loaded (stubs there would crash the process) |
-//! | --threads 0, --sessions 0, --batch-tokens 0 | clap's `invalid value '0'`, exit 2; the library says `must be at least 1` |
+//! | --threads 0, --sessions 0, --batch-tokens 0; an unknown flag | clap's `invalid value '0'` / `unexpected argument`, exit 2; the library says `must be at least 1` |
 //! | --batch-tokens 1, smaller than any text | each text alone in a batch, the same vectors |
 
 #![cfg(feature = "embed-ort")]
@@ -38,80 +38,12 @@ mod support;
 #[path = "../../embed/tests/fixtures/mod.rs"]
 mod fixtures;
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 
+use common::{Run, assert_one_line_error, files_in, model, nornir, s, stderr};
 use nornir_vector::{Device, Embedder, EmbedderOptions};
-
-fn model() -> PathBuf {
-    let dir = std::env::var_os("NORNIR_TEST_MODEL")
-        .map(PathBuf::from)
-        .expect("NORNIR_TEST_MODEL unset: run `cargo xtask test`");
-    assert!(dir.join("model.onnx").is_file(), "no model at {}: run `cargo xtask test`", dir.display());
-    dir
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-struct Run<'a> {
-    args: &'a [&'a str],
-    stdin: &'a [u8],
-    env: &'a [(&'a str, &'a str)],
-    cwd: Option<&'a Path>,
-    stdout: Stdio,
-}
-
-impl<'a> Run<'a> {
-    fn new(args: &'a [&'a str]) -> Self {
-        Self { args, stdin: b"", env: &[], cwd: None, stdout: Stdio::piped() }
-    }
-    fn output(self) -> Output {
-        use std::io::Write;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nornir"));
-        cmd.args(self.args)
-            .env_remove("NORNIR_DEVICE")
-            .env_remove("ORT_DYLIB_PATH")
-            .env_remove("NORNIR_CUDA_LIBS")
-            .env_remove("NORNIR_ROCM_LIBS")
-            .stdin(Stdio::piped())
-            .stdout(self.stdout)
-            .stderr(Stdio::piped());
-        for (k, v) in self.env {
-            cmd.env(k, v);
-        }
-        if let Some(d) = self.cwd {
-            cmd.current_dir(d);
-        }
-        let mut child = cmd.spawn().expect("run nornir");
-        let mut pipe = child.stdin.take().expect("stdin");
-        // Fed from another thread: nornir writes output while it still reads input.
-        let input = self.stdin.to_vec();
-        let feeder = std::thread::spawn(move || {
-            let _ = pipe.write_all(&input);
-        });
-        let out = child.wait_with_output().expect("wait");
-        feeder.join().expect("stdin feeder");
-        out
-    }
-}
-
-fn nornir(args: &[&str]) -> Output {
-    Run::new(args).output()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn assert_one_line_error(o: &Output, needle: &str) {
-    let e = stderr(o);
-    assert_eq!(o.status.code(), Some(2), "{e}");
-    assert!(e.contains(needle), "expected {needle:?} in {e}");
-    assert!(!e.contains("panicked"), "{e}");
-    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
-}
 
 fn embed_error(dir: &Path, needle: &str) {
     assert_one_line_error(&nornir(&["vector", "embed", "--model", s(dir), "hello"]), needle);
@@ -141,15 +73,6 @@ fn model_copy(dir: &Path, replace: &[(&str, &[u8])]) -> PathBuf {
         std::fs::write(&p, bytes).expect("write replacement");
     }
     copy
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .expect("read_dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 fn f32_rows(bytes: &[u8]) -> Vec<Vec<f32>> {
@@ -372,11 +295,7 @@ fn a_corrupt_provider_library() {
     let mut corrupt = std::fs::read(gpu.with_file_name("libonnxruntime_providers_cuda.so")).expect("provider");
     corrupt.truncate(4096);
     std::fs::write(build.join("libonnxruntime_providers_cuda.so"), &corrupt).expect("write");
-    let root = t.path().join("root");
-    support::nvidia_driver_tree(&root);
-    let libs = t.path().join("cuda-libs");
-    support::stub_libcuda(&libs, 1);
-    support::stub_cudart(&libs);
+    let (root, libs) = support::simulated_nvidia_machine(t.path());
     let env = [("NORNIR_PROBE_ROOT", s(&root)), ("NORNIR_CUDA_LIBS", s(&libs))];
     let lib = build.join("libonnxruntime.so.1.31.1");
     let m = model();
@@ -451,6 +370,9 @@ fn numeric_options_out_of_range() {
         assert_eq!(o.status.code(), Some(2), "{flag}");
         assert!(stderr(&o).contains("invalid value '0'"), "{flag}: {}", stderr(&o));
     }
+    let unknown = nornir(&["vector", "embed", "--no-such-flag"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(stderr(&unknown).contains("unexpected argument"));
     library_error(&m, &EmbedderOptions { threads: Some(0), ..cpu() }, "threads must be at least 1");
     library_error(&m, &EmbedderOptions { sessions: Some(0), ..cpu() }, "sessions must be at least 1");
     library_error(&m, &EmbedderOptions { token_budget: 0, ..cpu() }, "token budget must be at least 1");

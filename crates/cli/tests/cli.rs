@@ -3,54 +3,14 @@
 
 #![cfg(feature = "embed-ort")]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn model() -> PathBuf {
-    let dir = std::env::var_os("NORNIR_TEST_MODEL")
-        .map(PathBuf::from)
-        .expect("NORNIR_TEST_MODEL unset: run `cargo xtask test`");
-    assert!(dir.join("model.onnx").is_file(), "no model at {}: run `cargo xtask test`", dir.display());
-    dir
-}
-
-fn nornir(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    use std::io::Write;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nornir"));
-    cmd.args(args).env_remove("NORNIR_DEVICE").env_remove("ORT_DYLIB_PATH");
-    cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("run nornir");
-    let mut pipe = child.stdin.take().expect("stdin");
-    pipe.write_all(stdin.unwrap_or_default()).expect("write stdin");
-    drop(pipe);
-    child.wait_with_output().expect("wait")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn assert_one_line_error(o: &Output, needle: &str) {
-    let e = stderr(o);
-    assert_eq!(o.status.code(), Some(2), "{e}");
-    assert!(e.contains(needle), "expected {needle:?} in {e}");
-    assert!(!e.contains("panicked"), "{e}");
-    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .expect("read_dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
+use common::{Run, files_in, model, nornir, stderr};
 
 #[test]
 fn embed_arguments_to_jsonl_and_say_the_provider() {
     let m = model();
-    let o = nornir(&["vector", "embed", "-v", "--model", m.to_str().expect("utf8"), "A man is eating food.", ""], None);
+    let o = nornir(&["vector", "embed", "-v", "--model", m.to_str().expect("utf8"), "A man is eating food.", ""]);
     assert!(o.status.success(), "{}", stderr(&o));
     let rows: Vec<Vec<f32>> =
         String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON array")).collect();
@@ -66,16 +26,17 @@ fn stdin_lines_keep_row_order_and_formats_agree() {
     let t = tempfile::tempdir().expect("tempdir");
     let input = b"first\n\nthird line, longer than the others\n";
     let npy = t.path().join("v.npy");
-    let o = nornir(
-        &["vector", "embed", "--model", m, "--format", "npy", "--output", npy.to_str().expect("utf8")],
-        Some(input),
-    );
+    let o = Run {
+        stdin: input,
+        ..Run::new(&["vector", "embed", "--model", m, "--format", "npy", "--output", npy.to_str().expect("utf8")])
+    }
+    .output();
     assert!(o.status.success(), "{}", stderr(&o));
     let bytes = std::fs::read(&npy).expect("npy written");
     assert_eq!(&bytes[..6], b"\x93NUMPY");
     let header = String::from_utf8_lossy(&bytes[..128]);
     assert!(header.contains("(3, 384,") && header.contains("<f4"), "{header}");
-    let o = nornir(&["vector", "embed", "--model", m, "--format", "f32"], Some(input));
+    let o = Run { stdin: input, ..Run::new(&["vector", "embed", "--model", m, "--format", "f32"]) }.output();
     assert!(o.status.success());
     assert_eq!(o.stdout.len(), 3 * 384 * 4);
     assert_eq!(&bytes[bytes.len() - o.stdout.len()..], &o.stdout[..], "npy data equals the f32 rows");
@@ -85,10 +46,11 @@ fn stdin_lines_keep_row_order_and_formats_agree() {
 #[test]
 fn jsonl_input_keeps_ids() {
     let m = model();
-    let o = nornir(
-        &["vector", "embed", "--model", m.to_str().expect("utf8"), "--input-format", "jsonl"],
-        Some(b"{\"id\": \"a\", \"text\": \"hello\"}\n{\"id\": 2, \"text\": \"world\"}\n"),
-    );
+    let o = Run {
+        stdin: b"{\"id\": \"a\", \"text\": \"hello\"}\n{\"id\": 2, \"text\": \"world\"}\n",
+        ..Run::new(&["vector", "embed", "--model", m.to_str().expect("utf8"), "--input-format", "jsonl"])
+    }
+    .output();
     assert!(o.status.success(), "{}", stderr(&o));
     let rows: Vec<serde_json::Value> =
         String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
@@ -98,45 +60,13 @@ fn jsonl_input_keeps_ids() {
 }
 
 #[test]
-fn bad_input_is_one_line_exit_2_and_no_output_file() {
-    let m = model();
-    let m = m.to_str().expect("utf8");
-    let t = tempfile::tempdir().expect("tempdir");
-    let out = t.path().join("out.jsonl");
-    let out = out.to_str().expect("utf8");
-    let bad = t.path().join("bad.txt");
-    std::fs::write(&bad, b"fine\nalso fine\nnot \xff utf8\n").expect("write");
-
-    let o = nornir(&["vector", "embed", "--model", m, "--input", bad.to_str().expect("utf8"), "--output", out], None);
-    assert_one_line_error(&o, "line 3 is not valid UTF-8");
-    assert_eq!(files_in(t.path()), ["bad.txt"], "no partial output, no temporary file");
-
-    assert_one_line_error(&nornir(&["vector", "embed", "--model", "/no/such/model", "x"], None), "no such folder");
-    assert_one_line_error(
-        &nornir(&["vector", "embed", "--model", m, "--input", "/no/such/file"], None),
-        "cannot read --input",
-    );
-    assert_one_line_error(
-        &nornir(&["vector", "embed", "--model", m, "--output", "/proc/no/such/dir/out", "x"], None),
-        "choose a writable --output",
-    );
-    assert_one_line_error(
-        &nornir(&["vector", "embed", "--model", m, "--ort-lib", "/etc/hostname", "x"], None),
-        "cannot be loaded as ONNX Runtime",
-    );
-    let unknown = nornir(&["vector", "embed", "--no-such-flag"], None);
-    assert_eq!(unknown.status.code(), Some(2));
-    assert!(stderr(&unknown).contains("unexpected argument"));
-}
-
-#[test]
 fn forcing_an_unavailable_gpu_is_an_error_auto_falls_back() {
     let m = model();
     let m = m.to_str().expect("utf8");
-    let forced = nornir(&["vector", "embed", "--model", m, "--device", "cuda", "x"], None);
+    let forced = nornir(&["vector", "embed", "--model", m, "--device", "cuda", "x"]);
     assert_eq!(forced.status.code(), Some(2));
     assert!(stderr(&forced).contains("forced to cuda"), "{}", stderr(&forced));
-    let auto = nornir(&["vector", "embed", "--model", m, "--device", "auto", "x"], None);
+    let auto = nornir(&["vector", "embed", "--model", m, "--device", "auto", "x"]);
     assert!(auto.status.success(), "{}", stderr(&auto));
 }
 
@@ -144,7 +74,7 @@ fn forcing_an_unavailable_gpu_is_an_error_auto_falls_back() {
 fn doctor_json_has_the_documented_keys_and_expect_works() {
     let m = model();
     let m = m.to_str().expect("utf8");
-    let o = nornir(&["vector", "doctor", "--json", "--model", m], None);
+    let o = nornir(&["vector", "doctor", "--json", "--model", m]);
     assert!(o.status.success(), "{}", stderr(&o));
     let d: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
     for key in ["driver_present", "available", "libraries"] {
@@ -164,14 +94,14 @@ fn doctor_json_has_the_documented_keys_and_expect_works() {
     );
     assert_eq!(d["session"]["placement"]["status"], "known", "{}", d["session"]["placement"]);
     assert!(d["session"]["placement"]["nodes"]["CPUExecutionProvider"].as_u64().is_some_and(|n| n > 0));
-    assert_eq!(nornir(&["vector", "doctor", "--model", m, "--expect", "cpu"], None).status.code(), Some(0));
-    assert_eq!(nornir(&["vector", "doctor", "--model", m, "--expect", "cuda"], None).status.code(), Some(1));
+    assert_eq!(nornir(&["vector", "doctor", "--model", m, "--expect", "cpu"]).status.code(), Some(0));
+    assert_eq!(nornir(&["vector", "doctor", "--model", m, "--expect", "cuda"]).status.code(), Some(1));
 }
 
 #[test]
 fn bench_json_on_the_builtin_sample() {
     let m = model();
-    let o = nornir(&["vector", "bench", "--json", "--model", m.to_str().expect("utf8"), "--threads", "2"], None);
+    let o = nornir(&["vector", "bench", "--json", "--model", m.to_str().expect("utf8"), "--threads", "2"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let b: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
     assert_eq!(b["texts"], 99);

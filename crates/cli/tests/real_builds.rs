@@ -148,11 +148,7 @@ fn cuda_build_forced_is_an_error_naming_libcublaslt_and_auto_falls_back() {
 #[test]
 fn simulated_nvidia_machine_requests_cuda_which_fails_and_cpu_runs() {
     let t = tempfile::tempdir().expect("tempdir");
-    let root = t.path().join("root");
-    support::nvidia_driver_tree(&root);
-    let libs = t.path().join("cuda-libs");
-    support::stub_libcuda(&libs, 1);
-    support::stub_cudart(&libs);
+    let (root, libs) = support::simulated_nvidia_machine(t.path());
     let env: [(&str, &Path); 2] = [("NORNIR_PROBE_ROOT", &root), ("NORNIR_CUDA_LIBS", &libs)];
     let ort = env_path("NORNIR_TEST_ORT_GPU");
     let d = doctor(&ort, "auto", &env);

@@ -9,11 +9,7 @@ use support::*;
 #[test]
 fn available_with_driver_libraries_and_a_device() {
     let t = tempfile::tempdir().expect("tempdir");
-    let root = t.path().join("root");
-    nvidia_driver_tree(&root);
-    let libs = t.path().join("cuda-libs");
-    stub_libcuda(&libs, 1);
-    stub_cudart(&libs);
+    let (root, libs) = simulated_nvidia_machine(t.path());
     let ctx = ProbeContext::with_root(&root).with_var("NORNIR_CUDA_LIBS", &libs);
     let r = probe_with(&ctx).cuda;
     assert!(r.driver_present, "{r:?}");

@@ -55,6 +55,17 @@ pub fn nvidia_driver_tree(root: &Path) {
     write(root, "/dev/nvidiactl", "");
 }
 
+/// A simulated NVIDIA machine under `dir`: the driver tree at `dir/root` and stub
+/// libcuda.so.1 (one device) and libcudart.so.13 in `dir/cuda-libs`. Returns (root, libs).
+pub fn simulated_nvidia_machine(dir: &Path) -> (PathBuf, PathBuf) {
+    let root = dir.join("root");
+    nvidia_driver_tree(&root);
+    let libs = dir.join("cuda-libs");
+    stub_libcuda(&libs, 1);
+    stub_cudart(&libs);
+    (root, libs)
+}
+
 /// A stub HIP runtime (stands in for libamdhip64.so.7) that counts `n` devices.
 pub fn stub_hip(dir: &Path, soname: &str, n: i32) -> PathBuf {
     let src = format!(

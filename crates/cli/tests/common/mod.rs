@@ -1,0 +1,88 @@
+//! What the `nornir` command tests share: the test model, running `nornir` with input, and the
+//! rule for bad input (exit 2, one line, no panic).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub fn model() -> PathBuf {
+    let dir = std::env::var_os("NORNIR_TEST_MODEL")
+        .map(PathBuf::from)
+        .expect("NORNIR_TEST_MODEL unset: run `cargo xtask test`");
+    assert!(dir.join("model.onnx").is_file(), "no model at {}: run `cargo xtask test`", dir.display());
+    dir
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// One `nornir` run: arguments, standard input (fed from another thread, since nornir writes
+/// output while it still reads input), extra environment and working folder.
+pub struct Run<'a> {
+    pub args: &'a [&'a str],
+    pub stdin: &'a [u8],
+    pub env: &'a [(&'a str, &'a str)],
+    pub cwd: Option<&'a Path>,
+}
+
+impl<'a> Run<'a> {
+    pub fn new(args: &'a [&'a str]) -> Self {
+        Self { args, stdin: b"", env: &[], cwd: None }
+    }
+    pub fn output(self) -> Output {
+        use std::io::Write;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nornir"));
+        cmd.args(self.args)
+            .env_remove("NORNIR_DEVICE")
+            .env_remove("ORT_DYLIB_PATH")
+            .env_remove("NORNIR_CUDA_LIBS")
+            .env_remove("NORNIR_ROCM_LIBS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in self.env {
+            cmd.env(k, v);
+        }
+        if let Some(d) = self.cwd {
+            cmd.current_dir(d);
+        }
+        let mut child = cmd.spawn().expect("run nornir");
+        let mut pipe = child.stdin.take().expect("stdin");
+        // Fed from another thread: nornir writes output while it still reads input.
+        let input = self.stdin.to_vec();
+        let feeder = std::thread::spawn(move || {
+            let _ = pipe.write_all(&input);
+        });
+        let out = child.wait_with_output().expect("wait");
+        feeder.join().expect("stdin feeder");
+        out
+    }
+}
+
+pub fn nornir(args: &[&str]) -> Output {
+    Run::new(args).output()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Exit 2, `needle` in the one line on stderr, no panic.
+pub fn assert_one_line_error(o: &Output, needle: &str) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains(needle), "expected {needle:?} in {e}");
+    assert!(!e.contains("panicked"), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+}
+
+pub fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
