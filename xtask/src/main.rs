@@ -6,18 +6,20 @@
 //! - `test`: the whole test suite with its set-up (fetch, test libraries), default and AMD builds.
 //! - `soak`: 8 threads x 500 calls on one embedder, release build: calls/s, peak RSS.
 //! - `fuzz`: every cargo-fuzz target for a while (nightly), crashes kept as regression inputs.
+//! - `gpu-bundle`: what `scripts/gpu-check.sh` needs on a lent GPU machine, in transferable parts.
 
 mod assets;
 mod compare;
 mod features;
 mod fetch;
+mod gpu_bundle;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: cargo xtask <fetch|demo|test>
+pub(crate) const USAGE: &str = "usage: cargo xtask <task> [options]
   fetch   download ONNX Runtime 1.31.1 (CPU) and all-MiniLM-L6-v2 (int8) into the nornir cache
           --gpu-builds: also the CUDA 1.31.1, MIGraphX 1.27.1 and ROCm 1.22.2 builds of ONNX Runtime
   demo    fetch, build `nornir`, embed a few sentences, print their similarity and the doctor summary
@@ -30,7 +32,11 @@ const USAGE: &str = "usage: cargo xtask <fetch|demo|test>
   soak    one embedder shared by 8 threads x 500 calls of mixed sizes (--calls N): checks every
           row against the single-threaded result, prints calls/s and peak RSS; stops by itself
   fuzz    run each cargo-fuzz target (elf_deps, model_configs, input_records) for --seconds N
-          (default 300) with the nightly toolchain; crashing inputs go to fuzz/regressions/";
+          (default 300) with the nightly toolchain; crashing inputs go to fuzz/regressions/
+  gpu-bundle  what scripts/gpu-check.sh needs on a lent NVIDIA machine (release nornir, the CUDA
+          build of ONNX Runtime, the default model, the fp32 sentence-transformers peer) as parts
+          under 60 MiB with a MANIFEST of sha256 sums, in target/gpu-bundle; prints how to send them
+          (--out DIR, --part-mib N, --nornir PATH: use this binary, --no-peer: leave out the peer)";
 
 fn main() {
     if let Err(e) = run() {
@@ -62,6 +68,7 @@ fn run() -> Result<()> {
         Some("bench-compare") => compare::bench_compare(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
+        Some("gpu-bundle") => gpu_bundle::gpu_bundle(&args[1..]),
         Some("check-features") => features::check_features(&test_env(&fetch::fetch(&all_test_assets())?)),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
@@ -116,6 +123,7 @@ fn ensure_debian_hip() -> Result<()> {
 fn all_test_assets() -> Vec<&'static assets::Asset> {
     let mut all: Vec<&assets::Asset> = assets::DEFAULT_ASSETS.to_vec();
     all.extend_from_slice(assets::TEST_ASSETS);
+    all.push(&assets::PEER_MODEL);
     all
 }
 
@@ -130,13 +138,22 @@ fn test_env(home: &Path) -> Vec<(&'static str, PathBuf)> {
         ("NORNIR_TEST_ORT_GPU", home.join(assets::ORT_GPU.dest).join("libonnxruntime.so.1.31.1")),
         ("NORNIR_TEST_ORT_MIGRAPHX", home.join(assets::ORT_MIGRAPHX.dest).join("libonnxruntime.so.1.27.1")),
         ("NORNIR_TEST_CORPUS", workspace_root().join("testdata")),
+        ("NORNIR_TEST_GPU_BUNDLE", workspace_root().join(DRY_RUN_BUNDLE)),
     ]
 }
+
+/// The GPU check's bundle for its dry run (crates/cli/tests/gpu_check.rs), made from the debug build.
+const DRY_RUN_BUNDLE: &str = "target/gpu-bundle-dry-run";
 
 fn test(extra: &[String]) -> Result<()> {
     let home = fetch::fetch(&all_test_assets())?;
     ensure_debian_hip()?;
     let env = test_env(&home);
+    eprintln!("xtask: the GPU check's bundle for its dry run");
+    run_checked(cargo().args(["build", "--quiet", "-p", "nornir-cli"]))?;
+    let nornir = workspace_root().join("target/debug/nornir").display().to_string();
+    let out = workspace_root().join(DRY_RUN_BUNDLE).display().to_string();
+    gpu_bundle::gpu_bundle(&["--nornir".to_owned(), nornir, "--out".to_owned(), out])?;
     eprintln!("xtask: tests, default build");
     run_checked(cargo().args(["test", "--workspace", "--exclude", "xtask"]).args(extra).envs(env.clone()))?;
     eprintln!("xtask: tests, embed-ort-rocm build");

@@ -1,0 +1,172 @@
+//! Dry run of `scripts/gpu-check.sh`, the CUDA check for a lent NVIDIA machine, on this machine
+//! without a GPU: every step but the GPU itself.
+//!
+//! The bundle is the one `cargo xtask gpu-bundle` makes (here from the debug `nornir`, built by
+//! `cargo xtask test` into `NORNIR_TEST_GPU_BUNDLE`), reassembled and verified by the script. The
+//! NVIDIA machine is simulated: a driver tree under `NORNIR_PROBE_ROOT` with a stub
+//! `libcuda.so.1` in its distribution folder, and stub CUDA 13 libraries (generated from the real
+//! provider's imports) in a fake pip wheel folder `site/nvidia/cu13/lib` that stands in for the
+//! machine's `nvidia-cuda-runtime`, `nvidia-cublas` and `nvidia-curand` wheels; the script finds
+//! them through Python's `sys.path` (PYTHONPATH here), as it does there. The stub device faults
+//! at its first kernel, so the real CUDA provider registers and builds its session, then fails:
+//! the script must say that CUDA did not run the model, and still measure everything else.
+
+#![cfg(feature = "embed-ort")]
+
+mod common;
+#[path = "../../gpu-probe/tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::cuda_stubs::{CudaFault, cuda_stubs};
+
+fn env_path(var: &str) -> PathBuf {
+    let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| panic!("{var} unset: run `cargo xtask test`"));
+    assert!(p.exists(), "{} missing: run `cargo xtask test`", p.display());
+    p
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu-check.sh")
+}
+
+/// Runs the script with `bundle`, results into `dir/out`; `env` on top of a clean environment.
+fn gpu_check(dir: &Path, bundle: &Path, env: &[(&str, &Path)]) -> (Output, serde_json::Value) {
+    let out = dir.join("out");
+    let mut cmd = Command::new("bash");
+    cmd.arg(script())
+        .arg(&out)
+        .env("NORNIR_GPU_BUNDLE", bundle)
+        .env("NORNIR_GPU_CHECK_WORK", dir.join("work"))
+        .env_remove("NORNIR_DEVICE")
+        .env_remove("ORT_DYLIB_PATH")
+        .env_remove("NORNIR_ORT_LIB")
+        .env_remove("NORNIR_CUDA_LIBS")
+        .env_remove("LD_LIBRARY_PATH");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().expect("run bash scripts/gpu-check.sh");
+    let summary = std::fs::read(out.join("summary.json"))
+        .unwrap_or_else(|e| panic!("no summary.json ({e}): {}", String::from_utf8_lossy(&o.stderr)));
+    (o, serde_json::from_slice(&summary).expect("summary.json is JSON"))
+}
+
+#[test]
+fn dry_run_on_a_simulated_nvidia_machine_measures_everything_and_says_cuda_did_not_run() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let root = t.path().join("root");
+    support::nvidia_driver_tree(&root);
+    let wheel_libs = t.path().join("site/nvidia/cu13/lib");
+    let provider = env_path("NORNIR_TEST_ORT_GPU").with_file_name("libonnxruntime_providers_cuda.so");
+    cuda_stubs(&wheel_libs, &provider, CudaFault::AtFirstKernel);
+    // The driver library comes with the kernel driver, not from pip.
+    let system_libs = root.join("usr/lib/x86_64-linux-gnu");
+    std::fs::create_dir_all(&system_libs).expect("mkdir");
+    std::fs::rename(wheel_libs.join("libcuda.so.1"), system_libs.join("libcuda.so.1")).expect("move libcuda");
+    let corpus = t.path().join("corpus.txt");
+    let lines: Vec<String> = std::fs::read_to_string(env_path("NORNIR_TEST_CORPUS").join("corpus.txt"))
+        .expect("corpus")
+        .lines()
+        .take(200)
+        .map(str::to_owned)
+        .collect();
+    std::fs::write(&corpus, lines.join("\n") + "\n").expect("write corpus");
+    let site = t.path().join("site");
+    let env: [(&str, &Path); 3] =
+        [("NORNIR_PROBE_ROOT", &root), ("PYTHONPATH", &site), ("NORNIR_GPU_CHECK_CORPUS", &corpus)];
+
+    let (o, sum) = gpu_check(t.path(), &env_path("NORNIR_TEST_GPU_BUNDLE"), &env);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "the check ran and CUDA did not run the model: {stderr}");
+    assert_eq!(sum["status"], "fail", "{sum:#}");
+    assert!(sum["driver"].as_str().is_some_and(|d| d.contains("580.95.05")), "{}", sum["driver"]);
+    assert!(sum["nornir"].as_str().is_some_and(|v| v.starts_with("nornir ")), "{}", sum["nornir"]);
+
+    // Found through Python, not a fixed path.
+    assert_eq!(sum["cuda_libs"]["source"], "found with python3");
+    let folders = sum["cuda_libs"]["folders"].as_str().unwrap_or_default();
+    assert!(folders.split(':').any(|f| Path::new(f) == wheel_libs), "{folders}");
+    let libs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.path().join("out/cuda-libs.json")).expect("cuda-libs.json"))
+            .expect("JSON");
+    assert!(libs["found"]["libcublasLt.so.13"].is_string(), "{libs:#}");
+    assert!(libs["missing"].as_array().is_some_and(|m| m.contains(&"libcudnn.so.9".into())), "{libs:#}");
+
+    // CUDA was requested, registered, built its session and failed at its first kernel.
+    assert_eq!(sum["cuda_ran_the_model"], false);
+    assert_eq!(sum["active_provider"], "CPUExecutionProvider");
+    let cuda = sum["registrations"]
+        .as_array()
+        .and_then(|r| r.iter().find(|x| x["provider"] == "CUDAExecutionProvider"))
+        .unwrap_or_else(|| panic!("no CUDA registration: {sum:#}"));
+    assert_eq!(cuda["ok"], true, "{cuda}");
+    assert!(sum["fallback"].as_str().is_some_and(|f| f.contains("illegal memory access")), "{}", sum["fallback"]);
+    assert_eq!(sum["cuda_libs"]["ld_library_path"], "no help");
+    assert_eq!(sum["steps"]["doctor"]["exit"], 1);
+    assert!(sum["steps"]["embed-cuda"]["error"].as_str().is_some_and(|e| e.contains("forced to cuda")), "{sum:#}");
+    assert!(sum["parity"]["cuda"].is_null());
+    assert_eq!(sum["steps"]["bench-cuda"]["exit"], 2);
+
+    // Everything that does not need the GPU was measured.
+    let cpu = &sum["parity"]["cpu"];
+    assert_eq!(cpu["rows"], 99);
+    assert!(cpu["min_cosine"].as_f64().is_some_and(|c| c >= 0.999), "{cpu}");
+    assert_eq!(cpu["pass"], true);
+    let cpu_bench = &sum["benches"]["cpu"];
+    assert_eq!(cpu_bench["texts"], 200, "{cpu_bench}");
+    assert!(sum["texts_per_second"]["nornir_cpu"].as_f64().is_some_and(|r| r > 0.0), "{sum:#}");
+    assert!(sum["placement"]["nodes"]["CPUExecutionProvider"].as_u64().is_some_and(|n| n > 0), "{}", sum["placement"]);
+
+    // No GPU for torch here (and usually no torch): the peer says why it was skipped.
+    let peer = &sum["sentence_transformers"];
+    assert_eq!(peer["status"], "skipped", "{peer}");
+    assert!(peer["reason"].as_str().is_some_and(|r| !r.is_empty()), "{peer}");
+
+    let md = std::fs::read_to_string(t.path().join("out/summary.md")).expect("summary.md");
+    assert!(md.contains("# nornir GPU check: fail") && md.contains("| nornir, CPU |"), "{md}");
+
+    // A rerun finds the bundle verified and unpacked, and does not unpack it again.
+    let stamp = t.path().join("work/.verified");
+    let before = std::fs::metadata(&stamp).and_then(|m| m.modified()).expect("stamp");
+    let (o, _) = gpu_check(t.path(), &env_path("NORNIR_TEST_GPU_BUNDLE"), &env);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(std::fs::metadata(&stamp).and_then(|m| m.modified()).expect("stamp"), before);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("checking the bundle's parts"));
+}
+
+/// Parts that did not arrive or arrived damaged: exit 3, and summary.json names each of them, so
+/// the session knows what to send again; nothing is run.
+#[test]
+fn an_incomplete_or_damaged_bundle_names_the_parts_to_send_again() {
+    let full = env_path("NORNIR_TEST_GPU_BUNDLE");
+    let manifest = std::fs::read_to_string(full.join("MANIFEST")).expect("MANIFEST");
+    let parts: Vec<&str> =
+        manifest.lines().filter_map(|l| l.strip_prefix("part ")).filter_map(|l| l.split(' ').next()).collect();
+    assert!(parts.len() >= 2, "the bundle is cut into parts: {manifest}");
+    let t = tempfile::tempdir().expect("tempdir");
+    let bundle = t.path().join("bundle");
+    std::fs::create_dir_all(&bundle).expect("mkdir");
+    std::fs::write(bundle.join("MANIFEST"), &manifest).expect("write");
+    std::fs::write(bundle.join(parts[0]), b"not the first part").expect("write");
+    for p in &parts[1..parts.len() - 1] {
+        std::os::unix::fs::symlink(full.join(p), bundle.join(p)).expect("symlink");
+    }
+    let (o, sum) = gpu_check(t.path(), &bundle, &[]);
+    assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(sum["status"], "incomplete bundle");
+    let reason = sum["reason"].as_str().unwrap_or_default();
+    let last = parts[parts.len() - 1];
+    assert!(
+        reason.contains(&format!("{} (damaged", parts[0])) && reason.contains(&format!("{last} (missing)")),
+        "{reason}"
+    );
+    assert!(!t.path().join("work").exists(), "nothing unpacked from an incomplete bundle");
+
+    std::fs::remove_file(bundle.join("MANIFEST")).expect("rm");
+    let (o, sum) = gpu_check(t.path(), &bundle, &[]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(sum["reason"].as_str().is_some_and(|r| r.contains("no MANIFEST")), "{sum}");
+}

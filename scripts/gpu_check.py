@@ -1,0 +1,318 @@
+"""Helpers for scripts/gpu-check.sh; standard library only, except the peer (torch and
+sentence-transformers, where installed).
+
+  cuda-libs                 find the CUDA libraries of the pip wheels on sys.path; JSON on stdout
+  field FILE path           the folders of a cuda-libs result, colon-separated
+  parity FILE REFERENCE     cosine of every row against the reference (float32, 384 wide); JSON
+  st-peer --model DIR ...   sentence-transformers on the GPU: texts/s on the corpus; JSON to --out
+  incomplete OUT REASON     summary.json saying the bundle is incomplete
+  summary OUT               summary.json and summary.md from every result in OUT; exit 0 when CUDA
+                            ran the model and matched the reference, else 1
+"""
+
+import array
+import json
+import math
+import os
+import sys
+import time
+
+DIM = 384
+PARITY_FLOOR = 0.999
+# What the CUDA provider of onnxruntime-gpu 1.31.1 needs (NEEDED) or opens later (cuDNN, cuFFT).
+WANTED = [
+    "libcudart.so.13",
+    "libcublas.so.13",
+    "libcublasLt.so.13",
+    "libcurand.so.10",
+    "libcudnn.so.9",
+    "libcufft.so.12",
+]
+
+
+def cuda_libs():
+    dirs, found = [], {}
+    for entry in sys.path:
+        root = os.path.join(entry or ".", "nvidia")
+        if not os.path.isabs(root) or not os.path.isdir(root):
+            continue
+        for here, subdirs, files in os.walk(root):
+            subdirs.sort()
+            libs = [f for f in files if f.startswith("lib") and ".so" in f]
+            if not libs:
+                continue
+            if here not in dirs:
+                dirs.append(here)
+            for soname in WANTED:
+                if soname in files and soname not in found:
+                    found[soname] = os.path.join(here, soname)
+    print(
+        json.dumps(
+            {
+                "python": sys.executable,
+                "searched": [os.path.join(e, "nvidia") for e in sys.path if e],
+                "dirs": dirs,
+                "path": ":".join(dirs),
+                "found": found,
+                "missing": [s for s in WANTED if s not in found],
+            },
+            indent=2,
+        )
+    )
+
+
+def read_f32(path):
+    a = array.array("f")
+    with open(path, "rb") as f:
+        a.frombytes(f.read())
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a
+
+
+def cosines(got, want):
+    if len(got) != len(want) or len(got) % DIM:
+        raise SystemExit(f"parity: {len(got)} floats against {len(want)} in the reference")
+    out = []
+    for i in range(0, len(want), DIM):
+        a, b = got[i : i + DIM], want[i : i + DIM]
+        dot = sum(x * y for x, y in zip(a, b))
+        norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+        out.append(dot / norm if norm else 0.0)
+    return out
+
+
+def parity_report(cos, floor):
+    worst = min(range(len(cos)), key=cos.__getitem__)
+    return {
+        "rows": len(cos),
+        "min_cosine": cos[worst],
+        "worst_row": worst,
+        "mean_cosine": sum(cos) / len(cos),
+        "floor": floor,
+        "pass": cos[worst] >= floor,
+    }
+
+
+def parity(path, reference):
+    print(json.dumps(parity_report(cosines(read_f32(path), read_f32(reference)), PARITY_FLOOR), indent=2))
+
+
+def read_lines(path):
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def st_peer(args):
+    opts = dict(zip(args[::2], args[1::2]))
+    out = opts["--out"]
+    result = {"status": "skipped"}
+    try:
+        import torch
+        import sentence_transformers
+        from sentence_transformers import SentenceTransformer
+    except ImportError as e:
+        result["reason"] = f"sentence-transformers and torch are not both importable in {sys.executable}: {e}"
+    else:
+        result["torch"] = torch.__version__
+        result["sentence_transformers"] = sentence_transformers.__version__
+        if not torch.cuda.is_available():
+            result["reason"] = "torch sees no CUDA device (torch.cuda.is_available() is False)"
+        else:
+            result.update(st_measure(SentenceTransformer, torch, opts))
+    with open(out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(json.dumps(result))
+
+
+def st_measure(SentenceTransformer, torch, opts):
+    model = SentenceTransformer(opts["--model"], device="cuda")
+    corpus = read_lines(opts["--corpus"])
+    model.encode(corpus[:256])  # warm-up: CUDA context, kernels, allocator
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    model.encode(corpus)  # sentence-transformers' defaults: batch_size 32, sorted by length
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    sample = model.encode(read_lines(opts["--parity-input"]), convert_to_numpy=True)
+    got = array.array("f", sample.astype("float32").ravel().tolist())
+    # The reference comes from the int8 model: this is fp32 against int8, not a pass/fail.
+    vs_int8 = parity_report(cosines(got, read_f32(opts["--parity-reference"])), 0.0)
+    del vs_int8["pass"], vs_int8["floor"]
+    return {
+        "status": "ran",
+        "device": torch.cuda.get_device_name(0),
+        "dtype": str(next(model.parameters()).dtype),
+        "batch_size": 32,
+        "texts": len(corpus),
+        "seconds": seconds,
+        "texts_per_second": len(corpus) / seconds,
+        "cosine_to_int8_reference": vs_int8,
+    }
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def first_line(path):
+    try:
+        with open(path, errors="replace") as f:
+            lines = [l.strip() for l in f if l.strip()]
+    except OSError:
+        return None
+    return lines[-1] if lines else None
+
+
+def summary(out):
+    facts = {}
+    try:
+        with open(os.path.join(out, "machine.txt")) as f:
+            for line in f:
+                k, _, v = line.rstrip("\n").partition("=")
+                facts[k] = v.strip()
+    except OSError:
+        pass
+    steps = {}
+    try:
+        with open(os.path.join(out, "steps.tsv")) as f:
+            for line in f:
+                name, rc, ms = line.rstrip("\n").split("\t")
+                steps[name] = {"exit": int(rc), "seconds": int(ms) / 1000}
+                if int(rc) != 0:
+                    steps[name]["error"] = first_line(os.path.join(out, f"{name}.stderr"))
+    except OSError:
+        pass
+    doctor = load(os.path.join(out, "doctor-ld-library-path.json")) if steps.get("doctor-ld-library-path", {}).get("exit") == 0 else None
+    doctor = doctor or load(os.path.join(out, "doctor.json")) or {}
+    session = doctor.get("session") or {}
+    benches = {k: load(os.path.join(out, f"bench-{k}.json")) for k in ("cuda", "cuda-8192", "cpu")}
+    parity = {k: load(os.path.join(out, f"parity-{k}.json")) for k in ("cuda", "cpu")}
+    peer = load(os.path.join(out, "st-peer.json")) or {"status": "skipped", "reason": "the peer step wrote nothing"}
+
+    def tps(b):
+        return b.get("texts_per_second") if b and b.get("active_provider") else None
+
+    best_cuda = max((tps(benches[k]) or 0 for k in ("cuda", "cuda-8192")), default=0) or None
+    cuda_ran = session.get("active_provider") == "CUDAExecutionProvider"
+    parity_ok = bool(parity["cuda"] and parity["cuda"]["pass"])
+    result = {
+        "status": "pass" if cuda_ran and parity_ok else "fail",
+        "gpu": facts.get("nvidia_smi"),
+        "driver": facts.get("driver_file"),
+        "cpu": facts.get("cpu"),
+        "cpu_cores": facts.get("cpu_cores"),
+        "cpu_vector_extensions": facts.get("cpu_vector_extensions"),
+        "nornir": facts.get("nornir_version"),
+        "corpus": facts.get("corpus"),
+        "cuda_libs": {"source": facts.get("cuda_libs_source"), "folders": facts.get("nornir_cuda_libs"),
+                      "ld_library_path": facts.get("ld_library_path", "not needed")},
+        "cuda_ran_the_model": cuda_ran,
+        "active_provider": session.get("active_provider"),
+        "fallback": session.get("fallback"),
+        "registrations": [{k: r.get(k) for k in ("provider", "ok", "error")} for r in session.get("registrations", [])],
+        "placement": session.get("placement"),
+        "parity": parity,
+        "texts_per_second": {
+            "nornir_cuda_256": tps(benches["cuda"]),
+            "nornir_cuda_8192": tps(benches["cuda-8192"]),
+            "nornir_cpu": tps(benches["cpu"]),
+            "sentence_transformers_cuda": peer.get("texts_per_second"),
+        },
+        "nornir_cuda_vs_cpu": best_cuda / tps(benches["cpu"]) if best_cuda and tps(benches["cpu"]) else None,
+        "nornir_cuda_vs_sentence_transformers": best_cuda / peer["texts_per_second"] if best_cuda and peer.get("texts_per_second") else None,
+        "benches": benches,
+        "sentence_transformers": peer,
+        "steps": steps,
+    }
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(markdown(result))
+    sys.stdout.write(markdown(result))
+    sys.exit(0 if result["status"] == "pass" else 1)
+
+
+def fmt(x, spec=".1f"):
+    return "-" if x is None else format(x, spec)
+
+
+def markdown(r):
+    t = r["texts_per_second"]
+    lines = [
+        f"# nornir GPU check: {r['status']}",
+        "",
+        f"- GPU: {r['gpu']}; driver: {r['driver']}",
+        f"- CPU: {r['cpu']} ({r['cpu_cores']} cores; {r['cpu_vector_extensions'] or 'no AVX2'})",
+        f"- nornir: {r['nornir']}; corpus: {r['corpus']}",
+        f"- CUDA libraries: {r['cuda_libs']['folders'] or '(none found)'} ({r['cuda_libs']['source']}); LD_LIBRARY_PATH: {r['cuda_libs']['ld_library_path']}",
+        f"- CUDA ran the model: {r['cuda_ran_the_model']} (active provider {r['active_provider']})",
+    ]
+    if r["fallback"]:
+        lines.append(f"- fallback: {r['fallback']}")
+    for reg in r["registrations"]:
+        lines.append(f"- {reg['provider']}: {'ok' if reg['ok'] else reg['error']}")
+    placement = r["placement"] or {}
+    lines.append(f"- placement: {placement.get('nodes') or placement.get('reason')}")
+    for dev, p in r["parity"].items():
+        if p:
+            lines.append(f"- parity on {dev}: min cosine {p['min_cosine']:.6f} (row {p['worst_row']}), mean {p['mean_cosine']:.6f}, {'pass' if p['pass'] else 'FAIL'} (>= {p['floor']})")
+        else:
+            lines.append(f"- parity on {dev}: not measured ({(r['steps'].get('embed-' + dev) or {}).get('error')})")
+    peer = r["sentence_transformers"]
+    lines += [
+        "",
+        "| pipeline | texts/s |",
+        "| --- | --- |",
+        f"| nornir, CUDA, 256-token batches (default) | {fmt(t['nornir_cuda_256'])} |",
+        f"| nornir, CUDA, 8192-token batches | {fmt(t['nornir_cuda_8192'])} |",
+        f"| nornir, CPU | {fmt(t['nornir_cpu'])} |",
+        f"| sentence-transformers fp32, CUDA, batch 32 | {fmt(t['sentence_transformers_cuda'])} |",
+        "",
+        f"nornir CUDA / CPU: {fmt(r['nornir_cuda_vs_cpu'], '.2f')}x; nornir CUDA / sentence-transformers: {fmt(r['nornir_cuda_vs_sentence_transformers'], '.2f')}x",
+    ]
+    if peer.get("status") != "ran":
+        lines.append(f"sentence-transformers skipped: {peer.get('reason')}")
+    failed = {k: v for k, v in r["steps"].items() if v["exit"] != 0}
+    if failed:
+        lines += ["", "Steps that failed:"]
+        lines += [f"- {k} (exit {v['exit']}): {v.get('error')}" for k, v in failed.items()]
+    return "\n".join(lines) + "\n"
+
+
+def incomplete(out, reason):
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump({"status": "incomplete bundle", "reason": reason}, f, indent=2)
+    print(f"gpu-check: {reason}", file=sys.stderr)
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return
+    cmd, rest = argv[1], argv[2:]
+    if cmd == "cuda-libs":
+        cuda_libs()
+    elif cmd == "field":
+        print(load(rest[0])[rest[1]])
+    elif cmd == "parity":
+        parity(rest[0], rest[1])
+    elif cmd == "st-peer":
+        st_peer(rest)
+    elif cmd == "incomplete":
+        incomplete(rest[0], rest[1])
+    elif cmd == "summary":
+        summary(rest[0])
+    else:
+        raise SystemExit(f"unknown command {cmd!r}\n{__doc__}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
