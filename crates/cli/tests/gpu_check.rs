@@ -170,3 +170,47 @@ fn an_incomplete_or_damaged_bundle_names_the_parts_to_send_again() {
     assert_eq!(o.status.code(), Some(3));
     assert!(sum["reason"].as_str().is_some_and(|r| r.contains("no MANIFEST")), "{sum}");
 }
+
+/// The peer's measuring code, run against stand-ins for torch and sentence-transformers (a CUDA
+/// device that is "available", a model that returns one fixed vector), so that a typo in it shows
+/// here and not first on the lent GPU machine.
+#[test]
+fn the_peer_measures_with_stand_ins_for_torch_and_sentence_transformers() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let fakes = t.path().join("fakes");
+    support::write(
+        &fakes,
+        "torch/__init__.py",
+        "__version__ = '0.0-stand-in'\nclass cuda:\n    is_available = staticmethod(lambda: True)\n    synchronize = staticmethod(lambda: None)\n    get_device_name = staticmethod(lambda i: 'stand-in GPU')\n",
+    );
+    support::write(
+        &fakes,
+        "sentence_transformers/__init__.py",
+        "__version__ = '0.0-stand-in'\n\
+         class _Rows:\n    def __init__(self, n): self.values = [1.0] + [0.0] * 383; self.n = n\n    def astype(self, t): return self\n    def ravel(self): return self\n    def tolist(self): return self.values * self.n\n\
+         class _P:\n    dtype = 'torch.float32'\n\
+         class SentenceTransformer:\n    def __init__(self, path, device): assert device == 'cuda'\n    def parameters(self): return iter([_P()])\n    def encode(self, texts, convert_to_numpy=True): return _Rows(len(texts))\n",
+    );
+    let testdata = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata");
+    let out = t.path().join("st-peer.json");
+    let o = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu_check.py"))
+        .args(["st-peer", "--model", "unused", "--corpus"])
+        .arg(testdata.join("parity-sample.txt"))
+        .arg("--parity-input")
+        .arg(testdata.join("parity-sample.txt"))
+        .arg("--parity-reference")
+        .arg(testdata.join("parity-sample.f32"))
+        .arg("--out")
+        .arg(&out)
+        .env("PYTHONPATH", &fakes)
+        .output()
+        .expect("run python3");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let peer: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).expect("st-peer.json")).expect("JSON");
+    assert_eq!(peer["status"], "ran", "{peer}");
+    assert_eq!(peer["device"], "stand-in GPU");
+    assert_eq!(peer["texts"], 99);
+    assert!(peer["texts_per_second"].as_f64().is_some_and(|r| r > 0.0), "{peer}");
+    assert_eq!(peer["cosine_to_int8_reference"]["rows"], 99, "{peer}");
+}

@@ -1,6 +1,7 @@
 //! ONNX Runtime 1.22.2 (the onnxruntime-rocm wheel), the oldest build this embedder loads and the
 //! last with the ROCm provider. ort's `api-22` and higher make this build segfault or fail when no
-//! provider registers (DESIGN.md); these tests catch anyone raising the API feature. Its own
+//! provider registers (ort then sets an EP-selection policy on every session builder, which this
+//! build cannot honour); these tests catch anyone raising the API feature. Its own
 //! process: one ONNX Runtime per process.
 
 mod common;
