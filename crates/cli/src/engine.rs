@@ -5,6 +5,10 @@
 mod enabled;
 #[cfg(feature = "embed-ort")]
 pub use enabled::*;
+#[cfg(feature = "embed-ort")]
+mod quantize;
+#[cfg(feature = "embed-ort")]
+pub use quantize::quantize;
 
 #[cfg(not(feature = "embed-ort"))]
 mod disabled;

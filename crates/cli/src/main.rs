@@ -51,6 +51,19 @@ enum VectorCommand {
     Doctor(DoctorArgs),
     /// Measure throughput on a file (default: a built-in sample of 99 texts).
     Bench(BenchArgs),
+    /// Make an int8 copy of a model folder for the CPU: faster, in less memory, at a measured cost.
+    #[command(after_help = "Every MatMul and Gemm whose weight is a constant (float32, or int8 that the graph
+dequantizes) becomes ONNX Runtime's DynamicQuantizeMatMul: int8 weights with one scale per output
+column, activations quantized at run time. OUTPUT gets the int8 model.onnx, the tokenizer and
+config files, and quantization.json: what was rewritten, what was kept in float32, and the cosine
+of the int8 against the float32 vectors on the built-in sample (99 texts), measured here.
+OUTPUT is written into a temporary folder and renamed into place only when all of it succeeded.
+The int8 model is for the CPU: on a GPU plan nornir runs it on the CPU and says why.
+
+Examples:
+  nornir vector quantize --model all-MiniLM-L6-v2 --output all-MiniLM-L6-v2-int8
+  nornir vector quantize --model DIR --output OUT --keep-fp32 output.dense --json")]
+    Quantize(QuantizeArgs),
 }
 
 /// Options shared by every command that loads a model.
@@ -159,6 +172,29 @@ pub struct BenchArgs {
     pub model: ModelArgs,
 }
 
+#[derive(Args, Debug)]
+pub struct QuantizeArgs {
+    /// The folder to write: int8 model.onnx, the tokenizer and configs, quantization.json.
+    #[arg(long, short, value_name = "OUTPUT")]
+    pub output: PathBuf,
+    /// Replace OUTPUT if it exists (only after the new folder is complete).
+    #[arg(long)]
+    pub force: bool,
+    /// One scale per weight instead of one per output column (measured less accurate).
+    #[arg(long)]
+    pub per_tensor: bool,
+    /// Keep in float32 every MatMul/Gemm whose node or weight name contains PATTERN (repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    pub keep_fp32: Vec<String>,
+    /// Print quantization.json instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, short)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
 fn init_tracing(verbose: u8) {
     let default = match verbose {
         0 => "warn",
@@ -194,6 +230,10 @@ fn main() -> ExitCode {
         Top::Vector(VectorCommand::Bench(a)) => {
             init_tracing(0);
             engine::bench(&a).map(|()| ExitCode::SUCCESS)
+        }
+        Top::Vector(VectorCommand::Quantize(a)) => {
+            init_tracing(0);
+            engine::quantize(&a).map(|()| ExitCode::SUCCESS)
         }
     };
     match result {

@@ -1,6 +1,6 @@
 //! nornir's text-embedding facade: the one crate other nornir crates depend on. It re-exports the
-//! embedder, the probe and the policy, and owns the feature names (`embed-ort`, default, and
-//! `embed-ort-rocm`); it has no logic of its own.
+//! embedder, the probe and the policy, and owns the feature names (`embed-ort`, default,
+//! `embed-ort-rocm` and `quantize`); it has no logic of its own.
 //!
 //! The README's library example (compiled as a doctest) shows the whole API in use.
 
@@ -12,6 +12,10 @@ pub use nornir_embed::{
     EmbedError, EmbedStats, Embedder, EmbedderOptions, Embeddings, MIN_ORT, ModelInfo, OrtInfo, Placement, Pooling,
     Registration, Result, SessionReport, check_library, choose_library, plan_for,
 };
+
+/// The int8 rewrite for the CPU (feature `quantize`).
+#[cfg(feature = "quantize")]
+pub use nornir_quantize as quantize;
 
 /// Whether this build contains the ONNX Runtime embedder.
 pub const EMBED_ORT: bool = cfg!(feature = "embed-ort");

@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 
 use super::{EmbedJob, OrtChoice};
-use crate::{BenchArgs, ModelArgs};
+use crate::{BenchArgs, ModelArgs, QuantizeArgs};
 
 const NOT_COMPILED: &str =
     "this nornir was built without the ONNX Runtime embedder; rebuild with `--features embed-ort` (the default)";
@@ -13,6 +13,11 @@ pub fn embed(_: &EmbedJob) -> Result<()> {
 }
 
 pub fn bench(_: &BenchArgs) -> Result<()> {
+    bail!(NOT_COMPILED)
+}
+
+/// Quantizing needs the embedder to measure what it costs.
+pub fn quantize(_: &QuantizeArgs) -> Result<()> {
     bail!(NOT_COMPILED)
 }
 

@@ -166,7 +166,7 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
 }
 
 /// The built-in benchmark sample: the parity sample's 99 texts.
-const SAMPLE: &str = include_str!("../../../../testdata/parity-sample.txt");
+pub(super) const SAMPLE: &str = include_str!("../../../../testdata/parity-sample.txt");
 
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

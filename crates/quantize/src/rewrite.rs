@@ -1,0 +1,620 @@
+//! The rewrite: find each constant weight, make it int8, replace its node, drop what is left dead.
+
+use std::collections::{HashMap, HashSet};
+
+use protobuf::Message;
+
+use crate::onnx::{AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto};
+use crate::tensor::{self, FLOAT, INT8, UINT8};
+use crate::{Granularity, Kept, QuantizeError, QuantizeOptions, QuantizeReport, Rewritten};
+
+const MS_DOMAIN: &str = "com.microsoft";
+
+/// Rewrites `model` (the bytes of an .onnx file) for int8 on the CPU. Returns the new model's
+/// bytes and what was done; a model with no constant-weight MatMul or Gemm is an error that says
+/// why each candidate was left alone.
+pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, QuantizeReport), QuantizeError> {
+    let mut m = ModelProto::parse_from_bytes(model).map_err(QuantizeError::NotOnnx)?;
+    let opset = m
+        .opset_import
+        .iter()
+        .filter(|o| matches!(o.domain.as_deref().unwrap_or_default(), "" | "ai.onnx"))
+        .filter_map(|o| o.version)
+        .max()
+        .unwrap_or(0);
+    if opset < 10 {
+        return Err(QuantizeError::UnsupportedOpset(opset));
+    }
+    let graph = m.graph.as_mut().ok_or(QuantizeError::NoGraph)?;
+    let before = initializer_bytes(graph);
+    let mut r = Rewriter::new(graph, options);
+    r.run()?;
+    let (rewritten, kept_fp32, int8_gathers) = (r.rewritten, r.kept, r.gathers);
+    if rewritten.is_empty() && int8_gathers.is_empty() {
+        let why = if kept_fp32.is_empty() {
+            "the graph has no MatMul or Gemm node".to_owned()
+        } else {
+            kept_fp32.iter().map(|k| format!("{} {}: {}", k.op, k.node, k.reason)).collect::<Vec<_>>().join("; ")
+        };
+        return Err(QuantizeError::NothingToQuantize(why));
+    }
+    let after = initializer_bytes(graph);
+    if !m.opset_import.iter().any(|o| o.domain.as_deref() == Some(MS_DOMAIN)) {
+        let mut ms = OperatorSetIdProto::new();
+        ms.domain = Some(MS_DOMAIN.to_owned());
+        ms.version = Some(1);
+        m.opset_import.push(ms);
+    }
+    let bytes = m.write_to_bytes().map_err(QuantizeError::Write)?;
+    let report = QuantizeReport {
+        rewritten,
+        kept_fp32,
+        int8_gathers,
+        opset,
+        weight_bytes_before: before,
+        weight_bytes_after: after,
+    };
+    Ok((bytes, report))
+}
+
+fn initializer_bytes(g: &GraphProto) -> usize {
+    g.initializer
+        .iter()
+        .map(|t| t.raw_data.as_ref().map_or(0, Vec::len) + 4 * (t.float_data.len() + t.int32_data.len()))
+        .sum()
+}
+
+fn attr<'a>(n: &'a NodeProto, name: &str) -> Option<&'a AttributeProto> {
+    n.attribute.iter().find(|a| a.name.as_deref() == Some(name))
+}
+
+fn attr_i(n: &NodeProto, name: &str, default: i64) -> i64 {
+    attr(n, name).and_then(|a| a.i).unwrap_or(default)
+}
+
+fn attr_f(n: &NodeProto, name: &str, default: f32) -> f32 {
+    attr(n, name).and_then(|a| a.f).unwrap_or(default)
+}
+
+fn node_name(n: &NodeProto, index: usize) -> String {
+    match n.name.as_deref() {
+        Some(s) if !s.is_empty() => s.to_owned(),
+        _ => format!("#{index}"),
+    }
+}
+
+fn op(n: &NodeProto) -> &str {
+    n.op_type.as_deref().unwrap_or_default()
+}
+
+fn default_domain(n: &NodeProto) -> bool {
+    matches!(n.domain.as_deref().unwrap_or_default(), "" | "ai.onnx")
+}
+
+fn new_node(op_type: &str, domain: &str, name: String, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    let mut n = NodeProto::new();
+    n.op_type = Some(op_type.to_owned());
+    if !domain.is_empty() {
+        n.domain = Some(domain.to_owned());
+    }
+    n.name = Some(name);
+    n.input = inputs.iter().map(|s| (*s).to_owned()).collect();
+    n.output = outputs.iter().map(|s| (*s).to_owned()).collect();
+    n
+}
+
+fn cast_to_float(name: String, input: &str, output: &str) -> NodeProto {
+    let mut n = new_node("Cast", "", name, &[input], &[output]);
+    let mut to = AttributeProto::new();
+    to.name = Some("to".to_owned());
+    to.i = Some(i64::from(FLOAT));
+    to.type_ = Some(2);
+    n.attribute.push(to);
+    n
+}
+
+/// How many times each value is read: by a node of the graph or of any subgraph, or as a graph
+/// output.
+fn count_uses(g: &GraphProto, uses: &mut HashMap<String, usize>, top: bool) {
+    for n in &g.node {
+        for i in n.input.iter().filter(|i| !i.is_empty()) {
+            *uses.entry(i.clone()).or_default() += 1;
+        }
+        for a in &n.attribute {
+            for sub in a.g.as_ref().into_iter().chain(a.graphs.iter()) {
+                count_uses(sub, uses, false);
+            }
+        }
+    }
+    if top {
+        for o in &g.output {
+            *uses.entry(o.name.clone().unwrap_or_default()).or_default() += 1;
+        }
+    }
+}
+
+/// Where the scale of a stored int8 weight applies.
+#[derive(Clone, Copy, PartialEq)]
+enum ScaleAxis {
+    Tensor,
+    /// One per column (output feature) of a `[K, N]` weight.
+    Column,
+    /// One per row.
+    Row,
+}
+
+/// A constant weight as the graph stores it.
+enum Stored {
+    F32(Vec<f32>),
+    Int8 { q: Vec<i32>, signed: bool, zero_point: Option<Vec<i32>>, scale: Vec<f32>, axis: ScaleAxis },
+}
+
+struct Constant {
+    dims: [usize; 2],
+    stored: Stored,
+    source: &'static str,
+    /// The name a new int8 initializer is derived from.
+    base: String,
+    /// Nodes that computed it, dead once nothing else reads them.
+    chain: Vec<usize>,
+}
+
+/// An int8 weight ready for the int8 operator, `[K, N]` row-major.
+struct Int8Weight {
+    q: Vec<i8>,
+    scale: Vec<f32>,
+    reused: bool,
+}
+
+impl Constant {
+    /// Dequantized values, `[rows, cols]` as stored.
+    fn values(&self) -> Vec<f32> {
+        match &self.stored {
+            Stored::F32(v) => v.clone(),
+            Stored::Int8 { q, zero_point, scale, axis, .. } => {
+                let cols = self.dims[1];
+                q.iter()
+                    .enumerate()
+                    .map(|(idx, &v)| {
+                        let k = match axis {
+                            ScaleAxis::Tensor => 0,
+                            ScaleAxis::Column => idx % cols,
+                            ScaleAxis::Row => idx / cols,
+                        };
+                        let zp = zero_point.as_ref().map_or(0, |z| z[k.min(z.len() - 1)]);
+                        (v - zp) as f32 * scale[k.min(scale.len() - 1)]
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The weight as `[K, N]` int8 with its scales; `transposed` when the graph stores `[N, K]`.
+    fn to_int8(&self, granularity: Granularity, transposed: bool) -> Int8Weight {
+        if let Stored::Int8 { q, signed: true, zero_point, scale, axis } = &self.stored
+            && !transposed
+            && zero_point.as_ref().is_none_or(|z| z.iter().all(|&v| v == 0))
+            && (*axis == ScaleAxis::Tensor || (*axis == ScaleAxis::Column && granularity == Granularity::PerChannel))
+        {
+            return Int8Weight { q: q.iter().map(|&v| v as i8).collect(), scale: scale.clone(), reused: true };
+        }
+        let [rows, cols] = self.dims;
+        let stored = self.values();
+        let (k, n) = if transposed { (cols, rows) } else { (rows, cols) };
+        let w: Vec<f32> =
+            if transposed { (0..k * n).map(|idx| stored[(idx % n) * cols + idx / n]).collect() } else { stored };
+        let step = |max: f32| if max > 0.0 && max.is_finite() { max / 127.0 } else { 1.0 };
+        let scale: Vec<f32> = match granularity {
+            Granularity::PerTensor => vec![step(w.iter().fold(0.0f32, |m, v| m.max(v.abs())))],
+            Granularity::PerChannel => {
+                (0..n).map(|j| step((0..k).fold(0.0f32, |m, i| m.max(w[i * n + j].abs())))).collect()
+            }
+        };
+        let q = w
+            .iter()
+            .enumerate()
+            .map(|(idx, v)| (v / scale[if scale.len() == 1 { 0 } else { idx % n }]).round().clamp(-127.0, 127.0) as i8)
+            .collect();
+        Int8Weight { q, scale, reused: false }
+    }
+}
+
+struct Rewriter<'g> {
+    g: &'g mut GraphProto,
+    options: &'g QuantizeOptions,
+    inits: HashMap<String, usize>,
+    producer: HashMap<String, usize>,
+    consumers: HashMap<String, Vec<usize>>,
+    uses: HashMap<String, usize>,
+    names: HashSet<String>,
+    replaced: HashMap<usize, Vec<NodeProto>>,
+    removed: HashSet<usize>,
+    dead_candidates: Vec<usize>,
+    new_inits: Vec<TensorProto>,
+    rewritten: Vec<Rewritten>,
+    kept: Vec<Kept>,
+    gathers: Vec<String>,
+}
+
+impl<'g> Rewriter<'g> {
+    fn new(g: &'g mut GraphProto, options: &'g QuantizeOptions) -> Self {
+        let inits = g.initializer.iter().enumerate().map(|(i, t)| (tensor::name(t).to_owned(), i)).collect();
+        let mut producer = HashMap::new();
+        let mut consumers: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut names: HashSet<String> = g.initializer.iter().map(|t| tensor::name(t).to_owned()).collect();
+        for (i, n) in g.node.iter().enumerate() {
+            for o in &n.output {
+                producer.insert(o.clone(), i);
+                names.insert(o.clone());
+            }
+            for input in &n.input {
+                consumers.entry(input.clone()).or_default().push(i);
+            }
+            names.extend(n.name.clone());
+        }
+        let mut uses = HashMap::new();
+        count_uses(g, &mut uses, true);
+        Rewriter {
+            g,
+            options,
+            inits,
+            producer,
+            consumers,
+            uses,
+            names,
+            replaced: HashMap::new(),
+            removed: HashSet::new(),
+            dead_candidates: Vec::new(),
+            new_inits: Vec::new(),
+            rewritten: Vec::new(),
+            kept: Vec::new(),
+            gathers: Vec::new(),
+        }
+    }
+
+    /// A name no value, initializer or node of the graph has yet.
+    fn fresh(&mut self, base: &str) -> String {
+        let mut name = base.to_owned();
+        let mut k = 1;
+        while self.names.contains(&name) {
+            k += 1;
+            name = format!("{base}_{k}");
+        }
+        self.names.insert(name.clone());
+        name
+    }
+
+    fn init(&self, name: &str) -> Option<&TensorProto> {
+        self.inits.get(name).map(|&i| &self.g.initializer[i])
+    }
+
+    fn producer_of(&self, name: &str) -> Option<(usize, &NodeProto)> {
+        self.producer.get(name).map(|&i| (i, &self.g.node[i]))
+    }
+
+    fn run(&mut self) -> Result<(), QuantizeError> {
+        for i in 0..self.g.node.len() {
+            let n = &self.g.node[i];
+            if !default_domain(n) || self.removed.contains(&i) {
+                continue;
+            }
+            match op(n) {
+                "MatMul" | "Gemm" => self.matmul(i)?,
+                "Gather" => self.gather(i)?,
+                _ => {}
+            }
+        }
+        self.finish();
+        Ok(())
+    }
+
+    fn keep(&mut self, i: usize, reason: impl Into<String>) {
+        let n = &self.g.node[i];
+        self.kept.push(Kept { node: node_name(n, i), op: op(n).to_owned(), reason: reason.into() });
+    }
+
+    /// The constant behind value `name`, if the graph computes it from initializers only in a way
+    /// the quantizer reads. `Err(reason)` says why not.
+    fn constant(&self, name: &str) -> Result<Result<Constant, String>, QuantizeError> {
+        if let Some(t) = self.init(name) {
+            if t.data_type != Some(FLOAT) {
+                return Ok(Err(format!("weight {name:?} is not float32")));
+            }
+            let Some(dims) = dims2(t) else { return Ok(Err(format!("weight {name:?} is not 2-D"))) };
+            return Ok(Ok(Constant {
+                dims,
+                stored: Stored::F32(tensor::f32_values(t)?),
+                source: "float32 initializer",
+                base: name.to_owned(),
+                chain: Vec::new(),
+            }));
+        }
+        let Some((p, node)) = self.producer_of(name) else {
+            return Ok(Err("the weight is a graph input, given at run time, not a constant".to_owned()));
+        };
+        match op(node) {
+            "DequantizeLinear" if default_domain(node) => self.dequantize_linear(p, node),
+            "Mul" if default_domain(node) => self.cast_mul(p, node),
+            other => Ok(Err(computed(other))),
+        }
+    }
+
+    /// `DequantizeLinear(q, scale[, zero_point])` of initializers.
+    fn dequantize_linear(&self, p: usize, node: &NodeProto) -> Result<Result<Constant, String>, QuantizeError> {
+        let get = |k: usize| node.input.get(k).filter(|s| !s.is_empty()).and_then(|s| self.init(s));
+        let (Some(q), Some(scale)) = (get(0), get(1)) else {
+            return Ok(Err("DequantizeLinear of values that are not initializers".to_owned()));
+        };
+        let Some(dims) = dims2(q) else { return Ok(Err("the quantized weight is not 2-D".to_owned())) };
+        if !matches!(q.data_type, Some(INT8 | UINT8)) || scale.data_type != Some(FLOAT) {
+            return Ok(Err("DequantizeLinear of a type other than int8/uint8 with float32 scales".to_owned()));
+        }
+        let scales = tensor::f32_values(scale)?;
+        let axis = match (scales.len(), attr_i(node, "axis", 1).rem_euclid(2)) {
+            (1, _) => ScaleAxis::Tensor,
+            (len, 1) if len == dims[1] => ScaleAxis::Column,
+            (len, 0) if len == dims[0] => ScaleAxis::Row,
+            _ => return Ok(Err("DequantizeLinear with blocked or mismatched scales".to_owned())),
+        };
+        let zero_point = get(2).map(tensor::int8_values).transpose()?;
+        Ok(Ok(Constant {
+            dims,
+            stored: Stored::Int8 {
+                q: tensor::int8_values(q)?,
+                signed: q.data_type == Some(INT8),
+                zero_point,
+                scale: scales,
+                axis,
+            },
+            source: "int8 initializer through DequantizeLinear",
+            base: tensor::name(q).to_owned(),
+            chain: vec![p],
+        }))
+    }
+
+    /// `Mul(Cast(q, to=float), scale)` of initializers, either order.
+    fn cast_mul(&self, p: usize, node: &NodeProto) -> Result<Result<Constant, String>, QuantizeError> {
+        let not_const = || Ok(Err(computed("Mul")));
+        if node.input.len() != 2 {
+            return not_const();
+        }
+        for (a, b) in [(0, 1), (1, 0)] {
+            let (Some((c, cast)), Some(scale)) = (self.producer_of(&node.input[a]), self.init(&node.input[b])) else {
+                continue;
+            };
+            if op(cast) != "Cast" || attr_i(cast, "to", 0) != i64::from(FLOAT) || scale.data_type != Some(FLOAT) {
+                continue;
+            }
+            let Some(q) = cast.input.first().and_then(|s| self.init(s)) else { continue };
+            if !matches!(q.data_type, Some(INT8 | UINT8)) {
+                continue;
+            }
+            let Some(dims) = dims2(q) else { return Ok(Err("the quantized weight is not 2-D".to_owned())) };
+            let scales = tensor::f32_values(scale)?;
+            let sdims: Vec<usize> = scale.dims.iter().map(|&d| d.max(0) as usize).collect();
+            let axis = match (scales.len(), sdims.as_slice()) {
+                (1, _) => ScaleAxis::Tensor,
+                (len, [l] | [1, l]) if len == dims[1] && *l == len => ScaleAxis::Column,
+                (len, [l, 1]) if len == dims[0] && *l == len => ScaleAxis::Row,
+                _ => continue,
+            };
+            return Ok(Ok(Constant {
+                dims,
+                stored: Stored::Int8 {
+                    q: tensor::int8_values(q)?,
+                    signed: q.data_type == Some(INT8),
+                    zero_point: None,
+                    scale: scales,
+                    axis,
+                },
+                source: "int8 initializer through Cast and Mul",
+                base: tensor::name(q).to_owned(),
+                chain: vec![p, c],
+            }));
+        }
+        not_const()
+    }
+
+    fn matmul(&mut self, i: usize) -> Result<(), QuantizeError> {
+        let n = self.g.node[i].clone();
+        let name = node_name(&n, i);
+        let is_gemm = op(&n) == "Gemm";
+        if n.input.len() < 2 || n.output.is_empty() {
+            self.keep(i, "malformed node");
+            return Ok(());
+        }
+        let weight_name = n.input[1].clone();
+        if let Some(p) =
+            self.options.keep_fp32.iter().find(|p| name.contains(p.as_str()) || weight_name.contains(p.as_str()))
+        {
+            self.keep(i, format!("kept in float32 by the pattern {p:?}"));
+            return Ok(());
+        }
+        if is_gemm && attr_i(&n, "transA", 0) != 0 {
+            self.keep(i, "Gemm with transA");
+            return Ok(());
+        }
+        let c = match self.constant(&weight_name)? {
+            Ok(c) => c,
+            Err(reason) => {
+                self.keep(i, reason);
+                return Ok(());
+            }
+        };
+        let transposed = is_gemm && attr_i(&n, "transB", 0) != 0;
+        let (k, cols) = if transposed { (c.dims[1], c.dims[0]) } else { (c.dims[0], c.dims[1]) };
+        let mut w = c.to_int8(self.options.granularity, transposed);
+        if is_gemm {
+            let alpha = attr_f(&n, "alpha", 1.0);
+            w.scale.iter_mut().for_each(|s| *s *= alpha);
+        }
+
+        // The bias: Gemm's C, or a lone Add of a constant vector after a MatMul.
+        let mut bias: Option<String> = None;
+        let mut output = n.output[0].clone();
+        if is_gemm {
+            if let Some(cname) = n.input.get(2).filter(|s| !s.is_empty()) {
+                let beta = attr_f(&n, "beta", 1.0);
+                match self.bias_vector(cname, cols) {
+                    Some(v) => {
+                        bias = Some(self.add_f32(
+                            &format!("{cname}_bias"),
+                            &[cols as i64],
+                            &v.iter().map(|x| x * beta).collect::<Vec<_>>(),
+                        ))
+                    }
+                    None => {
+                        self.keep(i, "Gemm whose C is not a constant vector of the output width");
+                        return Ok(());
+                    }
+                }
+            }
+        } else if self.uses.get(&output) == Some(&1)
+            && let Some(&j) = self.consumers.get(&output).and_then(|c| c.first())
+            && op(&self.g.node[j]) == "Add"
+            && default_domain(&self.g.node[j])
+            && self.g.node[j].input.len() == 2
+        {
+            let add = &self.g.node[j];
+            let other = if add.input[0] == output { add.input[1].clone() } else { add.input[0].clone() };
+            if let Some(v) = self.bias_vector(&other, cols) {
+                let add_out = add.output[0].clone();
+                bias = Some(if self.init(&other).is_some_and(|t| t.dims.len() == 1) {
+                    other
+                } else {
+                    self.add_f32(&format!("{other}_1d"), &[cols as i64], &v)
+                });
+                output = add_out;
+                self.removed.insert(j);
+            }
+        }
+
+        let base = format!("{}_nornir_int8", c.base);
+        let qname = self.fresh(&base);
+        let sname = self.fresh(&format!("{base}_scale"));
+        let sdims: Vec<i64> = if w.scale.len() == 1 { Vec::new() } else { vec![cols as i64] };
+        self.new_inits.push(tensor::new_i8(&qname, &[k as i64, cols as i64], &w.q));
+        self.new_inits.push(tensor::new_f32(&sname, &sdims, &w.scale));
+        let mut inputs = vec![n.input[0].as_str(), qname.as_str(), sname.as_str()];
+        if let Some(b) = &bias {
+            inputs.extend(["", b.as_str()]);
+        }
+        let node_name = self.fresh(&format!("{name}_int8"));
+        let q = new_node("DynamicQuantizeMatMul", MS_DOMAIN, node_name, &inputs, &[output.as_str()]);
+        self.replaced.insert(i, vec![q]);
+        self.dead_candidates.extend(c.chain);
+        let granularity = if w.scale.len() == 1 { Granularity::PerTensor } else { Granularity::PerChannel };
+        self.rewritten.push(Rewritten {
+            node: name,
+            op: op(&n).to_owned(),
+            weight: weight_name,
+            shape: [k, cols],
+            source: format!("{}{}", c.source, if w.reused { " (reused as stored)" } else { " (quantized)" }),
+            granularity,
+            bias_folded: bias.is_some(),
+        });
+        Ok(())
+    }
+
+    /// The values of a constant float32 bias of shape `[n]` or `[1, n]`.
+    fn bias_vector(&self, name: &str, n: usize) -> Option<Vec<f32>> {
+        let t = self.init(name)?;
+        let ok = t.data_type == Some(FLOAT) && (t.dims == [n as i64] || t.dims == [1, n as i64]);
+        if ok { tensor::f32_values(t).ok() } else { None }
+    }
+
+    fn add_f32(&mut self, base: &str, dims: &[i64], values: &[f32]) -> String {
+        let name = self.fresh(base);
+        self.new_inits.push(tensor::new_f32(&name, dims, values));
+        name
+    }
+
+    /// `Gather(Mul(Cast(q), scale), ids)` with one scale per row (or one in all) becomes
+    /// `Mul(Cast(Gather(q, ids)), Gather(scale, ids))`: the same values, from an int8 table.
+    fn gather(&mut self, i: usize) -> Result<(), QuantizeError> {
+        let n = self.g.node[i].clone();
+        if n.input.len() != 2 || n.output.len() != 1 || attr_i(&n, "axis", 0) != 0 {
+            return Ok(());
+        }
+        if self.uses.get(&n.input[0]) != Some(&1) || self.producer_of(&n.input[0]).is_none_or(|(_, p)| op(p) != "Mul") {
+            return Ok(());
+        }
+        let Some((p, mul)) = self.producer_of(&n.input[0]) else { return Ok(()) };
+        let Ok(c) = self.cast_mul(p, &mul.clone())? else { return Ok(()) };
+        let Stored::Int8 { axis, .. } = c.stored else { return Ok(()) };
+        if axis == ScaleAxis::Column {
+            return Ok(());
+        }
+        let mul = self.g.node[p].clone();
+        let (cast_idx, scale_name) = match (self.producer.get(&mul.input[0]), self.init(&mul.input[1])) {
+            (Some(&ci), Some(_)) => (ci, mul.input[1].clone()),
+            _ => (self.producer[&mul.input[1]], mul.input[0].clone()),
+        };
+        let q_name = self.g.node[cast_idx].input[0].clone();
+        let name = node_name(&n, i);
+        let (ids, out) = (n.input[1].clone(), n.output[0].clone());
+        let rows = self.fresh(&format!("{out}_int8_rows"));
+        let rows_f = self.fresh(&format!("{out}_rows_f32"));
+        let mut nodes = vec![
+            new_node("Gather", "", self.fresh(&format!("{name}_int8")), &[&q_name, &ids], &[&rows]),
+            cast_to_float(self.fresh(&format!("{name}_cast")), &rows, &rows_f),
+        ];
+        let scale_in = if axis == ScaleAxis::Row {
+            let s = self.fresh(&format!("{out}_row_scales"));
+            nodes.push(new_node("Gather", "", self.fresh(&format!("{name}_scales")), &[&scale_name, &ids], &[&s]));
+            s
+        } else {
+            scale_name
+        };
+        nodes.push(new_node("Mul", "", self.fresh(&format!("{name}_dequantize")), &[&rows_f, &scale_in], &[&out]));
+        self.replaced.insert(i, nodes);
+        self.dead_candidates.extend(c.chain);
+        self.gathers.push(name);
+        Ok(())
+    }
+
+    /// The new node list, then nodes and initializers left dead by the rewrite removed.
+    fn finish(&mut self) {
+        let old = std::mem::take(&mut self.g.node);
+        let candidates: HashSet<String> =
+            self.dead_candidates.iter().flat_map(|&i| old[i].output.iter().cloned()).collect();
+        let mut nodes = Vec::with_capacity(old.len());
+        for (i, n) in old.into_iter().enumerate() {
+            if self.removed.contains(&i) {
+                continue;
+            }
+            match self.replaced.remove(&i) {
+                Some(new) => nodes.extend(new),
+                None => nodes.push(n),
+            }
+        }
+        self.g.node = nodes;
+        self.g.initializer.extend(std::mem::take(&mut self.new_inits));
+        // Drop dead chain nodes until none is left, then initializers nothing reads any more.
+        loop {
+            let mut uses = HashMap::new();
+            count_uses(self.g, &mut uses, true);
+            let before = self.g.node.len();
+            self.g.node.retain(|n| !n.output.iter().all(|o| candidates.contains(o) && !uses.contains_key(o)));
+            if self.g.node.len() == before {
+                let inputs: HashSet<String> = self.g.input.iter().filter_map(|v| v.name.clone()).collect();
+                self.g.initializer.retain(|t| {
+                    let name = tensor::name(t);
+                    uses.contains_key(name) || inputs.contains(name)
+                });
+                return;
+            }
+        }
+    }
+}
+
+fn computed(op: &str) -> String {
+    format!("both inputs are computed at run time (the second by {op}), as in attention; int8 needs a constant weight")
+}
+
+fn dims2(t: &TensorProto) -> Option<[usize; 2]> {
+    match t.dims.as_slice() {
+        [a, b] if *a > 0 && *b > 0 => Some([*a as usize, *b as usize]),
+        _ => None,
+    }
+}

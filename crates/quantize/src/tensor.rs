@@ -1,0 +1,80 @@
+//! Reading and writing the tensor data the quantizer touches: float32, int8 and uint8, stored in
+//! `raw_data` (little-endian) or in the typed fields.
+
+use crate::QuantizeError;
+use crate::onnx::TensorProto;
+
+pub const FLOAT: i32 = 1;
+pub const UINT8: i32 = 2;
+pub const INT8: i32 = 3;
+const EXTERNAL: i32 = 1;
+
+pub fn name(t: &TensorProto) -> &str {
+    t.name.as_deref().unwrap_or_default()
+}
+
+pub fn numel(t: &TensorProto) -> usize {
+    t.dims.iter().map(|&d| d.max(0) as usize).product()
+}
+
+fn check_stored_here(t: &TensorProto) -> Result<(), QuantizeError> {
+    if t.data_location == Some(EXTERNAL) {
+        return Err(QuantizeError::ExternalData { tensor: name(t).to_owned() });
+    }
+    Ok(())
+}
+
+fn bad(t: &TensorProto, why: String) -> QuantizeError {
+    QuantizeError::BadTensor { tensor: name(t).to_owned(), why }
+}
+
+/// A float32 tensor's values.
+pub fn f32_values(t: &TensorProto) -> Result<Vec<f32>, QuantizeError> {
+    check_stored_here(t)?;
+    let n = numel(t);
+    let values: Vec<f32> = match &t.raw_data {
+        Some(raw) if !raw.is_empty() || n == 0 => {
+            raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+        }
+        _ => t.float_data.clone(),
+    };
+    if values.len() != n {
+        return Err(bad(t, format!("holds {} float32 values for {n} elements", values.len())));
+    }
+    Ok(values)
+}
+
+/// An int8 or uint8 tensor's values, widened to i32.
+pub fn int8_values(t: &TensorProto) -> Result<Vec<i32>, QuantizeError> {
+    check_stored_here(t)?;
+    let n = numel(t);
+    let signed = t.data_type == Some(INT8);
+    let values: Vec<i32> = match &t.raw_data {
+        Some(raw) if !raw.is_empty() || n == 0 => {
+            raw.iter().map(|&b| if signed { i32::from(b as i8) } else { i32::from(b) }).collect()
+        }
+        _ => t.int32_data.clone(),
+    };
+    if values.len() != n {
+        return Err(bad(t, format!("holds {} 8-bit values for {n} elements", values.len())));
+    }
+    Ok(values)
+}
+
+pub fn new_f32(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = Some(name.to_owned());
+    t.dims = dims.to_vec();
+    t.data_type = Some(FLOAT);
+    t.raw_data = Some(values.iter().flat_map(|v| v.to_le_bytes()).collect());
+    t
+}
+
+pub fn new_i8(name: &str, dims: &[i64], values: &[i8]) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = Some(name.to_owned());
+    t.dims = dims.to_vec();
+    t.data_type = Some(INT8);
+    t.raw_data = Some(values.iter().map(|&v| v as u8).collect());
+    t
+}
