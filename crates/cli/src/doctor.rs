@@ -203,6 +203,9 @@ fn write_session(out: &mut String, s: &Value) -> std::fmt::Result {
         writeln!(out, "  fallback: {f}")?;
     }
     writeln!(out, "  active provider: {}", s["active_provider"].as_str().unwrap_or("?"))?;
+    if let Some(p) = s["precision"].as_str() {
+        writeln!(out, "  model precision: {p}")?;
+    }
     match s["placement"]["status"].as_str() {
         Some("known") => {
             let nodes: Vec<String> =

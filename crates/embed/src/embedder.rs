@@ -188,12 +188,19 @@ fn vendor_state(r: &VendorReport) -> VendorState {
 
 /// The plan this process would use with these preferences (probe + policy, no ONNX Runtime).
 pub fn plan_for(prefer_gpu: bool, device: Device) -> Plan {
+    plan_for_model(prefer_gpu, device, None)
+}
+
+/// [`plan_for`] for a model that may run well only on the CPU (`model_cpu_only`: why, as
+/// [`Quantization::cpu_only`](crate::model::Quantization::cpu_only) says).
+pub fn plan_for_model(prefer_gpu: bool, device: Device, model_cpu_only: Option<String>) -> Plan {
     let p = probe();
     plan(&Inputs {
         compiled: Compiled::new(cfg!(feature = "cuda"), cfg!(feature = "rocm")),
         cuda: vendor_state(&p.cuda),
         rocm: vendor_state(&p.rocm),
         preference: Preference { prefer_gpu, device },
+        model_cpu_only,
     })
 }
 
@@ -238,7 +245,8 @@ impl Embedder {
             .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
             .map_err(|e| EmbedError::Tokenizer { path: folder.tokenizer_file.clone(), reason: e.to_string() })?;
 
-        let plan = plan_for(options.prefer_gpu, options.device);
+        let plan =
+            plan_for_model(options.prefer_gpu, options.device, folder.quantization.as_ref().and_then(|q| q.cpu_only()));
         if let Some(why) = &plan.refusal {
             return Err(EmbedError::DeviceRefused(why.clone()));
         }

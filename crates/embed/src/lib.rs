@@ -16,10 +16,11 @@ mod runtime;
 mod session;
 
 pub use batch::{Batch, pack};
-pub use embedder::{EmbedStats, Embedder, EmbedderOptions, Embeddings, ModelInfo, plan_for};
+pub use embedder::{EmbedStats, Embedder, EmbedderOptions, Embeddings, ModelInfo, plan_for, plan_for_model};
 pub use error::{EmbedError, Result};
 pub use model::{
-    HfConfig, ModelFolder, parse_hf_config, parse_modules, parse_pooling_config, parse_sentence_bert_config,
+    HfConfig, ModelFolder, Quantization, parse_hf_config, parse_modules, parse_pooling_config, parse_quantization,
+    parse_sentence_bert_config,
 };
 pub use placement::parse_profile;
 pub use pool::{Pooling, normalize, pool_tokens};

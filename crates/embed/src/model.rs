@@ -25,6 +25,34 @@ pub struct ModelFolder {
     pub pooling: Option<Pooling>,
     /// Whether `modules.json` lists a Normalize module.
     pub declares_normalize: bool,
+    /// `quantization.json`, written by `nornir vector quantize`: the model is int8 for that target.
+    pub quantization: Option<Quantization>,
+}
+
+/// What `quantization.json` says about how the model was made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quantization {
+    /// `"nornir int8"`.
+    pub format: String,
+    /// The hardware the int8 operators are for: `"cpu"`.
+    pub target: String,
+    pub operator: Option<String>,
+}
+
+impl Quantization {
+    /// Why this model runs only on the CPU, if it does.
+    pub fn cpu_only(&self) -> Option<String> {
+        (self.target == "cpu").then(|| {
+            "the model is int8 for the CPU (quantization.json); ONNX Runtime's GPU providers have no kernel for \
+             its DynamicQuantizeMatMul, so a GPU would hand every such node back to the CPU"
+                .to_owned()
+        })
+    }
+}
+
+/// Parses `quantization.json` (other keys are ignored).
+pub fn parse_quantization(text: &str) -> Result<Quantization, String> {
+    serde_json::from_str(text).map_err(|e| e.to_string())
 }
 
 #[derive(Deserialize)]
@@ -156,6 +184,10 @@ impl ModelFolder {
             }
             None => None,
         };
+        let quantization = match read_json("quantization.json")? {
+            Some(t) => Some(parse_quantization(&t).map_err(|e| err(format!("quantization.json: {e}")))?),
+            None => None,
+        };
         Ok(Self {
             dir: dir.to_path_buf(),
             model_file,
@@ -166,6 +198,7 @@ impl ModelFolder {
             vocab_size: hf.vocab_size,
             pooling,
             declares_normalize,
+            quantization,
         })
     }
 }

@@ -184,6 +184,8 @@ pub struct Inputs {
     pub cuda: VendorState,
     pub rocm: VendorState,
     pub preference: Preference,
+    /// Set when the model itself can run well only on the CPU (an int8 model for the CPU): why.
+    pub model_cpu_only: Option<String>,
 }
 
 /// The ordered providers to register, and why.
@@ -208,9 +210,30 @@ const AMD_NOT_COMPILED: &str = "AMD GPU support is not compiled into this build 
 /// - device forced to a GPU -> that vendor's providers, then CPU, `forced`; refused if not compiled;
 /// - auto: AMD compiled and available -> [MIGraphX, ROCm, CPU]; else CUDA compiled and available ->
 ///   [CUDA, CPU]; else [CPU]. AMD wins when both vendors are present.
+/// - a model that runs well only on the CPU: forced to a GPU -> refused; auto -> [CPU], with why.
 pub fn plan(inputs: &Inputs) -> Plan {
-    let Inputs { compiled, cuda, rocm, preference } = inputs;
+    let Inputs { compiled, cuda, rocm, preference, model_cpu_only } = inputs;
     let mut reasons = Vec::new();
+    if let Some(why) = model_cpu_only {
+        match preference.device {
+            Device::Cuda | Device::Rocm => {
+                let vendor = if preference.device == Device::Cuda { Vendor::Cuda } else { Vendor::Rocm };
+                return refused(
+                    vendor,
+                    &format!("{why}: run it with --device cpu (or auto), or run the float32 model on the GPU"),
+                );
+            }
+            Device::Auto
+                if preference.prefer_gpu
+                    && ((compiled.cuda() && cuda.available) || (compiled.rocm() && rocm.available)) =>
+            {
+                reasons.push(format!("GPU: skipped because {why}"));
+                reasons.push("CPU: chosen for this model".to_owned());
+                return cpu_plan(reasons);
+            }
+            _ => {}
+        }
+    }
     match preference.device {
         Device::Cpu => {
             reasons.push("CPU: chosen because the device is forced to cpu".to_owned());

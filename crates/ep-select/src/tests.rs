@@ -35,6 +35,7 @@ fn every_combination() {
                                 cuda: VendorState { available: cuda_a, summary: "cuda probe says".into() },
                                 rocm: VendorState { available: rocm_a, summary: "rocm probe says".into() },
                                 preference: Preference { prefer_gpu: prefer, device },
+                                model_cpu_only: None,
                             };
                             let p = plan(&inputs);
                             let case = format!("{cuda_c} {rocm_c} {cuda_a} {rocm_a} {prefer} {device}: {p:?}");
@@ -78,6 +79,7 @@ fn amd_first_when_both_present() {
         cuda: VendorState { available: true, summary: "CUDA: available: 1 device(s)".into() },
         rocm: VendorState { available: true, summary: "ROCm: available: 1 device(s)".into() },
         preference: Preference::default(),
+        model_cpu_only: None,
     };
     let p = plan(&inputs);
     if cfg!(feature = "rocm") {
@@ -89,6 +91,30 @@ fn amd_first_when_both_present() {
         assert_eq!(p.vendor, Vendor::Cuda);
         assert!(p.reasons[0].contains("not compiled"), "{:?}", p.reasons);
     }
+}
+
+/// An int8 model for the CPU on a machine with a GPU: auto runs it on the CPU and says why; a
+/// forced GPU is refused, never a GPU session that hands every int8 node back to the CPU.
+#[test]
+fn a_cpu_only_model_runs_on_the_cpu_and_a_forced_gpu_is_refused() {
+    let inputs = |device| Inputs {
+        compiled: Compiled::new(true, true),
+        cuda: VendorState { available: true, summary: "CUDA: available: 1 device(s)".into() },
+        rocm: VendorState { available: true, summary: "ROCm: available: 1 device(s)".into() },
+        preference: Preference { prefer_gpu: true, device },
+        model_cpu_only: Some("the model is int8 for the CPU".into()),
+    };
+    let p = plan(&inputs(Device::Auto));
+    assert_eq!(p.vendor, Vendor::Cpu);
+    assert_eq!(p.providers, [Provider::Cpu]);
+    assert!(p.reasons.iter().any(|r| r.contains("skipped because the model is int8 for the CPU")), "{:?}", p.reasons);
+    for device in [Device::Cuda, Device::Rocm] {
+        let p = plan(&inputs(device));
+        let why = p.refusal.unwrap_or_default();
+        assert!(why.contains("int8 for the CPU") && why.contains("--device cpu"), "{why}");
+    }
+    let p = plan(&inputs(Device::Cpu));
+    assert_eq!((p.vendor, p.refusal), (Vendor::Cpu, None));
 }
 
 #[test]

@@ -9,8 +9,9 @@ pub use nornir_gpu_probe::{self as gpu_probe, ProbeReport, preflight, probe};
 
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
-    EmbedError, EmbedStats, Embedder, EmbedderOptions, Embeddings, MIN_ORT, ModelInfo, OrtInfo, Placement, Pooling,
-    Registration, Result, SessionReport, check_library, choose_library, plan_for,
+    EmbedError, EmbedStats, Embedder, EmbedderOptions, Embeddings, MIN_ORT, ModelFolder, ModelInfo, OrtInfo, Placement,
+    Pooling, Quantization, Registration, Result, SessionReport, check_library, choose_library, plan_for,
+    plan_for_model,
 };
 
 /// The int8 rewrite for the CPU (feature `quantize`).

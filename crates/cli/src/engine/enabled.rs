@@ -7,7 +7,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use nornir_vector::gpu_probe::{ProbeContext, nornir_home};
-use nornir_vector::{Device, Embedder, EmbedderOptions, MIN_ORT, Plan, check_library, choose_library, plan_for};
+use nornir_vector::{
+    Device, Embedder, EmbedderOptions, MIN_ORT, ModelFolder, Plan, check_library, choose_library, plan_for_model,
+};
 
 use super::{EmbedJob, OrtChoice};
 use crate::input::{InputFormat, Record, Records};
@@ -222,12 +224,21 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         "sessions": embedder.sessions(),
         "batch_tokens": a.model.batch_tokens,
         "model": embedder.model_info().folder.dir,
+        "precision": precision(&embedder.model_info().folder),
+        "cpu_int8_extensions": cpu_int8_extensions(),
     });
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("input            {source}");
         println!("provider         {} ({})", embedder.report().active_provider, embedder.gpu_vendor());
+        println!("precision        {}", precision(&embedder.model_info().folder));
+        if embedder.model_info().folder.quantization.is_some() {
+            println!(
+                "CPU int8 ISA     {} (ONNX Runtime picks the best; it does not say which)",
+                cpu_int8_extensions().join(", ")
+            );
+        }
         println!(
             "texts            {} in {seconds:.2} s: {:.1} texts/s, {:.0} tokens/s",
             s.texts,
@@ -255,7 +266,13 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
 }
 
 pub fn plan(m: &ModelArgs) -> Result<Option<Plan>> {
-    Ok(Some(plan_for(true, device(m)?)))
+    // The model's own constraint (an int8 model for the CPU) is part of the plan when it can be read.
+    let cpu_only = model_dir(m)
+        .ok()
+        .and_then(|d| ModelFolder::open(&d, m.model_file.as_deref()).ok())
+        .and_then(|f| f.quantization)
+        .and_then(|q| q.cpu_only());
+    Ok(Some(plan_for_model(true, device(m)?, cpu_only)))
 }
 
 /// Which ONNX Runtime library the plan would load, and its real version, without creating a session.
@@ -299,6 +316,32 @@ pub fn ort_pick(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
     c
 }
 
+/// How the model's weights are stored, as far as its folder says.
+pub fn precision(f: &ModelFolder) -> String {
+    match &f.quantization {
+        Some(q) => format!(
+            "{} for the {} ({}; from quantization.json)",
+            q.format,
+            q.target,
+            q.operator.as_deref().unwrap_or("operator not recorded")
+        ),
+        None => "as exported (no quantization.json)".to_owned(),
+    }
+}
+
+/// The CPU extensions ONNX Runtime's int8 kernels can use, best first. ONNX Runtime picks among
+/// them itself and does not report which it picked.
+pub fn cpu_int8_extensions() -> Vec<&'static str> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> =
+        info.lines().find(|l| l.starts_with("flags")).map(|l| l.split_whitespace().collect()).unwrap_or_default();
+    [("amx_int8", "AMX-INT8"), ("avx512_vnni", "AVX-512 VNNI"), ("avx_vnni", "AVX-VNNI"), ("avx2", "AVX2")]
+        .into_iter()
+        .filter(|(flag, _)| flags.contains(flag))
+        .map(|(_, name)| name)
+        .collect()
+}
+
 /// Builds the embedder and reports what really runs, with node placement.
 pub fn session_json(m: &ModelArgs) -> serde_json::Value {
     match load(m) {
@@ -313,6 +356,8 @@ pub fn session_json(m: &ModelArgs) -> serde_json::Value {
                 "placement": e.placement(),
                 "ort": r.ort,
                 "model": e.model_info(),
+                "precision": precision(&e.model_info().folder),
+                "cpu_int8_extensions": cpu_int8_extensions(),
             })
         }
     }
