@@ -29,6 +29,11 @@
 //! | libraries in the model folder, run from inside it | never loaded (stubs there would crash the process) |
 //! | --threads 0, --sessions 0, --batch-tokens 0; an unknown flag | clap's `invalid value '0'` / `unexpected argument`, exit 2; the library says `must be at least 1` |
 //! | --batch-tokens 1, smaller than any text | each text alone in a batch, the same vectors |
+//! | quantize: a folder that is not a model | `no model.onnx or onnx/model.onnx`; no output folder |
+//! | quantize: --output exists | `already exists: choose another --output, or pass --force`; the old folder untouched |
+//! | quantize: --output in a folder that does not exist | `does not exist: create it first` |
+//! | quantize: a graph with nothing to quantize | `nothing to quantize: the graph has no MatMul or Gemm node`; no output folder |
+//! | quantize: an int8 model forced onto a GPU | `the model is int8 for the CPU ... run it with --device cpu` (crates/cli/tests/quantize.rs) |
 
 #![cfg(feature = "embed-ort")]
 
@@ -403,4 +408,45 @@ fn nothing_is_loaded_from_the_model_folder_or_the_working_folder() {
     assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
     let o = Run { cwd: Some(&dir), ..Run::new(&["vector", "doctor", "--model", "."]) }.output();
     assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
+}
+
+#[test]
+fn quantize_bad_inputs() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let out = t.path().join("int8");
+    let o = s(&out);
+    let empty = t.path().join("empty");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    assert_one_line_error(
+        &nornir(&["vector", "quantize", "--model", s(&empty), "--output", o]),
+        "no model.onnx or onnx/model.onnx",
+    );
+    assert!(!out.exists());
+
+    let existing = t.path().join("existing");
+    std::fs::create_dir_all(&existing).expect("mkdir");
+    std::fs::write(existing.join("keep.txt"), b"mine").expect("write");
+    let m = model();
+    assert_one_line_error(
+        &nornir(&["vector", "quantize", "--model", s(&m), "--output", s(&existing)]),
+        "already exists: choose another --output, or pass --force",
+    );
+    assert_eq!(files_in(&existing), ["keep.txt"]);
+    assert_one_line_error(
+        &nornir(&["vector", "quantize", "--model", s(&m), "--output", s(&t.path().join("no/such/int8"))]),
+        "does not exist: create it first",
+    );
+
+    let gather_only = model_copy(&t.path().join("g"), &[]);
+    // A 4-wide table: the configs that name a width of 384 go.
+    for f in ["model.onnx", "config.json", "modules.json", "1_Pooling"] {
+        std::fs::remove_file(gather_only.join(f)).expect("rm");
+    }
+    fixtures::write_model(&gather_only, fixtures::Kind::NoTokenTypeIds, 30522);
+    assert_one_line_error(
+        &nornir(&["vector", "quantize", "--model", s(&gather_only), "--output", o]),
+        "nothing to quantize: the graph has no MatMul or Gemm node",
+    );
+    assert!(!out.exists());
+    assert_eq!(files_in(t.path()), ["empty", "existing", "g"], "no temporary folder left");
 }

@@ -152,13 +152,14 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
-/// Copies every file of `from` except the ONNX graphs, keeping sub-folders (`1_Pooling/`).
+/// Copies every file of `from` except the ONNX graphs, keeping sub-folders (`1_Pooling/`) and
+/// following symbolic links (a Hugging Face cache's snapshot is made of them).
 fn copy_folder(from: &Path, to: &Path) -> Result<()> {
     for entry in std::fs::read_dir(from).with_context(|| format!("cannot read {}", from.display()))? {
         let entry = entry?;
         let name = entry.file_name();
         let (src, dst) = (entry.path(), to.join(&name));
-        let kind = entry.file_type()?;
+        let kind = std::fs::metadata(&src).with_context(|| format!("cannot read {}", src.display()))?.file_type();
         if kind.is_dir() {
             std::fs::create_dir_all(&dst)?;
             copy_folder(&src, &dst)?;

@@ -1,0 +1,78 @@
+//! `nornir vector quantize` on the real default model: a complete int8 folder whose recorded cost
+//! (the cosine to the float32 model on the built-in sample) stays above the floor, that embeds the
+//! parity sample close to the float32 reference, says it is int8, and is refused on a forced GPU.
+
+#![cfg(feature = "embed-ort")]
+
+mod common;
+
+use common::{assert_one_line_error, files_in, model, nornir, s, stderr};
+
+fn f32_rows(bytes: &[u8]) -> Vec<Vec<f32>> {
+    let v: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    v.chunks_exact(384).map(<[f32]>::to_vec).collect()
+}
+
+#[test]
+fn the_default_model_quantized_is_complete_close_to_float32_and_cpu_only() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let out = t.path().join("int8");
+    let m = model();
+    let o = nornir(&["vector", "quantize", "--model", s(&m), "--output", s(&out), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let record: serde_json::Value = serde_json::from_slice(&o.stdout).expect("quantization.json on stdout");
+    let on_disk: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("quantization.json")).expect("quantization.json"))
+            .expect("JSON");
+    assert_eq!(record, on_disk);
+    assert_eq!(
+        files_in(&out),
+        [
+            "1_Pooling",
+            "config.json",
+            "model.onnx",
+            "modules.json",
+            "quantization.json",
+            "sentence_bert_config.json",
+            "tokenizer.json"
+        ]
+    );
+    // Six layers: query, key, value, attention output and the two feed-forward weights.
+    assert_eq!(record["rewritten"].as_array().map(Vec::len), Some(36), "{record:#}");
+    assert_eq!(record["kept_fp32"].as_array().map(Vec::len), Some(12), "the attention products stay");
+    assert_eq!(record["granularity"], "per-channel");
+    let (min, mean) = (record["cost"]["cosine_min"].as_f64(), record["cost"]["cosine_mean"].as_f64());
+    assert!(min.is_some_and(|c| c >= 0.98) && mean.is_some_and(|c| c >= 0.99), "{}", record["cost"]);
+    assert_eq!(record["source"]["sha256"], "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6");
+
+    let testdata = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata");
+    let sample = testdata.join("parity-sample.txt");
+    let e = nornir(&["vector", "embed", "-q", "--format", "f32", "--model", s(&out), "--input", s(&sample)]);
+    assert!(e.status.success(), "{}", stderr(&e));
+    let reference = f32_rows(&std::fs::read(testdata.join("parity-sample.f32")).expect("reference"));
+    let got = f32_rows(&e.stdout);
+    assert_eq!(got.len(), reference.len());
+    for (i, (a, b)) in got.iter().zip(&reference).enumerate() {
+        let c: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        assert!(c >= 0.98, "row {i}: cosine {c} to the float32 reference");
+    }
+
+    let b = nornir(&["vector", "bench", "--json", "-q", "--model", s(&out)]);
+    assert!(b.status.success(), "{}", stderr(&b));
+    let bench: serde_json::Value = serde_json::from_slice(&b.stdout).expect("bench JSON");
+    assert!(bench["precision"].as_str().is_some_and(|p| p.starts_with("nornir int8 for the cpu")), "{bench}");
+
+    assert_one_line_error(
+        &nornir(&["vector", "embed", "--model", s(&out), "--device", "cuda", "x"]),
+        "the model is int8 for the CPU (quantization.json)",
+    );
+
+    // --force replaces the folder only once the new one is complete.
+    let again = nornir(&["vector", "quantize", "-q", "--model", s(&m), "--output", s(&out), "--force", "--per-tensor"]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("quantization.json")).expect("quantization.json"))
+            .expect("JSON");
+    assert_eq!(record["granularity"], "per-tensor");
+    assert_eq!(files_in(t.path()), ["int8"], "no temporary or old folder left");
+}
