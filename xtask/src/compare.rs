@@ -1,5 +1,7 @@
 //! `cargo xtask bench-compare`: nornir against the Python pipelines people write today and
-//! against ONNX Runtime's own floor, side by side in one run, rounds interleaved, medians reported.
+//! against ONNX Runtime's own floor, side by side in one run, rounds interleaved, medians reported;
+//! and nornir's int8 model against float32 and against ONNX Runtime's Python int8 of the same
+//! model, all three through the same `nornir vector embed`.
 
 use std::path::Path;
 use std::process::Command;
@@ -7,10 +9,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{assets, cargo, fetch, run_checked, workspace_root};
+use crate::{assets, cargo, fetch, int8, run_checked, workspace_root};
 
 /// Pinned so every machine compares against the same Python stack.
-const PYTHON_PACKAGES: &[&str] = &["onnxruntime==1.31.1", "tokenizers==0.23.3", "numpy==2.4.6"];
+const PYTHON_PACKAGES: &[&str] = &["onnxruntime==1.31.1", "tokenizers==0.23.3", "numpy==2.4.6", "onnx==1.23.2"];
 
 struct Options {
     corpus: std::path::PathBuf,
@@ -51,7 +53,7 @@ fn parse(args: &[String]) -> Result<Options> {
     Ok(o)
 }
 
-fn python_env(home: &Path) -> Result<std::path::PathBuf> {
+pub(crate) fn python_env(home: &Path) -> Result<std::path::PathBuf> {
     let venv = home.join("bench-venv");
     let py = venv.join("bin/python");
     let stamp = venv.join(".nornir-packages");
@@ -138,6 +140,14 @@ fn nornir_run(nornir: &Path, model: &Path, o: &Options, texts: usize, repeat: us
     Ok(NornirRun { texts_per_second: (texts * repeat) as f64 / seconds, peak_rss_mib })
 }
 
+/// The CPU's int8-relevant extensions, from /proc/cpuinfo's flags.
+fn cpu_int8_extensions() -> Vec<&'static str> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> =
+        info.lines().find(|l| l.starts_with("flags")).map(|l| l.split_whitespace().collect()).unwrap_or_default();
+    ["amx_int8", "avx512_vnni", "avx_vnni", "avx2"].into_iter().filter(|f| flags.contains(f)).collect()
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -152,7 +162,10 @@ pub fn bench_compare(args: &[String]) -> Result<()> {
     let py = python_env(&home)?;
     run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
     let nornir = workspace_root().join("target/release/nornir");
+    let ours_int8 = int8::nornir_int8(&nornir, &home)?;
+    let peer_int8 = int8::python_int8(&py, &home)?;
     let (mut sorted, mut floor, mut ours, mut rss) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut i8, mut i8_rss, mut peer, mut peer_rss) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 1..=o.rounds {
         eprintln!("xtask: bench-compare round {round}/{}", o.rounds);
         sorted.push(python_run(&py, "sorted", &model, &o)?);
@@ -160,7 +173,14 @@ pub fn bench_compare(args: &[String]) -> Result<()> {
         let run = nornir_run(&nornir, &model, &o, texts, 1)?;
         ours.push(run.texts_per_second);
         rss.push(run.peak_rss_mib);
+        let run = nornir_run(&nornir, &ours_int8, &o, texts, 1)?;
+        i8.push(run.texts_per_second);
+        i8_rss.push(run.peak_rss_mib);
+        let run = nornir_run(&nornir, &peer_int8, &o, texts, 1)?;
+        peer.push(run.texts_per_second);
+        peer_rss.push(run.peak_rss_mib);
     }
+    let (i8, i8_rss, peer, peer_rss) = (median(i8), median(i8_rss), median(peer), median(peer_rss));
     let unsorted = if o.unsorted { Some(python_run(&py, "unsorted", &model, &o)?) } else { None };
     let (sorted, floor, ours, rss_once) = (median(sorted), median(floor), median(ours), median(rss));
     let ten = if o.memory {
@@ -176,12 +196,27 @@ pub fn bench_compare(args: &[String]) -> Result<()> {
         "nornir_time_vs_floor_time": floor / ours,
         "nornir_peak_rss_mib": { "corpus_once": rss_once, "corpus_10x_stdin": ten.as_ref().map(|r| r.peak_rss_mib) },
         "nornir_10x_stdin_texts_per_second": ten.as_ref().map(|r| r.texts_per_second),
+        "int8": {
+            "cpu_int8_extensions": cpu_int8_extensions(),
+            "texts_per_second": { "nornir_int8": i8, "ort_quantize_dynamic_int8_through_nornir": peer },
+            "peak_rss_mib": { "nornir_int8": i8_rss, "ort_quantize_dynamic_int8_through_nornir": peer_rss },
+            "nornir_int8_vs_fp32": i8 / ours,
+            "nornir_int8_rss_vs_fp32": i8_rss / rss_once,
+            "nornir_int8_vs_quantize_dynamic": i8 / peer,
+        },
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     eprintln!(
         "nornir {ours:.1} texts/s = {:.2}x Python sorted ({sorted:.1}); its time is {:.2}x the ONNX Runtime floor ({floor:.1} texts/s)",
         ours / sorted,
         floor / ours
+    );
+    eprintln!(
+        "int8 ({}): nornir {i8:.1} texts/s = {:.2}x float32, peak RSS {i8_rss:.0} MiB ({:.2}x); ONNX Runtime quantize_dynamic through nornir {peer:.1} texts/s ({:.2}x float32)",
+        cpu_int8_extensions().join(", "),
+        i8 / ours,
+        i8_rss / rss_once,
+        peer / ours
     );
     if let Some(t) = &ten {
         eprintln!(

@@ -6,6 +6,7 @@
 //! - `test`: the whole test suite with its set-up (fetch, test libraries), default and AMD builds.
 //! - `soak`: 8 threads x 500 calls on one embedder, release build: calls/s, peak RSS.
 //! - `fuzz`: every cargo-fuzz target for a while (nightly), crashes kept as regression inputs.
+//! - `bench-compare`, `quality`: speed and STS Benchmark quality, float32 and int8, against peers.
 //! - `gpu-bundle`: what `scripts/gpu-check.sh` needs on a lent GPU machine, in transferable parts.
 
 mod assets;
@@ -13,6 +14,8 @@ mod compare;
 mod features;
 mod fetch;
 mod gpu_bundle;
+mod int8;
+mod quality;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,7 +30,11 @@ pub(crate) const USAGE: &str = "usage: cargo xtask <task> [options]
           check-features
   bench-compare   nornir vs Python (sorted/unsorted batches of 32) vs the ONNX Runtime floor on
                   the corpus, rounds interleaved, medians (--rounds N, --threads N, --with-unsorted;
-                  --memory: also stream the corpus 10 times through stdin and compare peak RSS)
+                  --memory: also stream the corpus 10 times through stdin and compare peak RSS);
+                  int8: nornir's quantized model vs float32 vs ONNX Runtime's Python quantize_dynamic
+  quality STS Benchmark dev and test (Spearman x100) for the default model, nornir's int8 and ONNX
+          Runtime's Python int8 of it, with each one's cosine to the float32 vectors
+          (--model DIR, repeatable, instead; --split dev|test)
   check-features  clippy (-D warnings), tests and binary contents for every feature set; layering
   soak    one embedder shared by 8 threads x 500 calls of mixed sizes (--calls N): checks every
           row against the single-threaded result, prints calls/s and peak RSS; stops by itself
@@ -69,6 +76,7 @@ fn run() -> Result<()> {
         Some("soak") => soak(&args[1..]),
         Some("fuzz") => fuzz(&args[1..]),
         Some("gpu-bundle") => gpu_bundle::gpu_bundle(&args[1..]),
+        Some("quality") => quality::quality(&args[1..]),
         Some("check-features") => features::check_features(&test_env(&fetch::fetch(&all_test_assets())?)),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
