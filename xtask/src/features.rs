@@ -44,7 +44,7 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)]) -> Result<()> {
             ),
         }
     }
-    for pkg in ["nornir-gpu-probe", "nornir-ep-select"] {
+    for pkg in ["nornir-gpu-probe", "nornir-ep-select", "nornir-quantize"] {
         let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
             .current_dir(workspace_root())
             .args(["tree", "--quiet", "--all-features", "-e", "normal", "-p", pkg])

@@ -172,6 +172,8 @@ fn test(extra: &[String]) -> Result<()> {
             .envs(env.clone()),
     )?;
     if extra.is_empty() {
+        eprintln!("xtask: xtask's own tests");
+        run_checked(cargo().args(["test", "--quiet", "-p", "xtask"]))?;
         features::check_features(&env)?;
     }
     Ok(())
