@@ -21,12 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::cuda_stubs::{CudaFault, cuda_stubs};
-
-fn env_path(var: &str) -> PathBuf {
-    let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| panic!("{var} unset: run `cargo xtask test`"));
-    assert!(p.exists(), "{} missing: run `cargo xtask test`", p.display());
-    p
-}
+use common::env_path;
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu-check.sh")

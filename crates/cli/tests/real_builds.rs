@@ -21,16 +21,10 @@ mod common;
 mod support;
 
 use common::cuda_stubs::{CudaFault, cuda_stubs};
-use common::{model, s};
+use common::{env_path, model, s};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn env_path(var: &str) -> PathBuf {
-    let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| panic!("{var} unset: run `cargo xtask test`"));
-    assert!(p.exists(), "{} missing: run `cargo xtask test`", p.display());
-    p
-}
 
 fn nornir(args: &[&str], env: &[(&str, &Path)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_nornir"));

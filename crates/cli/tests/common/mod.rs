@@ -16,6 +16,13 @@ pub fn model() -> PathBuf {
     dir
 }
 
+/// A path the test set-up (`cargo xtask test`) provides in `var`, which must exist.
+pub fn env_path(var: &str) -> PathBuf {
+    let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| panic!("{var} unset: run `cargo xtask test`"));
+    assert!(p.exists(), "{} missing: run `cargo xtask test`", p.display());
+    p
+}
+
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
