@@ -23,7 +23,7 @@ mod support;
 use common::cuda_stubs::{CudaFault, cuda_stubs};
 use common::{env_path, model, s};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn nornir(args: &[&str], env: &[(&str, &Path)]) -> Output {
