@@ -152,7 +152,8 @@ step bench-cuda-8192 "$OUT/bench-cuda-8192.json" "$NORNIR" vector bench --json -
 step bench-cpu "$OUT/bench-cpu.json" "$NORNIR" vector bench --json --quiet --device cpu "${COMMON[@]}" --input "$CORPUS"
 
 # 7. The peer: sentence-transformers on the same GPU, fp32 weights of the same model.
-step st-peer - "$PYTHON" "$HELPER" st-peer --model "$B/st-model" --corpus "$CORPUS" \
+# Offline: the machine reaches no hub, and a library that tries would wait for a time-out.
+step st-peer - env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$PYTHON" "$HELPER" st-peer --model "$B/st-model" --corpus "$CORPUS" \
     --parity-input testdata/parity-sample.txt --parity-reference testdata/parity-sample.f32 --out "$OUT/st-peer.json"
 
 # 8. Every figure in one place.
