@@ -206,7 +206,18 @@ fn init_tracing(verbose: u8) {
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
 }
 
+/// A closed pipe ends the process quietly, as it does `cat` and `grep` (`nornir ... | head`):
+/// Rust ignores SIGPIPE, which turns every later `println!` into a panic.
+fn die_quietly_on_a_closed_pipe() {
+    // SAFETY: `signal` is called before any thread is started, with a valid signal number and the
+    // default disposition; no handler (Rust code) runs in signal context.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    die_quietly_on_a_closed_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Top::Vector(VectorCommand::Embed(a)) => {

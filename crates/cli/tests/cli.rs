@@ -109,3 +109,29 @@ fn bench_json_on_the_builtin_sample() {
     assert!(b["ort_seconds"].as_f64().is_some_and(|x| x > 0.0));
     assert_eq!(b["active_provider"], "CPUExecutionProvider");
 }
+
+/// `nornir ... | head -1`: the reader goes away after one line; nornir ends quietly (SIGPIPE, as
+/// `cat` does), never with a panic about printing to stdout.
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::io::BufRead;
+    use std::os::unix::process::ExitStatusExt;
+    let m = model();
+    let texts: Vec<String> = (0..2000).map(|i| format!("text number {i}")).collect();
+    let mut args = vec!["vector".to_owned(), "embed".into(), "--model".into(), m.display().to_string()];
+    args.extend(texts);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nornir"))
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run nornir");
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut first).expect("one line");
+    assert!(first.starts_with('['), "{first}");
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    const SIGPIPE: i32 = 13; // on Linux
+    assert_eq!(out.status.signal(), Some(SIGPIPE), "{:?}: {err}", out.status);
+}
