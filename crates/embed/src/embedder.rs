@@ -608,11 +608,12 @@ impl Embedder {
     /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh
     /// session built the same way. Costs a session build; call it on demand (`doctor`).
     pub fn placement(&self) -> Placement {
-        let dir = match tempfile_dir() {
+        // A private folder with an unpredictable name, removed when `dir` drops.
+        let dir = match tempfile::Builder::new().prefix("nornir-placement-").tempdir() {
             Ok(d) => d,
             Err(e) => return Placement::Unknown { reason: format!("no temporary folder for the profile: {e}") },
         };
-        let prefix = dir.join("nornir-placement");
+        let prefix = dir.path().join("nornir-placement");
         let cfg = SessionConfig { profile_to: Some(&prefix), prepacked: None, ..self.pooled_config() };
         let plan = self.running_plan();
         let result = (|| -> Result<Placement> {
@@ -633,10 +634,8 @@ impl Embedder {
             )?;
             let file = session.end_profiling().map_err(|e| EmbedError::Inference(e.to_string()))?;
             let text = std::fs::read_to_string(&file).map_err(|e| EmbedError::Inference(format!("{file}: {e}")))?;
-            let _ = std::fs::remove_file(&file);
             Ok(parse_profile(&text))
         })();
-        let _ = std::fs::remove_dir_all(&dir);
         result.unwrap_or_else(|e| Placement::Unknown { reason: e.to_string() })
     }
 }
@@ -712,15 +711,6 @@ fn prefix_for_tokens(text: &str, max_length: usize) -> &str {
         Some(i) if i > 0 => &text[..i],
         _ => text,
     }
-}
-
-/// A fresh private folder under the system temp folder.
-fn tempfile_dir() -> std::io::Result<PathBuf> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!("nornir-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }
 
 /// Reads the graph's inputs and outputs and checks them against what a text embedder needs.
