@@ -9,6 +9,8 @@
 //! - `bench-compare`, `quality`: speed and STS Benchmark quality, float32 and int8, against peers.
 //! - `gpu-bundle`: what `scripts/gpu-check.sh` needs on a lent GPU machine, in transferable parts.
 
+#![forbid(unsafe_code)]
+
 mod assets;
 mod compare;
 mod features;

@@ -4,6 +4,8 @@
 //! It does no I/O, cannot fail, and knows nothing of ONNX Runtime or of how libraries are found:
 //! its inputs are plain values, so every combination is tested as a table.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 use std::str::FromStr;
 

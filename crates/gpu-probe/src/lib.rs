@@ -19,16 +19,13 @@ mod requirements;
 mod rocm;
 mod vendor;
 
+use std::sync::LazyLock;
 use std::time::Instant;
-
-use once_cell::sync::Lazy;
 
 pub use context::ProbeContext;
 pub use driver::DriverReport;
 pub use elf::{ElfDeps, ElfError, parse_deps, read_deps};
-pub use library::{
-    LibraryReport, LibrarySpec, describe_dl_error, find_soname, load_with_deps, loaded_path, resident_libraries,
-};
+pub use library::{LibraryReport, LibrarySpec, describe_dl_error, find_soname, load_with_deps, loaded_path};
 pub use ort_lib::{
     OrtCandidate, OrtDiscovery, discover as discover_ort, nornir_home, pick as pick_ort, providers_beside,
 };
@@ -36,9 +33,6 @@ pub use paths::{RejectedEntry, SearchPath, python_site_dirs};
 pub use report::{ProbeReport, write_vendor};
 pub use requirements::{ProviderRequirements, Requirement, RequirementStatus, provider_requirements};
 pub use vendor::{VendorReport, VisibleDevices};
-
-/// Whether this build contains the AMD half.
-pub const ROCM_COMPILED: bool = cfg!(feature = "rocm");
 
 /// What a default build says about AMD.
 pub const ROCM_NOT_COMPILED: &str =
@@ -75,7 +69,7 @@ fn probe_rocm(_: &ProbeContext) -> VendorReport {
     VendorReport::not_compiled("rocm", ROCM_NOT_COMPILED)
 }
 
-static PROBE: Lazy<ProbeReport> = Lazy::new(|| probe_with(&ProbeContext::from_process()));
+static PROBE: LazyLock<ProbeReport> = LazyLock::new(|| probe_with(&ProbeContext::from_process()));
 
 /// The probe of this process's machine and environment, run once and cached.
 pub fn probe() -> &'static ProbeReport {

@@ -51,11 +51,6 @@ struct Resident {
 /// Libraries this process loaded through the probe. Never unloaded.
 static RESIDENT: Mutex<Vec<Resident>> = Mutex::new(Vec::new());
 
-/// Paths of the libraries the probe has loaded in this process, as (soname, absolute path).
-pub fn resident_libraries() -> Vec<(String, PathBuf)> {
-    lock_resident().iter().map(|r| (r.soname.clone(), r.path.clone())).collect()
-}
-
 fn lock_resident() -> std::sync::MutexGuard<'static, Vec<Resident>> {
     RESIDENT.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

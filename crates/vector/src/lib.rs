@@ -4,6 +4,8 @@
 //!
 //! The README's library example (compiled as a doctest) shows the whole API in use.
 
+#![forbid(unsafe_code)]
+
 pub use nornir_ep_select::{self as policy, Device, Plan, Provider, Vendor};
 pub use nornir_gpu_probe::{self as gpu_probe, ProbeReport, preflight, probe};
 
