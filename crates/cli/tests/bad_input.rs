@@ -22,6 +22,7 @@
 //! | output path is a folder | `is a folder: give a file path inside it` |
 //! | --ort-lib: a shared library that is not ONNX Runtime | `does not export OrtGetApiBase, so it is not ONNX Runtime` |
 //! | --ort-lib: a text file | `cannot be loaded as ONNX Runtime` |
+//! | --ort-lib / ORT_DYLIB_PATH: a folder without the library | `is a folder with no libonnxruntime.so* in it: point ORT_DYLIB_PATH (or --ort-lib) at a libonnxruntime.so file` |
 //! | --ort-lib: ONNX Runtime 1.20 (a stub whose OrtGetApiBase says 1.20.0) | `is ONNX Runtime 1.20.0, older than 1.22` |
 //! | --ort-lib: a library that crashes the process on load | `doctor` dies by SIGSEGV; `doctor --isolate` reports `killed by signal 11` |
 //! | a corrupt (truncated) CUDA provider library, simulated NVIDIA machine | never handed to the loader (SIGBUS): forced, `forced to cuda ... not loaded: ... is not a valid ELF shared library`; auto: CPU, the reason recorded |
@@ -248,6 +249,10 @@ fn ort_libraries_that_are_not_usable() {
     assert_one_line_error(&embed(&not_ort), "does not export OrtGetApiBase, so it is not ONNX Runtime");
     assert_one_line_error(&embed(&text), "cannot be loaded as ONNX Runtime");
     assert_one_line_error(&embed(&old), "is ONNX Runtime 1.20.0, older than 1.22");
+    // A folder without the library: an error, never another library found elsewhere.
+    let empty = t.path().join("no-ort-here");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    assert_one_line_error(&embed(&empty), "is a folder with no libonnxruntime.so* in it");
     let o = nornir(&["vector", "doctor", "--json", "--ort-lib", s(&old)]);
     let d: serde_json::Value = serde_json::from_slice(&o.stdout).expect("doctor JSON");
     assert!(d["ort"]["error"].as_str().is_some_and(|e| e.contains("1.20.0 is older than 1.22")), "{}", d["ort"]);

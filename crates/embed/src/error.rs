@@ -9,6 +9,14 @@ pub enum EmbedError {
     )]
     NoOrtLibrary { searched: String },
 
+    #[error("{0}: point ORT_DYLIB_PATH (or --ort-lib) at a libonnxruntime.so file, or unset it to let nornir search")]
+    ExplicitOrtUnusable(String),
+
+    #[error(
+        "this process already loaded ONNX Runtime from {loaded}; it cannot load {requested} as well (one ONNX Runtime per process): use the same library for every embedder, or another process"
+    )]
+    OrtAlreadyLoaded { loaded: PathBuf, requested: PathBuf },
+
     #[error(
         "{path}: cannot be loaded as ONNX Runtime: {reason}. Point ORT_DYLIB_PATH / --ort-lib at a libonnxruntime.so (1.22 or newer)"
     )]

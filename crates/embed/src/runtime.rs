@@ -39,9 +39,21 @@ static LOADED: Mutex<Option<Arc<OrtRuntime>>> = Mutex::new(None);
 pub fn load_runtime(plan: &Plan, explicit: Option<&Path>) -> Result<Arc<OrtRuntime>> {
     let mut loaded = LOADED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(rt) = loaded.as_ref() {
+        if let Some(requested) = explicit {
+            let same = |a: &Path, b: &Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
+            if !same(requested, &rt.info.path) {
+                return Err(EmbedError::OrtAlreadyLoaded {
+                    loaded: rt.info.path.clone(),
+                    requested: requested.to_path_buf(),
+                });
+            }
+        }
         return Ok(rt.clone());
     }
     let (discovery, choice) = choose_library(plan, explicit);
+    if let Some(why) = discovery.explicit_unusable() {
+        return Err(EmbedError::ExplicitOrtUnusable(why));
+    }
     let Some((candidate, reason)) = choice else {
         let mut searched: Vec<String> = discovery.searched.iter().map(|p| p.display().to_string()).collect();
         searched.extend(discovery.problems.iter().cloned());

@@ -44,6 +44,16 @@ pub struct OrtDiscovery {
     pub problems: Vec<String>,
 }
 
+impl OrtDiscovery {
+    /// When the user named a library (ORT_DYLIB_PATH, NORNIR_ORT_LIB, `--ort-lib`) and none of
+    /// those names gave one: what was wrong with each. Using another library instead would
+    /// silently replace the one asked for.
+    pub fn explicit_unusable(&self) -> Option<String> {
+        let named = self.problems.iter().any(|p| p.starts_with("ORT_DYLIB_PATH=") || p.starts_with("NORNIR_ORT_LIB="));
+        (named && !self.candidates.iter().any(OrtCandidate::is_explicit)).then(|| self.problems.join("; "))
+    }
+}
+
 /// The nornir cache: `$NORNIR_HOME`, else `$XDG_CACHE_HOME/nornir`, else `~/.cache/nornir`.
 pub fn nornir_home(ctx: &ProbeContext) -> Option<PathBuf> {
     let abs = |v: &str| ctx.var(v).map(PathBuf::from).filter(|p| p.is_absolute());
@@ -65,7 +75,11 @@ pub fn discover(ctx: &ProbeContext) -> OrtDiscovery {
         }
         d.searched.push(path.clone());
         if path.is_dir() {
+            let before = d.candidates.len();
             scan_dir(&path, var, &mut d);
+            if d.candidates.len() == before {
+                d.problems.push(format!("{var}={} is a folder with no libonnxruntime.so* in it", path.display()));
+            }
         } else if path.is_file() {
             d.candidates.push(candidate(path, var));
         } else {

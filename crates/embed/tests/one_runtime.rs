@@ -1,0 +1,30 @@
+//! One ONNX Runtime per process: a second embedder that names another library gets an error, never
+//! the first library in silence. Its own process, since the first `Embedder` loads the library.
+
+mod common;
+
+use std::path::PathBuf;
+
+use nornir_embed::{EmbedError, Embedder, EmbedderOptions};
+use nornir_ep_select::Device;
+
+fn lib(var: &str) -> PathBuf {
+    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| panic!("{var} unset: run `cargo xtask test`"))
+}
+
+#[test]
+fn a_second_embedder_naming_another_library_is_an_error() {
+    let model = common::model_dir();
+    let with =
+        |ort: PathBuf| EmbedderOptions { device: Device::Cpu, ort_library: Some(ort), ..EmbedderOptions::default() };
+    let first = Embedder::new(&model, &with(lib("NORNIR_TEST_ORT_CPU"))).expect("the first embedder loads");
+    assert!(Embedder::new(&model, &with(lib("NORNIR_TEST_ORT_CPU"))).is_ok(), "the same library again is fine");
+    match Embedder::new(&model, &with(lib("NORNIR_TEST_ORT_GPU"))) {
+        Err(e @ EmbedError::OrtAlreadyLoaded { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("one ONNX Runtime per process"), "{text}");
+            assert!(text.contains(&first.report().ort.path.display().to_string()), "{text}");
+        }
+        other => panic!("expected OrtAlreadyLoaded, got {:?}", other.map(|_| "an embedder")),
+    }
+}
