@@ -62,7 +62,7 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
         print!("{out}");
     }
 
-    if let Some(expected) = &a.expect {
+    if let Some(expected) = a.expect.map(|d| d.to_string()) {
         let active = session.as_ref().and_then(|s| s["gpu_vendor"].as_str()).unwrap_or("none");
         if active != expected {
             eprintln!("nornir: expected {expected}, but the model runs on {active}");

@@ -13,6 +13,19 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use nornir_vector::Device;
+
+/// The pooling option: the library's type; a build without the embedder only reports that it
+/// is not compiled in, so any word will do there.
+#[cfg(feature = "embed-ort")]
+type Pooling = nornir_vector::Pooling;
+#[cfg(not(feature = "embed-ort"))]
+type Pooling = String;
+
+#[cfg(not(feature = "embed-ort"))]
+fn parse_with_library<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    s.parse().map_err(|_| format!("invalid value {s:?}"))
+}
 
 use crate::input::InputFormat;
 use crate::output::OutputFormat;
@@ -76,9 +89,10 @@ pub struct ModelArgs {
     /// Model file inside the folder, instead of model.onnx.
     #[arg(long, value_name = "FILE")]
     pub model_file: Option<PathBuf>,
-    /// Where to run: auto picks AMD, then NVIDIA, then CPU; a forced GPU that cannot run is an error.
-    #[arg(long, env = "NORNIR_DEVICE", default_value = "auto", value_parser = ["auto", "cpu", "cuda", "rocm"])]
-    pub device: String,
+    /// Where to run: auto picks AMD, then NVIDIA, then CPU; a forced GPU that cannot run is an
+    /// error. auto, cpu, cuda (or nvidia), rocm (or amd).
+    #[arg(long, env = "NORNIR_DEVICE", default_value = "auto", value_parser = parse_with_library::<Device>)]
+    pub device: Device,
     /// Threads for the model in all (default: all cores).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
@@ -94,8 +108,8 @@ pub struct ModelArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_length: Option<u32>,
     /// Pooling: mean, cls or last (default: the model's pooling config).
-    #[arg(long, value_parser = ["mean", "cls", "last"])]
-    pub pooling: Option<String>,
+    #[arg(long, value_parser = parse_with_library::<Pooling>)]
+    pub pooling: Option<Pooling>,
     /// Do not L2-normalise the vectors.
     #[arg(long)]
     pub no_normalize: bool,
@@ -139,9 +153,10 @@ pub struct DoctorArgs {
     /// JSON with stable keys instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Exit 1 unless this device really runs the model (builds a session with --model or the default model).
-    #[arg(long, value_parser = ["cpu", "cuda", "rocm"])]
-    pub expect: Option<String>,
+    /// Exit 1 unless this device really runs the model (builds a session with --model or the
+    /// default model): cpu, cuda (or nvidia), rocm (or amd).
+    #[arg(long, value_parser = parse_expected_device)]
+    pub expect: Option<Device>,
     /// A few lines instead of the full report.
     #[arg(long)]
     pub summary: bool,
@@ -170,6 +185,20 @@ pub struct BenchArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub model: ModelArgs,
+}
+
+/// Options are parsed by the library's own `FromStr`, so the CLI and `NORNIR_DEVICE` in a library
+/// user's process accept the same words.
+#[cfg(feature = "embed-ort")]
+fn parse_with_library<T: std::str::FromStr<Err = String>>(s: &str) -> Result<T, String> {
+    s.parse()
+}
+
+fn parse_expected_device(s: &str) -> Result<Device, String> {
+    match s.parse::<Device>()? {
+        Device::Auto => Err("--expect needs a device: cpu, cuda or rocm".to_owned()),
+        d => Ok(d),
+    }
 }
 
 #[derive(Args, Debug)]

@@ -135,3 +135,18 @@ fn a_closed_pipe_ends_quietly() {
     const SIGPIPE: i32 = 13; // on Linux
     assert_eq!(out.status.signal(), Some(SIGPIPE), "{:?}: {err}", out.status);
 }
+
+/// The command parses --device, --pooling and --expect with the library's own parsers, so
+/// `NORNIR_DEVICE=nvidia` means the same to both.
+#[test]
+fn options_accept_the_library_words() {
+    let o = Run { env: &[("NORNIR_DEVICE", "nvidia")], ..Run::new(&["vector", "doctor", "--summary"]) }.output();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("plan: cuda"), "{}", String::from_utf8_lossy(&o.stdout));
+    let o = nornir(&["vector", "embed", "--pooling", "max", "x"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown pooling \"max\": use mean, cls or last"), "{}", stderr(&o));
+    let o = nornir(&["vector", "doctor", "--expect", "auto"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--expect needs a device"), "{}", stderr(&o));
+}

@@ -70,7 +70,7 @@ impl EmbedderOptions {
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         if let Ok(v) = std::env::var("NORNIR_DEVICE") {
-            o.device = v.parse().map_err(|e| EmbedError::Option(format!("NORNIR_DEVICE: {e}")))?;
+            o.device = v.parse().map_err(|e| EmbedError::InvalidOption(format!("NORNIR_DEVICE: {e}")))?;
         }
         Ok(o)
     }
@@ -79,11 +79,28 @@ impl EmbedderOptions {
 /// Embeddings as one contiguous row-major block: `len()` rows of `dim` floats, row i for text i.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Embeddings {
-    pub data: Vec<f32>,
-    pub dim: usize,
+    data: Vec<f32>,
+    dim: usize,
 }
 
 impl Embeddings {
+    /// `data` holds whole rows of `dim` floats (`dim` 0 only with no data); else `None`.
+    pub fn new(data: Vec<f32>, dim: usize) -> Option<Self> {
+        let whole = if dim == 0 { data.is_empty() } else { data.len().is_multiple_of(dim) };
+        whole.then_some(Self { data, dim })
+    }
+    /// The width of every row.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+    /// All rows, one after another.
+    pub fn as_slice(&self) -> &[f32] {
+        &self.data
+    }
+    /// The rows as one block, `len() * dim()` floats.
+    pub fn into_vec(self) -> Vec<f32> {
+        self.data
+    }
     pub fn len(&self) -> usize {
         self.data.len().checked_div(self.dim).unwrap_or(0)
     }
@@ -209,13 +226,15 @@ impl Embedder {
     /// Every mismatch between the folder and the graph is an error here, not at the first embed.
     pub fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
         if options.token_budget == 0 {
-            return Err(EmbedError::Option("token budget must be at least 1".to_owned()));
+            return Err(EmbedError::InvalidOption("token budget must be at least 1".to_owned()));
         }
         if options.threads == Some(0) {
-            return Err(EmbedError::Option("threads must be at least 1 (or leave it unset for all cores)".to_owned()));
+            return Err(EmbedError::InvalidOption(
+                "threads must be at least 1 (or leave it unset for all cores)".to_owned(),
+            ));
         }
         if options.sessions == Some(0) {
-            return Err(EmbedError::Option("sessions must be at least 1 (or leave it unset)".to_owned()));
+            return Err(EmbedError::InvalidOption("sessions must be at least 1 (or leave it unset)".to_owned()));
         }
         let folder = ModelFolder::open(dir, options.model_file.as_deref())?;
         let mut tokenizer = Tokenizer::from_file(&folder.tokenizer_file)
@@ -227,7 +246,7 @@ impl Embedder {
             .or(folder.max_position_embeddings)
             .unwrap_or(512);
         if max_length == 0 {
-            return Err(EmbedError::Option("max length must be at least 1".to_owned()));
+            return Err(EmbedError::InvalidOption("max length must be at least 1".to_owned()));
         }
         let vocab = tokenizer.get_vocab_size(true);
         if let Some(rows) = folder.vocab_size
@@ -382,7 +401,8 @@ impl Embedder {
         self.run_fallback.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn vendor(&self) -> Vendor {
+    /// Where the model really runs, typed: `gpu_vendor()` as a [`Vendor`].
+    pub fn vendor(&self) -> Vendor {
         let fell_back = self.run_fallback().is_some();
         if fell_back { Vendor::Cpu } else { self.report.gpu_vendor }
     }
@@ -578,10 +598,7 @@ impl Embedder {
                 };
                 let why = format!("running a batch on {} failed: {e}", self.report.active_provider);
                 if self.report.plan.forced {
-                    return Err(EmbedError::ForcedDeviceFailed {
-                        vendor: self.report.plan.vendor.to_string(),
-                        details: why,
-                    });
+                    return Err(EmbedError::ForcedDeviceFailed { vendor: self.report.plan.vendor, details: why });
                 }
                 tracing::warn!("{why}; running it and the rest on CPU");
                 slot.session = self.cpu_session()?;

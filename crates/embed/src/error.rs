@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use nornir_ep_select::Vendor;
+
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
     #[error(
@@ -33,7 +35,7 @@ pub enum EmbedError {
     #[error(
         "the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Use --device auto to fall back to the CPU, or fix the cause above (`nornir vector doctor`)"
     )]
-    ForcedDeviceFailed { vendor: String, details: String },
+    ForcedDeviceFailed { vendor: Vendor, details: String },
 
     #[error("model folder {dir}: {reason}")]
     Model { dir: PathBuf, reason: String },
@@ -54,7 +56,7 @@ pub enum EmbedError {
     Inference(String),
 
     #[error("invalid option: {0}")]
-    Option(String),
+    InvalidOption(String),
 }
 
 pub type Result<T, E = EmbedError> = std::result::Result<T, E>;

@@ -78,7 +78,7 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
         Err(e) if gpu_ok.is_some() => {
             let why = format!("creating the session with {active} failed: {}", one_line(&e.to_string()));
             if plan.forced {
-                return Err(EmbedError::ForcedDeviceFailed { vendor: plan.vendor.to_string(), details: why });
+                return Err(EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: why });
             }
             tracing::warn!("{why}; rebuilding it on CPU");
             let s =
@@ -143,7 +143,7 @@ fn forced_failure(plan: &Plan, regs: &[Registration]) -> EmbedError {
         .filter(|r| !r.ok)
         .map(|r| format!("{}: {}", r.provider, r.error.as_deref().unwrap_or("failed")))
         .collect();
-    EmbedError::ForcedDeviceFailed { vendor: plan.vendor.to_string(), details: details.join("; ") }
+    EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: details.join("; ") }
 }
 
 /// The provider library's folder-mates: where ONNX Runtime will look for it.

@@ -80,7 +80,7 @@ fn shared_across_threads_gives_the_single_threaded_result() {
         .map(|t| {
             let (e, texts) = (embedder.clone(), texts.clone());
             std::thread::spawn(move || {
-                (0..3).map(|k| e.embed(&texts[(t * 7 + k) % 50..]).expect("embed").data).collect::<Vec<_>>()
+                (0..3).map(|k| e.embed(&texts[(t * 7 + k) % 50..]).expect("embed").into_vec()).collect::<Vec<_>>()
             })
         })
         .collect();

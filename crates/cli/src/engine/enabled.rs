@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use nornir_vector::gpu_probe::{ProbeContext, nornir_home};
 use nornir_vector::{
-    Device, Embedder, EmbedderOptions, MIN_ORT, ModelFolder, Plan, check_library, choose_library, plan_for_model,
+    Embedder, EmbedderOptions, MIN_ORT, ModelFolder, Plan, check_library, choose_library, plan_for_model,
 };
 
 use super::{EmbedJob, OrtChoice};
@@ -20,10 +20,6 @@ use crate::{BenchArgs, ModelArgs};
 const CHUNK: usize = 4096;
 
 const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2-int8";
-
-fn device(m: &ModelArgs) -> Result<Device> {
-    m.device.parse::<Device>().map_err(anyhow::Error::msg)
-}
 
 pub fn model_dir(m: &ModelArgs) -> Result<PathBuf> {
     if let Some(d) = &m.model {
@@ -41,12 +37,12 @@ pub fn model_dir(m: &ModelArgs) -> Result<PathBuf> {
 pub fn options(m: &ModelArgs) -> Result<EmbedderOptions> {
     Ok(EmbedderOptions {
         prefer_gpu: true,
-        device: device(m)?,
+        device: m.device,
         threads: m.threads.map(|t| t as usize),
         sessions: m.sessions.map(|s| s as usize),
         token_budget: m.batch_tokens as usize,
         max_length: m.max_length.map(|l| l as usize),
-        pooling: m.pooling.as_deref().map(str::parse).transpose().map_err(anyhow::Error::msg)?,
+        pooling: m.pooling,
         normalize: !m.no_normalize,
         model_file: m.model_file.clone(),
         ort_library: m.ort_lib.clone(),
@@ -272,7 +268,7 @@ pub fn plan(m: &ModelArgs) -> Result<Option<Plan>> {
         .and_then(|d| ModelFolder::open(&d, m.model_file.as_deref()).ok())
         .and_then(|f| f.quantization)
         .and_then(|q| q.cpu_only());
-    Ok(Some(plan_for_model(true, device(m)?, cpu_only)))
+    Ok(Some(plan_for_model(true, m.device, cpu_only)))
 }
 
 /// Which ONNX Runtime library the plan would load, and its real version, without creating a session.
