@@ -16,6 +16,13 @@ const CONFIGS: &[(&str, &[&str], bool)] = &[
     ("all features", &["--all-features"], true),
 ];
 
+/// Feature combinations a consumer's dependency graph can produce that no CLI feature set does;
+/// they must compile too (the policy knowing a provider the embedder was built without).
+const EMBED_COMBINATIONS: &[(&str, &[&str])] = &[
+    ("nornir-embed with only nornir-ep-select/rocm", &["-p", "nornir-embed", "--features", "nornir-ep-select/rocm"]),
+    ("nornir-embed without cuda", &["-p", "nornir-embed", "--no-default-features"]),
+];
+
 /// Strings only the AMD path puts into a binary.
 const AMD_MARKERS: &[&str] = &["MIGraphXExecutionProvider", "ROCMExecutionProvider", "libmigraphx_c.so"];
 
@@ -43,6 +50,10 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)]) -> Result<()> {
                 if *amd { "present, as they must be" } else { "absent, as they must be" }
             ),
         }
+    }
+    for (label, flags) in EMBED_COMBINATIONS {
+        eprintln!("xtask: check-features: {label}");
+        run_checked(cargo().args(["clippy", "--quiet"]).args(*flags).args(["--", "-D", "warnings"]))?;
     }
     for pkg in ["nornir-gpu-probe", "nornir-ep-select", "nornir-quantize"] {
         let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))

@@ -56,7 +56,7 @@ fn embed_error(dir: &Path, needle: &str) {
 }
 
 fn cpu() -> EmbedderOptions {
-    EmbedderOptions { device: Device::Cpu, threads: Some(1), ..EmbedderOptions::default() }
+    EmbedderOptions::default().with_device(Device::Cpu).with_threads(1)
 }
 
 fn library_error(dir: &Path, options: &EmbedderOptions, needle: &str) {
@@ -383,14 +383,14 @@ fn numeric_options_out_of_range() {
     let unknown = nornir(&["vector", "embed", "--no-such-flag"]);
     assert_eq!(unknown.status.code(), Some(2));
     assert!(stderr(&unknown).contains("unexpected argument"));
-    library_error(&m, &EmbedderOptions { threads: Some(0), ..cpu() }, "threads must be at least 1");
-    library_error(&m, &EmbedderOptions { sessions: Some(0), ..cpu() }, "sessions must be at least 1");
-    library_error(&m, &EmbedderOptions { token_budget: 0, ..cpu() }, "token budget must be at least 1");
-    library_error(&m, &EmbedderOptions { max_length: Some(0), ..cpu() }, "max length must be at least 1");
+    library_error(&m, &cpu().with_threads(0), "threads must be at least 1");
+    library_error(&m, &cpu().with_sessions(0), "sessions must be at least 1");
+    library_error(&m, &cpu().with_token_budget(0), "token budget must be at least 1");
+    library_error(&m, &cpu().with_max_length(0), "max length must be at least 1");
 
     // A budget smaller than any text: each text runs alone, with the same vectors.
     let texts = ["a short one", "", "a somewhat longer text than the first"];
-    let small = Embedder::new(&m, &EmbedderOptions { token_budget: 1, ..cpu() }).expect("load");
+    let small = Embedder::new(&m, &cpu().with_token_budget(1)).expect("load");
     let one_by_one = small.embed(&texts).expect("embed");
     assert_eq!(small.stats().batches, 3);
     let normal = Embedder::new(&m, &cpu()).expect("load").embed(&texts).expect("embed");

@@ -56,7 +56,7 @@ fn bench(c: &mut Criterion) {
     }
     g.finish();
 
-    let options = EmbedderOptions { device: Device::Cpu, threads: Some(2), ..EmbedderOptions::default() };
+    let options = EmbedderOptions::default().with_device(Device::Cpu).with_threads(2);
     let embedder = Embedder::new(&model_dir(), &options).expect("load the default model");
     let batch: Vec<&str> = sample.iter().take(32).copied().collect();
     let mut g = c.benchmark_group("end_to_end");

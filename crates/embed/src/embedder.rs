@@ -23,6 +23,7 @@ use crate::session::{self, Placement, SessionConfig, SessionReport};
 /// How to build an [`Embedder`]. `Default` is: GPU preferred, device auto, all cores, a
 /// 256-token budget per batch, the model's own length limit and pooling, L2-normalised.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EmbedderOptions {
     pub prefer_gpu: bool,
     pub device: Device,
@@ -74,6 +75,54 @@ impl EmbedderOptions {
         }
         Ok(o)
     }
+
+    /// Whether `Device::Auto` may pick a GPU (`false`: auto means the CPU).
+    pub fn with_prefer_gpu(mut self, prefer_gpu: bool) -> Self {
+        self.prefer_gpu = prefer_gpu;
+        self
+    }
+    pub fn with_device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+    /// Threads for the model in all (at least 1).
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = Some(threads);
+        self
+    }
+    /// Sessions running batches side by side (at least 1).
+    pub fn with_sessions(mut self, sessions: usize) -> Self {
+        self.sessions = Some(sessions);
+        self
+    }
+    /// Most tokens in one batch (at least 1).
+    pub fn with_token_budget(mut self, tokens: usize) -> Self {
+        self.token_budget = tokens;
+        self
+    }
+    /// Truncation length in tokens (at least 1).
+    pub fn with_max_length(mut self, tokens: usize) -> Self {
+        self.max_length = Some(tokens);
+        self
+    }
+    pub fn with_pooling(mut self, pooling: Pooling) -> Self {
+        self.pooling = Some(pooling);
+        self
+    }
+    pub fn with_normalize(mut self, normalize: bool) -> Self {
+        self.normalize = normalize;
+        self
+    }
+    /// The model's file inside its folder, instead of `model.onnx` / `onnx/model.onnx`.
+    pub fn with_model_file(mut self, file: impl Into<PathBuf>) -> Self {
+        self.model_file = Some(file.into());
+        self
+    }
+    /// The ONNX Runtime library to load, instead of discovery.
+    pub fn with_ort_library(mut self, library: impl Into<PathBuf>) -> Self {
+        self.ort_library = Some(library.into());
+        self
+    }
 }
 
 /// Embeddings as one contiguous row-major block: `len()` rows of `dim` floats, row i for text i.
@@ -117,6 +166,7 @@ impl Embeddings {
 
 /// Counters since the embedder was built (or since [`Embedder::reset_stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct EmbedStats {
     pub texts: u64,
     pub batches: u64,
@@ -162,6 +212,7 @@ struct GraphIo {
 
 /// Facts about the loaded model, for reports.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ModelInfo {
     pub folder: ModelFolder,
     pub dimension: usize,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use nornir_ep_select::Vendor;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EmbedError {
     #[error(
         "no ONNX Runtime library found; searched: {searched}. Run `cargo xtask fetch`, or set ORT_DYLIB_PATH to a libonnxruntime.so"

@@ -9,6 +9,7 @@ use crate::pool::Pooling;
 
 /// Where a model's files are and what its configs say.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ModelFolder {
     pub dir: PathBuf,
     pub model_file: PathBuf,
@@ -31,6 +32,7 @@ pub struct ModelFolder {
 
 /// What `quantization.json` says about how the model was made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Quantization {
     /// `"nornir int8"`.
     pub format: String,

@@ -8,6 +8,7 @@ use serde::Serialize;
 /// How token vectors become one sentence vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Pooling {
     /// Mean over the positions where the attention mask is 1.
     Mean,

@@ -22,6 +22,7 @@ pub struct OrtRuntime {
 
 /// What was loaded and why. Serialised under `ort` in `doctor --json`.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct OrtInfo {
     pub path: PathBuf,
     /// As the library itself reports it (`OrtGetApiBase()->GetVersionString()`).

@@ -14,6 +14,7 @@ use crate::runtime::{OrtInfo, OrtRuntime};
 
 /// The outcome of registering one provider.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Registration {
     /// As ONNX Runtime names it (`CUDAExecutionProvider`).
     pub provider: String,
@@ -27,6 +28,7 @@ pub struct Registration {
 /// Which provider ran each node of the graph, from ONNX Runtime's own profiling record.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Placement {
     Known { nodes: std::collections::BTreeMap<String, usize> },
     Unknown { reason: String },
@@ -34,6 +36,7 @@ pub enum Placement {
 
 /// What really happened when the session was built.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct SessionReport {
     pub ort: OrtInfo,
     pub plan: Plan,
@@ -156,7 +159,7 @@ fn gpu_vendor_of(p: Provider) -> Option<GpuVendor> {
     match p.vendor() {
         Vendor::Cuda => Some(GpuVendor::Cuda),
         Vendor::Rocm => Some(GpuVendor::Rocm),
-        Vendor::Cpu => None,
+        _ => None,
     }
 }
 
@@ -207,6 +210,11 @@ fn append(p: Provider, builder: &mut SessionBuilder) -> ort::Result<()> {
         #[cfg(feature = "rocm")]
         Provider::Rocm => ort::ep::ExecutionProvider::register(&ort::ep::ROCm::default(), builder),
         Provider::Cpu => Ok(()),
+        // A provider the policy knows but this build of the embedder was compiled without (the
+        // policy crate's `rocm` feature on in a consumer's graph, the embedder's off).
+        other => {
+            Err(ort::Error::new(format!("{} is not compiled into this build of nornir's embedder", other.ort_name())))
+        }
     }
 }
 

@@ -15,8 +15,7 @@ fn lib(var: &str) -> PathBuf {
 #[test]
 fn a_second_embedder_naming_another_library_is_an_error() {
     let model = common::model_dir();
-    let with =
-        |ort: PathBuf| EmbedderOptions { device: Device::Cpu, ort_library: Some(ort), ..EmbedderOptions::default() };
+    let with = |ort: PathBuf| EmbedderOptions::default().with_device(Device::Cpu).with_ort_library(ort);
     let first = Embedder::new(&model, &with(lib("NORNIR_TEST_ORT_CPU"))).expect("the first embedder loads");
     assert!(Embedder::new(&model, &with(lib("NORNIR_TEST_ORT_CPU"))).is_ok(), "the same library again is fine");
     match Embedder::new(&model, &with(lib("NORNIR_TEST_ORT_GPU"))) {

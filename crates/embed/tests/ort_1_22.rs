@@ -20,7 +20,7 @@ fn ort_1_22() -> PathBuf {
 }
 
 fn options() -> EmbedderOptions {
-    EmbedderOptions { ort_library: Some(ort_1_22()), threads: Some(2), ..EmbedderOptions::default() }
+    EmbedderOptions::default().with_ort_library(ort_1_22()).with_threads(2)
 }
 
 #[test]
@@ -42,7 +42,7 @@ fn cpu_fallback_on_1_22_embeds_the_parity_sample_correctly() {
 #[test]
 fn forced_rocm_fails_with_the_missing_library_auto_falls_back() {
     use nornir_ep_select::Device;
-    let forced = EmbedderOptions { device: Device::Rocm, ..options() };
+    let forced = options().with_device(Device::Rocm);
     let e = Embedder::new(&model_dir(), &forced).expect_err("no ROCm here").to_string();
     assert!(e.contains("forced to rocm"), "{e}");
     assert!(e.contains("MIGraphXExecutionProvider: not in this build"), "{e}");

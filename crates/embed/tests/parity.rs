@@ -9,7 +9,7 @@ use nornir_embed::{Embedder, EmbedderOptions};
 use nornir_ep_select::Device;
 
 fn cpu_options() -> EmbedderOptions {
-    EmbedderOptions { device: Device::Cpu, threads: Some(2), ..EmbedderOptions::default() }
+    EmbedderOptions::default().with_device(Device::Cpu).with_threads(2)
 }
 
 #[test]
@@ -98,7 +98,7 @@ fn shared_across_threads_gives_the_single_threaded_result() {
 fn several_sessions_give_the_same_vectors_in_input_order() {
     let (texts, reference) = parity_sample();
     // A small budget makes many batches, so both sessions take some.
-    let options = EmbedderOptions { sessions: Some(2), token_budget: 64, ..cpu_options() };
+    let options = cpu_options().with_sessions(2).with_token_budget(64);
     let embedder = Embedder::new(&model_dir(), &options).expect("load");
     assert_eq!(embedder.sessions(), 2);
     let got = embedder.embed(&texts).expect("embed");

@@ -33,10 +33,8 @@ fn eight_threads_share_one_embedder() {
     let calls: usize = std::env::var("NORNIR_SOAK_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
     let corpus = std::fs::read_to_string(testdata("corpus.txt")).expect("corpus");
     let pool: Vec<String> = corpus.lines().take(600).map(str::to_owned).collect();
-    let embedder = Arc::new(
-        Embedder::new(&model_dir(), &EmbedderOptions { device: Device::Cpu, ..EmbedderOptions::default() })
-            .expect("load"),
-    );
+    let embedder =
+        Arc::new(Embedder::new(&model_dir(), &EmbedderOptions::default().with_device(Device::Cpu)).expect("load"));
     let reference = Arc::new(embedder.embed(&pool).expect("single-threaded reference"));
     let pool = Arc::new(pool);
     // Warm-up: every call size once per thread, or a tenth of the calls.

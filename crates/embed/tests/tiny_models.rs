@@ -21,7 +21,7 @@ fn folder(dir: &Path, kind: Kind, pooling: &str) {
 }
 
 fn options() -> EmbedderOptions {
-    EmbedderOptions { device: Device::Cpu, threads: Some(1), ..EmbedderOptions::default() }
+    EmbedderOptions::default().with_device(Device::Cpu).with_threads(1)
 }
 
 fn token_ids(text: &str) -> Vec<usize> {
@@ -44,6 +44,7 @@ fn expected(text: &str, pooling: Pooling) -> Vec<f32> {
             }
             sum.iter().map(|s| s / ids.len() as f32).collect()
         }
+        other => panic!("no expected vector for {other} pooling in this test"),
     };
     let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     v.iter_mut().for_each(|x| *x /= n);
@@ -79,8 +80,7 @@ fn cls_and_last_token_pooling() {
     for (i, text) in TEXTS.iter().enumerate() {
         assert_close(got.row(i), &expected(text, Pooling::Cls));
     }
-    let last =
-        Embedder::new(t.path(), &EmbedderOptions { pooling: Some(Pooling::Last), ..options() }).expect("override");
+    let last = Embedder::new(t.path(), &options().with_pooling(Pooling::Last)).expect("override");
     let got = last.embed(&TEXTS).expect("embed");
     for (i, text) in TEXTS.iter().enumerate() {
         assert_close(got.row(i), &expected(text, Pooling::Last));

@@ -14,6 +14,7 @@ use serde::Serialize;
 /// The device the user asks for (`NORNIR_DEVICE`, `--device`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Device {
     /// The best available, ending at CPU.
     #[default]
@@ -50,6 +51,7 @@ impl fmt::Display for Device {
 /// Where the model runs: the plan's intended vendor, or what really ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Vendor {
     Cpu,
     Cuda,
@@ -74,6 +76,7 @@ impl fmt::Display for Vendor {
 
 /// An ONNX Runtime execution provider the plan can request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub enum Provider {
     Cuda,
     #[cfg(feature = "rocm")]
@@ -192,6 +195,7 @@ pub struct Inputs {
 
 /// The ordered providers to register, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Plan {
     /// The vendor the plan aims at.
     pub vendor: Vendor,

@@ -35,18 +35,17 @@ pub fn model_dir(m: &ModelArgs) -> Result<PathBuf> {
 }
 
 pub fn options(m: &ModelArgs) -> Result<EmbedderOptions> {
-    Ok(EmbedderOptions {
-        prefer_gpu: true,
-        device: m.device,
-        threads: m.threads.map(|t| t as usize),
-        sessions: m.sessions.map(|s| s as usize),
-        token_budget: m.batch_tokens as usize,
-        max_length: m.max_length.map(|l| l as usize),
-        pooling: m.pooling,
-        normalize: !m.no_normalize,
-        model_file: m.model_file.clone(),
-        ort_library: m.ort_lib.clone(),
-    })
+    let mut o = EmbedderOptions::default()
+        .with_device(m.device)
+        .with_token_budget(m.batch_tokens as usize)
+        .with_normalize(!m.no_normalize);
+    o.threads = m.threads.map(|t| t as usize);
+    o.sessions = m.sessions.map(|s| s as usize);
+    o.max_length = m.max_length.map(|l| l as usize);
+    o.pooling = m.pooling;
+    o.model_file = m.model_file.clone();
+    o.ort_library = m.ort_lib.clone();
+    Ok(o)
 }
 
 pub fn load(m: &ModelArgs) -> Result<Embedder> {
