@@ -128,6 +128,12 @@ fn cuda_build_forced_is_an_error_naming_libcublaslt_and_auto_falls_back() {
         "{err}"
     );
     assert!(err.contains("preflight: libcublasLt.so.13"), "the preflight agrees: {err}");
+    // doctor --json keeps each provider's outcome and preflight next to the session error.
+    let forced = doctor(&ort, "cuda", &[]);
+    assert!(forced["session"]["error"].as_str().is_some_and(|e| e.contains("forced to cuda")), "{forced}");
+    let cuda = registration(&forced, "CUDAExecutionProvider");
+    assert_eq!(cuda["ok"], false);
+    assert!(missing_in_preflight(cuda).contains(&"libcublasLt.so.13".to_owned()), "{cuda}");
     let d = doctor(&ort, "auto", &[]);
     assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
     assert_eq!(d["plan"]["vendor"], "cpu", "no driver: auto does not even request CUDA");

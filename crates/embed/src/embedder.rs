@@ -649,7 +649,11 @@ impl Embedder {
                 };
                 let why = format!("running a batch on {} failed: {e}", self.report.active_provider);
                 if self.report.plan.forced {
-                    return Err(EmbedError::ForcedDeviceFailed { vendor: self.report.plan.vendor, details: why });
+                    return Err(EmbedError::ForcedDeviceFailed {
+                        vendor: self.report.plan.vendor,
+                        details: why,
+                        registrations: Vec::new(),
+                    });
                 }
                 tracing::warn!("{why}; running it and the rest on CPU");
                 slot.session = self.cpu_session()?;

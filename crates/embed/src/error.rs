@@ -36,7 +36,13 @@ pub enum EmbedError {
     #[error(
         "the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Use --device auto to fall back to the CPU, or fix the cause above (`nornir vector doctor`)"
     )]
-    ForcedDeviceFailed { vendor: Vendor, details: String },
+    ForcedDeviceFailed {
+        vendor: Vendor,
+        details: String,
+        /// Each provider's registration and preflight, when the failure came while building a
+        /// session (empty for a failure at run time): what `doctor --json` reports.
+        registrations: Vec<crate::session::Registration>,
+    },
 
     #[error("model folder {dir}: {reason}")]
     Model { dir: PathBuf, reason: String },

@@ -81,7 +81,7 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
         Err(e) if gpu_ok.is_some() => {
             let why = format!("creating the session with {active} failed: {}", one_line(&e.to_string()));
             if plan.forced {
-                return Err(EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: why });
+                return Err(EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: why, registrations });
             }
             tracing::warn!("{why}; rebuilding it on CPU");
             let s =
@@ -146,7 +146,7 @@ fn forced_failure(plan: &Plan, regs: &[Registration]) -> EmbedError {
         .filter(|r| !r.ok)
         .map(|r| format!("{}: {}", r.provider, r.error.as_deref().unwrap_or("failed")))
         .collect();
-    EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: details.join("; ") }
+    EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: details.join("; "), registrations: regs.to_vec() }
 }
 
 /// The provider library's folder-mates: where ONNX Runtime will look for it.

@@ -340,7 +340,14 @@ pub fn cpu_int8_extensions() -> Vec<&'static str> {
 /// Builds the embedder and reports what really runs, with node placement.
 pub fn session_json(m: &ModelArgs) -> serde_json::Value {
     match load(m) {
-        Err(e) => serde_json::json!({ "error": format!("{e:#}") }),
+        // A forced device that cannot run: the error, and next to it each provider's outcome and
+        // preflight, so a script can read which library was missing.
+        Err(e) => match e.downcast_ref::<nornir_vector::EmbedError>() {
+            Some(nornir_vector::EmbedError::ForcedDeviceFailed { registrations, .. }) if !registrations.is_empty() => {
+                serde_json::json!({ "error": format!("{e:#}"), "registrations": registrations })
+            }
+            _ => serde_json::json!({ "error": format!("{e:#}") }),
+        },
         Ok(e) => {
             let r = e.report();
             serde_json::json!({
