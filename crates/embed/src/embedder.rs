@@ -16,7 +16,7 @@ use crate::batch::{Batch, pack};
 use crate::error::{EmbedError, Result};
 use crate::model::ModelFolder;
 use crate::placement::parse_profile;
-use crate::pool::{Pooling, normalize, pool_tokens};
+use crate::pooling::{Pooling, normalize, pool_tokens};
 use crate::runtime::{OrtRuntime, load_runtime};
 use crate::session::{self, Placement, SessionConfig, SessionReport};
 

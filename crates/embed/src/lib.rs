@@ -11,7 +11,7 @@ mod embedder;
 mod error;
 mod model;
 mod placement;
-mod pool;
+mod pooling;
 mod runtime;
 mod session;
 
@@ -23,6 +23,6 @@ pub use model::{
     parse_sentence_bert_config,
 };
 pub use placement::parse_profile;
-pub use pool::{Pooling, normalize, pool_tokens};
+pub use pooling::{Pooling, normalize, pool_tokens};
 pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library, load_runtime};
 pub use session::{Placement, Registration, SessionReport};

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EmbedError, Result};
-use crate::pool::Pooling;
+use crate::pooling::Pooling;
 
 /// Where a model's files are and what its configs say.
 #[derive(Debug, Clone, Serialize)]
