@@ -1,191 +1,27 @@
 //! The embedder: tokenize, pack by length under a token budget, run, pool, normalise.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use nornir_ep_select::{Compiled, Device, Inputs, Plan, Preference, Provider, Vendor, VendorState, plan};
-use nornir_gpu_probe::{VendorReport, probe};
+use nornir_ep_select::{Plan, Provider, Vendor};
 use ort::session::Session;
-use ort::value::{TensorElementType, TensorRef, ValueType};
 use serde::Serialize;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::batch::{Batch, pack};
+use crate::embeddings::Embeddings;
 use crate::error::{EmbedError, Result};
+use crate::graph_io::{GraphIo, graph_io, run_batch};
 use crate::model::ModelFolder;
+use crate::options::EmbedderOptions;
 use crate::placement::parse_profile;
-use crate::pooling::{Pooling, normalize, pool_tokens};
+use crate::plan::plan_for_model;
+use crate::pooling::Pooling;
 use crate::runtime::{OrtRuntime, load_runtime};
 use crate::session::{self, Placement, SessionConfig, SessionReport};
-
-/// How to build an [`Embedder`]. `Default` is: GPU preferred, device auto, all cores, a
-/// 256-token budget per batch, the model's own length limit and pooling, L2-normalised.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct EmbedderOptions {
-    pub prefer_gpu: bool,
-    pub device: Device,
-    /// Threads for the model in all; `None` = the machine's cores. On the CPU they are split
-    /// over `sessions` sessions that run different batches side by side.
-    pub threads: Option<usize>,
-    /// ONNX Runtime sessions running batches side by side on the CPU, sharing `threads`;
-    /// `None` = two on the CPU when there are two threads or more, else one (one on a GPU).
-    /// On two cores two single-threaded sessions measured about 20% faster than one with two
-    /// threads, at about 120 MB more; the second is built on the first call with several batches.
-    pub sessions: Option<usize>,
-    /// Most tokens (texts x longest length) in one batch.
-    pub token_budget: usize,
-    /// Truncation length; `None` = the model's `max_seq_length`, then the tokenizer's, then
-    /// `max_position_embeddings`.
-    pub max_length: Option<usize>,
-    /// `None` = the model's pooling config, else mean.
-    pub pooling: Option<Pooling>,
-    pub normalize: bool,
-    /// Model file name relative to the folder, instead of `model.onnx` / `onnx/model.onnx`.
-    pub model_file: Option<PathBuf>,
-    /// The ONNX Runtime library to load, instead of discovery (like `ORT_DYLIB_PATH`).
-    pub ort_library: Option<PathBuf>,
-}
-
-impl Default for EmbedderOptions {
-    fn default() -> Self {
-        Self {
-            prefer_gpu: true,
-            device: Device::Auto,
-            threads: None,
-            sessions: None,
-            token_budget: 256,
-            max_length: None,
-            pooling: None,
-            normalize: true,
-            model_file: None,
-            ort_library: None,
-        }
-    }
-}
-
-impl EmbedderOptions {
-    /// The defaults, with the device taken from `NORNIR_DEVICE` when set.
-    pub fn from_env() -> Result<Self> {
-        let mut o = Self::default();
-        if let Ok(v) = std::env::var("NORNIR_DEVICE") {
-            o.device = v.parse().map_err(|e| EmbedError::InvalidOption(format!("NORNIR_DEVICE: {e}")))?;
-        }
-        Ok(o)
-    }
-
-    /// Whether `Device::Auto` may pick a GPU (`false`: auto means the CPU).
-    pub fn with_prefer_gpu(mut self, prefer_gpu: bool) -> Self {
-        self.prefer_gpu = prefer_gpu;
-        self
-    }
-    pub fn with_device(mut self, device: Device) -> Self {
-        self.device = device;
-        self
-    }
-    /// Threads for the model in all (at least 1).
-    pub fn with_threads(mut self, threads: usize) -> Self {
-        self.threads = Some(threads);
-        self
-    }
-    /// Sessions running batches side by side (at least 1).
-    pub fn with_sessions(mut self, sessions: usize) -> Self {
-        self.sessions = Some(sessions);
-        self
-    }
-    /// Most tokens in one batch (at least 1).
-    pub fn with_token_budget(mut self, tokens: usize) -> Self {
-        self.token_budget = tokens;
-        self
-    }
-    /// Truncation length in tokens (at least 1).
-    pub fn with_max_length(mut self, tokens: usize) -> Self {
-        self.max_length = Some(tokens);
-        self
-    }
-    pub fn with_pooling(mut self, pooling: Pooling) -> Self {
-        self.pooling = Some(pooling);
-        self
-    }
-    pub fn with_normalize(mut self, normalize: bool) -> Self {
-        self.normalize = normalize;
-        self
-    }
-    /// The model's file inside its folder, instead of `model.onnx` / `onnx/model.onnx`.
-    pub fn with_model_file(mut self, file: impl Into<PathBuf>) -> Self {
-        self.model_file = Some(file.into());
-        self
-    }
-    /// The ONNX Runtime library to load, instead of discovery.
-    pub fn with_ort_library(mut self, library: impl Into<PathBuf>) -> Self {
-        self.ort_library = Some(library.into());
-        self
-    }
-}
-
-/// Embeddings as one contiguous row-major block: `len()` rows of `dim` floats, row i for text i.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Embeddings {
-    data: Vec<f32>,
-    dim: usize,
-}
-
-impl Embeddings {
-    /// `data` holds whole rows of `dim` floats (`dim` 0 only with no data); else `None`.
-    pub fn new(data: Vec<f32>, dim: usize) -> Option<Self> {
-        let whole = if dim == 0 { data.is_empty() } else { data.len().is_multiple_of(dim) };
-        whole.then_some(Self { data, dim })
-    }
-    /// The width of every row.
-    pub fn dim(&self) -> usize {
-        self.dim
-    }
-    /// All rows, one after another.
-    pub fn as_slice(&self) -> &[f32] {
-        &self.data
-    }
-    /// The rows as one block, `len() * dim()` floats.
-    pub fn into_vec(self) -> Vec<f32> {
-        self.data
-    }
-    pub fn len(&self) -> usize {
-        self.data.len().checked_div(self.dim).unwrap_or(0)
-    }
-    pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
-    }
-    pub fn row(&self, i: usize) -> &[f32] {
-        &self.data[i * self.dim..(i + 1) * self.dim]
-    }
-    pub fn rows(&self) -> std::slice::ChunksExact<'_, f32> {
-        self.data.chunks_exact(self.dim.max(1))
-    }
-}
-
-/// Counters since the embedder was built (or since [`Embedder::reset_stats`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-#[non_exhaustive]
-pub struct EmbedStats {
-    pub texts: u64,
-    pub batches: u64,
-    /// Real tokens, after truncation.
-    pub tokens: u64,
-    /// Tokens fed to the model, padding included.
-    pub padded_tokens: u64,
-    /// Seconds spent inside `Session::run`.
-    pub ort_seconds: f64,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    texts: AtomicU64,
-    batches: AtomicU64,
-    tokens: AtomicU64,
-    padded_tokens: AtomicU64,
-    ort_nanos: AtomicU64,
-}
+use crate::stats::{Counters, EmbedStats};
+use crate::tokenize::prefix_for_tokens;
 
 /// A session and the vendor it runs on; a GPU session that fails at run time is replaced here
 /// by a CPU session, under the same lock, before the failed batch is run again.
@@ -197,18 +33,6 @@ struct Slot {
 
 /// One finished batch from a worker: its index in the packing and its rows, in batch order.
 type BatchRows = (usize, Vec<f32>);
-
-/// What the model's graph expects, read from the session at load time.
-#[derive(Debug, Clone)]
-struct GraphIo {
-    ids: String,
-    mask: Option<String>,
-    type_ids: Option<String>,
-    int32: bool,
-    output: usize,
-    /// The output is already one vector per text (`sentence_embedding`).
-    pooled: bool,
-}
 
 /// Facts about the loaded model, for reports.
 #[derive(Debug, Clone, Serialize)]
@@ -247,29 +71,6 @@ pub struct Embedder {
     token_budget: usize,
     intra_threads: usize,
     counters: Counters,
-}
-
-/// The probe's verdict, as the policy needs it.
-fn vendor_state(r: &VendorReport) -> VendorState {
-    VendorState { available: r.available, summary: r.summary.clone() }
-}
-
-/// The plan this process would use with these preferences (probe + policy, no ONNX Runtime).
-pub fn plan_for(prefer_gpu: bool, device: Device) -> Plan {
-    plan_for_model(prefer_gpu, device, None)
-}
-
-/// [`plan_for`] for a model that may run well only on the CPU (`model_cpu_only`: why, as
-/// [`Quantization::cpu_only`](crate::model::Quantization::cpu_only) says).
-pub fn plan_for_model(prefer_gpu: bool, device: Device, model_cpu_only: Option<String>) -> Plan {
-    let p = probe();
-    plan(&Inputs {
-        compiled: Compiled::new(cfg!(feature = "cuda"), cfg!(feature = "rocm")),
-        cuda: vendor_state(&p.cuda),
-        rocm: vendor_state(&p.rocm),
-        preference: Preference { prefer_gpu, device },
-        model_cpu_only,
-    })
 }
 
 impl Embedder {
@@ -486,7 +287,7 @@ impl Embedder {
         for &u in &slot {
             data.extend_from_slice(rows.row(u));
         }
-        Ok(Embeddings { data, dim })
+        Ok(Embeddings::from_whole_rows(data, dim))
     }
 
     /// Token ids of each text, truncated to the model's length. A very long text is tokenized
@@ -509,7 +310,7 @@ impl Embedder {
     fn embed_unique(&self, texts: &[&str]) -> Result<Embeddings> {
         let dim = self.info.dimension;
         if texts.is_empty() {
-            return Ok(Embeddings { data: Vec::new(), dim });
+            return Ok(Embeddings::from_whole_rows(Vec::new(), dim));
         }
         let encodings = self.tokenize(texts)?;
         let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
@@ -529,7 +330,7 @@ impl Embedder {
                     data[i * dim..(i + 1) * dim].copy_from_slice(v);
                 })?;
             }
-            return Ok(Embeddings { data, dim });
+            return Ok(Embeddings::from_whole_rows(data, dim));
         }
         // Each worker owns one session and takes the next batch until none is left.
         let next = std::sync::atomic::AtomicUsize::new(0);
@@ -567,7 +368,7 @@ impl Embedder {
                 }
             }
         }
-        Ok(Embeddings { data, dim })
+        Ok(Embeddings::from_whole_rows(data, dim))
     }
 
     /// The sessions beyond the first, built on first use with the plan that is really running
@@ -709,184 +510,5 @@ impl Embedder {
             Ok(parse_profile(&text))
         })();
         result.unwrap_or_else(|e| Placement::Unknown { reason: e.to_string() })
-    }
-}
-
-/// Runs one padded batch and hands each text's finished vector to `emit(k, vector)`.
-/// Returns the vector width.
-fn run_batch(
-    session: &mut Session,
-    io: &GraphIo,
-    pooling: Pooling,
-    normalize_rows: bool,
-    rows: &[&[u32]],
-    ort_nanos: &AtomicU64,
-    mut emit: impl FnMut(usize, &[f32]),
-) -> Result<usize> {
-    let b = rows.len();
-    let l = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
-    let fail = |e: ort::Error| EmbedError::Inference(e.to_string());
-    let (wide, narrow);
-    let feed = if io.int32 {
-        narrow = PaddedInputs::<i32>::new(rows, l);
-        narrow.feed(io, [b, l]).map_err(fail)?
-    } else {
-        wide = PaddedInputs::<i64>::new(rows, l);
-        wide.feed(io, [b, l]).map_err(fail)?
-    };
-    let started = Instant::now();
-    let outputs = session.run(feed).map_err(fail)?;
-    ort_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    let (shape, values) = outputs[io.output].try_extract_tensor::<f32>().map_err(fail)?;
-    let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
-    let dim = *dims.last().unwrap_or(&0);
-    let expect_rank = if io.pooled { 2 } else { 3 };
-    if dims.len() != expect_rank || dims[0] != b || dim == 0 {
-        return Err(EmbedError::Inference(format!(
-            "the model returned shape {dims:?}; expected {expect_rank} dimensions starting with {b}"
-        )));
-    }
-    let mut v = vec![0f32; dim];
-    for (k, r) in rows.iter().enumerate() {
-        if io.pooled {
-            v.copy_from_slice(&values[k * dim..(k + 1) * dim]);
-        } else {
-            let seq = dims[1];
-            let hidden = &values[k * seq * dim..(k + 1) * seq * dim];
-            pool_tokens(hidden, r.len().min(seq), dim, pooling, &mut v);
-        }
-        if normalize_rows {
-            normalize(&mut v);
-        }
-        emit(k, &v);
-    }
-    Ok(dim)
-}
-
-/// Bytes of text per token kept when cutting a long text before tokenizing: far more than any
-/// tokenizer needs (an English token is about 4 bytes; a word piece never spans whitespace).
-const PREFIX_BYTES_PER_TOKEN: usize = 64;
-
-/// The start of `text` that is enough for `max_length` tokens, cut at whitespace so that its
-/// tokens are the first tokens of the whole text; the whole text when it is short.
-fn prefix_for_tokens(text: &str, max_length: usize) -> &str {
-    let limit = max_length.saturating_mul(PREFIX_BYTES_PER_TOKEN).max(4096);
-    if text.len() <= limit {
-        return text;
-    }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    // Without whitespace there is no safe cut: a word piece depends on the whole word.
-    match text[..end].rfind(char::is_whitespace) {
-        Some(i) if i > 0 => &text[..i],
-        _ => text,
-    }
-}
-
-/// Reads the graph's inputs and outputs and checks them against what a text embedder needs.
-fn graph_io(session: &Session, folder: &ModelFolder) -> Result<GraphIo> {
-    let err = |reason: String| EmbedError::Model { dir: folder.dir.clone(), reason };
-    let mut ids = None;
-    let mut mask = None;
-    let mut type_ids = None;
-    let mut int32 = None;
-    for input in session.inputs() {
-        let name = input.name();
-        let ty = match input.dtype() {
-            ValueType::Tensor { ty, .. } => *ty,
-            other => {
-                return Err(err(format!(
-                    "input {name:?} is {other}, not a tensor; this is not a text-embedding model"
-                )));
-            }
-        };
-        let is32 = match ty {
-            TensorElementType::Int64 => false,
-            TensorElementType::Int32 => true,
-            other => {
-                return Err(err(format!(
-                    "input {name:?} takes {other:?}; a text model takes int64 or int32 token ids (is this an image or audio model?)"
-                )));
-            }
-        };
-        if int32.is_some_and(|v| v != is32) {
-            return Err(err("inputs mix int32 and int64; nornir feeds one integer type".to_owned()));
-        }
-        int32 = Some(is32);
-        match name {
-            "input_ids" => ids = Some(name.to_owned()),
-            "attention_mask" => mask = Some(name.to_owned()),
-            "token_type_ids" => type_ids = Some(name.to_owned()),
-            other => {
-                return Err(err(format!(
-                    "unexpected model input {other:?}; nornir feeds input_ids, attention_mask and token_type_ids"
-                )));
-            }
-        }
-    }
-    let ids =
-        ids.ok_or_else(|| err("the model has no input_ids input; this is not a text-embedding model".to_owned()))?;
-    let outputs = session.outputs();
-    if outputs.is_empty() {
-        return Err(err("the model has no outputs".to_owned()));
-    }
-    let rank = |i: usize| match outputs[i].dtype() {
-        ValueType::Tensor { ty: TensorElementType::Float32, shape, .. } => Some(shape.len()),
-        _ => None,
-    };
-    let (output, pooled) = match outputs.iter().position(|o| o.name() == "sentence_embedding") {
-        Some(i) if rank(i) == Some(2) => (i, true),
-        _ => match rank(0) {
-            Some(3) => (0, false),
-            Some(2) => (0, true),
-            _ => {
-                return Err(err(format!(
-                    "output {:?} is {}; nornir needs float32 [batch, tokens, width] or [batch, width]",
-                    outputs[0].name(),
-                    outputs[0].dtype()
-                )));
-            }
-        },
-    };
-    Ok(GraphIo { ids, mask, type_ids, int32: int32.unwrap_or(false), output, pooled })
-}
-
-/// A batch's ids, attention mask and token type ids, padded to `l`, in the graph's integer type.
-struct PaddedInputs<T> {
-    ids: Vec<T>,
-    mask: Vec<T>,
-    types: Vec<T>,
-}
-
-impl<T: ort::value::PrimitiveTensorElementType + From<u16> + TryFrom<u32> + Copy + std::fmt::Debug + 'static>
-    PaddedInputs<T>
-{
-    fn new(rows: &[&[u32]], l: usize) -> Self {
-        let zero = T::from(0u16);
-        let mut ids = vec![zero; rows.len() * l];
-        let mut mask = vec![zero; rows.len() * l];
-        for (k, r) in rows.iter().enumerate() {
-            for (j, &t) in r.iter().enumerate() {
-                // Token ids come from the tokenizer's vocabulary, far below i32::MAX.
-                ids[k * l + j] = T::try_from(t).unwrap_or(zero);
-                mask[k * l + j] = T::from(1u16);
-            }
-        }
-        Self { ids, mask, types: vec![zero; rows.len() * l] }
-    }
-
-    /// The inputs the graph declares, viewing this batch's buffers without copying them.
-    fn feed(&self, io: &GraphIo, shape: [usize; 2]) -> ort::Result<Vec<(String, ort::session::SessionInputValue<'_>)>> {
-        let mut feed = Vec::with_capacity(3);
-        feed.push((io.ids.clone(), TensorRef::from_array_view((shape, self.ids.as_slice()))?.into()));
-        if let Some(m) = &io.mask {
-            feed.push((m.clone(), TensorRef::from_array_view((shape, self.mask.as_slice()))?.into()));
-        }
-        if let Some(t) = &io.type_ids {
-            feed.push((t.clone(), TensorRef::from_array_view((shape, self.types.as_slice()))?.into()));
-        }
-        Ok(feed)
     }
 }

@@ -8,21 +8,31 @@
 
 mod batch;
 mod embedder;
+mod embeddings;
 mod error;
+mod graph_io;
 mod model;
+mod options;
 mod placement;
+mod plan;
 mod pooling;
 mod runtime;
 mod session;
+mod stats;
+mod tokenize;
 
 pub use batch::{Batch, pack};
-pub use embedder::{EmbedStats, Embedder, EmbedderOptions, Embeddings, ModelInfo, plan_for, plan_for_model};
+pub use embedder::{Embedder, ModelInfo};
+pub use embeddings::Embeddings;
 pub use error::{EmbedError, Result};
 pub use model::{
     HfConfig, ModelFolder, Quantization, parse_hf_config, parse_modules, parse_pooling_config, parse_quantization,
     parse_sentence_bert_config,
 };
+pub use options::EmbedderOptions;
 pub use placement::parse_profile;
+pub use plan::{plan_for, plan_for_model};
 pub use pooling::{Pooling, normalize, pool_tokens};
 pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library, load_runtime};
 pub use session::{Placement, Registration, SessionReport};
+pub use stats::EmbedStats;
