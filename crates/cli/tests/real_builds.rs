@@ -118,6 +118,9 @@ fn cpu_build_runs_on_cpu_and_a_forced_gpu_is_not_in_this_build() {
 
 #[test]
 fn cuda_build_forced_is_an_error_naming_libcublaslt_and_auto_falls_back() {
+    if common::skip_on_a_gpu_machine("cuda_build_forced_is_an_error_naming_libcublaslt_and_auto_falls_back") {
+        return;
+    }
     let ort = env_path("NORNIR_TEST_ORT_GPU");
     let m = model();
     let o = nornir(&["vector", "embed", "--model", s(&m), "--ort-lib", s(&ort), "--device", "cuda", "x"], &[]);
@@ -203,6 +206,9 @@ fn simulated_amd_machine_requests_migraphx_which_fails_and_cpu_runs() {
 #[cfg(feature = "embed-ort-rocm")]
 #[test]
 fn migraphx_build_forced_names_the_missing_library() {
+    if common::skip_on_a_gpu_machine("migraphx_build_forced_names_the_missing_library") {
+        return;
+    }
     let ort = env_path("NORNIR_TEST_ORT_MIGRAPHX");
     let m = model();
     let o = nornir(&["vector", "embed", "--model", s(&m), "--ort-lib", s(&ort), "--device", "rocm", "x"], &[]);

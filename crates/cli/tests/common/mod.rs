@@ -23,6 +23,17 @@ pub fn env_path(var: &str) -> PathBuf {
     p
 }
 
+/// Whether a GPU kernel driver (NVIDIA or AMD) is loaded here. A test that proves what happens on
+/// a machine without one states that assumption with this, and skips with a message where it
+/// does not hold, instead of failing.
+pub fn skip_on_a_gpu_machine(test: &str) -> bool {
+    let gpu = Path::new("/proc/driver/nvidia/version").exists() || Path::new("/dev/kfd").exists();
+    if gpu {
+        eprintln!("{test}: skipped: it assumes a machine without a GPU driver, and this one has one");
+    }
+    gpu
+}
+
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
