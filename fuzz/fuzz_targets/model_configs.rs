@@ -4,8 +4,8 @@
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let _ = nornir_embed::parse_modules(text);
-    let _ = nornir_embed::parse_pooling_config(text);
-    let _ = nornir_embed::parse_sentence_bert_config(text);
-    let _ = nornir_embed::parse_hf_config(text);
+    let _ = nornir_embed::internals::parse_modules(text);
+    let _ = nornir_embed::internals::parse_pooling_config(text);
+    let _ = nornir_embed::internals::parse_sentence_bert_config(text);
+    let _ = nornir_embed::internals::parse_hf_config(text);
 });

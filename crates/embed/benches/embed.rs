@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use nornir_embed::{Embedder, EmbedderOptions, Pooling, pack, pool_tokens};
+use nornir_embed::internals::{pack, pool_tokens};
+use nornir_embed::{Embedder, EmbedderOptions, Pooling};
 use nornir_ep_select::Device;
 
 fn model_dir() -> PathBuf {

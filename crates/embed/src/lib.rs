@@ -21,18 +21,25 @@ mod session;
 mod stats;
 mod tokenize;
 
-pub use batch::{Batch, pack};
 pub use embedder::{Embedder, ModelInfo};
 pub use embeddings::Embeddings;
 pub use error::{EmbedError, Result};
-pub use model::{
-    HfConfig, ModelFolder, Quantization, parse_hf_config, parse_modules, parse_pooling_config, parse_quantization,
-    parse_sentence_bert_config,
-};
+pub use model::{ModelFolder, Quantization};
 pub use options::EmbedderOptions;
-pub use placement::parse_profile;
 pub use plan::{plan_for, plan_for_model};
-pub use pooling::{Pooling, normalize, pool_tokens};
-pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library, load_runtime};
+pub use pooling::Pooling;
+pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library};
 pub use session::{Placement, Registration, SessionReport};
 pub use stats::EmbedStats;
+
+/// Internals the benches and fuzz targets reach: not an API, may change in any release.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::batch::{Batch, pack};
+    pub use crate::model::{
+        HfConfig, parse_hf_config, parse_modules, parse_pooling_config, parse_quantization, parse_sentence_bert_config,
+    };
+    pub use crate::placement::parse_profile;
+    pub use crate::pooling::{normalize, pool_tokens};
+    pub use crate::runtime::load_runtime;
+}
