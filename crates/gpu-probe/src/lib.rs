@@ -61,7 +61,7 @@ pub fn probe_with(ctx: &ProbeContext) -> ProbeReport {
 
 #[cfg(feature = "rocm")]
 fn probe_rocm(ctx: &ProbeContext) -> VendorReport {
-    vendor::probe_vendor(ctx, &rocm::SPEC, rocm::search_path(ctx), driver::amd(ctx))
+    vendor::probe_vendor(ctx, &rocm::SPEC, rocm::search_path(ctx), rocm::driver(ctx))
 }
 
 #[cfg(not(feature = "rocm"))]
