@@ -38,11 +38,9 @@
 
 #![cfg(feature = "embed-ort")]
 
-#[path = "../../gpu-probe/tests/support/mod.rs"]
-mod support;
+use nornir_test_support::stubs as support;
 
-#[path = "../../embed/tests/fixtures/mod.rs"]
-mod fixtures;
+use nornir_test_support::fixtures;
 
 mod common;
 

@@ -14,14 +14,13 @@
 #![cfg(feature = "embed-ort")]
 
 mod common;
-#[path = "../../gpu-probe/tests/support/mod.rs"]
-mod support;
+use nornir_test_support::stubs as support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::cuda_stubs::{CudaFault, cuda_stubs};
 use common::env_path;
+use nornir_test_support::cuda_stubs::{CudaFault, cuda_stubs};
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu-check.sh")

@@ -17,11 +17,10 @@
 #![cfg(feature = "embed-ort")]
 
 mod common;
-#[path = "../../gpu-probe/tests/support/mod.rs"]
-mod support;
+use nornir_test_support::stubs as support;
 
-use common::cuda_stubs::{CudaFault, cuda_stubs};
 use common::{env_path, model, s};
+use nornir_test_support::cuda_stubs::{CudaFault, cuda_stubs};
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -3,7 +3,7 @@
 //! int32 inputs, and a model that is not a text model rejected at load time.
 
 mod common;
-mod fixtures;
+use nornir_test_support::fixtures;
 
 use std::path::Path;
 

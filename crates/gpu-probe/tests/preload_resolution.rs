@@ -3,7 +3,7 @@
 //! runtime from its candidate folder. Stands in for libonnxruntime_providers_cuda.so needing
 //! libcublasLt.so.13 from a pip wheel's lib folder.
 
-mod support;
+use nornir_test_support::stubs as support;
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use nornir_gpu_probe::{RequirementStatus, preload_provider, provider_requirements};

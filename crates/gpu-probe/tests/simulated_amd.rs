@@ -2,7 +2,7 @@
 //! Stands in for a real AMD GPU, which this machine does not have. Only with the `rocm` feature.
 #![cfg(feature = "rocm")]
 
-mod support;
+use nornir_test_support::stubs as support;
 
 use nornir_gpu_probe::{ProbeContext, probe_with};
 use support::*;

@@ -1,7 +1,7 @@
 //! A simulated NVIDIA machine: a fake driver tree and stub libcuda.so.1 / libcudart.so.13 with
 //! the real sonames. Stands in for a real GPU, which this machine does not have.
 
-mod support;
+use nornir_test_support::stubs as support;
 
 use nornir_gpu_probe::{ProbeContext, probe_with};
 use support::*;

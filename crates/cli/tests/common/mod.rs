@@ -3,8 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod cuda_stubs;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
