@@ -153,8 +153,11 @@ struct Constant {
     dims: [usize; 2],
     stored: Stored,
     source: &'static str,
-    /// The name a new int8 initializer is derived from.
+    /// The name a new int8 initializer is derived from: the int8 initializer itself, where the
+    /// weight is stored as int8.
     base: String,
+    /// The initializer holding the scales, where the weight is stored as int8.
+    scale_name: Option<String>,
     /// Nodes that computed it, dead once nothing else reads them.
     chain: Vec<usize>,
 }
@@ -326,6 +329,7 @@ impl<'g> Rewriter<'g> {
                 stored: Stored::F32(tensor::f32_values(t)?),
                 source: "float32 initializer",
                 base: name.to_owned(),
+                scale_name: None,
                 chain: Vec::new(),
             }));
         }
@@ -368,6 +372,7 @@ impl<'g> Rewriter<'g> {
             },
             source: "int8 initializer through DequantizeLinear",
             base: tensor::name(q).to_owned(),
+            scale_name: Some(tensor::name(scale).to_owned()),
             chain: vec![p],
         }))
     }
@@ -409,6 +414,7 @@ impl<'g> Rewriter<'g> {
                 },
                 source: "int8 initializer through Cast and Mul",
                 base: tensor::name(q).to_owned(),
+                scale_name: Some(tensor::name(scale).to_owned()),
                 chain: vec![p, c],
             }));
         }
@@ -536,21 +542,17 @@ impl<'g> Rewriter<'g> {
         if n.input.len() != 2 || n.output.len() != 1 || attr_i(&n, "axis", 0) != 0 {
             return Ok(());
         }
-        if self.uses.get(&n.input[0]) != Some(&1) || self.producer_of(&n.input[0]).is_none_or(|(_, p)| op(p) != "Mul") {
+        if self.uses.get(&n.input[0]) != Some(&1) {
             return Ok(());
         }
-        let Some((p, mul)) = self.producer_of(&n.input[0]) else { return Ok(()) };
-        let Ok(c) = self.cast_mul(p, &mul.clone())? else { return Ok(()) };
-        let Stored::Int8 { axis, .. } = c.stored else { return Ok(()) };
+        let Some((p, mul)) = self.producer_of(&n.input[0]).filter(|(_, m)| op(m) == "Mul") else { return Ok(()) };
+        let Ok(c) = self.cast_mul(p, mul)? else { return Ok(()) };
+        let (Stored::Int8 { axis, .. }, Some(scale_name)) = (&c.stored, c.scale_name.clone()) else { return Ok(()) };
+        let axis = *axis;
         if axis == ScaleAxis::Column {
             return Ok(());
         }
-        let mul = self.g.node[p].clone();
-        let (cast_idx, scale_name) = match (self.producer.get(&mul.input[0]), self.init(&mul.input[1])) {
-            (Some(&ci), Some(_)) => (ci, mul.input[1].clone()),
-            _ => (self.producer[&mul.input[1]], mul.input[0].clone()),
-        };
-        let q_name = self.g.node[cast_idx].input[0].clone();
+        let q_name = c.base.clone();
         let name = node_name(&n, i);
         let (ids, out) = (n.input[1].clone(), n.output[0].clone());
         let rows = self.fresh(&format!("{out}_int8_rows"));
