@@ -19,8 +19,8 @@ use nornir_test_support::stubs as support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::env_path;
 use nornir_test_support::cuda_stubs::{CudaFault, cuda_stubs};
+use nornir_test_support::env_path;
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu-check.sh")

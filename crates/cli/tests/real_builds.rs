@@ -19,8 +19,9 @@
 mod common;
 use nornir_test_support::stubs as support;
 
-use common::{env_path, model, s};
+use common::{model, s};
 use nornir_test_support::cuda_stubs::{CudaFault, cuda_stubs};
+use nornir_test_support::env_path;
 
 use std::path::Path;
 use std::process::{Command, Output};

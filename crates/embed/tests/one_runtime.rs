@@ -7,18 +7,15 @@ use std::path::PathBuf;
 
 use nornir_embed::{EmbedError, Embedder, EmbedderOptions};
 use nornir_ep_select::Device;
-
-fn lib(var: &str) -> PathBuf {
-    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| panic!("{var} unset: run `cargo xtask test`"))
-}
+use nornir_test_support::env_path;
 
 #[test]
 fn a_second_embedder_naming_another_library_is_an_error() {
     let model = common::model_dir();
     let with = |ort: PathBuf| EmbedderOptions::default().with_device(Device::Cpu).with_ort_library(ort);
-    let first = Embedder::new(&model, &with(lib("NORNIR_TEST_ORT_CPU"))).expect("the first embedder loads");
-    assert!(Embedder::new(&model, &with(lib("NORNIR_TEST_ORT_CPU"))).is_ok(), "the same library again is fine");
-    match Embedder::new(&model, &with(lib("NORNIR_TEST_ORT_GPU"))) {
+    let first = Embedder::new(&model, &with(env_path("NORNIR_TEST_ORT_CPU"))).expect("the first embedder loads");
+    assert!(Embedder::new(&model, &with(env_path("NORNIR_TEST_ORT_CPU"))).is_ok(), "the same library again is fine");
+    match Embedder::new(&model, &with(env_path("NORNIR_TEST_ORT_GPU"))) {
         Err(e @ EmbedError::OrtAlreadyLoaded { .. }) => {
             let text = e.to_string();
             assert!(text.contains("one ONNX Runtime per process"), "{text}");

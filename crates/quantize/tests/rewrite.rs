@@ -21,8 +21,11 @@ const ROWS: usize = 5;
 fn env() -> &'static ort::environment::Environment {
     static ENV: std::sync::OnceLock<ort::environment::Environment> = std::sync::OnceLock::new();
     ENV.get_or_init(|| {
-        let path = std::env::var_os("NORNIR_TEST_ORT_CPU").expect("NORNIR_TEST_ORT_CPU unset: run `cargo xtask test`");
-        ort::init_from(&path).expect("load ONNX Runtime").with_name("quantize-tests").build().expect("environment")
+        ort::init_from(nornir_test_support::env_path("NORNIR_TEST_ORT_CPU"))
+            .expect("load ONNX Runtime")
+            .with_name("quantize-tests")
+            .build()
+            .expect("environment")
     })
 }
 

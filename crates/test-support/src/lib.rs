@@ -10,3 +10,12 @@
 pub mod cuda_stubs;
 pub mod fixtures;
 pub mod stubs;
+
+use std::path::PathBuf;
+
+/// A path the test set-up (`cargo xtask test`) provides in `var`, which must exist.
+pub fn env_path(var: &str) -> PathBuf {
+    let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| panic!("{var} unset: run `cargo xtask test`"));
+    assert!(p.exists(), "{} missing: run `cargo xtask test`", p.display());
+    p
+}

@@ -14,13 +14,6 @@ pub fn model() -> PathBuf {
     dir
 }
 
-/// A path the test set-up (`cargo xtask test`) provides in `var`, which must exist.
-pub fn env_path(var: &str) -> PathBuf {
-    let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| panic!("{var} unset: run `cargo xtask test`"));
-    assert!(p.exists(), "{} missing: run `cargo xtask test`", p.display());
-    p
-}
-
 /// Whether a GPU kernel driver (NVIDIA or AMD) is loaded here. A test that proves what happens on
 /// a machine without one states that assumption with this, and skips with a message where it
 /// does not hold, instead of failing.
