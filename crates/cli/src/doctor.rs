@@ -206,6 +206,7 @@ fn write_session(out: &mut String, s: &Value) -> std::fmt::Result {
     if let Some(p) = s["precision"].as_str() {
         writeln!(out, "  model precision: {p}")?;
     }
+    write_model(out, &s["model"])?;
     match s["placement"]["status"].as_str() {
         Some("known") => {
             let nodes: Vec<String> =
@@ -213,6 +214,31 @@ fn write_session(out: &mut String, s: &Value) -> std::fmt::Result {
             writeln!(out, "  node placement: {}", nodes.join(", "))?;
         }
         _ => writeln!(out, "  node placement: unknown ({})", s["placement"]["reason"].as_str().unwrap_or("?"))?,
+    }
+    Ok(())
+}
+
+/// What nornir read from the model folder and the graph, and why.
+fn write_model(out: &mut String, m: &Value) -> std::fmt::Result {
+    if m.is_null() {
+        return Ok(());
+    }
+    let text = |v: &Value| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
+    writeln!(out, "  model output: {:?}, {}", text(&m["output"]), text(&m["output_reason"]))?;
+    let dim = match (m["dimension"].as_u64(), m["model_dimension"].as_u64()) {
+        (Some(d), Some(full)) if d != full => format!("{d} (first {d} of {full}, --dim)"),
+        (Some(d), _) => d.to_string(),
+        _ => "?".to_owned(),
+    };
+    writeln!(out, "  model vectors: {dim} dimensions, {} pooling, up to {} tokens", text(&m["pooling"]), m["max_length"])?;
+    let normalize = if m["normalize"].as_bool() == Some(true) { "normalised" } else { "not normalised" };
+    writeln!(out, "  normalisation: {normalize} ({})", text(&m["normalize_reason"]))?;
+    let prompt = &m["prompt"];
+    if let Some(source) = prompt["source"].as_str() {
+        writeln!(out, "  prompt: {:?} ({source})", text(&prompt["text"]))?;
+    }
+    if let Some(task) = prompt["task"].as_array() {
+        writeln!(out, "  task: {} (task_id {})", text(&task[0]), task[1])?;
     }
     Ok(())
 }

@@ -107,12 +107,35 @@ pub struct ModelArgs {
     /// Truncate texts to N tokens (default: the model's max_seq_length).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_length: Option<u32>,
-    /// Pooling: mean, cls or last (default: the model's pooling config).
+    /// Pooling: mean, cls, last, max, mean_sqrt_len or weighted_mean; sentence-transformers'
+    /// names (mean_tokens, cls_token, lasttoken, ...) work too (default: the model's 1_Pooling config).
     #[arg(long, value_parser = parse_with_library::<Pooling>)]
     pub pooling: Option<Pooling>,
-    /// Do not L2-normalise the vectors.
+    /// L2-normalise the vectors even if modules.json lists no Normalize module.
+    #[arg(long, conflicts_with = "no_normalize")]
+    pub normalize: bool,
+    /// Return raw vectors, even if the model folder says to normalise. Default: as modules.json
+    /// says (a Normalize module, or no modules.json at all, means normalised).
     #[arg(long)]
     pub no_normalize: bool,
+    /// The graph output to read (default: sentence_embedding, token_embeddings,
+    /// last_hidden_state, text_embeds or embeddings by name, else the first floating-point one).
+    #[arg(long, value_name = "NAME")]
+    pub output_name: Option<String>,
+    /// Put this prompt of config_sentence_transformers.json before every text (default: its
+    /// default_prompt_name, if any).
+    #[arg(long, value_name = "NAME", conflicts_with = "prompt")]
+    pub prompt_name: Option<String>,
+    /// Put TEXT before every text (E5: "query: "); "" turns the model's default prompt off.
+    #[arg(long, value_name = "TEXT")]
+    pub prompt: Option<String>,
+    /// The task of a model with task adapters (jina-embeddings-v3: retrieval.query,
+    /// retrieval.passage, separation, classification, text-matching).
+    #[arg(long, value_name = "NAME")]
+    pub task: Option<String>,
+    /// Keep the first N dimensions of each vector, then normalise (Matryoshka models).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub dim: Option<u32>,
     /// Most tokens per batch (texts x longest text); 256 measured faster than 512 on the CPU.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_tokens: u32,

@@ -50,9 +50,9 @@ fn bench(c: &mut Criterion) {
     let hidden: Vec<f32> = (0..len * dim).map(|i| (i % 97) as f32 * 0.01).collect();
     let mut out = vec![0f32; dim];
     let mut g = c.benchmark_group("pool");
-    for pooling in [Pooling::Mean, Pooling::Cls] {
+    for pooling in Pooling::ALL {
         g.bench_with_input(BenchmarkId::new(pooling.to_string(), "128x384"), &pooling, |b, &p| {
-            b.iter(|| pool_tokens(&hidden, len, dim, p, &mut out))
+            b.iter(|| pool_tokens(&hidden, len, dim, p, 0, &mut out))
         });
     }
     g.finish();

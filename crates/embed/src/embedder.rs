@@ -12,12 +12,13 @@ use tokenizers::{Tokenizer, TruncationParams};
 use crate::batch::{Batch, pack};
 use crate::embeddings::Embeddings;
 use crate::error::{EmbedError, Result};
-use crate::graph_io::{GraphIo, graph_io, run_batch};
+use crate::graph_io::{GraphIo, RowSettings, graph_io, run_batch};
 use crate::model::ModelFolder;
 use crate::options::EmbedderOptions;
 use crate::placement::parse_profile;
 use crate::plan::plan_for_model;
 use crate::pooling::Pooling;
+use crate::prompt::{PromptChoice, choose_prompt};
 use crate::runtime::{OrtRuntime, load_runtime};
 use crate::session::{self, Placement, SessionConfig, SessionReport};
 use crate::stats::{Counters, EmbedStats};
@@ -34,18 +35,40 @@ struct Slot {
 /// One finished batch from a worker: its index in the packing and its rows, in batch order.
 type BatchRows = (usize, Vec<f32>);
 
+/// The tokens of `prompt` as sentence-transformers counts them for `include_prompt: false`: the
+/// prompt tokenized with the special tokens, less a special token at its end (the `[SEP]` or
+/// end-of-text that closes it alone, not the text it goes before).
+fn prompt_token_count(tokenizer: &Tokenizer, prompt: &str) -> tokenizers::Result<usize> {
+    let enc = tokenizer.encode(prompt, true)?;
+    let ends_special = enc.get_special_tokens_mask().last() == Some(&1);
+    Ok(enc.len() - usize::from(ends_special))
+}
+
 /// Facts about the loaded model, for reports.
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct ModelInfo {
     pub folder: ModelFolder,
+    /// The width of the vectors returned: `model_dimension`, or `--dim` when given.
     pub dimension: usize,
+    /// The width of the model's own output.
+    pub model_dimension: usize,
     pub max_length: usize,
     pub pooling: Pooling,
+    /// Tokens of the prompt left out of the pooling (`include_prompt: false`).
+    pub pooling_skips_prompt_tokens: usize,
     pub normalize: bool,
+    /// Why vectors are (or are not) normalised.
+    pub normalize_reason: String,
+    /// The prompt put before every text, and the task.
+    pub prompt: PromptChoice,
+    /// Texts are padded on the left (the tokenizer's padding side).
+    pub left_padding: bool,
     pub inputs: Vec<String>,
     pub output: String,
     pub output_is_pooled: bool,
+    /// Why this output was chosen.
+    pub output_reason: String,
 }
 
 /// A sentence embedder over a small pool of ONNX Runtime sessions. `Send + Sync`: share it with `Arc`.
@@ -65,6 +88,7 @@ pub struct Embedder {
     prepacked: ort::session::builder::PrepackedWeights,
     tokenizer: Tokenizer,
     io: GraphIo,
+    settings: RowSettings,
     info: ModelInfo,
     report: SessionReport,
     runtime: Arc<OrtRuntime>,
@@ -88,7 +112,11 @@ impl Embedder {
         if options.sessions == Some(0) {
             return Err(EmbedError::InvalidOption("sessions must be at least 1 (or leave it unset)".to_owned()));
         }
+        if options.dim == Some(0) {
+            return Err(EmbedError::InvalidOption("--dim must be at least 1".to_owned()));
+        }
         let folder = ModelFolder::open(dir, options.model_file.as_deref())?;
+        let prompt = choose_prompt(&folder, options).map_err(EmbedError::InvalidOption)?;
         let mut tokenizer = Tokenizer::from_file(&folder.tokenizer_file)
             .map_err(|e| EmbedError::Tokenizer { path: folder.tokenizer_file.clone(), reason: e.to_string() })?;
         let max_length = options
@@ -111,6 +139,8 @@ impl Embedder {
                 ),
             });
         }
+        let left_padding =
+            tokenizer.get_padding().is_some_and(|p| matches!(p.direction, tokenizers::PaddingDirection::Left));
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
@@ -132,16 +162,48 @@ impl Embedder {
             SessionConfig { model: &folder.model_file, intra_threads, profile_to: None, prepacked: Some(&prepacked) };
         let (session, report) = session::build(&runtime, &plan, &cfg)?;
         let sessions = if report.gpu_vendor == Vendor::Cpu { cpu_sessions } else { options.sessions.unwrap_or(1) };
-        let io = graph_io(&session, &folder)?;
-        let pooling = options.pooling.or(folder.pooling).unwrap_or(Pooling::Mean);
+        let mut io = graph_io(&session, &folder, options.output_name.as_deref())?;
+        match (&mut io.task, &prompt.task) {
+            (Some(input), Some((_, index))) => input.value = *index,
+            (Some(_), None) => {
+                return Err(EmbedError::Model {
+                    dir: folder.dir.clone(),
+                    reason: "the graph takes a task_id input but config.json lists no lora_adaptations to choose it from"
+                        .to_owned(),
+                });
+            }
+            (None, _) => {}
+        }
+        let pooling = options.pooling.or(folder.pooling.map(|p| p.mode)).unwrap_or(Pooling::Mean);
+        let include_prompt = folder.pooling.is_none_or(|p| p.include_prompt);
+        let skip = if include_prompt || prompt.text.is_empty() {
+            0
+        } else {
+            prompt_token_count(&tokenizer, &prompt.text)
+                .map_err(|e| EmbedError::Tokenizer { path: folder.tokenizer_file.clone(), reason: e.to_string() })?
+        };
+        let (normalize, normalize_reason) = match options.normalize {
+            Some(n) => (n, "chosen by the caller".to_owned()),
+            None => {
+                let (n, why) = folder.normalize_default();
+                (n, why.to_owned())
+            }
+        };
+        let settings = RowSettings { pooling, skip, normalize, dim: options.dim, left_padding };
         let info = ModelInfo {
             inputs: session.inputs().iter().map(|i| i.name().to_owned()).collect(),
             output: session.outputs()[io.output].name().to_owned(),
             output_is_pooled: io.pooled,
+            output_reason: io.output_reason.clone(),
             dimension: 0,
+            model_dimension: 0,
             max_length,
             pooling,
-            normalize: options.normalize,
+            pooling_skips_prompt_tokens: skip,
+            normalize,
+            normalize_reason,
+            prompt,
+            left_padding,
             folder,
         };
         let mut embedder = Self {
@@ -152,6 +214,7 @@ impl Embedder {
             prepacked,
             tokenizer,
             io,
+            settings,
             info,
             report,
             runtime,
@@ -194,7 +257,15 @@ impl Embedder {
                 reason: format!("the model's output has width {dim} but its config says hidden size {h}"),
             });
         }
-        self.info.dimension = dim;
+        if let Some(d) = self.settings.dim
+            && d > dim
+        {
+            return Err(EmbedError::InvalidOption(format!(
+                "--dim {d} is wider than the model's {dim}-dimensional vectors; give at most {dim}"
+            )));
+        }
+        self.info.model_dimension = dim;
+        self.info.dimension = self.settings.dim.unwrap_or(dim);
         self.reset_stats();
         Ok(())
     }
@@ -297,11 +368,18 @@ impl Embedder {
     fn tokenize(&self, texts: &[&str]) -> Result<Vec<tokenizers::Encoding>> {
         let fail = |e: tokenizers::Error| EmbedError::Inference(format!("tokenization failed: {e}"));
         let max_length = self.info.max_length;
+        let prompt = self.info.prompt.text.as_str();
+        let with_prompt = |t: &'_ str| -> String { format!("{prompt}{t}") };
         let prefixes: Vec<&str> = texts.iter().map(|t| prefix_for_tokens(t, max_length)).collect();
-        let mut encodings = self.tokenizer.encode_batch(prefixes.clone(), true).map_err(fail)?;
+        let mut encodings = if prompt.is_empty() {
+            self.tokenizer.encode_batch(prefixes.clone(), true)
+        } else {
+            self.tokenizer.encode_batch(prefixes.iter().map(|t| with_prompt(t)).collect(), true)
+        }
+        .map_err(fail)?;
         for (i, enc) in encodings.iter_mut().enumerate() {
             if prefixes[i].len() < texts[i].len() && enc.len() < max_length {
-                *enc = self.tokenizer.encode(texts[i], true).map_err(fail)?;
+                *enc = self.tokenizer.encode(with_prompt(texts[i]), true).map_err(fail)?;
             }
         }
         Ok(encodings)
@@ -440,8 +518,8 @@ impl Embedder {
     /// runs again: `emit` sees each text once, from the run that succeeded.
     fn run_batch(&self, slot: &Mutex<Slot>, rows: &[&[u32]], mut emit: impl FnMut(usize, &[f32])) -> Result<usize> {
         let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (pooling, normalize_rows, nanos) = (self.info.pooling, self.info.normalize, &self.counters.ort_nanos);
-        let dim = match run_batch(&mut slot.session, &self.io, pooling, normalize_rows, rows, nanos, &mut emit) {
+        let (settings, nanos) = (self.settings, &self.counters.ort_nanos);
+        let dim = match run_batch(&mut slot.session, &self.io, settings, rows, nanos, &mut emit) {
             Ok(dim) => dim,
             Err(e) if slot.vendor != Vendor::Cpu => {
                 let e = match e {
@@ -461,7 +539,7 @@ impl Embedder {
                 slot.vendor = Vendor::Cpu;
                 self.run_fallback()
                     .get_or_insert_with(|| format!("{why}; rebuilt on CPUExecutionProvider and ran that batch again"));
-                run_batch(&mut slot.session, &self.io, pooling, normalize_rows, rows, nanos, &mut emit)?
+                run_batch(&mut slot.session, &self.io, settings, rows, nanos, &mut emit)?
             }
             Err(e) => return Err(e),
         };
@@ -496,15 +574,7 @@ impl Embedder {
                 .encode("where does this run?", true)
                 .map(|e| e.get_ids().to_vec())
                 .unwrap_or_else(|_| vec![0, 0]);
-            run_batch(
-                &mut session,
-                &self.io,
-                self.info.pooling,
-                self.info.normalize,
-                &[ids.as_slice()],
-                &AtomicU64::new(0),
-                |_, _| {},
-            )?;
+            run_batch(&mut session, &self.io, self.settings, &[ids.as_slice()], &AtomicU64::new(0), |_, _| {})?;
             let file = session.end_profiling().map_err(|e| EmbedError::Inference(e.to_string()))?;
             let text = std::fs::read_to_string(&file).map_err(|e| EmbedError::Inference(format!("{file}: {e}")))?;
             Ok(parse_profile(&text))

@@ -1,6 +1,7 @@
 //! What the model's graph takes and gives, read from the session at load time, and one padded
 //! batch fed to it and pooled.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -11,35 +12,86 @@ use crate::error::{EmbedError, Result};
 use crate::model::ModelFolder;
 use crate::pooling::{Pooling, normalize, pool_tokens};
 
+/// Outputs chosen by name before any other, in this order (sentence-transformers' and the
+/// common exporters' names).
+pub(crate) const OUTPUT_NAMES: [&str; 5] =
+    ["sentence_embedding", "token_embeddings", "last_hidden_state", "text_embeds", "embeddings"];
+
+/// The floating-point type of the chosen output; half types are widened to f32 before pooling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutputType {
+    F32,
+    F16,
+    Bf16,
+}
+
+/// A `task_id` input (jina-embeddings-v3): an int64 scalar or `[1]`, fed the task's index.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskInput {
+    pub(crate) name: String,
+    pub(crate) scalar: bool,
+    pub(crate) value: i64,
+}
+
 /// What the model's graph expects, read from the session at load time.
 #[derive(Debug, Clone)]
 pub(crate) struct GraphIo {
     pub(crate) ids: String,
     pub(crate) mask: Option<String>,
     pub(crate) type_ids: Option<String>,
+    pub(crate) position_ids: Option<String>,
+    pub(crate) task: Option<TaskInput>,
     int32: bool,
     pub(crate) output: usize,
+    pub(crate) output_type: OutputType,
     /// The output is already one vector per text (`sentence_embedding`).
     pub(crate) pooled: bool,
+    /// Why this output was chosen, for model info and the doctor.
+    pub(crate) output_reason: String,
+}
+
+fn float_output(ty: &ValueType) -> Option<(OutputType, usize)> {
+    match ty {
+        ValueType::Tensor { ty, shape, .. } if (2..=3).contains(&shape.len()) => match ty {
+            TensorElementType::Float32 => Some((OutputType::F32, shape.len())),
+            TensorElementType::Float16 => Some((OutputType::F16, shape.len())),
+            TensorElementType::Bfloat16 => Some((OutputType::Bf16, shape.len())),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Reads the graph's inputs and outputs and checks them against what a text embedder needs.
-pub(crate) fn graph_io(session: &Session, folder: &ModelFolder) -> Result<GraphIo> {
+/// `output_name` overrides the choice of output.
+pub(crate) fn graph_io(session: &Session, folder: &ModelFolder, output_name: Option<&str>) -> Result<GraphIo> {
     let err = |reason: String| EmbedError::Model { dir: folder.dir.clone(), reason };
     let mut ids = None;
     let mut mask = None;
     let mut type_ids = None;
+    let mut position_ids = None;
+    let mut task = None;
     let mut int32 = None;
     for input in session.inputs() {
         let name = input.name();
-        let ty = match input.dtype() {
-            ValueType::Tensor { ty, .. } => *ty,
+        let (ty, rank) = match input.dtype() {
+            ValueType::Tensor { ty, shape, .. } => (*ty, shape.len()),
             other => {
                 return Err(err(format!(
                     "input {name:?} is {other}, not a tensor; this is not a text-embedding model"
                 )));
             }
         };
+        if name == "task_id" {
+            if ty != TensorElementType::Int64 || rank > 1 {
+                return Err(err(format!(
+                    "input \"task_id\" is {}; nornir feeds a task index as an int64 scalar or [1]",
+                    input.dtype()
+                )));
+            }
+            task = Some(TaskInput { name: name.to_owned(), scalar: rank == 0, value: 0 });
+            continue;
+        }
         let is32 = match ty {
             TensorElementType::Int64 => false,
             TensorElementType::Int32 => true,
@@ -49,93 +101,173 @@ pub(crate) fn graph_io(session: &Session, folder: &ModelFolder) -> Result<GraphI
                 )));
             }
         };
+        let slot = match name {
+            "input_ids" => &mut ids,
+            "attention_mask" => &mut mask,
+            "token_type_ids" => &mut type_ids,
+            "position_ids" => &mut position_ids,
+            other => {
+                return Err(err(format!(
+                    "model input {other:?} ({}) is not one nornir can fill; it feeds input_ids, attention_mask, \
+                     token_type_ids, position_ids and task_id",
+                    input.dtype()
+                )));
+            }
+        };
         if int32.is_some_and(|v| v != is32) {
             return Err(err("inputs mix int32 and int64; nornir feeds one integer type".to_owned()));
         }
         int32 = Some(is32);
-        match name {
-            "input_ids" => ids = Some(name.to_owned()),
-            "attention_mask" => mask = Some(name.to_owned()),
-            "token_type_ids" => type_ids = Some(name.to_owned()),
-            other => {
-                return Err(err(format!(
-                    "unexpected model input {other:?}; nornir feeds input_ids, attention_mask and token_type_ids"
-                )));
-            }
-        }
+        *slot = Some(name.to_owned());
     }
     let ids =
         ids.ok_or_else(|| err("the model has no input_ids input; this is not a text-embedding model".to_owned()))?;
     let outputs = session.outputs();
+    let listing = || outputs.iter().map(|o| format!("{:?} {}", o.name(), o.dtype())).collect::<Vec<_>>().join(", ");
     if outputs.is_empty() {
         return Err(err("the model has no outputs".to_owned()));
     }
-    let rank = |i: usize| match outputs[i].dtype() {
-        ValueType::Tensor { ty: TensorElementType::Float32, shape, .. } => Some(shape.len()),
-        _ => None,
+    let usable = |i: usize| float_output(outputs[i].dtype());
+    let (output, output_reason) = if let Some(wanted) = output_name {
+        let i = outputs.iter().position(|o| o.name() == wanted).ok_or_else(|| {
+            err(format!("--output-name {wanted:?}: the model has no such output; its outputs are {}", listing()))
+        })?;
+        if usable(i).is_none() {
+            return Err(err(format!(
+                "--output-name {wanted:?} is {}; nornir needs a floating-point [batch, tokens, width] or [batch, width] output",
+                outputs[i].dtype()
+            )));
+        }
+        (i, "chosen with --output-name".to_owned())
+    } else if let Some((i, name)) = OUTPUT_NAMES
+        .iter()
+        .find_map(|n| outputs.iter().position(|o| o.name() == *n && float_output(o.dtype()).is_some()).map(|i| (i, n)))
+    {
+        (i, format!("named {name}"))
+    } else if let Some(i) = (0..outputs.len()).find(|&i| usable(i).is_some()) {
+        let skipped: Vec<String> = outputs[..i].iter().map(|o| format!("{:?} {}", o.name(), o.dtype())).collect();
+        let reason = if skipped.is_empty() {
+            "the first output, floating-point".to_owned()
+        } else {
+            format!("the first floating-point output of rank 2 or 3 (passed over: {})", skipped.join(", "))
+        };
+        (i, reason)
+    } else {
+        return Err(err(format!(
+            "no output is floating-point [batch, tokens, width] or [batch, width] (its outputs are {}); \
+             nornir reads float32, float16 or bfloat16 vectors",
+            listing()
+        )));
     };
-    let (output, pooled) = match outputs.iter().position(|o| o.name() == "sentence_embedding") {
-        Some(i) if rank(i) == Some(2) => (i, true),
-        _ => match rank(0) {
-            Some(3) => (0, false),
-            Some(2) => (0, true),
-            _ => {
-                return Err(err(format!(
-                    "output {:?} is {}; nornir needs float32 [batch, tokens, width] or [batch, width]",
-                    outputs[0].name(),
-                    outputs[0].dtype()
-                )));
-            }
-        },
-    };
-    Ok(GraphIo { ids, mask, type_ids, int32: int32.unwrap_or(false), output, pooled })
+    let (output_type, rank) = usable(output).unwrap_or((OutputType::F32, 3));
+    Ok(GraphIo {
+        ids,
+        mask,
+        type_ids,
+        position_ids,
+        task,
+        int32: int32.unwrap_or(false),
+        output,
+        output_type,
+        pooled: rank == 2,
+        output_reason,
+    })
 }
 
-/// A batch's ids, attention mask and token type ids, padded to `l`, in the graph's integer type.
+/// How one batch is laid out and each text's vector finished: the same for every batch of an
+/// embedder.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RowSettings {
+    pub(crate) pooling: Pooling,
+    /// Tokens at the start of each text (the prompt) left out of the modes that read every token.
+    pub(crate) skip: usize,
+    pub(crate) normalize: bool,
+    /// Matryoshka truncation: the first `dim` values are kept.
+    pub(crate) dim: Option<usize>,
+    /// Pad on the left (the tokenizer's padding side, as decoder models have it).
+    pub(crate) left_padding: bool,
+}
+
+/// A batch's ids, attention mask, token type ids and position ids, padded to `l`, in the graph's
+/// integer type.
 pub(crate) struct PaddedInputs<T> {
     ids: Vec<T>,
     mask: Vec<T>,
     types: Vec<T>,
+    positions: Vec<T>,
 }
 
-impl<T: ort::value::PrimitiveTensorElementType + From<u16> + TryFrom<u32> + Copy + std::fmt::Debug + 'static>
+impl<T: ort::value::PrimitiveTensorElementType + From<u16> + TryFrom<u32> + TryFrom<usize> + Copy + std::fmt::Debug + 'static>
     PaddedInputs<T>
 {
-    fn new(rows: &[&[u32]], l: usize) -> Self {
+    fn new(rows: &[&[u32]], l: usize, left: bool, with_positions: bool) -> Self {
         let zero = T::from(0u16);
+        let one = T::from(1u16);
         let mut ids = vec![zero; rows.len() * l];
         let mut mask = vec![zero; rows.len() * l];
+        // Padding positions get 1, as transformers' `position_ids` from the mask do.
+        let mut positions = if with_positions { vec![one; rows.len() * l] } else { Vec::new() };
         for (k, r) in rows.iter().enumerate() {
+            let start = k * l + if left { l - r.len() } else { 0 };
             for (j, &t) in r.iter().enumerate() {
-                // Token ids come from the tokenizer's vocabulary, far below i32::MAX.
-                ids[k * l + j] = T::try_from(t).unwrap_or(zero);
-                mask[k * l + j] = T::from(1u16);
+                // Token ids come from the tokenizer's vocabulary and j from the length limit, far below i32::MAX.
+                ids[start + j] = T::try_from(t).unwrap_or(zero);
+                mask[start + j] = one;
+                if with_positions {
+                    positions[start + j] = T::try_from(j).unwrap_or(zero);
+                }
             }
         }
-        Self { ids, mask, types: vec![zero; rows.len() * l] }
+        Self { ids, mask, types: vec![zero; rows.len() * l], positions }
     }
 
     /// The inputs the graph declares, viewing this batch's buffers without copying them.
-    fn feed(&self, io: &GraphIo, shape: [usize; 2]) -> ort::Result<Vec<(String, ort::session::SessionInputValue<'_>)>> {
-        let mut feed = Vec::with_capacity(3);
+    fn feed<'a>(
+        &'a self,
+        io: &'a GraphIo,
+        shape: [usize; 2],
+    ) -> ort::Result<Vec<(String, ort::session::SessionInputValue<'a>)>> {
+        let mut feed = Vec::with_capacity(5);
         feed.push((io.ids.clone(), TensorRef::from_array_view((shape, self.ids.as_slice()))?.into()));
-        if let Some(m) = &io.mask {
-            feed.push((m.clone(), TensorRef::from_array_view((shape, self.mask.as_slice()))?.into()));
+        for (name, values) in [(&io.mask, &self.mask), (&io.type_ids, &self.types), (&io.position_ids, &self.positions)] {
+            if let Some(name) = name {
+                feed.push((name.clone(), TensorRef::from_array_view((shape, values.as_slice()))?.into()));
+            }
         }
-        if let Some(t) = &io.type_ids {
-            feed.push((t.clone(), TensorRef::from_array_view((shape, self.types.as_slice()))?.into()));
+        if let Some(task) = &io.task {
+            let value = std::slice::from_ref(&task.value);
+            let tensor =
+                if task.scalar { TensorRef::from_array_view(((), value))? } else { TensorRef::from_array_view(([1usize], value))? };
+            feed.push((task.name.clone(), tensor.into()));
         }
         Ok(feed)
     }
 }
 
+/// The chosen output's values as f32: borrowed when the graph gives f32, widened otherwise.
+fn output_values<'a>(value: &'a ort::value::DynValue, ty: OutputType) -> ort::Result<(Vec<i64>, Cow<'a, [f32]>)> {
+    Ok(match ty {
+        OutputType::F32 => {
+            let (shape, v) = value.try_extract_tensor::<f32>()?;
+            (shape.to_vec(), Cow::Borrowed(v))
+        }
+        OutputType::F16 => {
+            let (shape, v) = value.try_extract_tensor::<half::f16>()?;
+            (shape.to_vec(), Cow::Owned(v.iter().map(|x| x.to_f32()).collect()))
+        }
+        OutputType::Bf16 => {
+            let (shape, v) = value.try_extract_tensor::<half::bf16>()?;
+            (shape.to_vec(), Cow::Owned(v.iter().map(|x| x.to_f32()).collect()))
+        }
+    })
+}
+
 /// Runs one padded batch and hands each text's finished vector to `emit(k, vector)`.
-/// Returns the vector width.
+/// Returns the model's vector width (before any truncation).
 pub(crate) fn run_batch(
     session: &mut Session,
     io: &GraphIo,
-    pooling: Pooling,
-    normalize_rows: bool,
+    settings: RowSettings,
     rows: &[&[u32]],
     ort_nanos: &AtomicU64,
     mut emit: impl FnMut(usize, &[f32]),
@@ -144,38 +276,39 @@ pub(crate) fn run_batch(
     let l = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
     let fail = |e: ort::Error| EmbedError::Inference(e.to_string());
     let (wide, narrow);
+    let positions = io.position_ids.is_some();
     let feed = if io.int32 {
-        narrow = PaddedInputs::<i32>::new(rows, l);
+        narrow = PaddedInputs::<i32>::new(rows, l, settings.left_padding, positions);
         narrow.feed(io, [b, l]).map_err(fail)?
     } else {
-        wide = PaddedInputs::<i64>::new(rows, l);
+        wide = PaddedInputs::<i64>::new(rows, l, settings.left_padding, positions);
         wide.feed(io, [b, l]).map_err(fail)?
     };
     let started = Instant::now();
     let outputs = session.run(feed).map_err(fail)?;
     ort_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    let (shape, values) = outputs[io.output].try_extract_tensor::<f32>().map_err(fail)?;
+    let (shape, values) = output_values(&outputs[io.output], io.output_type).map_err(fail)?;
     let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
-    let dim = *dims.last().unwrap_or(&0);
-    let expect_rank = if io.pooled { 2 } else { 3 };
-    if dims.len() != expect_rank || dims[0] != b || dim == 0 {
-        return Err(EmbedError::Inference(format!(
-            "the model returned shape {dims:?}; expected {expect_rank} dimensions starting with {b}"
-        )));
+    let width = *dims.last().unwrap_or(&0);
+    let (expect_rank, expect) = if io.pooled { (2, format!("[{b}, width]")) } else { (3, format!("[{b}, {l}, width]")) };
+    if dims.len() != expect_rank || dims[0] != b || (!io.pooled && dims[1] != l) || width == 0 {
+        return Err(EmbedError::Inference(format!("the model returned shape {dims:?}; expected {expect}")));
     }
-    let mut v = vec![0f32; dim];
+    let mut v = vec![0f32; width];
+    let keep = settings.dim.unwrap_or(width).min(width);
     for (k, r) in rows.iter().enumerate() {
         if io.pooled {
-            v.copy_from_slice(&values[k * dim..(k + 1) * dim]);
+            v.copy_from_slice(&values[k * width..(k + 1) * width]);
         } else {
-            let seq = dims[1];
-            let hidden = &values[k * seq * dim..(k + 1) * seq * dim];
-            pool_tokens(hidden, r.len().min(seq), dim, pooling, &mut v);
+            let first = k * l + if settings.left_padding { l - r.len() } else { 0 };
+            let hidden = &values[first * width..(first + r.len()) * width];
+            pool_tokens(hidden, r.len(), width, settings.pooling, settings.skip, &mut v);
         }
-        if normalize_rows {
-            normalize(&mut v);
+        let out = &mut v[..keep];
+        if settings.normalize {
+            normalize(out);
         }
-        emit(k, &v);
+        emit(k, out);
     }
-    Ok(dim)
+    Ok(width)
 }

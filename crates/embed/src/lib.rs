@@ -16,6 +16,7 @@ mod options;
 mod placement;
 mod plan;
 mod pooling;
+mod prompt;
 mod runtime;
 mod session;
 mod stats;
@@ -24,10 +25,11 @@ mod tokenize;
 pub use embedder::{Embedder, ModelInfo};
 pub use embeddings::Embeddings;
 pub use error::{EmbedError, Result};
-pub use model::{ModelFolder, Quantization};
+pub use model::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 pub use options::EmbedderOptions;
 pub use plan::{plan_for, plan_for_model};
 pub use pooling::Pooling;
+pub use prompt::PromptChoice;
 pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library};
 pub use session::{Placement, Registration, SessionReport};
 pub use stats::EmbedStats;
@@ -35,9 +37,10 @@ pub use stats::EmbedStats;
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::batch::{Batch, pack};
+    pub use crate::batch::{ATTENTION_FREE_LENGTH, Batch, pack};
     pub use crate::model::{
-        HfConfig, parse_hf_config, parse_modules, parse_pooling_config, parse_quantization, parse_sentence_bert_config,
+        HfConfig, parse_hf_config, parse_modules, parse_pooling_config, parse_prompts, parse_quantization,
+        parse_sentence_bert_config,
     };
     pub use crate::placement::parse_profile;
     pub use crate::pooling::{normalize, pool_tokens};

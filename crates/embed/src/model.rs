@@ -1,5 +1,6 @@
 //! The model folder in the Hugging Face / sentence-transformers layout, read and checked up front.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -22,10 +23,16 @@ pub struct ModelFolder {
     pub hidden_size: Option<usize>,
     /// `config.json`'s `vocab_size`: the rows of the model's token embedding table.
     pub vocab_size: Option<usize>,
-    /// From the pooling module's config, if the folder has one.
-    pub pooling: Option<Pooling>,
-    /// Whether `modules.json` lists a Normalize module.
-    pub declares_normalize: bool,
+    /// The pooling module's config, if the folder has one.
+    pub pooling: Option<PoolingSpec>,
+    /// `modules.json`, if the folder has one: it decides whether vectors are normalised.
+    pub modules: Option<Modules>,
+    /// `config_sentence_transformers.json`'s prompts (empty without that file).
+    pub prompts: Prompts,
+    /// `config.json`'s `lora_adaptations`: the tasks a jina-embeddings-v3 graph takes as `task_id`.
+    pub tasks: Option<Vec<String>>,
+    /// `config.json`'s `task_instructions`: the text put before a text for each task.
+    pub task_instructions: BTreeMap<String, String>,
     /// `quantization.json`, written by `nornir vector quantize`: the model is int8 for that target.
     pub quantization: Option<Quantization>,
 }
@@ -63,11 +70,16 @@ struct SentenceBertConfig {
 }
 
 /// What nornir reads from a Hugging Face `config.json`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
 pub struct HfConfig {
     pub max_position_embeddings: Option<usize>,
     pub hidden_size: Option<usize>,
     pub vocab_size: Option<usize>,
+    /// jina-embeddings-v3: the task adapters, in `task_id` order.
+    pub lora_adaptations: Option<Vec<String>>,
+    /// jina-embeddings-v3: the text put before a text for each task.
+    #[serde(default)]
+    pub task_instructions: BTreeMap<String, String>,
 }
 
 /// Parses a Hugging Face `config.json` (other keys are ignored).
@@ -83,7 +95,41 @@ struct Module {
     kind: String,
 }
 
-#[derive(Deserialize, Default)]
+/// What `modules.json` lists, as far as nornir applies it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[non_exhaustive]
+pub struct Modules {
+    /// The pooling module's folder, if one is listed.
+    pub pooling_dir: Option<String>,
+    /// Whether a Normalize module is listed.
+    pub normalize: bool,
+}
+
+/// Parses `modules.json`. The transformer (the ONNX graph), Pooling and Normalize modules are
+/// what nornir applies; any other module (Dense, WordEmbeddings, ...) is an error naming it,
+/// since leaving it out would give other vectors than sentence-transformers does.
+pub fn parse_modules(text: &str) -> Result<Modules, String> {
+    let modules: Vec<Module> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let class = |m: &Module| m.kind.rsplit('.').next().unwrap_or_default().to_owned();
+    let mut out = Modules::default();
+    for m in &modules {
+        match class(m).as_str() {
+            "Transformer" => {}
+            "Pooling" => out.pooling_dir = Some(m.path.clone()),
+            "Normalize" => out.normalize = true,
+            _ => {
+                return Err(format!(
+                    "module {:?} ({}) is not one nornir applies (it applies the transformer, Pooling and Normalize); \
+                     its output would differ from sentence-transformers', so the model is refused",
+                    m.kind, m.path
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
 #[serde(default)]
 struct PoolingConfig {
     word_embedding_dimension: Option<usize>,
@@ -91,36 +137,63 @@ struct PoolingConfig {
     pooling_mode_mean_tokens: bool,
     pooling_mode_max_tokens: bool,
     pooling_mode_mean_sqrt_len_tokens: bool,
+    pooling_mode_weightedmean_tokens: bool,
     pooling_mode_lasttoken: bool,
+    include_prompt: bool,
 }
 
-/// Parses `modules.json`: the pooling module's folder (if any) and whether a Normalize module is listed.
-pub fn parse_modules(text: &str) -> Result<(Option<String>, bool), String> {
-    let modules: Vec<Module> = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let pooling = modules.iter().find(|m| m.kind.ends_with(".Pooling")).map(|m| m.path.clone());
-    let normalize = modules.iter().any(|m| m.kind.ends_with(".Normalize"));
-    Ok((pooling, normalize))
-}
-
-/// Parses a sentence-transformers pooling config into a mode and the embedding dimension.
-pub fn parse_pooling_config(text: &str) -> Result<(Pooling, Option<usize>), String> {
-    let c: PoolingConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let mode = match (c.pooling_mode_mean_tokens, c.pooling_mode_cls_token, c.pooling_mode_lasttoken) {
-        (true, false, false) => Pooling::Mean,
-        (false, true, false) => Pooling::Cls,
-        (false, false, true) => Pooling::Last,
-        _ if c.pooling_mode_max_tokens || c.pooling_mode_mean_sqrt_len_tokens => {
-            return Err(
-                "max and mean-sqrt-len pooling are not supported; override with --pooling mean|cls|last".to_owned()
-            );
+impl Default for PoolingConfig {
+    fn default() -> Self {
+        Self {
+            word_embedding_dimension: None,
+            pooling_mode_cls_token: false,
+            pooling_mode_mean_tokens: false,
+            pooling_mode_max_tokens: false,
+            pooling_mode_mean_sqrt_len_tokens: false,
+            pooling_mode_weightedmean_tokens: false,
+            pooling_mode_lasttoken: false,
+            include_prompt: true,
         }
-        _ => {
-            return Err(
-                "exactly one of mean, cls or last-token pooling must be set; override with --pooling".to_owned()
-            );
+    }
+}
+
+/// A sentence-transformers pooling config: the mode, the embedding width, and whether prompt
+/// tokens are pooled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct PoolingSpec {
+    pub mode: Pooling,
+    pub dimension: Option<usize>,
+    /// `include_prompt`: `false` leaves the prompt's tokens out of the pooling.
+    pub include_prompt: bool,
+}
+
+/// Parses a sentence-transformers pooling config.
+pub fn parse_pooling_config(text: &str) -> Result<PoolingSpec, String> {
+    let c: PoolingConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let set: Vec<Pooling> = [
+        (c.pooling_mode_mean_tokens, Pooling::Mean),
+        (c.pooling_mode_cls_token, Pooling::Cls),
+        (c.pooling_mode_lasttoken, Pooling::Last),
+        (c.pooling_mode_max_tokens, Pooling::Max),
+        (c.pooling_mode_mean_sqrt_len_tokens, Pooling::MeanSqrtLen),
+        (c.pooling_mode_weightedmean_tokens, Pooling::WeightedMean),
+    ]
+    .into_iter()
+    .filter_map(|(on, p)| on.then_some(p))
+    .collect();
+    let mode = match set.as_slice() {
+        [one] => *one,
+        [] => return Err("no pooling_mode_* is true; override with --pooling".to_owned()),
+        several => {
+            return Err(format!(
+                "several pooling modes at once ({}, concatenated by sentence-transformers) are not supported; \
+                 override with --pooling",
+                several.iter().map(ToString::to_string).collect::<Vec<_>>().join(" + ")
+            ));
         }
     };
-    Ok((mode, c.word_embedding_dimension))
+    Ok(PoolingSpec { mode, dimension: c.word_embedding_dimension, include_prompt: c.include_prompt })
 }
 
 /// Parses `sentence_bert_config.json`'s `max_seq_length`.
@@ -129,7 +202,40 @@ pub fn parse_sentence_bert_config(text: &str) -> Result<Option<usize>, String> {
     Ok(c.max_seq_length)
 }
 
+/// `config_sentence_transformers.json`'s prompts.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct Prompts {
+    /// Prompt name -> the text put before each input.
+    pub prompts: BTreeMap<String, String>,
+    /// The prompt used when none is asked for.
+    pub default_prompt_name: Option<String>,
+}
+
+/// Parses `config_sentence_transformers.json` (other keys are ignored).
+pub fn parse_prompts(text: &str) -> Result<Prompts, String> {
+    let p: Prompts = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    if let Some(name) = &p.default_prompt_name
+        && !p.prompts.contains_key(name)
+    {
+        return Err(format!("default_prompt_name {name:?} is not one of its prompts"));
+    }
+    Ok(p)
+}
+
 impl ModelFolder {
+    /// Whether vectors are normalised when the caller does not say, and why: as
+    /// sentence-transformers does where `modules.json` exists, else normalised (as TEI and
+    /// fastembed do).
+    pub fn normalize_default(&self) -> (bool, &'static str) {
+        match &self.modules {
+            Some(m) if m.normalize => (true, "modules.json lists a Normalize module"),
+            Some(_) => (false, "modules.json lists no Normalize module"),
+            None => (true, "no modules.json; nornir normalises by default"),
+        }
+    }
+
     /// Reads and checks the folder. `model_file` overrides the model's file name (relative to `dir`).
     pub fn open(dir: &Path, model_file: Option<&Path>) -> Result<Self> {
         let err = |reason: String| EmbedError::Model { dir: dir.to_path_buf(), reason };
@@ -173,18 +279,23 @@ impl ModelFolder {
             None => HfConfig::default(),
         };
         let mut hidden_size = hf.hidden_size;
-        let (pooling_dir, declares_normalize) = match read_json("modules.json")? {
-            Some(t) => parse_modules(&t).map_err(|e| err(format!("modules.json: {e}")))?,
-            None => (None, false),
+        let modules = match read_json("modules.json")? {
+            Some(t) => Some(parse_modules(&t).map_err(|e| err(format!("modules.json: {e}")))?),
+            None => None,
         };
-        let pooling_config = format!("{}/config.json", pooling_dir.as_deref().unwrap_or("1_Pooling"));
+        let pooling_dir = modules.as_ref().and_then(|m| m.pooling_dir.as_deref()).unwrap_or("1_Pooling");
+        let pooling_config = format!("{pooling_dir}/config.json");
         let pooling = match read_json(&pooling_config)? {
             Some(t) => {
-                let (mode, dim) = parse_pooling_config(&t).map_err(|e| err(format!("{pooling_config}: {e}")))?;
-                hidden_size = hidden_size.or(dim);
-                Some(mode)
+                let spec = parse_pooling_config(&t).map_err(|e| err(format!("{pooling_config}: {e}")))?;
+                hidden_size = hidden_size.or(spec.dimension);
+                Some(spec)
             }
             None => None,
+        };
+        let prompts = match read_json("config_sentence_transformers.json")? {
+            Some(t) => parse_prompts(&t).map_err(|e| err(format!("config_sentence_transformers.json: {e}")))?,
+            None => Prompts::default(),
         };
         let quantization = match read_json("quantization.json")? {
             Some(t) => Some(parse_quantization(&t).map_err(|e| err(format!("quantization.json: {e}")))?),
@@ -199,7 +310,10 @@ impl ModelFolder {
             hidden_size,
             vocab_size: hf.vocab_size,
             pooling,
-            declares_normalize,
+            modules,
+            prompts,
+            tasks: hf.lora_adaptations,
+            task_instructions: hf.task_instructions,
             quantization,
         })
     }
@@ -214,15 +328,51 @@ mod tests {
         let modules = r#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
             {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
             {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}]"#;
-        assert_eq!(parse_modules(modules), Ok((Some("1_Pooling".to_owned()), true)));
+        assert_eq!(parse_modules(modules), Ok(Modules { pooling_dir: Some("1_Pooling".to_owned()), normalize: true }));
+        let jina_v3 = r#"[{"idx":0,"name":"transformer","path":"","type":"custom_st.Transformer"},
+            {"idx":1,"name":"pooler","path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]"#;
+        assert_eq!(parse_modules(jina_v3), Ok(Modules { pooling_dir: Some("1_Pooling".to_owned()), normalize: false }));
+        let dense = r#"[{"path":"","type":"sentence_transformers.models.Transformer"},
+            {"path":"2_Dense","type":"sentence_transformers.models.Dense"}]"#;
+        let e = parse_modules(dense).unwrap_err();
+        assert!(e.contains("sentence_transformers.models.Dense") && e.contains("2_Dense"), "{e}");
         assert!(parse_modules("{").is_err());
+
         let pooling =
             r#"{"word_embedding_dimension":384,"pooling_mode_cls_token":false,"pooling_mode_mean_tokens":true}"#;
-        assert_eq!(parse_pooling_config(pooling), Ok((Pooling::Mean, Some(384))));
-        assert!(parse_pooling_config(r#"{"pooling_mode_max_tokens":true}"#).unwrap_err().contains("not supported"));
+        assert_eq!(
+            parse_pooling_config(pooling),
+            Ok(PoolingSpec { mode: Pooling::Mean, dimension: Some(384), include_prompt: true })
+        );
+        for (key, mode) in [
+            ("pooling_mode_max_tokens", Pooling::Max),
+            ("pooling_mode_mean_sqrt_len_tokens", Pooling::MeanSqrtLen),
+            ("pooling_mode_weightedmean_tokens", Pooling::WeightedMean),
+            ("pooling_mode_lasttoken", Pooling::Last),
+        ] {
+            let spec = parse_pooling_config(&format!(r#"{{"{key}":true,"include_prompt":false}}"#)).expect(key);
+            assert_eq!((spec.mode, spec.include_prompt), (mode, false), "{key}");
+        }
+        let both = r#"{"pooling_mode_mean_tokens":true,"pooling_mode_max_tokens":true}"#;
+        assert!(parse_pooling_config(both).unwrap_err().contains("mean + max"));
         assert!(parse_pooling_config("{}").is_err());
+
         assert_eq!(parse_sentence_bert_config(r#"{"max_seq_length":256}"#), Ok(Some(256)));
         assert!(parse_sentence_bert_config(r#"{"max_seq_length":-1}"#).is_err());
+
+        let p = parse_prompts(r#"{"prompts":{"query":"query: ","passage":"passage: "},"default_prompt_name":"query"}"#)
+            .expect("prompts");
+        assert_eq!((p.prompts["passage"].as_str(), p.default_prompt_name.as_deref()), ("passage: ", Some("query")));
+        assert!(parse_prompts(r#"{"prompts":{},"default_prompt_name":"query"}"#).is_err());
+        assert_eq!(parse_prompts(r#"{"__version__":{}}"#), Ok(Prompts::default()));
+
+        let hf = parse_hf_config(
+            r#"{"hidden_size":8,"lora_adaptations":["retrieval.query","text-matching"],
+                "task_instructions":{"retrieval.query":"Represent the query: "}}"#,
+        )
+        .expect("config");
+        assert_eq!(hf.lora_adaptations.as_deref(), Some(&["retrieval.query".to_owned(), "text-matching".to_owned()][..]));
+        assert_eq!(hf.task_instructions["retrieval.query"], "Represent the query: ");
     }
 
     #[test]

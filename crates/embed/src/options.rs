@@ -8,7 +8,8 @@ use crate::error::{EmbedError, Result};
 use crate::pooling::Pooling;
 
 /// How to build an [`Embedder`]. `Default` is: GPU preferred, device auto, all cores, a
-/// 256-token budget per batch, the model's own length limit and pooling, L2-normalised.
+/// 256-token budget per batch, and the model folder's own length limit, pooling, normalisation
+/// and default prompt.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EmbedderOptions {
@@ -29,7 +30,21 @@ pub struct EmbedderOptions {
     pub max_length: Option<usize>,
     /// `None` = the model's pooling config, else mean.
     pub pooling: Option<Pooling>,
-    pub normalize: bool,
+    /// L2-normalise each vector. `None` = as the folder says: normalised when `modules.json`
+    /// lists a Normalize module or when there is no `modules.json`, raw otherwise.
+    pub normalize: Option<bool>,
+    /// The graph output to read, instead of nornir's choice (see [`ModelInfo::output_reason`](crate::ModelInfo)).
+    pub output_name: Option<String>,
+    /// A prompt of `config_sentence_transformers.json` to put before every text; `None` = its
+    /// `default_prompt_name`, if any.
+    pub prompt_name: Option<String>,
+    /// A text to put before every text, instead of a named prompt.
+    pub prompt: Option<String>,
+    /// The task of a model with task adapters (jina-embeddings-v3's `lora_adaptations`):
+    /// fed to its `task_id` input; its instruction goes before every text.
+    pub task: Option<String>,
+    /// Matryoshka truncation: keep the first `dim` dimensions of each vector (then normalise).
+    pub dim: Option<usize>,
     /// Model file name relative to the folder, instead of `model.onnx` / `onnx/model.onnx`.
     pub model_file: Option<PathBuf>,
     /// The ONNX Runtime library to load, instead of discovery (like `ORT_DYLIB_PATH`).
@@ -46,7 +61,12 @@ impl Default for EmbedderOptions {
             token_budget: 256,
             max_length: None,
             pooling: None,
-            normalize: true,
+            normalize: None,
+            output_name: None,
+            prompt_name: None,
+            prompt: None,
+            task: None,
+            dim: None,
             model_file: None,
             ort_library: None,
         }
@@ -96,8 +116,34 @@ impl EmbedderOptions {
         self.pooling = Some(pooling);
         self
     }
+    /// Normalise (`true`) or return raw vectors (`false`), whatever the folder says.
     pub fn with_normalize(mut self, normalize: bool) -> Self {
-        self.normalize = normalize;
+        self.normalize = Some(normalize);
+        self
+    }
+    /// Read this graph output.
+    pub fn with_output_name(mut self, name: impl Into<String>) -> Self {
+        self.output_name = Some(name.into());
+        self
+    }
+    /// Use this named prompt of `config_sentence_transformers.json`.
+    pub fn with_prompt_name(mut self, name: impl Into<String>) -> Self {
+        self.prompt_name = Some(name.into());
+        self
+    }
+    /// Put this text before every text (`""`: no prompt, not even the model's default).
+    pub fn with_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.prompt = Some(prompt.into());
+        self
+    }
+    /// Run this task of a model with task adapters (jina-embeddings-v3).
+    pub fn with_task(mut self, task: impl Into<String>) -> Self {
+        self.task = Some(task.into());
+        self
+    }
+    /// Keep the first `dim` dimensions of each vector (Matryoshka models), then normalise.
+    pub fn with_dim(mut self, dim: usize) -> Self {
+        self.dim = Some(dim);
         self
     }
     /// The model's file inside its folder, instead of `model.onnx` / `onnx/model.onnx`.

@@ -35,10 +35,17 @@ pub fn model_dir(m: &ModelArgs) -> Result<PathBuf> {
 }
 
 pub fn options(m: &ModelArgs) -> Result<EmbedderOptions> {
-    let mut o = EmbedderOptions::default()
-        .with_device(m.device)
-        .with_token_budget(m.batch_tokens as usize)
-        .with_normalize(!m.no_normalize);
+    let mut o = EmbedderOptions::default().with_device(m.device).with_token_budget(m.batch_tokens as usize);
+    o.normalize = match (m.normalize, m.no_normalize) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    };
+    o.output_name = m.output_name.clone();
+    o.prompt_name = m.prompt_name.clone();
+    o.prompt = m.prompt.clone();
+    o.task = m.task.clone();
+    o.dim = m.dim.map(|d| d as usize);
     o.threads = m.threads.map(|t| t as usize);
     o.sessions = m.sessions.map(|s| s as usize);
     o.max_length = m.max_length.map(|l| l as usize);
