@@ -230,7 +230,12 @@ fn write_model(out: &mut String, m: &Value) -> std::fmt::Result {
         (Some(d), _) => d.to_string(),
         _ => "?".to_owned(),
     };
-    writeln!(out, "  model vectors: {dim} dimensions, {} pooling, up to {} tokens", text(&m["pooling"]), m["max_length"])?;
+    writeln!(
+        out,
+        "  model vectors: {dim} dimensions, {} pooling, up to {} tokens",
+        text(&m["pooling"]),
+        m["max_length"]
+    )?;
     let normalize = if m["normalize"].as_bool() == Some(true) { "normalised" } else { "not normalised" };
     writeln!(out, "  normalisation: {normalize} ({})", text(&m["normalize_reason"]))?;
     let prompt = &m["prompt"];

@@ -168,8 +168,9 @@ impl Embedder {
             (Some(_), None) => {
                 return Err(EmbedError::Model {
                     dir: folder.dir.clone(),
-                    reason: "the graph takes a task_id input but config.json lists no lora_adaptations to choose it from"
-                        .to_owned(),
+                    reason:
+                        "the graph takes a task_id input but config.json lists no lora_adaptations to choose it from"
+                            .to_owned(),
                 });
             }
             (None, _) => {}

@@ -197,8 +197,15 @@ pub(crate) struct PaddedInputs<T> {
     positions: Vec<T>,
 }
 
-impl<T: ort::value::PrimitiveTensorElementType + From<u16> + TryFrom<u32> + TryFrom<usize> + Copy + std::fmt::Debug + 'static>
-    PaddedInputs<T>
+impl<
+    T: ort::value::PrimitiveTensorElementType
+        + From<u16>
+        + TryFrom<u32>
+        + TryFrom<usize>
+        + Copy
+        + std::fmt::Debug
+        + 'static,
+> PaddedInputs<T>
 {
     fn new(rows: &[&[u32]], l: usize, left: bool, with_positions: bool) -> Self {
         let zero = T::from(0u16);
@@ -229,15 +236,19 @@ impl<T: ort::value::PrimitiveTensorElementType + From<u16> + TryFrom<u32> + TryF
     ) -> ort::Result<Vec<(String, ort::session::SessionInputValue<'a>)>> {
         let mut feed = Vec::with_capacity(5);
         feed.push((io.ids.clone(), TensorRef::from_array_view((shape, self.ids.as_slice()))?.into()));
-        for (name, values) in [(&io.mask, &self.mask), (&io.type_ids, &self.types), (&io.position_ids, &self.positions)] {
+        for (name, values) in [(&io.mask, &self.mask), (&io.type_ids, &self.types), (&io.position_ids, &self.positions)]
+        {
             if let Some(name) = name {
                 feed.push((name.clone(), TensorRef::from_array_view((shape, values.as_slice()))?.into()));
             }
         }
         if let Some(task) = &io.task {
             let value = std::slice::from_ref(&task.value);
-            let tensor =
-                if task.scalar { TensorRef::from_array_view(((), value))? } else { TensorRef::from_array_view(([1usize], value))? };
+            let tensor = if task.scalar {
+                TensorRef::from_array_view(((), value))?
+            } else {
+                TensorRef::from_array_view(([1usize], value))?
+            };
             feed.push((task.name.clone(), tensor.into()));
         }
         Ok(feed)
@@ -290,7 +301,8 @@ pub(crate) fn run_batch(
     let (shape, values) = output_values(&outputs[io.output], io.output_type).map_err(fail)?;
     let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
     let width = *dims.last().unwrap_or(&0);
-    let (expect_rank, expect) = if io.pooled { (2, format!("[{b}, width]")) } else { (3, format!("[{b}, {l}, width]")) };
+    let (expect_rank, expect) =
+        if io.pooled { (2, format!("[{b}, width]")) } else { (3, format!("[{b}, {l}, width]")) };
     if dims.len() != expect_rank || dims[0] != b || (!io.pooled && dims[1] != l) || width == 0 {
         return Err(EmbedError::Inference(format!("the model returned shape {dims:?}; expected {expect}")));
     }

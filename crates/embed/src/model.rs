@@ -371,7 +371,10 @@ mod tests {
                 "task_instructions":{"retrieval.query":"Represent the query: "}}"#,
         )
         .expect("config");
-        assert_eq!(hf.lora_adaptations.as_deref(), Some(&["retrieval.query".to_owned(), "text-matching".to_owned()][..]));
+        assert_eq!(
+            hf.lora_adaptations.as_deref(),
+            Some(&["retrieval.query".to_owned(), "text-matching".to_owned()][..])
+        );
         assert_eq!(hf.task_instructions["retrieval.query"], "Represent the query: ");
     }
 

@@ -27,8 +27,7 @@ pub enum Pooling {
 
 impl Pooling {
     /// Every mode, for help texts and errors.
-    pub const ALL: [Pooling; 6] =
-        [Self::Mean, Self::Cls, Self::Last, Self::Max, Self::MeanSqrtLen, Self::WeightedMean];
+    pub const ALL: [Pooling; 6] = [Self::Mean, Self::Cls, Self::Last, Self::Max, Self::MeanSqrtLen, Self::WeightedMean];
 
     /// Whether the mode reads every token (and so leaves out prompt tokens when the pooling
     /// config says `include_prompt: false`); `cls` and `last` read one token wherever it is.

@@ -48,9 +48,9 @@ pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result
     let named = |name: &str, source: String| -> Result<(String, Option<String>), String> {
         match prompts.get(name) {
             Some(text) => Ok((text.clone(), Some(source))),
-            None if prompts.is_empty() => {
-                Err(format!("unknown prompt name {name:?}: the model has no prompts (config_sentence_transformers.json)"))
-            }
+            None if prompts.is_empty() => Err(format!(
+                "unknown prompt name {name:?}: the model has no prompts (config_sentence_transformers.json)"
+            )),
             None => Err(format!("unknown prompt name {name:?}: the model's prompts are {}", names(prompts.keys()))),
         }
     };
@@ -90,7 +90,8 @@ mod tests {
 
     #[test]
     fn prompts_and_their_order() {
-        let f = folder(r#"{"prompts":{"query":"query: ","passage":"passage: "},"default_prompt_name":"passage"}"#, None);
+        let f =
+            folder(r#"{"prompts":{"query":"query: ","passage":"passage: "},"default_prompt_name":"passage"}"#, None);
         let o = EmbedderOptions::default();
         let c = choose_prompt(&f, &o).expect("default");
         assert_eq!((c.text.as_str(), c.source.as_deref()), ("passage: ", Some("default prompt \"passage\"")));
