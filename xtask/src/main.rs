@@ -142,6 +142,7 @@ fn test_env(home: &Path) -> Vec<(&'static str, PathBuf)> {
     vec![
         ("NORNIR_HOME", home.to_path_buf()),
         ("NORNIR_TEST_MODEL", home.join(assets::DEFAULT_MODEL_DIR)),
+        ("NORNIR_TEST_PARAPHRASE_MODEL", home.join(assets::PARAPHRASE_MODEL_DIR)),
         ("NORNIR_TEST_CUDART_DIR", home.join(assets::TEST_CUDART.dest)),
         ("NORNIR_TEST_ORT_1_22", home.join(assets::ORT_ROCM_1_22.dest).join("libonnxruntime.so.1.22.2")),
         ("NORNIR_TEST_ORT_CPU", home.join(assets::ORT_CPU.dest).join("libonnxruntime.so.1.31.1")),

@@ -1,12 +1,15 @@
 //! Correctness against the reference pipeline (Python tokenizers + onnxruntime, one text at a
 //! time): every row of the parity sample within cosine 0.9999, with the embedder's own batching,
-//! on the real CPU build of ONNX Runtime 1.31.1 and the real default model.
+//! on the real CPU build of ONNX Runtime 1.31.1, for the real default model and for a real fp32
+//! export whose graph puts integer outputs first (paraphrase-MiniLM-L3-v2; its reference rows
+//! were made by `scripts/reference_embed.py`, see README.md).
 
 mod common;
 
-use common::{cosine, model_dir, parity_sample};
+use common::{cosine, model_dir, parity_sample, parity_sample_with};
 use nornir_embed::{Embedder, EmbedderOptions};
 use nornir_ep_select::Device;
+use nornir_test_support::env_path;
 
 fn cpu_options() -> EmbedderOptions {
     EmbedderOptions::default().with_device(Device::Cpu).with_threads(2)
@@ -23,19 +26,36 @@ fn parity_sample_matches_reference() {
     assert_eq!(embedder.gpu_vendor(), "cpu");
     let got = embedder.embed(&texts).expect("embed");
     assert_eq!(got.len(), 99);
-    let mut worst = (1.0f32, 0);
-    for (i, row) in got.rows().enumerate() {
-        let c = cosine(row, &reference[i * 384..(i + 1) * 384]);
-        if c < worst.0 {
-            worst = (c, i);
-        }
-    }
-    assert!(worst.0 >= 0.9999, "row {} has cosine {} with the reference: {:?}", worst.1, worst.0, texts[worst.1]);
+    let (c, i) = worst_row(&got, &reference);
+    assert!(c >= 0.9999, "row {i} has cosine {c} with the reference: {:?}", texts[i]);
     // The same texts in one-text calls give the same vectors as the batched call.
     for i in [0, 50, 98] {
         let one = embedder.embed(&[texts[i].as_str()]).expect("embed one");
         assert!(cosine(one.row(0), got.row(i)) > 0.99999, "row {i} differs between batched and single");
     }
+}
+
+/// Row of `got` furthest from its reference row, and its cosine.
+fn worst_row(got: &nornir_embed::Embeddings, reference: &[f32]) -> (f32, usize) {
+    let dim = got.dim();
+    got.rows()
+        .enumerate()
+        .map(|(i, row)| (cosine(row, &reference[i * dim..(i + 1) * dim]), i))
+        .fold((1.0, 0), |worst, c| if c.0 < worst.0 { c } else { worst })
+}
+
+#[test]
+fn a_real_export_with_integer_outputs_first_matches_its_reference() {
+    let (texts, reference) = parity_sample_with("paraphrase-sample.f32");
+    let dir = env_path("NORNIR_TEST_PARAPHRASE_MODEL");
+    let embedder = Embedder::new(&dir, &cpu_options()).expect("load paraphrase-MiniLM-L3-v2");
+    let info = embedder.model_info();
+    assert_eq!(info.output, "onnx::Shape_422", "the token vectors, after two int64 outputs");
+    assert!(info.output_reason.contains("\"output\" Tensor<i64>"), "{}", info.output_reason);
+    assert_eq!((embedder.dimension(), info.max_length), (384, 128));
+    let got = embedder.embed(&texts).expect("embed");
+    let (c, i) = worst_row(&got, &reference);
+    assert!(c >= 0.9999, "row {i} has cosine {c} with the reference: {:?}", texts[i]);
 }
 
 #[test]

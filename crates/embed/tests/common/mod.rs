@@ -32,16 +32,23 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     dot / (na * nb)
 }
 
-/// The parity sample's texts and its reference rows (raw little-endian float32, 384 per row).
+/// The parity sample's texts and the default model's reference rows (raw little-endian float32,
+/// 384 per row).
 #[allow(dead_code)]
 pub fn parity_sample() -> (Vec<String>, Vec<f32>) {
+    parity_sample_with("parity-sample.f32")
+}
+
+/// The parity sample's texts and the reference rows in `reference` (under testdata).
+#[allow(dead_code)]
+pub fn parity_sample_with(reference: &str) -> (Vec<String>, Vec<f32>) {
     let texts = std::fs::read_to_string(testdata("parity-sample.txt"))
         .expect("parity-sample.txt")
         .lines()
         .map(str::to_owned)
         .collect();
-    let reference = std::fs::read(testdata("parity-sample.f32"))
-        .expect("parity-sample.f32")
+    let reference = std::fs::read(testdata(reference))
+        .unwrap_or_else(|e| panic!("{reference}: {e}"))
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
