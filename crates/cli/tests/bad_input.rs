@@ -13,6 +13,11 @@
 //! | tokenizer larger than config.json's vocab_size | `it has 31522 tokens but config.json says the model has 30522 (vocab_size)` |
 //! | the same, no config.json | `the model fails on a first test text (...); is tokenizer.json (31522 tokens) the model's own?` |
 //! | an image model | `input "pixel_values" takes Float; a text model takes int64 or int32 token ids (is this an image or audio model?)` |
+//! | modules.json with a Dense module | `module "sentence_transformers.models.Dense" (2_Dense) is not one nornir applies` |
+//! | --prompt-name on a model without prompts | `unknown prompt name "query": the model has no prompts` |
+//! | --task on a model without tasks | `--task "retrieval.query": the model has no tasks` |
+//! | --dim wider than the model | `--dim 385 is wider than the model's 384-dimensional vectors` |
+//! | --output-name that the graph lacks | `--output-name "pooled": the model has no such output; its outputs are "last_hidden_state" ...` |
 //! | invalid UTF-8 on line 3 | `line 3 is not valid UTF-8; convert the file to UTF-8` |
 //! | NUL bytes in a line | embedded like any other text: one row per line |
 //! | one 10 MB line | one row, equal to the row of its first 2,000 bytes (both are cut to 256 tokens) |
@@ -150,6 +155,37 @@ fn an_image_model_is_refused_at_load() {
     fixtures::write_model(&dir, fixtures::Kind::ImageModel, 30522);
     library_error(&dir, &cpu(), "pixel_values");
     embed_error(&dir, "a text model takes int64 or int32 token ids (is this an image or audio model?)");
+}
+
+#[test]
+fn model_contract_mistakes() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let modules = br#"[{"path":"","type":"sentence_transformers.models.Transformer"},
+        {"path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+        {"path":"2_Dense","type":"sentence_transformers.models.Dense"}]"#;
+    let dense = model_copy(&t.path().join("a"), &[("modules.json", modules)]);
+    library_error(&dense, &cpu(), "is not one nornir applies");
+    embed_error(&dense, "module \"sentence_transformers.models.Dense\" (2_Dense) is not one nornir applies");
+
+    let m = model();
+    let with = |extra: &[&str]| {
+        let mut args = vec!["vector", "embed", "--model", s(&m)];
+        args.extend_from_slice(extra);
+        args.push("hello");
+        nornir(&args)
+    };
+    let cases: [(&[&str], &str); 4] = [
+        (&["--prompt-name", "query"], "unknown prompt name \"query\": the model has no prompts"),
+        (&["--task", "retrieval.query"], "--task \"retrieval.query\": the model has no tasks"),
+        (&["--dim", "385"], "--dim 385 is wider than the model's 384-dimensional vectors"),
+        (
+            &["--output-name", "pooled"],
+            "--output-name \"pooled\": the model has no such output; its outputs are \"last_hidden_state\"",
+        ),
+    ];
+    for (extra, needle) in cases {
+        assert_one_line_error(&with(extra), needle);
+    }
 }
 
 #[test]

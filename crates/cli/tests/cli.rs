@@ -152,3 +152,56 @@ fn options_accept_the_library_words() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--expect needs a device"), "{}", stderr(&o));
 }
+
+/// `--dim` reaches every output format's shape, and the vectors are the full ones cut and
+/// normalised again.
+#[test]
+fn dim_keeps_the_first_dimensions_in_every_format() {
+    let m = model();
+    let m = m.to_str().expect("utf8");
+    let t = tempfile::tempdir().expect("tempdir");
+    let npy = t.path().join("v.npy");
+    let o = nornir(&[
+        "vector",
+        "embed",
+        "--model",
+        m,
+        "--dim",
+        "64",
+        "--format",
+        "npy",
+        "-o",
+        npy.to_str().expect("utf8"),
+        "a",
+        "b",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = std::fs::read(&npy).expect("npy");
+    assert!(String::from_utf8_lossy(&bytes[..128]).contains("(2, 64,"), "{}", String::from_utf8_lossy(&bytes[..128]));
+    let jsonl = |args: &[&str]| -> Vec<f32> {
+        let o = nornir(args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().expect("a row")).expect("JSON array")
+    };
+    let cut = jsonl(&["vector", "embed", "--model", m, "--dim", "64", "A man is eating food."]);
+    let full = jsonl(&["vector", "embed", "--model", m, "A man is eating food."]);
+    assert_eq!((cut.len(), full.len()), (64, 384));
+    let norm = full[..64].iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!(cut.iter().zip(&full[..64]).all(|(c, f)| (c - f / norm).abs() < 1e-5));
+}
+
+/// The doctor says which output of a real export it reads and why, and what the folder decided.
+#[test]
+fn doctor_explains_the_model_contract() {
+    let dir = nornir_test_support::env_path("NORNIR_TEST_PARAPHRASE_MODEL");
+    let o = nornir(&["vector", "doctor", "--device", "cpu", "--model", dir.to_str().expect("utf8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("model output: \"onnx::Shape_422\", the first floating-point output"), "{text}");
+    assert!(text.contains("384 dimensions, mean pooling, up to 128 tokens"), "{text}");
+    assert!(text.contains("normalised (no modules.json; nornir normalises by default)"), "{text}");
+    let o = nornir(&["vector", "doctor", "--json", "--device", "cpu", "--model", dir.to_str().expect("utf8")]);
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).expect("doctor JSON");
+    assert_eq!(json["session"]["model"]["output"], "onnx::Shape_422");
+    assert_eq!(json["session"]["model"]["normalize"], true);
+}
