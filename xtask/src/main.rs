@@ -7,6 +7,7 @@
 //! - `soak`: 8 threads x 500 calls on one embedder, release build: calls/s, peak RSS.
 //! - `fuzz`: every cargo-fuzz target for a while (nightly), crashes kept as regression inputs.
 //! - `bench-compare`, `quality`: speed and STS Benchmark quality, float32 and int8, against peers.
+//! - `long-context`: peak memory on an 8,192-position fixture, one long text and eight.
 //! - `gpu-bundle`: what `scripts/gpu-check.sh` needs on a lent GPU machine, in transferable parts.
 
 #![forbid(unsafe_code)]
@@ -17,6 +18,7 @@ mod features;
 mod fetch;
 mod gpu_bundle;
 mod int8;
+mod long_context;
 mod quality;
 
 use std::path::{Path, PathBuf};
@@ -37,6 +39,8 @@ pub(crate) const USAGE: &str = "usage: cargo xtask <task> [options]
   quality STS Benchmark dev and test (Spearman x100) for the default model, nornir's int8 and ONNX
           Runtime's Python int8 of it, with each one's cosine to the float32 vectors
           (--model DIR, repeatable, instead; --split dev|test)
+  long-context    peak RSS of nornir on an 8,192-position fixture with real attention: one short
+          text, one 8,192-token text, eight under a 65,536-token budget (attention-bounded batches)
   check-features  clippy (-D warnings), tests and binary contents for every feature set; layering
   soak    one embedder shared by 8 threads x 500 calls of mixed sizes (--calls N): checks every
           row against the single-threaded result, prints calls/s and peak RSS; stops by itself
@@ -79,6 +83,7 @@ fn run() -> Result<()> {
         Some("fuzz") => fuzz(&args[1..]),
         Some("gpu-bundle") => gpu_bundle::gpu_bundle(&args[1..]),
         Some("quality") => quality::quality(&args[1..]),
+        Some("long-context") => long_context::long_context(),
         Some("check-features") => features::check_features(&test_env(&fetch::fetch(&all_test_assets())?)),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
