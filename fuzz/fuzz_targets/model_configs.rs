@@ -1,5 +1,5 @@
 //! The model-folder config parsers (modules.json, the pooling config, sentence_bert_config.json,
-//! config.json): any text gives a value or an error, never a panic.
+//! config.json, config_sentence_transformers.json): any text gives a value or an error, never a panic.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
@@ -8,4 +8,5 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let _ = nornir_embed::internals::parse_pooling_config(text);
     let _ = nornir_embed::internals::parse_sentence_bert_config(text);
     let _ = nornir_embed::internals::parse_hf_config(text);
+    let _ = nornir_embed::internals::parse_prompts(text);
 });
