@@ -6,6 +6,8 @@ mod enabled;
 #[cfg(feature = "embed-ort")]
 pub use enabled::*;
 #[cfg(feature = "embed-ort")]
+mod concurrency;
+#[cfg(feature = "embed-ort")]
 mod quantize;
 #[cfg(feature = "embed-ort")]
 pub use quantize::quantize;

@@ -202,6 +202,14 @@ pub struct BenchArgs {
     /// Embed the input this many times.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: u32,
+    /// Instead: N threads share the embedder, each embedding --per-call texts per call until the
+    /// input is used up; reports texts/s, p50/p95/p99 latency and the ratio to one bulk job over
+    /// the same texts, measured just before in the same run.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrency: Option<u32>,
+    /// Texts per call with --concurrency.
+    #[arg(long, value_name = "K", default_value_t = 1, requires = "concurrency", value_parser = clap::value_parser!(u32).range(1..))]
+    pub per_call: u32,
     #[arg(long)]
     pub json: bool,
     #[arg(long, short)]

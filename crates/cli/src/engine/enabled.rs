@@ -195,6 +195,33 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     let load_start = Instant::now();
     let embedder = load(&a.model)?;
     let load_seconds = load_start.elapsed().as_secs_f64();
+    if let Some(callers) = a.concurrency {
+        let r = super::concurrency::measure(&embedder, &texts, callers as usize, a.per_call as usize, CHUNK)?;
+        if a.json {
+            let mut j = serde_json::to_value(&r)?;
+            j["input"] = serde_json::json!(source);
+            j["texts"] = serde_json::json!(texts.len());
+            j["active_provider"] = serde_json::json!(embedder.report().active_provider);
+            j["sessions"] = serde_json::json!(embedder.sessions());
+            j["batch_tokens"] = serde_json::json!(a.model.batch_tokens);
+            j["peak_rss_mib"] = serde_json::json!(peak_rss_mib());
+            println!("{}", serde_json::to_string_pretty(&j)?);
+        } else {
+            println!("input            {source} ({} texts)", texts.len());
+            println!("provider         {} ({})", embedder.report().active_provider, embedder.gpu_vendor());
+            println!("bulk             {:.1} texts/s (calls of {CHUNK})", r.bulk_texts_per_second);
+            println!(
+                "concurrent       {} callers x {} texts per call: {:.1} texts/s, {:.2}x bulk",
+                r.callers, r.per_call, r.texts_per_second, r.ratio_to_bulk
+            );
+            let l = &r.latency_ms;
+            println!(
+                "latency          p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} calls)",
+                l.p50, l.p95, l.p99, l.max, r.calls
+            );
+        }
+        return Ok(());
+    }
     let bar = progress(!a.quiet && !a.json, Some(texts.len() as u64 * u64::from(a.repeat)));
     let started = Instant::now();
     for _ in 0..a.repeat {
