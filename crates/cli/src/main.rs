@@ -136,6 +136,10 @@ pub struct ModelArgs {
     /// Keep the first N dimensions of each vector, then normalise (Matryoshka models).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub dim: Option<u32>,
+    /// Under load (every session busy), how long a free session may wait for more texts to fill
+    /// a batch; an idle embedder never waits.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub batch_wait_ms: u64,
     /// Most tokens per batch (texts x longest text); 256 measured faster than 512 on the CPU.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_tokens: u32,

@@ -5,18 +5,41 @@
 pub struct Embeddings {
     data: Vec<f32>,
     dim: usize,
+    /// Per row: tokens fed to the model (after truncation), and whether the text was truncated.
+    /// Empty when the rows did not come from an embedder.
+    tokens: Vec<TextTokens>,
+}
+
+/// What one text cost and whether it was cut to the model's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct TextTokens {
+    pub(crate) count: u32,
+    pub(crate) truncated: bool,
 }
 
 impl Embeddings {
     /// For the embedder, which writes whole rows only.
-    pub(crate) fn from_whole_rows(data: Vec<f32>, dim: usize) -> Self {
+    pub(crate) fn from_whole_rows(data: Vec<f32>, dim: usize, tokens: Vec<TextTokens>) -> Self {
         debug_assert!(if dim == 0 { data.is_empty() } else { data.len().is_multiple_of(dim) });
-        Self { data, dim }
+        Self { data, dim, tokens }
     }
     /// `data` holds whole rows of `dim` floats (`dim` 0 only with no data); else `None`.
     pub fn new(data: Vec<f32>, dim: usize) -> Option<Self> {
         let whole = if dim == 0 { data.is_empty() } else { data.len().is_multiple_of(dim) };
-        whole.then_some(Self { data, dim })
+        whole.then_some(Self { data, dim, tokens: Vec::new() })
+    }
+    /// Tokens the model read for row `i` (special tokens and prompt included, after truncation);
+    /// `None` for rows not made by an embedder.
+    pub fn token_count(&self, i: usize) -> Option<usize> {
+        self.tokens.get(i).map(|t| t.count as usize)
+    }
+    /// Tokens the model read for all rows: what an API bills as prompt tokens.
+    pub fn total_tokens(&self) -> usize {
+        self.tokens.iter().map(|t| t.count as usize).sum()
+    }
+    /// Whether text `i` was longer than the model's length and cut.
+    pub fn truncated(&self, i: usize) -> bool {
+        self.tokens.get(i).is_some_and(|t| t.truncated)
     }
     /// The width of every row.
     pub fn dim(&self) -> usize {

@@ -64,6 +64,11 @@ pub enum EmbedError {
 
     #[error("invalid option: {0}")]
     InvalidOption(String),
+
+    #[error(
+        "the embedder is overloaded: {queued} texts are waiting (limit {limit}); retry shortly, or raise max_queued_texts"
+    )]
+    Overloaded { queued: usize, limit: usize },
 }
 
 pub type Result<T, E = EmbedError> = std::result::Result<T, E>;

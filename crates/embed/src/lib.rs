@@ -9,6 +9,7 @@
 mod batch;
 mod embedder;
 mod embeddings;
+mod engine;
 mod error;
 mod graph_io;
 mod model;
@@ -18,12 +19,14 @@ mod plan;
 mod pooling;
 mod prompt;
 mod runtime;
+mod scheduler;
 mod session;
 mod stats;
 mod tokenize;
 
-pub use embedder::{Embedder, ModelInfo};
+pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::Embeddings;
+pub use engine::ModelInfo;
 pub use error::{EmbedError, Result};
 pub use model::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 pub use options::EmbedderOptions;
@@ -31,8 +34,9 @@ pub use plan::{plan_for, plan_for_model};
 pub use pooling::Pooling;
 pub use prompt::PromptChoice;
 pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library};
+pub use scheduler::QueueFull;
 pub use session::{Placement, Registration, SessionReport};
-pub use stats::EmbedStats;
+pub use stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.
 #[doc(hidden)]

@@ -1,11 +1,13 @@
 //! [`EmbedderOptions`]: how to build an embedder, with `with_*` builders.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use nornir_ep_select::Device;
 
 use crate::error::{EmbedError, Result};
 use crate::pooling::Pooling;
+use crate::scheduler::QueueFull;
 
 /// How to build an [`Embedder`]. `Default` is: GPU preferred, device auto, all cores, a
 /// 256-token budget per batch, and the model folder's own length limit, pooling, normalisation
@@ -45,6 +47,15 @@ pub struct EmbedderOptions {
     pub task: Option<String>,
     /// Matryoshka truncation: keep the first `dim` dimensions of each vector (then normalise).
     pub dim: Option<usize>,
+    /// Most texts waiting in the queue that every call feeds (a call larger than this still runs,
+    /// alone). About 1.6 KB each for a 384-wide model with 256-token texts.
+    pub max_queued_texts: usize,
+    /// What a call that would pass `max_queued_texts` does: wait for room, or fail at once with
+    /// [`EmbedError::Overloaded`].
+    pub queue_full: QueueFull,
+    /// Under load (every session busy), how long a free session may wait for more texts to fill
+    /// a batch before running what is there. An idle embedder never waits.
+    pub batch_wait: Duration,
     /// Model file name relative to the folder, instead of `model.onnx` / `onnx/model.onnx`.
     pub model_file: Option<PathBuf>,
     /// The ONNX Runtime library to load, instead of discovery (like `ORT_DYLIB_PATH`).
@@ -67,6 +78,9 @@ impl Default for EmbedderOptions {
             prompt: None,
             task: None,
             dim: None,
+            max_queued_texts: 65_536,
+            queue_full: QueueFull::Wait,
+            batch_wait: Duration::ZERO,
             model_file: None,
             ort_library: None,
         }
@@ -139,6 +153,21 @@ impl EmbedderOptions {
     /// Run this task of a model with task adapters (jina-embeddings-v3).
     pub fn with_task(mut self, task: impl Into<String>) -> Self {
         self.task = Some(task.into());
+        self
+    }
+    /// Most texts waiting to run, across all calls (at least 1).
+    pub fn with_max_queued_texts(mut self, texts: usize) -> Self {
+        self.max_queued_texts = texts;
+        self
+    }
+    /// Wait for room or refuse when the queue is full.
+    pub fn with_queue_full(mut self, full: QueueFull) -> Self {
+        self.queue_full = full;
+        self
+    }
+    /// How long a free session may wait under load to fill a batch.
+    pub fn with_batch_wait(mut self, wait: Duration) -> Self {
+        self.batch_wait = wait;
         self
     }
     /// Keep the first `dim` dimensions of each vector (Matryoshka models), then normalise.

@@ -1,6 +1,6 @@
 //! What an embedder has done: counters shared by its sessions, read as [`EmbedStats`].
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
@@ -16,7 +16,16 @@ pub struct EmbedStats {
     pub padded_tokens: u64,
     /// Seconds spent inside `Session::run`.
     pub ort_seconds: f64,
+    /// Batches by their number of texts: entry i counts batches of at most
+    /// [`BATCH_SIZE_BOUNDS`]`[i]` texts (cumulative, as a Prometheus histogram); `batches` is the
+    /// count of all.
+    pub batch_sizes: [u64; BATCH_SIZE_BOUNDS.len()],
+    /// Texts waiting in the queue now, not yet running.
+    pub queued_texts: u64,
 }
+
+/// The upper bounds of [`EmbedStats::batch_sizes`].
+pub const BATCH_SIZE_BOUNDS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -25,4 +34,41 @@ pub(crate) struct Counters {
     pub(crate) tokens: AtomicU64,
     pub(crate) padded_tokens: AtomicU64,
     pub(crate) ort_nanos: AtomicU64,
+    /// Batches per bucket of [`BATCH_SIZE_BOUNDS`], not cumulative.
+    pub(crate) batch_sizes: [AtomicU64; BATCH_SIZE_BOUNDS.len()],
+}
+
+impl Counters {
+    pub(crate) fn count_batch(&self, texts: usize) {
+        if let Some(i) = BATCH_SIZE_BOUNDS.iter().position(|&b| texts <= b) {
+            self.batch_sizes[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn read(&self, queued_texts: usize) -> EmbedStats {
+        let mut batch_sizes = [0u64; BATCH_SIZE_BOUNDS.len()];
+        let mut sum = 0;
+        for (out, n) in batch_sizes.iter_mut().zip(&self.batch_sizes) {
+            sum += n.load(Ordering::Relaxed);
+            *out = sum;
+        }
+        EmbedStats {
+            texts: self.texts.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            tokens: self.tokens.load(Ordering::Relaxed),
+            padded_tokens: self.padded_tokens.load(Ordering::Relaxed),
+            ort_seconds: self.ort_nanos.load(Ordering::Relaxed) as f64 * 1e-9,
+            batch_sizes,
+            queued_texts: queued_texts as u64,
+        }
+    }
+
+    pub(crate) fn reset(&self) {
+        for a in [&self.texts, &self.batches, &self.tokens, &self.padded_tokens, &self.ort_nanos] {
+            a.store(0, Ordering::Relaxed);
+        }
+        for a in &self.batch_sizes {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
 }

@@ -18,6 +18,11 @@ pub struct ConcurrencyReport {
     pub bulk_texts_per_second: f64,
     pub ratio_to_bulk: f64,
     pub latency_ms: Percentiles,
+    /// Batches the concurrent calls ran in, and their mean size in texts.
+    pub batches: u64,
+    pub mean_batch_texts: f64,
+    /// Padding as a share of the tokens fed, in the concurrent run.
+    pub padding: f64,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -88,7 +93,9 @@ pub fn measure(
     chunk: usize,
 ) -> Result<ConcurrencyReport> {
     let bulk_tps = bulk(embedder, texts, chunk)?;
+    embedder.reset_stats();
     let (tps, latencies) = concurrent(embedder, texts, callers, per_call)?;
+    let s = embedder.stats();
     Ok(ConcurrencyReport {
         callers,
         per_call,
@@ -102,6 +109,9 @@ pub fn measure(
             p99: percentile(&latencies, 0.99),
             max: latencies.last().copied().unwrap_or(f64::NAN),
         },
+        batches: s.batches,
+        mean_batch_texts: s.texts as f64 / s.batches.max(1) as f64,
+        padding: 1.0 - s.tokens as f64 / s.padded_tokens.max(1) as f64,
     })
 }
 

@@ -46,6 +46,7 @@ pub fn options(m: &ModelArgs) -> Result<EmbedderOptions> {
     o.prompt = m.prompt.clone();
     o.task = m.task.clone();
     o.dim = m.dim.map(|d| d as usize);
+    o.batch_wait = std::time::Duration::from_millis(m.batch_wait_ms);
     o.threads = m.threads.map(|t| t as usize);
     o.sessions = m.sessions.map(|s| s as usize);
     o.max_length = m.max_length.map(|l| l as usize);
@@ -218,6 +219,12 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             println!(
                 "latency          p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} calls)",
                 l.p50, l.p95, l.p99, l.max, r.calls
+            );
+            println!(
+                "batches          {} of {:.1} texts on average, {:.1}% padding",
+                r.batches,
+                r.mean_batch_texts,
+                100.0 * r.padding
             );
         }
         return Ok(());

@@ -1,0 +1,586 @@
+//! The engine behind an [`Embedder`](crate::Embedder): loading (probe, plan, ONNX Runtime,
+//! sessions, checks), tokenizing, and running one batch on a session with the GPU-to-CPU fallback.
+//! The session workers and the callers share it.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use nornir_ep_select::{Plan, Provider, Vendor};
+use ort::session::Session;
+use serde::Serialize;
+use tokenizers::{Tokenizer, TruncationParams};
+
+use crate::embeddings::{Embeddings, TextTokens};
+use crate::error::{EmbedError, Result};
+use crate::graph_io::{GraphIo, RowSettings, graph_io, run_batch};
+use crate::model::ModelFolder;
+use crate::options::EmbedderOptions;
+use crate::placement::parse_profile;
+use crate::plan::plan_for_model;
+use crate::pooling::Pooling;
+use crate::prompt::{PromptChoice, choose_prompt};
+use crate::runtime::{OrtRuntime, load_runtime};
+use crate::scheduler::{BatchPolicy, Item, QueueFull, Request, Scheduler};
+use crate::session::{self, Placement, SessionConfig, SessionReport};
+use crate::stats::{Counters, EmbedStats};
+use crate::tokenize::prefix_for_tokens;
+
+/// Calls of at most this many texts are tokenized serially, in the caller's thread.
+const SERIAL_TOKENIZE: usize = 16;
+
+/// A call on its way: the request its rows go to, its items until they are queued, and how to
+/// lay its rows out again.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) request: Arc<Request>,
+    pub(crate) items: Vec<Item>,
+    /// For each text of the call, its row among the unique texts; `None` when all are unique.
+    expand: Option<Vec<usize>>,
+    /// Per unique text.
+    tokens: Vec<TextTokens>,
+}
+
+/// A session and the vendor it runs on; a GPU session that fails at run time is replaced here
+/// by a CPU session, under the same lock, before the failed batch is run again.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    session: Session,
+    vendor: Vendor,
+}
+
+/// The tokens of `prompt` as sentence-transformers counts them for `include_prompt: false`: the
+/// prompt tokenized with the special tokens, less a special token at its end (the `[SEP]` or
+/// end-of-text that closes it alone, not the text it goes before).
+fn prompt_token_count(tokenizer: &Tokenizer, prompt: &str) -> tokenizers::Result<usize> {
+    let enc = tokenizer.encode(prompt, true)?;
+    let ends_special = enc.get_special_tokens_mask().last() == Some(&1);
+    Ok(enc.len() - usize::from(ends_special))
+}
+
+/// Facts about the loaded model, for reports.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct ModelInfo {
+    pub folder: ModelFolder,
+    /// The width of the vectors returned: `model_dimension`, or `--dim` when given.
+    pub dimension: usize,
+    /// The width of the model's own output.
+    pub model_dimension: usize,
+    pub max_length: usize,
+    pub pooling: Pooling,
+    /// Tokens of the prompt left out of the pooling (`include_prompt: false`).
+    pub pooling_skips_prompt_tokens: usize,
+    pub normalize: bool,
+    /// Why vectors are (or are not) normalised.
+    pub normalize_reason: String,
+    /// The prompt put before every text, and the task.
+    pub prompt: PromptChoice,
+    /// Texts are padded on the left (the tokenizer's padding side).
+    pub left_padding: bool,
+    pub inputs: Vec<String>,
+    pub output: String,
+    pub output_is_pooled: bool,
+    /// Why this output was chosen.
+    pub output_reason: String,
+}
+
+/// Everything the callers and the session workers share. `Session::run` needs `&mut`, so each
+/// session sits behind a mutex; worker k runs session k.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) session: Mutex<Slot>,
+    /// More sessions like the first, built on first need; empty on a GPU or when `sessions` is 1.
+    extra_sessions: std::sync::OnceLock<Vec<Mutex<Slot>>>,
+    /// Set once a GPU session failed at run time and was replaced by a CPU session.
+    run_fallback: Mutex<Option<String>>,
+    pub(crate) sessions: usize,
+    prepacked: ort::session::builder::PrepackedWeights,
+    pub(crate) tokenizer: Tokenizer,
+    io: GraphIo,
+    settings: RowSettings,
+    pub(crate) info: ModelInfo,
+    report: SessionReport,
+    runtime: Arc<OrtRuntime>,
+    intra_threads: usize,
+    pub(crate) counters: Counters,
+    pub(crate) scheduler: Scheduler,
+    pub(crate) queue_full: QueueFull,
+}
+
+impl Engine {
+    /// Loads the model folder `dir`: probe -> plan -> ONNX Runtime -> session -> checks.
+    /// Every mismatch between the folder and the graph is an error here, not at the first embed.
+    pub(crate) fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
+        if options.token_budget == 0 {
+            return Err(EmbedError::InvalidOption("token budget must be at least 1".to_owned()));
+        }
+        if options.threads == Some(0) {
+            return Err(EmbedError::InvalidOption(
+                "threads must be at least 1 (or leave it unset for all cores)".to_owned(),
+            ));
+        }
+        if options.sessions == Some(0) {
+            return Err(EmbedError::InvalidOption("sessions must be at least 1 (or leave it unset)".to_owned()));
+        }
+        if options.dim == Some(0) {
+            return Err(EmbedError::InvalidOption("--dim must be at least 1".to_owned()));
+        }
+        let folder = ModelFolder::open(dir, options.model_file.as_deref())?;
+        let prompt = choose_prompt(&folder, options).map_err(EmbedError::InvalidOption)?;
+        let mut tokenizer = Tokenizer::from_file(&folder.tokenizer_file)
+            .map_err(|e| EmbedError::Tokenizer { path: folder.tokenizer_file.clone(), reason: e.to_string() })?;
+        let max_length = options
+            .max_length
+            .or(folder.max_seq_length)
+            .or_else(|| tokenizer.get_truncation().map(|t| t.max_length))
+            .or(folder.max_position_embeddings)
+            .unwrap_or(512);
+        if max_length == 0 {
+            return Err(EmbedError::InvalidOption("max length must be at least 1".to_owned()));
+        }
+        let vocab = tokenizer.get_vocab_size(true);
+        if let Some(rows) = folder.vocab_size
+            && vocab > rows
+        {
+            return Err(EmbedError::Tokenizer {
+                path: folder.tokenizer_file.clone(),
+                reason: format!(
+                    "it has {vocab} tokens but config.json says the model has {rows} (vocab_size), so it is not this model's tokenizer"
+                ),
+            });
+        }
+        let left_padding =
+            tokenizer.get_padding().is_some_and(|p| matches!(p.direction, tokenizers::PaddingDirection::Left));
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
+            .map_err(|e| EmbedError::Tokenizer { path: folder.tokenizer_file.clone(), reason: e.to_string() })?;
+
+        let plan =
+            plan_for_model(options.prefer_gpu, options.device, folder.quantization.as_ref().and_then(|q| q.cpu_only()));
+        if let Some(why) = &plan.refusal {
+            return Err(EmbedError::DeviceRefused(why.clone()));
+        }
+        let runtime = load_runtime(&plan, options.ort_library.as_deref())?;
+        let threads = options.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+        // Two CPU sessions side by side by default: small batches leave one session's threads idle.
+        let default_sessions = if plan.vendor == Vendor::Cpu && threads >= 2 { 2 } else { 1 };
+        let cpu_sessions = options.sessions.unwrap_or(default_sessions);
+        let intra_threads = (threads / cpu_sessions).max(1);
+        let prepacked = ort::session::builder::PrepackedWeights::new();
+        let cfg =
+            SessionConfig { model: &folder.model_file, intra_threads, profile_to: None, prepacked: Some(&prepacked) };
+        let (session, report) = session::build(&runtime, &plan, &cfg)?;
+        let sessions = if report.gpu_vendor == Vendor::Cpu { cpu_sessions } else { options.sessions.unwrap_or(1) };
+        let mut io = graph_io(&session, &folder, options.output_name.as_deref())?;
+        match (&mut io.task, &prompt.task) {
+            (Some(input), Some((_, index))) => input.value = *index,
+            (Some(_), None) => {
+                return Err(EmbedError::Model {
+                    dir: folder.dir.clone(),
+                    reason:
+                        "the graph takes a task_id input but config.json lists no lora_adaptations to choose it from"
+                            .to_owned(),
+                });
+            }
+            (None, _) => {}
+        }
+        let pooling = options.pooling.or(folder.pooling.map(|p| p.mode)).unwrap_or(Pooling::Mean);
+        let include_prompt = folder.pooling.is_none_or(|p| p.include_prompt);
+        let skip = if include_prompt || prompt.text.is_empty() {
+            0
+        } else {
+            prompt_token_count(&tokenizer, &prompt.text)
+                .map_err(|e| EmbedError::Tokenizer { path: folder.tokenizer_file.clone(), reason: e.to_string() })?
+        };
+        let (normalize, normalize_reason) = match options.normalize {
+            Some(n) => (n, "chosen by the caller".to_owned()),
+            None => {
+                let (n, why) = folder.normalize_default();
+                (n, why.to_owned())
+            }
+        };
+        let settings = RowSettings { pooling, skip, normalize, dim: options.dim, left_padding };
+        let info = ModelInfo {
+            inputs: session.inputs().iter().map(|i| i.name().to_owned()).collect(),
+            output: session.outputs()[io.output].name().to_owned(),
+            output_is_pooled: io.pooled,
+            output_reason: io.output_reason.clone(),
+            dimension: 0,
+            model_dimension: 0,
+            max_length,
+            pooling,
+            pooling_skips_prompt_tokens: skip,
+            normalize,
+            normalize_reason,
+            prompt,
+            left_padding,
+            folder,
+        };
+        let policy = if report.gpu_vendor == Vendor::Cpu { BatchPolicy::CPU } else { BatchPolicy::GPU };
+        let mut embedder = Self {
+            session: Mutex::new(Slot { session, vendor: report.gpu_vendor }),
+            extra_sessions: std::sync::OnceLock::new(),
+            run_fallback: Mutex::new(None),
+            sessions,
+            prepacked,
+            tokenizer,
+            io,
+            settings,
+            info,
+            report,
+            runtime,
+            intra_threads,
+            counters: Counters::default(),
+            scheduler: Scheduler::new(
+                sessions,
+                options.token_budget,
+                policy,
+                options.max_queued_texts,
+                options.batch_wait,
+            ),
+            queue_full: options.queue_full,
+        };
+        embedder.check_with_a_first_run()?;
+        tracing::info!(provider = %embedder.report.active_provider, vendor = %embedder.report.gpu_vendor, "embedder ready");
+        Ok(embedder)
+    }
+
+    /// Runs one short text: finds the output width, checks it against the configs, and makes a
+    /// graph that fails on real input (wrong vocabulary, wrong inputs) fail at load time.
+    fn check_with_a_first_run(&mut self) -> Result<()> {
+        let vocab = self.tokenizer.get_vocab_size(true);
+        let probe_text = "nornir checks the model";
+        let enc = self.tokenizer.encode(probe_text, true).map_err(|e| EmbedError::Tokenizer {
+            path: self.info.folder.tokenizer_file.clone(),
+            reason: e.to_string(),
+        })?;
+        // The vocabulary's last id goes in too: a model with a smaller embedding table fails here.
+        let mut ids = enc.get_ids().to_vec();
+        let last = u32::try_from(vocab.saturating_sub(1)).unwrap_or(u32::MAX);
+        ids.insert(ids.len().saturating_sub(1), last);
+        let dim = self.run_batch(&self.session, &[ids.as_slice()], |_, _| {}).map_err(|e| match e {
+            EmbedError::ForcedDeviceFailed { .. } => e,
+            e => EmbedError::Model {
+                dir: self.info.folder.dir.clone(),
+                reason: format!(
+                    "the model fails on a first test text ({e}); is tokenizer.json ({vocab} tokens) the model's own?"
+                ),
+            },
+        })?;
+        if let Some(h) = self.info.folder.hidden_size
+            && h != dim
+        {
+            return Err(EmbedError::Model {
+                dir: self.info.folder.dir.clone(),
+                reason: format!("the model's output has width {dim} but its config says hidden size {h}"),
+            });
+        }
+        if let Some(d) = self.settings.dim
+            && d > dim
+        {
+            return Err(EmbedError::InvalidOption(format!(
+                "--dim {d} is wider than the model's {dim}-dimensional vectors; give at most {dim}"
+            )));
+        }
+        self.info.model_dimension = dim;
+        self.info.dimension = self.settings.dim.unwrap_or(dim);
+        self.reset_stats();
+        Ok(())
+    }
+
+    /// Work done so far: texts, tokens, padding, time inside ONNX Runtime, batch sizes, queue.
+    pub(crate) fn stats(&self) -> EmbedStats {
+        self.counters.read(self.scheduler.queued())
+    }
+
+    pub(crate) fn reset_stats(&self) {
+        self.counters.reset();
+    }
+
+    pub(crate) fn dimension(&self) -> usize {
+        self.info.dimension
+    }
+
+    pub(crate) fn model_info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// What the session build did (the plan, each provider's outcome) and what runs the model
+    /// now: after a GPU failure at run time, the CPU, with the reason in `fallback`.
+    pub(crate) fn report(&self) -> SessionReport {
+        let mut r = self.report.clone();
+        if let Some(why) = self.run_fallback().clone() {
+            r.fallback = Some(why);
+            r.active_provider = Provider::Cpu.ort_name().to_owned();
+            r.gpu_vendor = Vendor::Cpu;
+        }
+        r
+    }
+
+    /// The vendor the plan aimed at.
+    pub(crate) fn requested_vendor(&self) -> Vendor {
+        self.report.plan.vendor
+    }
+
+    /// The vendor really running the model now: "rocm", "cuda" or "cpu".
+    pub(crate) fn gpu_vendor(&self) -> &'static str {
+        self.vendor().label()
+    }
+
+    /// Why a GPU session was replaced at run time, if one was.
+    fn run_fallback(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.run_fallback.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Where the model really runs, typed: `gpu_vendor()` as a [`Vendor`].
+    pub(crate) fn vendor(&self) -> Vendor {
+        let fell_back = self.run_fallback().is_some();
+        if fell_back { Vendor::Cpu } else { self.report.gpu_vendor }
+    }
+
+    /// True when an AMD provider is running the model.
+    pub(crate) fn rocm_ready(&self) -> bool {
+        self.vendor() == Vendor::Rocm
+    }
+
+    /// A call's texts, tokenized, as queue items with the request they fill. Identical texts are
+    /// tokenized and run once.
+    pub(crate) fn prepare<S: AsRef<str>>(&self, texts: &[S]) -> Result<Call> {
+        let mut first: HashMap<&str, usize> = HashMap::with_capacity(texts.len());
+        let mut unique: Vec<&str> = Vec::with_capacity(texts.len());
+        let slot: Vec<usize> = texts
+            .iter()
+            .map(|t| {
+                *first.entry(t.as_ref()).or_insert_with(|| {
+                    unique.push(t.as_ref());
+                    unique.len() - 1
+                })
+            })
+            .collect();
+        let encodings = if unique.is_empty() { Vec::new() } else { self.tokenize(&unique)? };
+        let request = Request::new(unique.len(), self.info.dimension);
+        let tokens = encodings
+            .iter()
+            .map(|e| TextTokens {
+                count: u32::try_from(e.len()).unwrap_or(u32::MAX),
+                truncated: !e.get_overflowing().is_empty(),
+            })
+            .collect();
+        let items = encodings
+            .into_iter()
+            .enumerate()
+            .map(|(index, e)| Item { ids: e.get_ids().to_vec(), request: Arc::clone(&request), index })
+            .collect();
+        let expand = (unique.len() < texts.len()).then_some(slot);
+        Ok(Call { request, items, expand, tokens })
+    }
+
+    /// The call's embeddings from its request's rows, in the call's order, duplicates expanded.
+    pub(crate) fn finish(&self, call: Call, rows: Vec<f32>) -> Embeddings {
+        let dim = self.info.dimension;
+        let Some(slot) = call.expand else {
+            self.counters.texts.fetch_add(call.tokens.len() as u64, Ordering::Relaxed);
+            return Embeddings::from_whole_rows(rows, dim, call.tokens);
+        };
+        self.counters.texts.fetch_add(slot.len() as u64, Ordering::Relaxed);
+        let mut data = Vec::with_capacity(slot.len() * dim);
+        for &u in &slot {
+            data.extend_from_slice(&rows[u * dim..(u + 1) * dim]);
+        }
+        let tokens = slot.iter().map(|&u| call.tokens[u]).collect();
+        Embeddings::from_whole_rows(data, dim, tokens)
+    }
+
+    /// Runs a batch of queue items on `slot` and hands each row to its request, after the
+    /// batch is counted in the stats. When the batch fails, each text runs again alone, so one
+    /// text (one caller's bad input) fails only its own call; a panic fails the batch's texts
+    /// instead of leaving their callers waiting.
+    pub(crate) fn run_items(&self, slot: &Mutex<Slot>, items: &[Item]) {
+        let run = |batch: &[&Item]| -> Result<Vec<f32>> {
+            let rows: Vec<&[u32]> = batch.iter().map(|i| i.ids.as_slice()).collect();
+            let mut out = Vec::with_capacity(batch.len() * self.info.dimension);
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.run_batch(slot, &rows, |_, v| out.extend_from_slice(v))
+            }))
+            .unwrap_or_else(|_| {
+                Err(EmbedError::Inference("a session worker panicked running this batch".to_owned()))
+            })?;
+            Ok(out)
+        };
+        let hand_over = |batch: &[&Item], rows: Vec<f32>| {
+            let dim = rows.len() / batch.len().max(1);
+            for (k, item) in batch.iter().enumerate() {
+                item.request.finish_row(item.index, Ok(&rows[k * dim..(k + 1) * dim]));
+            }
+        };
+        let all: Vec<&Item> = items.iter().collect();
+        match run(&all) {
+            Ok(rows) => hand_over(&all, rows),
+            Err(e) if items.len() == 1 => items[0].request.finish_row(items[0].index, Err(e)),
+            Err(e) => {
+                tracing::warn!("a batch of {} texts failed ({e}); running each alone", items.len());
+                for item in items {
+                    match run(&[item]) {
+                        Ok(rows) => hand_over(&[item], rows),
+                        Err(e) => item.request.finish_row(item.index, Err(e)),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Token ids of each text, truncated to the model's length. A very long text is tokenized
+    /// from a prefix cut at whitespace (a 10 MB line would otherwise cost seconds and a gigabyte);
+    /// when the prefix yields fewer tokens than the limit, the whole text is tokenized instead,
+    /// so the ids are always those of the whole text.
+    pub(crate) fn tokenize(&self, texts: &[&str]) -> Result<Vec<tokenizers::Encoding>> {
+        let fail = |e: tokenizers::Error| EmbedError::Inference(format!("tokenization failed: {e}"));
+        let max_length = self.info.max_length;
+        let prompt = self.info.prompt.text.as_str();
+        let with_prompt = |t: &'_ str| -> String { format!("{prompt}{t}") };
+        let prefixes: Vec<&str> = texts.iter().map(|t| prefix_for_tokens(t, max_length)).collect();
+        let inputs: Vec<std::borrow::Cow<'_, str>> =
+            prefixes.iter().map(|t| if prompt.is_empty() { (*t).into() } else { with_prompt(t).into() }).collect();
+        // A few texts are tokenized right here: the tokenizer's parallel batch would wake a thread
+        // pool for microseconds of work, and many concurrent callers would fight over it.
+        let mut encodings = if inputs.len() <= SERIAL_TOKENIZE {
+            inputs.iter().map(|t| self.tokenizer.encode(t.as_ref(), true)).collect::<tokenizers::Result<Vec<_>>>()
+        } else {
+            self.tokenizer.encode_batch(inputs.iter().map(|t| t.as_ref()).collect(), true)
+        }
+        .map_err(fail)?;
+        for (i, enc) in encodings.iter_mut().enumerate() {
+            if prefixes[i].len() < texts[i].len() && enc.len() < max_length {
+                *enc = self.tokenizer.encode(with_prompt(texts[i]), true).map_err(fail)?;
+            }
+        }
+        Ok(encodings)
+    }
+
+    /// The sessions beyond the first, built on first use with the plan that is really running
+    /// (CPU only, if the first session fell back). A failure to build them leaves one session.
+    pub(crate) fn extra_sessions(&self) -> &[Mutex<Slot>] {
+        self.extra_sessions.get_or_init(|| {
+            let plan = self.running_plan();
+            let cfg = self.pooled_config();
+            let mut extra = Vec::new();
+            for _ in 1..self.sessions {
+                match session::build(&self.runtime, &plan, &cfg) {
+                    Ok((session, r)) => extra.push(Mutex::new(Slot { session, vendor: r.gpu_vendor })),
+                    Err(e) => {
+                        tracing::warn!("running with {} session(s): another could not be built: {e}", extra.len() + 1);
+                        break;
+                    }
+                }
+            }
+            extra
+        })
+    }
+
+    /// The plan as it really ran: CPU only when the first session ended on the CPU, so that a
+    /// further session is built the same way instead of trying the GPU again.
+    fn running_plan(&self) -> Plan {
+        if self.vendor() == Vendor::Cpu { self.cpu_plan() } else { self.report.plan.clone() }
+    }
+
+    /// The plan without its GPU providers: what a CPU session is built from.
+    fn cpu_plan(&self) -> Plan {
+        let mut plan = self.report.plan.clone();
+        plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
+        plan.forced = false;
+        plan
+    }
+
+    /// How every session of the pool is built: the same threads, one set of pre-packed weights.
+    fn pooled_config(&self) -> SessionConfig<'_> {
+        SessionConfig {
+            model: &self.info.folder.model_file,
+            intra_threads: self.intra_threads,
+            profile_to: None,
+            prepacked: Some(&self.prepacked),
+        }
+    }
+
+    /// How many sessions embed in parallel (on a GPU, one).
+    pub(crate) fn sessions(&self) -> usize {
+        self.sessions
+    }
+
+    /// Runs one batch on `slot` (locked for the run only). When a GPU session fails, and the
+    /// device was not forced, the slot's session is replaced by a CPU session and the same batch
+    /// runs again: `emit` sees each text once, from the run that succeeded.
+    pub(crate) fn run_batch(
+        &self,
+        slot: &Mutex<Slot>,
+        rows: &[&[u32]],
+        mut emit: impl FnMut(usize, &[f32]),
+    ) -> Result<usize> {
+        let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (settings, nanos) = (self.settings, &self.counters.ort_nanos);
+        let dim = match run_batch(&mut slot.session, &self.io, settings, rows, nanos, &mut emit) {
+            Ok(dim) => dim,
+            Err(e) if slot.vendor != Vendor::Cpu => {
+                let e = match e {
+                    EmbedError::Inference(text) => text,
+                    e => e.to_string(),
+                };
+                let why = format!("running a batch on {} failed: {e}", self.report.active_provider);
+                if self.report.plan.forced {
+                    return Err(EmbedError::ForcedDeviceFailed {
+                        vendor: self.report.plan.vendor,
+                        details: why,
+                        registrations: Vec::new(),
+                    });
+                }
+                tracing::warn!("{why}; running it and the rest on CPU");
+                slot.session = self.cpu_session()?;
+                slot.vendor = Vendor::Cpu;
+                self.run_fallback()
+                    .get_or_insert_with(|| format!("{why}; rebuilt on CPUExecutionProvider and ran that batch again"));
+                run_batch(&mut slot.session, &self.io, settings, rows, nanos, &mut emit)?
+            }
+            Err(e) => return Err(e),
+        };
+        let c = &self.counters;
+        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.count_batch(rows.len());
+        c.tokens.fetch_add(rows.iter().map(|r| r.len() as u64).sum(), Ordering::Relaxed);
+        c.padded_tokens.fetch_add((rows.len() * longest) as u64, Ordering::Relaxed);
+        Ok(dim)
+    }
+
+    /// A CPU session like the others, to replace a GPU session that failed at run time.
+    fn cpu_session(&self) -> Result<Session> {
+        Ok(session::build(&self.runtime, &self.cpu_plan(), &self.pooled_config())?.0)
+    }
+
+    /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh
+    /// session built the same way. Costs a session build; call it on demand (`doctor`).
+    pub(crate) fn placement(&self) -> Placement {
+        // A private folder with an unpredictable name, removed when `dir` drops.
+        let dir = match tempfile::Builder::new().prefix("nornir-placement-").tempdir() {
+            Ok(d) => d,
+            Err(e) => return Placement::Unknown { reason: format!("no temporary folder for the profile: {e}") },
+        };
+        let prefix = dir.path().join("nornir-placement");
+        let cfg = SessionConfig { profile_to: Some(&prefix), prepacked: None, ..self.pooled_config() };
+        let plan = self.running_plan();
+        let result = (|| -> Result<Placement> {
+            let (mut session, _) = session::build(&self.runtime, &plan, &cfg)?;
+            let ids = self
+                .tokenizer
+                .encode("where does this run?", true)
+                .map(|e| e.get_ids().to_vec())
+                .unwrap_or_else(|_| vec![0, 0]);
+            run_batch(&mut session, &self.io, self.settings, &[ids.as_slice()], &AtomicU64::new(0), |_, _| {})?;
+            let file = session.end_profiling().map_err(|e| EmbedError::Inference(e.to_string()))?;
+            let text = std::fs::read_to_string(&file).map_err(|e| EmbedError::Inference(format!("{file}: {e}")))?;
+            Ok(parse_profile(&text))
+        })();
+        result.unwrap_or_else(|e| Placement::Unknown { reason: e.to_string() })
+    }
+}

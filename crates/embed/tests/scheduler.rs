@@ -1,0 +1,142 @@
+//! Batching across calls, on the real default model and CPU ONNX Runtime: async calls resolve
+//! with no runtime, a full queue refuses and keeps serving, and a text that fails its batch fails
+//! only its own call (on the jina-v2-like fixture, whose 8,192-row position table makes any
+//! longer text fail inside ONNX Runtime).
+
+mod common;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use common::{cosine, model_dir, parity_sample};
+use nornir_embed::{EmbedError, Embedder, EmbedderOptions, QueueFull};
+use nornir_ep_select::Device;
+use nornir_test_support::fixtures::{self, Kind};
+
+fn options() -> EmbedderOptions {
+    EmbedderOptions::default().with_device(Device::Cpu).with_threads(2)
+}
+
+/// Wakes the test thread: the smallest executor there is.
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Polls every future on this thread until all are ready.
+fn join_all<F: Future + Unpin>(mut futures: Vec<F>) -> Vec<F::Output> {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while out.iter().any(Option::is_none) {
+        for (f, slot) in futures.iter_mut().zip(out.iter_mut()) {
+            if slot.is_none()
+                && let Poll::Ready(v) = std::pin::Pin::new(f).poll(&mut cx)
+            {
+                *slot = Some(v);
+            }
+        }
+        assert!(Instant::now() < deadline, "futures still pending after 2 minutes");
+        std::thread::park_timeout(Duration::from_millis(50));
+    }
+    out.into_iter().flatten().collect()
+}
+
+#[test]
+fn async_calls_share_batches_and_match_blocking_calls() {
+    let (texts, _) = parity_sample();
+    let e = Embedder::new(&model_dir(), &options()).expect("load");
+    let whole = e.embed(&texts).expect("blocking");
+    e.reset_stats();
+    let calls: Vec<&[String]> = texts.chunks(3).collect();
+    let futures: Vec<_> = calls.iter().map(|c| e.embed_async(c)).collect();
+    let results = join_all(futures);
+    for (k, r) in results.into_iter().enumerate() {
+        let rows = r.expect("async call");
+        assert_eq!(rows.len(), calls[k].len());
+        for (j, row) in rows.rows().enumerate() {
+            assert!(cosine(row, whole.row(k * 3 + j)) > 0.9999, "call {k} row {j}");
+        }
+        assert!(rows.total_tokens() > 0);
+    }
+    let s = e.stats();
+    assert_eq!(s.texts, texts.len() as u64);
+    assert!(s.batches < calls.len() as u64, "33 calls queued at once share batches: {s:?}");
+    let empty: [&str; 0] = [];
+    assert!(join_all(vec![e.embed_async(&empty)])[0].as_ref().expect("empty").is_empty());
+}
+
+#[test]
+fn a_full_queue_refuses_at_once_and_keeps_serving() {
+    let (texts, _) = parity_sample();
+    let many: Vec<String> = (0..8).flat_map(|i| texts.iter().map(move |t| format!("{i} {t}"))).collect();
+    let e = Embedder::new(
+        &model_dir(),
+        &options().with_sessions(1).with_max_queued_texts(4).with_queue_full(QueueFull::Refuse),
+    )
+    .expect("load");
+    std::thread::scope(|s| {
+        // A call larger than the limit runs when the queue is empty...
+        let big = s.spawn(|| e.embed(&many));
+        let started = Instant::now();
+        while e.stats().queued_texts == 0 {
+            assert!(started.elapsed() < Duration::from_secs(30), "the large call never queued");
+            std::thread::yield_now();
+        }
+        // ...and while it waits, a caller is refused at once, with what to do.
+        match e.embed(&["one more text"]) {
+            Err(EmbedError::Overloaded { limit: 4, .. }) => {}
+            other => panic!("expected Overloaded, got {other:?}"),
+        }
+        let e2 = e.embed_async(&["one more text"]);
+        assert!(matches!(join_all(vec![e2]).remove(0), Err(EmbedError::Overloaded { .. })));
+        assert_eq!(big.join().expect("join").expect("the large call").len(), many.len());
+    });
+    assert_eq!(e.embed(&["served again"]).expect("after the flood").len(), 1);
+}
+
+#[test]
+fn a_text_that_fails_its_batch_fails_only_its_own_call() {
+    let t = tempfile::tempdir().expect("tempdir");
+    fixtures::write_model(t.path(), Kind::LongContext, 30522);
+    let mut tokenizer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(model_dir().join("tokenizer.json")).expect("tokenizer"))
+            .expect("json");
+    tokenizer["truncation"] = serde_json::Value::Null;
+    std::fs::write(t.path().join("tokenizer.json"), tokenizer.to_string()).expect("write tokenizer");
+    // 9,000 tokens allowed, though the graph has 8,192 positions; a large budget, so that texts of
+    // about 8,200 tokens share a batch.
+    let o = options().with_sessions(1).with_max_length(9000).with_token_budget(1 << 20);
+    let e = Embedder::new(t.path(), &o).expect("load");
+    let words = |n: usize, w: &str| format!("{w} ").repeat(n);
+    let (ok_a, ok_b, bad) = (words(8150, "apple"), words(8140, "pear"), words(8250, "plum"));
+    let alone_a = e.embed(&[ok_a.as_str()]).expect("alone");
+    let alone_b = e.embed(&[ok_b.as_str()]).expect("alone");
+    e.reset_stats();
+    // Keep the one session busy, so the three calls wait together and are cut into one batch.
+    let blocker = words(8000, "stone");
+    let results = std::thread::scope(|s| {
+        let busy = s.spawn(|| e.embed(&[blocker.as_str(), &words(7990, "sand")]));
+        // Its tokenizing takes milliseconds, its run about a second.
+        std::thread::sleep(Duration::from_millis(150));
+        let futures =
+            vec![e.embed_async(&[bad.as_str()]), e.embed_async(&[ok_a.as_str()]), e.embed_async(&[ok_b.as_str()])];
+        let results = join_all(futures);
+        busy.join().expect("join").expect("the blocker");
+        results
+    });
+    let err = results[0].as_ref().expect_err("the 8,250-token text overruns the position table").to_string();
+    assert!(err.contains("inference failed"), "{err}");
+    assert!(cosine(results[1].as_ref().expect("its neighbour").row(0), alone_a.row(0)) > 0.99999);
+    assert!(cosine(results[2].as_ref().expect("its neighbour").row(0), alone_b.row(0)) > 0.99999);
+    // Counted batches are those that ran: the blocker's pair, then the two good texts alone,
+    // rerun after the batch of three failed (had they not shared it, they would have run as a pair).
+    let s = e.stats();
+    assert_eq!((s.batches, s.batch_sizes[0], s.batch_sizes[1]), (3, 2, 3), "{s:?}");
+}
