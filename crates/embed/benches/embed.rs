@@ -1,5 +1,5 @@
-//! The embedder's parts on the benchmark corpus: tokenization, packing, pooling, and one small
-//! end-to-end batch. Needs the default model: `cargo xtask fetch`, then `cargo bench -p nornir-embed`.
+//! The embedder's parts on the benchmark corpus: tokenization, packing, pooling, one small
+//! end-to-end batch, and the scheduler (one call against 16 concurrent callers). Needs the default model: `cargo xtask fetch`, then `cargo bench -p nornir-embed`.
 
 use std::path::PathBuf;
 
@@ -64,6 +64,24 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     g.throughput(Throughput::Elements(batch.len() as u64));
     g.bench_function("embed 32 mixed texts", |b| b.iter(|| embedder.embed(&batch).expect("embed")));
+    g.finish();
+
+    // The scheduler: the same 64 texts as one call, and as 16 threads making one-text calls,
+    // which the queue gathers into shared batches.
+    let sixty_four: Vec<&str> = sample.iter().take(64).copied().collect();
+    let mut g = c.benchmark_group("scheduler");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(sixty_four.len() as u64));
+    g.bench_function("one call of 64 texts", |b| b.iter(|| embedder.embed(&sixty_four).expect("embed")));
+    g.bench_function("16 threads x 4 one-text calls", |b| {
+        b.iter(|| {
+            std::thread::scope(|s| {
+                for part in sixty_four.chunks(4) {
+                    s.spawn(|| part.iter().for_each(|t| drop(embedder.embed(&[t]).expect("embed"))));
+                }
+            })
+        })
+    });
     g.finish();
 }
 
