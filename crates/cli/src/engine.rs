@@ -10,7 +10,11 @@ mod concurrency;
 #[cfg(feature = "embed-ort")]
 mod quantize;
 #[cfg(feature = "embed-ort")]
+mod serve;
+#[cfg(feature = "embed-ort")]
 pub use quantize::quantize;
+#[cfg(feature = "embed-ort")]
+pub use serve::serve;
 
 #[cfg(not(feature = "embed-ort"))]
 mod disabled;

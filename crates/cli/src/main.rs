@@ -77,6 +77,21 @@ Examples:
   nornir vector quantize --model all-MiniLM-L6-v2 --output all-MiniLM-L6-v2-int8
   nornir vector quantize --model DIR --output OUT --keep-fp32 output.dense --json")]
     Quantize(QuantizeArgs),
+    /// Serve the embedder over HTTP: OpenAI's /v1/embeddings, text-embeddings-inference's /embed,
+    /// /health, /metrics (Prometheus), /info.
+    #[command(after_help = "Concurrent requests share batches; when more than --max-queued-texts texts wait, a request
+is answered 503 with Retry-After at once. /health answers 503 until the model has loaded and
+passed its first run, then 200: use it as the readiness probe. With --api-key (or NORNIR_API_KEY),
+every endpoint but /health needs `Authorization: Bearer <key>`. SIGTERM or Ctrl-C stops taking
+connections and finishes the requests in flight.
+
+Examples:
+  nornir vector serve --port 8080
+  NORNIR_API_KEY=secret nornir vector serve --host 0.0.0.0 --port 8080 --model DIR
+  curl -s localhost:8080/v1/embeddings -H 'content-type: application/json' \\
+       -d '{\"model\": \"nornir\", \"input\": [\"hello\", \"world\"]}'
+  curl -s localhost:8080/embed -H 'content-type: application/json' -d '{\"inputs\": \"hello\"}'")]
+    Serve(ServeArgs),
 }
 
 /// Options shared by every command that loads a model.
@@ -237,6 +252,33 @@ fn parse_expected_device(s: &str) -> Result<Device, String> {
 }
 
 #[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The address to listen on (0.0.0.0 for every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// The port to listen on (0: any free port; the chosen one is printed).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health.
+    #[arg(long, env = "NORNIR_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Largest request body in bytes; larger ones get 413.
+    #[arg(long, value_name = "BYTES", default_value_t = 4 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_body_bytes: u64,
+    /// Most texts in one request (OpenAI takes 2,048); more get 413.
+    #[arg(long, value_name = "N", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_inputs: u32,
+    /// Most texts waiting for a batch, across requests; a request that would pass it gets 503.
+    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_queued_texts: u32,
+    /// Threads answering HTTP (the model runs on its own session threads).
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub http_threads: u32,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+#[derive(Args, Debug)]
 pub struct QuantizeArgs {
     /// The folder to write: int8 model.onnx, the tokenizer and configs, quantization.json.
     #[arg(long, short, value_name = "OUTPUT")]
@@ -266,8 +308,12 @@ fn init_tracing(verbose: u8) {
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("NORNIR_LOG").unwrap_or_else(|_| default.into());
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
 }
 
 /// A closed pipe ends the process quietly, as it does `cat` and `grep` (`nornir ... | head`):
@@ -309,6 +355,10 @@ fn main() -> ExitCode {
         Top::Vector(VectorCommand::Quantize(a)) => {
             init_tracing(0);
             engine::quantize(&a).map(|()| ExitCode::SUCCESS)
+        }
+        Top::Vector(VectorCommand::Serve(a)) => {
+            init_tracing(1);
+            engine::serve(&a).map(|()| ExitCode::SUCCESS)
         }
     };
     match result {

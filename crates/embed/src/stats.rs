@@ -22,6 +22,8 @@ pub struct EmbedStats {
     pub batch_sizes: [u64; BATCH_SIZE_BOUNDS.len()],
     /// Texts waiting in the queue now, not yet running.
     pub queued_texts: u64,
+    /// Texts run in batches (the sum of the batch sizes; identical texts of a call run once).
+    pub batched_texts: u64,
 }
 
 /// The upper bounds of [`EmbedStats::batch_sizes`].
@@ -34,12 +36,14 @@ pub(crate) struct Counters {
     pub(crate) tokens: AtomicU64,
     pub(crate) padded_tokens: AtomicU64,
     pub(crate) ort_nanos: AtomicU64,
+    pub(crate) batched_texts: AtomicU64,
     /// Batches per bucket of [`BATCH_SIZE_BOUNDS`], not cumulative.
     pub(crate) batch_sizes: [AtomicU64; BATCH_SIZE_BOUNDS.len()],
 }
 
 impl Counters {
     pub(crate) fn count_batch(&self, texts: usize) {
+        self.batched_texts.fetch_add(texts as u64, Ordering::Relaxed);
         if let Some(i) = BATCH_SIZE_BOUNDS.iter().position(|&b| texts <= b) {
             self.batch_sizes[i].fetch_add(1, Ordering::Relaxed);
         }
@@ -60,11 +64,12 @@ impl Counters {
             ort_seconds: self.ort_nanos.load(Ordering::Relaxed) as f64 * 1e-9,
             batch_sizes,
             queued_texts: queued_texts as u64,
+            batched_texts: self.batched_texts.load(Ordering::Relaxed),
         }
     }
 
     pub(crate) fn reset(&self) {
-        for a in [&self.texts, &self.batches, &self.tokens, &self.padded_tokens, &self.ort_nanos] {
+        for a in [&self.texts, &self.batches, &self.tokens, &self.padded_tokens, &self.ort_nanos, &self.batched_texts] {
             a.store(0, Ordering::Relaxed);
         }
         for a in &self.batch_sizes {

@@ -11,9 +11,9 @@ pub use nornir_gpu_probe::{self as gpu_probe, ProbeReport, preflight, probe};
 
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
-    EmbedError, EmbedStats, Embedder, EmbedderOptions, Embeddings, MIN_ORT, ModelFolder, ModelInfo, Modules, OrtInfo,
-    Placement, Pooling, PoolingSpec, PromptChoice, Prompts, Quantization, Registration, Result, SessionReport,
-    check_library, choose_library, plan_for, plan_for_model,
+    BATCH_SIZE_BOUNDS, EmbedError, EmbedFuture, EmbedStats, Embedder, EmbedderOptions, Embeddings, MIN_ORT,
+    ModelFolder, ModelInfo, Modules, OrtInfo, Placement, Pooling, PoolingSpec, PromptChoice, Prompts, Quantization,
+    QueueFull, Registration, Result, SessionReport, check_library, choose_library, plan_for, plan_for_model,
 };
 
 /// The int8 rewrite for the CPU (feature `quantize`).

@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 
 use super::{EmbedJob, OrtChoice};
-use crate::{BenchArgs, ModelArgs, QuantizeArgs};
+use crate::{BenchArgs, ModelArgs, QuantizeArgs, ServeArgs};
 
 const NOT_COMPILED: &str =
     "this nornir was built without the ONNX Runtime embedder; rebuild with `--features embed-ort` (the default)";
@@ -13,6 +13,10 @@ pub fn embed(_: &EmbedJob) -> Result<()> {
 }
 
 pub fn bench(_: &BenchArgs) -> Result<()> {
+    bail!(NOT_COMPILED)
+}
+
+pub fn serve(_: &ServeArgs) -> Result<()> {
     bail!(NOT_COMPILED)
 }
 

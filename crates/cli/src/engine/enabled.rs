@@ -57,8 +57,11 @@ pub fn options(m: &ModelArgs) -> Result<EmbedderOptions> {
 }
 
 pub fn load(m: &ModelArgs) -> Result<Embedder> {
-    let dir = model_dir(m)?;
-    Ok(Embedder::new(&dir, &options(m)?)?)
+    load_with(&model_dir(m)?, &options(m)?)
+}
+
+pub fn load_with(dir: &std::path::Path, o: &nornir_vector::EmbedderOptions) -> Result<Embedder> {
+    Ok(Embedder::new(dir, o)?)
 }
 
 /// One line: which provider runs and why.
