@@ -54,18 +54,22 @@ fn parse(args: &[String]) -> Result<Options> {
 }
 
 pub(crate) fn python_env(home: &Path) -> Result<std::path::PathBuf> {
-    let venv = home.join("bench-venv");
+    python_venv(home, "bench-venv", PYTHON_PACKAGES, "the Python baseline")
+}
+
+/// A virtual environment under the nornir home with exactly `packages` (pinned), made once and
+/// remade when the list changes. Returns its python.
+pub(crate) fn python_venv(home: &Path, name: &str, packages: &[&str], purpose: &str) -> Result<std::path::PathBuf> {
+    let venv = home.join(name);
     let py = venv.join("bin/python");
     let stamp = venv.join(".nornir-packages");
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(&PYTHON_PACKAGES.join(" ")) {
-        eprintln!("xtask: making the Python baseline's virtual environment ({})", PYTHON_PACKAGES.join(", "));
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(&packages.join(" ")) {
+        eprintln!("xtask: making {purpose}'s virtual environment ({})", packages.join(", "));
         run_checked(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         run_checked(
-            Command::new(&py)
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-                .args(PYTHON_PACKAGES),
+            Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(packages),
         )?;
-        std::fs::write(&stamp, PYTHON_PACKAGES.join(" "))?;
+        std::fs::write(&stamp, packages.join(" "))?;
     }
     Ok(py)
 }

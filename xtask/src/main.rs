@@ -84,7 +84,7 @@ fn run() -> Result<()> {
         Some("gpu-bundle") => gpu_bundle::gpu_bundle(&args[1..]),
         Some("quality") => quality::quality(&args[1..]),
         Some("long-context") => long_context::long_context(),
-        Some("check-features") => features::check_features(&test_env(&fetch::fetch(&all_test_assets())?)),
+        Some("check-features") => features::check_features(&test_env(&fetch::fetch(&all_test_assets())?)?),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
             Ok(())
@@ -142,9 +142,13 @@ fn all_test_assets() -> Vec<&'static assets::Asset> {
     all
 }
 
-/// What the tests read to find the fetched assets.
-fn test_env(home: &Path) -> Vec<(&'static str, PathBuf)> {
-    vec![
+/// What the tests read to find the fetched assets and the OpenAI client's Python.
+fn test_env(home: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
+    Ok(vec![
+        (
+            "NORNIR_TEST_PYTHON",
+            compare::python_venv(home, "test-venv", TEST_PYTHON_PACKAGES, "the tests' OpenAI client")?,
+        ),
         ("NORNIR_HOME", home.to_path_buf()),
         ("NORNIR_TEST_MODEL", home.join(assets::DEFAULT_MODEL_DIR)),
         ("NORNIR_TEST_PARAPHRASE_MODEL", home.join(assets::PARAPHRASE_MODEL_DIR)),
@@ -155,16 +159,19 @@ fn test_env(home: &Path) -> Vec<(&'static str, PathBuf)> {
         ("NORNIR_TEST_ORT_MIGRAPHX", home.join(assets::ORT_MIGRAPHX.dest).join("libonnxruntime.so.1.27.1")),
         ("NORNIR_TEST_CORPUS", workspace_root().join("testdata")),
         ("NORNIR_TEST_GPU_BUNDLE", workspace_root().join(DRY_RUN_BUNDLE)),
-    ]
+    ])
 }
 
 /// The GPU check's bundle for its dry run (crates/cli/tests/gpu_check.rs), made from the debug build.
 const DRY_RUN_BUNDLE: &str = "target/gpu-bundle-dry-run";
 
+/// The official OpenAI Python client, for the server's compatibility test.
+const TEST_PYTHON_PACKAGES: &[&str] = &["openai==3.57.0"];
+
 fn test(extra: &[String]) -> Result<()> {
     let home = fetch::fetch(&all_test_assets())?;
     ensure_debian_hip()?;
-    let env = test_env(&home);
+    let env = test_env(&home)?;
     eprintln!("xtask: the GPU check's bundle for its dry run");
     run_checked(cargo().args(["build", "--quiet", "-p", "nornir-cli"]))?;
     let nornir = workspace_root().join("target/debug/nornir").display().to_string();
@@ -206,7 +213,7 @@ fn soak(args: &[String]) -> Result<()> {
     run_checked(
         cargo()
             .args(["test", "--release", "-p", "nornir-embed", "--test", "soak", "--", "--nocapture"])
-            .envs(test_env(&home))
+            .envs(test_env(&home)?)
             .env("NORNIR_SOAK_CALLS", calls.to_string()),
     )
 }

@@ -1,0 +1,380 @@
+//! `nornir vector serve`, started for real on a free port and driven over HTTP: its OpenAI and TEI
+//! answers against the library's vectors, the official OpenAI Python client (installed by
+//! `cargo xtask test`, NORNIR_TEST_PYTHON), every bad request with its status while the server
+//! keeps serving, a graceful SIGTERM, and 64 concurrent clients for a minute with every answer
+//! checked and memory flat (NORNIR_SERVE_LOAD_SECONDS shortens it).
+
+#![cfg(feature = "embed-ort")]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::model;
+use nornir_vector::{Device, Embedder, EmbedderOptions};
+use serde_json::{Value, json};
+
+const KEY: &str = "test-key-0123456789";
+
+/// A running `nornir vector serve`, stopped with SIGTERM when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_nornir"))
+            .args(["vector", "serve", "--port", "0", "--device", "cpu", "--api-key", KEY, "--model"])
+            .arg(model())
+            .args(extra)
+            .env_remove("NORNIR_DEVICE")
+            .env_remove("ORT_DYLIB_PATH")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start nornir vector serve");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let url = loop {
+            let line = lines.next().expect("the server ended before listening").expect("read stderr");
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.split_whitespace().next().expect("an address").to_owned();
+            }
+        };
+        // Keep draining its log so that it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        let server = Self { child, url };
+        let started = Instant::now();
+        while server.get("/health").0 != 200 {
+            assert!(started.elapsed() < Duration::from_secs(120), "not ready after 2 minutes");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+
+    fn request(&self, method: &str, path: &str, key: Option<&str>, body: Option<&str>) -> (u16, String) {
+        let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(120)).build();
+        let mut r = agent.request(method, &format!("{}{path}", self.url)).set("content-type", "application/json");
+        if let Some(k) = key {
+            r = r.set("authorization", &format!("Bearer {k}"));
+        }
+        let result = match body {
+            Some(b) => r.send_string(b),
+            None => r.call(),
+        };
+        let text = |resp: ureq::Response| {
+            let mut body = String::new();
+            std::io::Read::read_to_string(&mut resp.into_reader(), &mut body).expect("body");
+            body
+        };
+        match result {
+            Ok(resp) => (resp.status(), text(resp)),
+            Err(ureq::Error::Status(code, resp)) => (code, text(resp)),
+            Err(e) => panic!("{method} {path}: {e}"),
+        }
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        self.request("GET", path, Some(KEY), None)
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let (status, text) = self.request("POST", path, Some(KEY), Some(&body.to_string()));
+        (
+            status,
+            serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{path} answered {status} with no JSON ({e}): {text}")),
+        )
+    }
+
+    fn rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("server status");
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .expect("VmRSS");
+        kib / 1024.0
+    }
+
+    /// Sends SIGTERM, as Kubernetes does to stop a pod.
+    fn sigterm(&self) {
+        // SAFETY: kill(2) on our own child, which has not been waited for, so its pid is still ours.
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(sent, 0, "kill");
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        self.sigterm();
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.terminate();
+        }
+    }
+}
+
+fn texts() -> Vec<String> {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/parity-sample.txt");
+    std::fs::read_to_string(path).expect("parity sample").lines().map(str::to_owned).collect()
+}
+
+fn library() -> Embedder {
+    Embedder::new(&model(), &EmbedderOptions::default().with_device(Device::Cpu).with_threads(1)).expect("load")
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let n = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (n(a) * n(b))
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array().expect("an array").iter().map(|x| x.as_f64().expect("a number") as f32).collect()
+}
+
+fn unit(v: &[f32]) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter().map(|x| x / n).collect()
+}
+
+#[test]
+fn openai_and_tei_answers_match_the_library() {
+    let server = Server::start(&[]);
+    let lib = library();
+    let texts: Vec<String> = texts().into_iter().take(12).collect();
+    let want = lib.embed(&texts).expect("library");
+
+    let (status, r) = server.post("/v1/embeddings", &json!({ "model": "any", "input": texts }));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!((r["object"].as_str(), r["data"].as_array().map(Vec::len)), (Some("list"), Some(12)));
+    assert_eq!(r["usage"]["prompt_tokens"].as_u64(), Some(want.total_tokens() as u64));
+    for (i, d) in r["data"].as_array().expect("data").iter().enumerate() {
+        assert_eq!(d["index"].as_u64(), Some(i as u64));
+        assert!(cosine(&floats(&d["embedding"]), want.row(i)) > 0.9999, "row {i}");
+    }
+    // base64: the same little-endian float32 values.
+    let (_, b) = server.post("/v1/embeddings", &json!({ "input": texts[0], "encoding_format": "base64" }));
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b["data"][0]["embedding"].as_str().expect("base64"))
+        .expect("decode");
+    let decoded: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert!(cosine(&decoded, want.row(0)) > 0.9999 && decoded.len() == 384);
+    // dimensions: the first 64, normalised again.
+    let (_, c) = server.post("/v1/embeddings", &json!({ "input": [texts[1].clone()], "dimensions": 64 }));
+    let cut = floats(&c["data"][0]["embedding"]);
+    assert_eq!(cut.len(), 64);
+    assert!(
+        cosine(&cut, &unit(&want.row(1)[..64])) > 0.9999 && (cut.iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-4
+    );
+
+    // TEI: a list of vectors; normalize false gives the model's raw vectors.
+    let (status, t) = server.post("/embed", &json!({ "inputs": texts }));
+    assert_eq!(status, 200, "{t}");
+    for (i, v) in t.as_array().expect("vectors").iter().enumerate() {
+        assert!(cosine(&floats(v), want.row(i)) > 0.9999);
+    }
+    let (_, raw) = server.post("/embed", &json!({ "inputs": "A man is eating food.", "normalize": false }));
+    let norm = floats(&raw[0]).iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!(norm > 1.5, "raw vectors of this model are not unit length: {norm}");
+    // TEI refuses a text longer than the model unless truncate is set.
+    let long = "word ".repeat(400);
+    let (status, e) = server.post("/embed", &json!({ "inputs": long }));
+    assert_eq!(status, 413, "{e}");
+    assert_eq!(e["error_type"], "Validation");
+    assert!(e["error"].as_str().expect("message").contains("truncate"), "{e}");
+    assert_eq!(server.post("/embed", &json!({ "inputs": long, "truncate": true })).0, 200);
+
+    let (status, info) = server.get("/info");
+    let info: Value = serde_json::from_str(&info).expect("info JSON");
+    assert_eq!(status, 200);
+    assert_eq!(
+        (info["active_provider"].as_str(), info["model"]["dimension"].as_u64()),
+        (Some("CPUExecutionProvider"), Some(384))
+    );
+    let (_, metrics) = server.get("/metrics");
+    for needle in [
+        "nornir_requests_total{endpoint=\"/v1/embeddings\",status=\"200\"} 3",
+        "nornir_requests_total{endpoint=\"/embed\",status=\"413\"} 1",
+        "nornir_batch_size_bucket{le=\"+Inf\"}",
+        "nornir_queue_texts 0",
+        "nornir_request_duration_seconds_count",
+        "nornir_active_provider{provider=\"CPUExecutionProvider\",vendor=\"cpu\"} 1",
+    ] {
+        assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
+    }
+}
+
+#[test]
+fn the_official_openai_python_client() {
+    let python = nornir_test_support::env_path("NORNIR_TEST_PYTHON");
+    let server = Server::start(&[]);
+    let texts: Vec<String> = texts().into_iter().skip(20).take(8).collect();
+    let want = library().embed(&texts).expect("library");
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/openai_client_check.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .args([server.url.as_str(), KEY])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the OpenAI client");
+    serde_json::to_writer(child.stdin.take().expect("stdin"), &texts).expect("send texts");
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).expect("the client's JSON");
+    assert_eq!(got["indices"], json!((0..8).collect::<Vec<_>>()));
+    assert_eq!(got["prompt_tokens"].as_u64(), Some(want.total_tokens() as u64));
+    assert_eq!(got["model"], "all-MiniLM-L6-v2-int8");
+    for i in 0..8 {
+        assert!(cosine(&floats(&got["vectors"][i]), want.row(i)) > 0.9999, "row {i}");
+        let cut = floats(&got["dim64"][i]);
+        assert!(cut.len() == 64 && cosine(&cut, &want.row(i)[..64]) > 0.9999, "row {i}, 64 dimensions");
+    }
+}
+
+#[test]
+fn bad_requests_get_their_status_and_the_server_keeps_serving() {
+    let server = Server::start(&["--max-body-bytes", "100000"]);
+    let ok = |server: &Server| {
+        assert_eq!(server.request("GET", "/health", None, None).0, 200);
+        let (status, r) = server.post("/v1/embeddings", &json!({ "input": "still serving" }));
+        assert_eq!((status, r["data"][0]["embedding"].as_array().map(Vec::len)), (200, Some(384)), "{r}");
+    };
+    let many: Vec<String> = (0..10_000).map(|i| format!("t{i}")).collect();
+    let cases: Vec<(&str, Option<&str>, String, u16, &str)> = vec![
+        ("/v1/embeddings", Some(KEY), "{\"input\": [\"a\",".to_owned(), 400, "invalid JSON"),
+        ("/v1/embeddings", Some(KEY), json!({ "input": [] }).to_string(), 400, "must not be empty"),
+        ("/v1/embeddings", Some(KEY), json!({ "input": ["a", ""] }).to_string(), 400, "input[1] is an empty string"),
+        ("/v1/embeddings", Some(KEY), json!({ "input": [[101, 102]] }).to_string(), 400, "token arrays"),
+        (
+            "/v1/embeddings",
+            Some(KEY),
+            json!({ "input": "a", "encoding_format": "int8" }).to_string(),
+            400,
+            "encoding_format",
+        ),
+        ("/v1/embeddings", Some(KEY), json!({ "input": "a", "dimensions": 385 }).to_string(), 400, "between 1 and 384"),
+        ("/v1/embeddings", Some(KEY), json!({ "input": "a", "dimensions": 0 }).to_string(), 400, "between 1 and 384"),
+        ("/v1/embeddings", Some(KEY), json!({ "model": "x" }).to_string(), 400, "invalid JSON request"),
+        ("/v1/embeddings", Some("wrong"), json!({ "input": "a" }).to_string(), 401, "wrong API key"),
+        ("/v1/embeddings", None, json!({ "input": "a" }).to_string(), 401, "wrong API key"),
+        ("/v1/embeddings", Some(KEY), json!({ "input": "x".repeat(200_000) }).to_string(), 413, "max-body-bytes"),
+        ("/v1/embeddings", Some(KEY), json!({ "input": many }).to_string(), 413, "at most 2048"),
+        ("/embed", Some(KEY), json!({ "inputs": many }).to_string(), 413, "at most 2048"),
+        ("/embed", Some(KEY), "[]".to_owned(), 400, "invalid JSON request"),
+        ("/embed", Some("wrong"), json!({ "inputs": "a" }).to_string(), 401, "wrong API key"),
+    ];
+    for (path, key, body, status, needle) in cases {
+        let (got, text) = server.request("POST", path, key, Some(&body));
+        assert_eq!(got, status, "{path} {}: {text}", &body[..body.len().min(60)]);
+        let e: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+        let message = if path == "/embed" { &e["error"] } else { &e["error"]["message"] };
+        assert!(message.as_str().is_some_and(|m| m.contains(needle)), "{needle:?} not in {text}");
+        ok(&server);
+    }
+    assert_eq!(server.request("GET", "/info", None, None).0, 401, "/info needs the key");
+    assert_eq!(server.request("GET", "/nope", Some(KEY), None).0, 404);
+}
+
+#[test]
+fn sigterm_finishes_the_requests_in_flight() {
+    let mut server = Server::start(&[]);
+    let texts: Vec<String> = (0..1500).map(|i| format!("text number {i} of a long request")).collect();
+    let body = json!({ "input": texts }).to_string();
+    let (status, r) = std::thread::scope(|s| {
+        let inflight = s.spawn(|| server.request("POST", "/v1/embeddings", Some(KEY), Some(&body)));
+        std::thread::sleep(Duration::from_millis(300));
+        server.sigterm();
+        inflight.join().expect("join")
+    });
+    assert_eq!(status, 200, "{r}");
+    let r: Value = serde_json::from_str(&r).expect("JSON");
+    assert_eq!(r["data"].as_array().map(Vec::len), Some(1500));
+    assert!(server.child.wait().expect("wait").success(), "a clean exit after SIGTERM");
+}
+
+/// 64 clients for a minute (NORNIR_SERVE_LOAD_SECONDS), each call 1 to 4 texts over both APIs,
+/// every vector checked against the library's; memory after the first 10 seconds stays flat.
+#[test]
+fn sixty_four_clients_for_a_minute() {
+    let seconds: u64 = std::env::var("NORNIR_SERVE_LOAD_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
+    let server = Server::start(&[]);
+    let pool: Vec<String> = texts().into_iter().take(64).collect();
+    let want = library().embed(&pool).expect("library");
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let mut warm_rss = None;
+    let (calls, texts_done, mut latencies) = std::thread::scope(|s| {
+        let clients: Vec<_> = (0..64usize)
+            .map(|c| {
+                let (server, pool, want) = (&server, &pool, &want);
+                s.spawn(move || {
+                    let mut done = (0usize, 0usize, Vec::new());
+                    let mut k = c;
+                    while Instant::now() < deadline {
+                        let n = 1 + k % 4;
+                        let picks: Vec<usize> = (0..n).map(|j| (k * 7 + j * 13) % pool.len()).collect();
+                        let batch: Vec<&str> = picks.iter().map(|&i| pool[i].as_str()).collect();
+                        let t = Instant::now();
+                        let rows: Vec<Vec<f32>> = if k % 2 == 0 {
+                            let (status, r) = server.post("/v1/embeddings", &json!({ "input": batch }));
+                            assert_eq!(status, 200, "{r}");
+                            r["data"].as_array().expect("data").iter().map(|d| floats(&d["embedding"])).collect()
+                        } else {
+                            let (status, r) = server.post("/embed", &json!({ "inputs": batch }));
+                            assert_eq!(status, 200, "{r}");
+                            r.as_array().expect("vectors").iter().map(floats).collect()
+                        };
+                        done.2.push(t.elapsed().as_secs_f64() * 1e3);
+                        assert_eq!(rows.len(), n);
+                        for (row, &i) in rows.iter().zip(&picks) {
+                            assert!(cosine(row, want.row(i)) > 0.9999, "client {c}: text {i} differs");
+                        }
+                        done.0 += 1;
+                        done.1 += n;
+                        k += 64;
+                    }
+                    done
+                })
+            })
+            .collect();
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            if warm_rss.is_none() && started.elapsed() >= Duration::from_secs(seconds.min(10)) {
+                warm_rss = Some(server.rss_mib());
+            }
+        }
+        clients.into_iter().map(|c| c.join().expect("a client failed")).fold((0, 0, Vec::new()), |mut acc, d| {
+            acc.0 += d.0;
+            acc.1 += d.1;
+            acc.2.extend(d.2);
+            acc
+        })
+    });
+    let end_rss = server.rss_mib();
+    let warm_rss = warm_rss.expect("an RSS sample after warm-up");
+    latencies.sort_by(f64::total_cmp);
+    let p = |q: f64| latencies[((q * latencies.len() as f64) as usize).min(latencies.len() - 1)];
+    eprintln!(
+        "load: 64 clients, {seconds} s: {calls} calls, {texts_done} texts, {:.1} texts/s; latency p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms; RSS {warm_rss:.0} MiB after warm-up, {end_rss:.0} MiB at the end",
+        texts_done as f64 / seconds as f64,
+        p(0.5),
+        p(0.95),
+        p(0.99)
+    );
+    assert!(calls > 64, "every client got answers: {calls} calls");
+    assert!(
+        end_rss <= warm_rss * 1.2 + 30.0,
+        "memory grew from {warm_rss:.0} MiB to {end_rss:.0} MiB under steady load"
+    );
+}
