@@ -8,6 +8,7 @@
 //! - `fuzz`: every cargo-fuzz target for a while (nightly), crashes kept as regression inputs.
 //! - `bench-compare`, `quality`: speed and STS Benchmark quality, float32 and int8, against peers.
 //! - `long-context`: peak memory on an 8,192-position fixture, one long text and eight.
+//! - `serve-bench`: the HTTP server under concurrent clients, beside the library.
 //! - `gpu-bundle`: what `scripts/gpu-check.sh` needs on a lent GPU machine, in transferable parts.
 
 #![forbid(unsafe_code)]
@@ -20,6 +21,7 @@ mod gpu_bundle;
 mod int8;
 mod long_context;
 mod quality;
+mod serve_bench;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,6 +43,8 @@ pub(crate) const USAGE: &str = "usage: cargo xtask <task> [options]
           (--model DIR, repeatable, instead; --split dev|test)
   long-context    peak RSS of nornir on an 8,192-position fixture with real attention: one short
           text, one 8,192-token text, eight under a 65,536-token budget (attention-bounded batches)
+  serve-bench     nornir vector serve under N HTTP clients sending one text each (--clients N,
+          default 16; --texts N, default 1500), beside the library's bulk and concurrent figures
   check-features  clippy (-D warnings), tests and binary contents for every feature set; layering
   soak    one embedder shared by 8 threads x 500 calls of mixed sizes (--calls N): checks every
           row against the single-threaded result, prints calls/s and peak RSS; stops by itself
@@ -84,6 +88,7 @@ fn run() -> Result<()> {
         Some("gpu-bundle") => gpu_bundle::gpu_bundle(&args[1..]),
         Some("quality") => quality::quality(&args[1..]),
         Some("long-context") => long_context::long_context(),
+        Some("serve-bench") => serve_bench::serve_bench(&args[1..]),
         Some("check-features") => features::check_features(&test_env(&fetch::fetch(&all_test_assets())?)?),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");

@@ -1,0 +1,140 @@
+//! `cargo xtask serve-bench`: `nornir vector serve` (release build) under N concurrent HTTP
+//! clients, each sending one text per request from the corpus's first texts, beside the library
+//! on the same texts in the same run (`nornir vector bench --concurrency N --per-call 1`).
+//! Clients ask for base64 vectors, so that they cost the server's 2 cores little.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{assets, cargo, fetch, run_checked, workspace_root};
+
+fn flag(args: &[String], name: &str, default: usize) -> Result<usize> {
+    match args.iter().position(|a| a == name) {
+        None => Ok(default),
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .with_context(|| format!("{name} needs a positive number")),
+    }
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+pub fn serve_bench(args: &[String]) -> Result<()> {
+    let clients = flag(args, "--clients", 16)?;
+    let count = flag(args, "--texts", 1500)?;
+    let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
+    run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
+    let nornir = workspace_root().join("target/release/nornir");
+    let model = home.join(assets::DEFAULT_MODEL_DIR);
+    let corpus = std::fs::read_to_string(workspace_root().join("testdata/corpus.txt"))?;
+    let texts: Vec<String> = corpus.lines().take(count).map(str::to_owned).collect();
+    let input = workspace_root().join("target/serve-bench-texts.txt");
+    std::fs::write(&input, texts.join("\n") + "\n")?;
+
+    let library = Command::new(&nornir)
+        .args([
+            "vector",
+            "bench",
+            "--json",
+            "--device",
+            "cpu",
+            "--per-call",
+            "1",
+            "--concurrency",
+            &clients.to_string(),
+            "--model",
+        ])
+        .arg(&model)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .context("run nornir vector bench")?;
+    if !library.status.success() {
+        bail!("nornir vector bench failed: {}", String::from_utf8_lossy(&library.stderr));
+    }
+    let library: serde_json::Value = serde_json::from_slice(&library.stdout)?;
+
+    let mut server = Command::new(&nornir)
+        .args(["vector", "serve", "--port", "0", "--device", "cpu", "--model"])
+        .arg(&model)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("start nornir vector serve")?;
+    let mut lines = BufReader::new(server.stderr.take().context("stderr")?).lines();
+    let url = loop {
+        let line = lines.next().context("the server ended before listening")??;
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split_whitespace().next().context("an address")?.to_owned();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(60)).build();
+    let started = Instant::now();
+    while agent.get(&format!("{url}/health")).call().is_err() {
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!("the server was not ready after 2 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A warm-up pass builds the second session, as the library's bulk run does.
+    let body = serde_json::json!({ "input": texts.iter().take(256).collect::<Vec<_>>(), "encoding_format": "base64" });
+    agent.post(&format!("{url}/v1/embeddings")).send_string(&body.to_string())?;
+
+    let next = AtomicUsize::new(0);
+    let started = Instant::now();
+    let latencies: Vec<Result<Vec<f64>>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..clients)
+            .map(|_| {
+                s.spawn(|| -> Result<Vec<f64>> {
+                    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(60)).build();
+                    let mut mine = Vec::new();
+                    while let Some(text) = texts.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        let body = serde_json::json!({ "input": text, "encoding_format": "base64" }).to_string();
+                        let t = Instant::now();
+                        let resp = agent.post(&format!("{url}/v1/embeddings")).send_string(&body)?;
+                        let mut sink = Vec::new();
+                        resp.into_reader().read_to_end(&mut sink)?;
+                        mine.push(t.elapsed().as_secs_f64() * 1e3);
+                    }
+                    Ok(mine)
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| bail!("a client panicked"))).collect()
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    // SIGTERM through the kill command: xtask has no unsafe code.
+    let _ = Command::new("kill").arg(server.id().to_string()).status();
+    let _ = server.wait();
+    let mut all = Vec::new();
+    for l in latencies {
+        all.extend(l?);
+    }
+    all.sort_by(f64::total_cmp);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::json!({
+            "texts": texts.len(),
+            "clients": clients,
+            "server": {
+                "texts_per_second": texts.len() as f64 / seconds,
+                "latency_ms": { "p50": percentile(&all, 0.5), "p95": percentile(&all, 0.95), "p99": percentile(&all, 0.99) },
+            },
+            "library": {
+                "bulk_texts_per_second": library["bulk_texts_per_second"],
+                "concurrent_texts_per_second": library["texts_per_second"],
+                "latency_ms": library["latency_ms"],
+            },
+        }))?
+    );
+    Ok(())
+}
