@@ -17,6 +17,8 @@
 //! | --prompt-name on a model without prompts | `unknown prompt name "query": the model has no prompts` |
 //! | --task on a model without tasks | `--task "retrieval.query": the model has no tasks` |
 //! | --dim wider than the model | `--dim 385 is wider than the model's 384-dimensional vectors` |
+//! | serve: a missing model folder | `no such folder` before anything listens |
+//! | serve: a --host that is not an address | `--host "nowhere" is not an IP address` |
 //! | --output-name that the graph lacks | `--output-name "pooled": the model has no such output; its outputs are "last_hidden_state" ...` |
 //! | invalid UTF-8 on line 3 | `line 3 is not valid UTF-8; convert the file to UTF-8` |
 //! | NUL bytes in a line | embedded like any other text: one row per line |
@@ -186,6 +188,12 @@ fn model_contract_mistakes() {
     for (extra, needle) in cases {
         assert_one_line_error(&with(extra), needle);
     }
+    let missing = t.path().join("no-such-model");
+    assert_one_line_error(&nornir(&["vector", "serve", "--port", "0", "--model", s(&missing)]), "no such folder");
+    assert_one_line_error(
+        &nornir(&["vector", "serve", "--port", "0", "--host", "nowhere", "--model", s(&m)]),
+        "--host \"nowhere\" is not an IP address",
+    );
 }
 
 #[test]

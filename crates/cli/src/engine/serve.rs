@@ -487,6 +487,8 @@ async fn shutdown_signal() {
 pub fn serve(a: &ServeArgs) -> Result<()> {
     let dir = model_dir(&a.model)?;
     let mut opts = options(&a.model)?;
+    // A folder that is not a model is one line and exit 2 before anything listens.
+    nornir_vector::ModelFolder::open(&dir, opts.model_file.as_deref())?;
     // The server normalises and cuts per request; the embedder hands it the model's raw vectors.
     let normalize_flag = opts.normalize.take();
     let dim = opts.dim.take();
