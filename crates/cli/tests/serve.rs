@@ -83,7 +83,7 @@ impl Server {
         match result {
             Ok(resp) => Ok((resp.status(), text(resp))),
             Err(ureq::Error::Status(code, resp)) => Ok((code, text(resp))),
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         }
     }
 
