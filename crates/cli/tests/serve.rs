@@ -59,13 +59,14 @@ impl Server {
         self.try_request(method, path, key, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     }
 
+    /// The status and body, or the transport error (no answer) as text.
     fn try_request(
         &self,
         method: &str,
         path: &str,
         key: Option<&str>,
         body: Option<&str>,
-    ) -> Result<(u16, String), ureq::Error> {
+    ) -> Result<(u16, String), String> {
         let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(120)).build();
         let mut r = agent.request(method, &format!("{}{path}", self.url)).set("content-type", "application/json");
         if let Some(k) = key {
