@@ -184,6 +184,10 @@ fn test(extra: &[String]) -> Result<()> {
     gpu_bundle::gpu_bundle(&["--nornir".to_owned(), nornir, "--out".to_owned(), out])?;
     eprintln!("xtask: tests, default build");
     run_checked(cargo().args(["test", "--workspace", "--exclude", "xtask"]).args(extra).envs(env.clone()))?;
+    // The server's minute-long load test runs in full once, in the default build above; the
+    // other builds run it for 10 seconds.
+    let mut env = env;
+    env.push(("NORNIR_SERVE_LOAD_SECONDS", PathBuf::from("10")));
     eprintln!("xtask: tests, embed-ort-rocm build");
     run_checked(
         cargo()
@@ -200,7 +204,7 @@ fn test(extra: &[String]) -> Result<()> {
 }
 
 /// The value after `flag` in `args`, parsed, or `default`.
-fn numeric_flag(args: &[String], flag: &str, default: u64) -> Result<u64> {
+pub(crate) fn numeric_flag(args: &[String], flag: &str, default: u64) -> Result<u64> {
     match args.iter().position(|a| a == flag) {
         None => Ok(default),
         Some(i) => args

@@ -10,26 +10,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{assets, cargo, fetch, run_checked, workspace_root};
-
-fn flag(args: &[String], name: &str, default: usize) -> Result<usize> {
-    match args.iter().position(|a| a == name) {
-        None => Ok(default),
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .filter(|&n| n > 0)
-            .with_context(|| format!("{name} needs a positive number")),
-    }
-}
+use crate::{assets, cargo, fetch, numeric_flag, run_checked, workspace_root};
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
 pub fn serve_bench(args: &[String]) -> Result<()> {
-    let clients = flag(args, "--clients", 16)?;
-    let count = flag(args, "--texts", 1500)?;
+    let clients = numeric_flag(args, "--clients", 16)? as usize;
+    let count = numeric_flag(args, "--texts", 1500)? as usize;
     let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
     run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
     let nornir = workspace_root().join("target/release/nornir");
