@@ -135,9 +135,8 @@ impl BatchPolicy {
     }
 }
 
-/// A call's place in line: when it should start so that it finishes when it would have had it
-/// been as short as the others (arrival, less its longest text's expected run time), then its
-/// number.
+/// A call's place in line: its arrival less its longest text's expected run time (so a long text
+/// starts early enough to finish about when a short one that came with it does), then its number.
 type CallKey = (i64, u64);
 
 /// Texts waiting to run, indexed two ways: by length, to cut batches of similar lengths, and by
