@@ -116,28 +116,45 @@ pub(crate) fn run_checked(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-/// Debian's libamdhip64-5: a real HIP runtime without a GPU, for the probe's tests.
-fn ensure_debian_hip() -> Result<()> {
-    if Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5").exists() {
-        return Ok(());
+/// Debian's libamdhip64-5, a real HIP runtime without a GPU, for the probe's tests: unpacked into
+/// the nornir cache with `apt-get download` and `dpkg-deb -x`, which need no root. Returns the
+/// folder holding `libamdhip64.so.5`. (The probe loads it only where an AMD driver is present,
+/// so its own dependencies are not needed.)
+fn ensure_debian_hip(home: &Path) -> Result<PathBuf> {
+    let dest = home.join("test-libs/hip");
+    let lib_dir = dest.join("usr/lib/x86_64-linux-gnu");
+    if lib_dir.join("libamdhip64.so.5").exists() {
+        return Ok(lib_dir);
     }
-    eprintln!("xtask: installing Debian's libamdhip64-5 (a real HIP runtime for the probe's tests)");
-    let install = || {
-        Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "-q", "libamdhip64-5"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-    };
-    if install().is_ok_and(|s| s.success()) {
-        return Ok(());
+    let debs = home.join("downloads/debs");
+    std::fs::create_dir_all(&debs)?;
+    eprintln!("xtask: fetching Debian's libamdhip64-5 (a real HIP runtime for the probe's tests)");
+    let download = || Command::new("apt-get").args(["download", "-q", "libamdhip64-5"]).current_dir(&debs).status();
+    if !download().is_ok_and(|s| s.success()) {
+        // Package lists are missing on a fresh container; refreshing them needs root.
+        let _ = Command::new("apt-get").args(["update", "-q"]).status();
+        if !download().is_ok_and(|s| s.success()) {
+            bail!(
+                "could not fetch libamdhip64-5 with `apt-get download` (the tests need it): run `apt-get update` as root once, then `cargo xtask test` again"
+            );
+        }
     }
-    let _ = Command::new("apt-get").args(["update", "-q"]).status();
-    if install().is_ok_and(|s| s.success()) {
-        return Ok(());
+    let deb = std::fs::read_dir(&debs)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libamdhip64-5_")))
+        .context("apt-get download left no libamdhip64-5_*.deb")?;
+    let tmp = home.join("test-libs/hip.part");
+    let _ = std::fs::remove_dir_all(&tmp);
+    run_checked(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp))?;
+    // The soname link ldconfig makes on install: `ldconfig -n` makes it in one folder, as any user.
+    let tmp_lib = tmp.join("usr/lib/x86_64-linux-gnu");
+    run_checked(Command::new("/sbin/ldconfig").arg("-n").arg(&tmp_lib))?;
+    if !tmp_lib.join("libamdhip64.so.5").exists() {
+        bail!("{} has no libamdhip64.so.5 after unpacking", deb.display());
     }
-    bail!(
-        "could not install libamdhip64-5 with apt-get (the tests need it): run `apt-get install libamdhip64-5` as root"
-    )
+    let _ = std::fs::remove_dir_all(&dest);
+    std::fs::rename(&tmp, &dest)?;
+    Ok(lib_dir)
 }
 
 fn all_test_assets() -> Vec<&'static assets::Asset> {
@@ -154,6 +171,7 @@ fn test_env(home: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
             "NORNIR_TEST_PYTHON",
             compare::python_venv(home, "test-venv", TEST_PYTHON_PACKAGES, "the tests' OpenAI client")?,
         ),
+        ("NORNIR_TEST_HIP_DIR", ensure_debian_hip(home)?),
         ("NORNIR_HOME", home.to_path_buf()),
         ("NORNIR_TEST_MODEL", home.join(assets::DEFAULT_MODEL_DIR)),
         ("NORNIR_TEST_PARAPHRASE_MODEL", home.join(assets::PARAPHRASE_MODEL_DIR)),
@@ -175,7 +193,6 @@ const TEST_PYTHON_PACKAGES: &[&str] = &["openai==3.57.0"];
 
 fn test(extra: &[String]) -> Result<()> {
     let home = fetch::fetch(&all_test_assets())?;
-    ensure_debian_hip()?;
     let env = test_env(&home)?;
     eprintln!("xtask: the GPU check's bundle for its dry run");
     run_checked(cargo().args(["build", "--quiet", "-p", "nornir-cli"]))?;
