@@ -110,6 +110,18 @@ fn bench_json_on_the_builtin_sample() {
     assert!(b["texts_per_second"].as_f64().is_some_and(|x| x > 0.0));
     assert!(b["ort_seconds"].as_f64().is_some_and(|x| x > 0.0));
     assert_eq!(b["active_provider"], "CPUExecutionProvider");
+
+    let args =
+        ["vector", "bench", "--json", "--model", m.to_str().expect("utf8"), "--concurrency", "4", "--per-call", "2"];
+    let o = nornir(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let c: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!((c["callers"].as_u64(), c["per_call"].as_u64(), c["calls"].as_u64()), (Some(4), Some(2), Some(50)));
+    assert!(c["ratio_to_bulk"].as_f64().is_some_and(|r| r > 0.0), "{c}");
+    let l = &c["latency_ms"];
+    assert!(l["p50"].as_f64() <= l["p99"].as_f64() && l["p99"].as_f64() <= l["max"].as_f64(), "{c}");
+    let o = nornir(&["vector", "bench", "--per-call", "2"]);
+    assert_eq!(o.status.code(), Some(2), "--per-call needs --concurrency");
 }
 
 /// `nornir ... | head -1`: the reader goes away after one line; nornir ends quietly (SIGPIPE, as

@@ -220,7 +220,7 @@ impl Engine {
             folder,
         };
         let policy = if report.gpu_vendor == Vendor::Cpu { BatchPolicy::CPU } else { BatchPolicy::GPU };
-        let mut embedder = Self {
+        let mut engine = Self {
             session: Mutex::new(Slot { session, vendor: report.gpu_vendor }),
             extra_sessions: std::sync::OnceLock::new(),
             run_fallback: Mutex::new(None),
@@ -243,9 +243,9 @@ impl Engine {
             ),
             queue_full: options.queue_full,
         };
-        embedder.check_with_a_first_run()?;
-        tracing::info!(provider = %embedder.report.active_provider, vendor = %embedder.report.gpu_vendor, "embedder ready");
-        Ok(embedder)
+        engine.check_with_a_first_run()?;
+        tracing::info!(provider = %engine.report.active_provider, vendor = %engine.report.gpu_vendor, "embedder ready");
+        Ok(engine)
     }
 
     /// Runs one short text: finds the output width, checks it against the configs, and makes a
