@@ -2,6 +2,7 @@
 //! sessions, checks), tokenizing, and running one batch on a session with the GPU-to-CPU fallback.
 //! The session workers and the callers share it.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +27,12 @@ use crate::scheduler::{BatchPolicy, Item, QueueFull, Request, Scheduler};
 use crate::session::{self, Placement, SessionConfig, SessionReport};
 use crate::stats::{Counters, EmbedStats};
 use crate::tokenize::prefix_for_tokens;
+
+/// `text` with `prompt` before it; the text itself, not a copy, when there is no prompt (a text
+/// can be a 10 MB line).
+fn with_prompt<'a>(prompt: &str, text: &'a str) -> Cow<'a, str> {
+    if prompt.is_empty() { Cow::Borrowed(text) } else { Cow::Owned(format!("{prompt}{text}")) }
+}
 
 /// Calls of at most this many texts are tokenized serially, in the caller's thread.
 const SERIAL_TOKENIZE: usize = 16;
@@ -440,10 +447,8 @@ impl Engine {
         let fail = |e: tokenizers::Error| EmbedError::Inference(format!("tokenization failed: {e}"));
         let max_length = self.info.max_length;
         let prompt = self.info.prompt.text.as_str();
-        let with_prompt = |t: &'_ str| -> String { format!("{prompt}{t}") };
         let prefixes: Vec<&str> = texts.iter().map(|t| prefix_for_tokens(t, max_length)).collect();
-        let inputs: Vec<std::borrow::Cow<'_, str>> =
-            prefixes.iter().map(|t| if prompt.is_empty() { (*t).into() } else { with_prompt(t).into() }).collect();
+        let inputs: Vec<Cow<'_, str>> = prefixes.iter().map(|t| with_prompt(prompt, t)).collect();
         // A few texts are tokenized right here: the tokenizer's parallel batch would wake a thread
         // pool for microseconds of work, and many concurrent callers would fight over it.
         let mut encodings = if inputs.len() <= SERIAL_TOKENIZE {
@@ -454,7 +459,7 @@ impl Engine {
         .map_err(fail)?;
         for (i, enc) in encodings.iter_mut().enumerate() {
             if prefixes[i].len() < texts[i].len() && enc.len() < max_length {
-                *enc = self.tokenizer.encode(with_prompt(texts[i]), true).map_err(fail)?;
+                *enc = self.tokenizer.encode(with_prompt(prompt, texts[i]).as_ref(), true).map_err(fail)?;
             }
         }
         Ok(encodings)
