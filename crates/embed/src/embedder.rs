@@ -54,9 +54,6 @@ impl Embedder {
     /// starts a worker thread per session. Every mismatch between the folder and the graph is an
     /// error here, not at the first embed.
     pub fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
-        if options.max_queued_texts == 0 {
-            return Err(EmbedError::InvalidOption("max_queued_texts must be at least 1".to_owned()));
-        }
         let engine = Arc::new(Engine::new(dir, options)?);
         let mut embedder = Self { engine, workers: Vec::new() };
         for k in 0..embedder.engine.sessions {

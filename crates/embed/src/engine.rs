@@ -131,6 +131,9 @@ impl Engine {
         if options.sessions == Some(0) {
             return Err(EmbedError::InvalidOption("sessions must be at least 1 (or leave it unset)".to_owned()));
         }
+        if options.max_queued_texts == 0 {
+            return Err(EmbedError::InvalidOption("max_queued_texts must be at least 1".to_owned()));
+        }
         if options.dim == Some(0) {
             return Err(EmbedError::InvalidOption("--dim must be at least 1".to_owned()));
         }
