@@ -100,6 +100,13 @@ pub(crate) struct Item {
     pub(crate) index: usize,
 }
 
+impl Item {
+    /// Its length in the queue: its tokens, and at least 1 (an empty text still takes a row).
+    fn length(&self) -> usize {
+        self.ids.len().max(1)
+    }
+}
+
 /// What to do with a call that would take the queue past its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -143,8 +150,8 @@ type CallKey = (i64, u64);
 /// call, in [`CallKey`] order, so the call that is most due is always served next.
 #[derive(Debug)]
 struct Queue {
-    /// Waiting texts by id, with their call and length.
-    items: HashMap<u64, (CallKey, usize, Item)>,
+    /// Waiting texts by id, with their call.
+    items: HashMap<u64, (CallKey, Item)>,
     /// (length, u64::MAX - id): descending order visits longer texts first, older first among equals.
     by_length: BTreeSet<(usize, u64)>,
     /// Per call, most due first: its waiting texts, keyed as in `by_length`.
@@ -191,7 +198,7 @@ impl Queue {
             if id == anchor {
                 continue;
             }
-            if self.items.get(&id).is_some_and(|(call, _, _)| call.0 > horizon) {
+            if self.items.get(&id).is_some_and(|(call, _)| call.0 > horizon) {
                 continue;
             }
             let n = chosen.len() + 1;
@@ -204,7 +211,8 @@ impl Queue {
     }
 
     fn remove(&mut self, id: u64) -> Option<Item> {
-        let (call, len, item) = self.items.remove(&id)?;
+        let (call, item) = self.items.remove(&id)?;
+        let len = item.length();
         self.by_length.remove(&(len, u64::MAX - id));
         if let Some(texts) = self.by_call.get_mut(&call) {
             texts.remove(&(len, u64::MAX - id));
@@ -222,11 +230,11 @@ impl Queue {
         self.next_call += 1;
         let texts = self.by_call.entry(call).or_default();
         for item in items {
-            let (id, len) = (self.next_id, item.ids.len().max(1));
+            let (id, len) = (self.next_id, item.length());
             self.next_id += 1;
             self.by_length.insert((len, u64::MAX - id));
             texts.insert((len, u64::MAX - id));
-            self.items.insert(id, (call, len, item));
+            self.items.insert(id, (call, item));
         }
     }
 }
@@ -376,7 +384,7 @@ impl Scheduler {
     pub(crate) fn shut_down(&self) {
         let mut q = self.lock();
         q.shutdown = true;
-        let left: Vec<Item> = q.items.drain().map(|(_, (_, _, item))| item).collect();
+        let left: Vec<Item> = q.items.drain().map(|(_, (_, item))| item).collect();
         q.by_length.clear();
         q.by_call.clear();
         drop(q);
