@@ -123,7 +123,8 @@ pub(crate) fn graph_io(session: &Session, folder: &ModelFolder, output_name: Opt
     let ids =
         ids.ok_or_else(|| err("the model has no input_ids input; this is not a text-embedding model".to_owned()))?;
     let outputs = session.outputs();
-    let listing = || outputs.iter().map(|o| format!("{:?} {}", o.name(), o.dtype())).collect::<Vec<_>>().join(", ");
+    let describe = |i: usize| format!("{:?} {}", outputs[i].name(), outputs[i].dtype());
+    let listing = || (0..outputs.len()).map(describe).collect::<Vec<_>>().join(", ");
     if outputs.is_empty() {
         return Err(err("the model has no outputs".to_owned()));
     }
@@ -141,11 +142,11 @@ pub(crate) fn graph_io(session: &Session, folder: &ModelFolder, output_name: Opt
         (i, "chosen with --output-name".to_owned())
     } else if let Some((i, name)) = OUTPUT_NAMES
         .iter()
-        .find_map(|n| outputs.iter().position(|o| o.name() == *n && float_output(o.dtype()).is_some()).map(|i| (i, n)))
+        .find_map(|n| (0..outputs.len()).find(|&i| outputs[i].name() == *n && usable(i).is_some()).map(|i| (i, n)))
     {
         (i, format!("named {name}"))
     } else if let Some(i) = (0..outputs.len()).find(|&i| usable(i).is_some()) {
-        let skipped: Vec<String> = outputs[..i].iter().map(|o| format!("{:?} {}", o.name(), o.dtype())).collect();
+        let skipped: Vec<String> = (0..i).map(describe).collect();
         let reason = if skipped.is_empty() {
             "the first output, floating-point".to_owned()
         } else {
