@@ -158,8 +158,9 @@ impl App {
         }
     }
 
-    /// The common path of both embedding endpoints: auth, body, JSON, limits, the embedder.
-    async fn run<T: for<'de> Deserialize<'de>>(
+    /// What both embedding endpoints do first: check the key, read the body, parse the JSON,
+    /// and hand back the request with the embedder once it is ready.
+    fn accept<T: for<'de> Deserialize<'de>>(
         &self,
         headers: &HeaderMap,
         body: Result<Bytes, BytesRejection>,
@@ -266,7 +267,7 @@ async fn openai_inner(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (req, embedder): (OpenAiRequest, _) = app.run(headers, body).await?;
+    let (req, embedder): (OpenAiRequest, _) = app.accept(headers, body)?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -326,7 +327,7 @@ async fn tei(State(app): State<Arc<App>>, headers: HeaderMap, body: Result<Bytes
 }
 
 async fn tei_inner(app: &App, headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let (req, embedder): (TeiRequest, _) = app.run(headers, body).await?;
+    let (req, embedder): (TeiRequest, _) = app.accept(headers, body)?;
     let texts = req.inputs.into_texts()?;
     app.check_inputs(&texts)?;
     let dim = dimensions(req.dimensions, app.default_dim, embedder.dimension())?;
