@@ -168,8 +168,7 @@ impl Engine {
             .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
             .map_err(|e| EmbedError::Tokenizer { path: folder.tokenizer_file.clone(), reason: e.to_string() })?;
 
-        let plan =
-            plan_for_model(options.prefer_gpu, options.device, folder.quantization.as_ref().and_then(|q| q.cpu_only()));
+        let plan = plan_for_model(options.device, folder.quantization.as_ref().and_then(|q| q.cpu_only()));
         if let Some(why) = &plan.refusal {
             return Err(EmbedError::DeviceRefused(why.clone()));
         }

@@ -9,13 +9,13 @@ use crate::error::{EmbedError, Result};
 use crate::pooling::Pooling;
 use crate::scheduler::QueueFull;
 
-/// How to build an [`Embedder`]. `Default` is: GPU preferred, device auto, all cores, a
+/// How to build an [`Embedder`]. `Default` is: device auto (a GPU when one really works), all cores, a
 /// 256-token budget per batch, and the model folder's own length limit, pooling, normalisation
 /// and default prompt.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EmbedderOptions {
-    pub prefer_gpu: bool,
+    /// Where to run: auto (a GPU that works, else the CPU), the CPU, or a forced GPU vendor.
     pub device: Device,
     /// Threads for the model in all; `None` = the machine's cores. On the CPU they are split
     /// over `sessions` sessions that run different batches side by side.
@@ -65,7 +65,6 @@ pub struct EmbedderOptions {
 impl Default for EmbedderOptions {
     fn default() -> Self {
         Self {
-            prefer_gpu: true,
             device: Device::Auto,
             threads: None,
             sessions: None,
@@ -97,9 +96,14 @@ impl EmbedderOptions {
         Ok(o)
     }
 
-    /// Whether `Device::Auto` may pick a GPU (`false`: auto means the CPU).
+    /// The design note's `load_with(prefer_gpu)`: `false` runs on the CPU (`Device::Cpu`);
+    /// `true` turns a CPU device back into auto and leaves auto or a forced GPU as they are.
     pub fn with_prefer_gpu(mut self, prefer_gpu: bool) -> Self {
-        self.prefer_gpu = prefer_gpu;
+        if !prefer_gpu {
+            self.device = Device::Cpu;
+        } else if self.device == Device::Cpu {
+            self.device = Device::Auto;
+        }
         self
     }
     pub fn with_device(mut self, device: Device) -> Self {
@@ -184,5 +188,21 @@ impl EmbedderOptions {
     pub fn with_ort_library(mut self, library: impl Into<PathBuf>) -> Self {
         self.ort_library = Some(library.into());
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `prefer_gpu` is the design note's spelling of the device, not a second switch beside it.
+    #[test]
+    fn prefer_gpu_is_a_device() {
+        let cpu = EmbedderOptions::default().with_prefer_gpu(false);
+        assert_eq!(cpu.device, Device::Cpu);
+        assert_eq!(cpu.with_prefer_gpu(true).device, Device::Auto);
+        let forced = EmbedderOptions::default().with_device(Device::Cuda);
+        assert_eq!(forced.clone().with_prefer_gpu(true).device, Device::Cuda);
+        assert_eq!(forced.with_prefer_gpu(false).device, Device::Cpu);
     }
 }

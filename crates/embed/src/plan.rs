@@ -1,6 +1,6 @@
 //! The plan for this machine: the probe's verdicts and the user's preference through the policy.
 
-use nornir_ep_select::{Compiled, Device, Inputs, Plan, Preference, VendorState, plan};
+use nornir_ep_select::{Compiled, Device, Inputs, Plan, VendorState, plan};
 use nornir_gpu_probe::{VendorReport, probe};
 
 /// The probe's verdict, as the policy needs it.
@@ -8,20 +8,20 @@ fn vendor_state(r: &VendorReport) -> VendorState {
     VendorState { available: r.available, summary: r.summary.clone() }
 }
 
-/// The plan this process would use with these preferences (probe + policy, no ONNX Runtime).
-pub fn plan_for(prefer_gpu: bool, device: Device) -> Plan {
-    plan_for_model(prefer_gpu, device, None)
+/// The plan this process would use for this device (probe + policy, no ONNX Runtime).
+pub fn plan_for(device: Device) -> Plan {
+    plan_for_model(device, None)
 }
 
 /// [`plan_for`] for a model that may run well only on the CPU (`model_cpu_only`: why, as
 /// [`Quantization::cpu_only`](crate::model::Quantization::cpu_only) says).
-pub fn plan_for_model(prefer_gpu: bool, device: Device, model_cpu_only: Option<String>) -> Plan {
+pub fn plan_for_model(device: Device, model_cpu_only: Option<String>) -> Plan {
     let p = probe();
     plan(&Inputs {
         compiled: Compiled::new(cfg!(feature = "cuda"), cfg!(feature = "rocm")),
         cuda: vendor_state(&p.cuda),
         rocm: vendor_state(&p.rocm),
-        preference: Preference { prefer_gpu, device },
+        device,
         model_cpu_only,
     })
 }

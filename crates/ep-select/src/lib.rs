@@ -170,25 +170,14 @@ pub struct VendorState {
     pub summary: String,
 }
 
-/// What the user wants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Preference {
-    pub prefer_gpu: bool,
-    pub device: Device,
-}
-
-impl Default for Preference {
-    fn default() -> Self {
-        Self { prefer_gpu: true, device: Device::Auto }
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct Inputs {
     pub compiled: Compiled,
     pub cuda: VendorState,
     pub rocm: VendorState,
-    pub preference: Preference,
+    /// What the user asked for: the CPU, a GPU vendor, or auto (the design note's
+    /// `prefer_gpu = false` is `Device::Cpu`).
+    pub device: Device,
     /// Set when the model itself can run well only on the CPU (an int8 model for the CPU): why.
     pub model_cpu_only: Option<String>,
 }
@@ -212,27 +201,24 @@ pub struct Plan {
 const AMD_NOT_COMPILED: &str = "AMD GPU support is not compiled into this build (add --features embed-ort-rocm)";
 
 /// Makes the plan. Rules (the design note's, plus forcing):
-/// - device forced to cpu, or auto without `prefer_gpu` -> [CPU];
+/// - device forced to cpu -> [CPU];
 /// - device forced to a GPU -> that vendor's providers, then CPU, `forced`; refused if not compiled;
 /// - auto: AMD compiled and available -> [MIGraphX, ROCm, CPU]; else CUDA compiled and available ->
 ///   [CUDA, CPU]; else [CPU]. AMD wins when both vendors are present.
 /// - a model that runs well only on the CPU: forced to a GPU -> refused; auto -> [CPU], with why.
 pub fn plan(inputs: &Inputs) -> Plan {
-    let Inputs { compiled, cuda, rocm, preference, model_cpu_only } = inputs;
+    let Inputs { compiled, cuda, rocm, device, model_cpu_only } = inputs;
     let mut reasons = Vec::new();
     if let Some(why) = model_cpu_only {
-        match preference.device {
+        match device {
             Device::Cuda | Device::Rocm => {
-                let vendor = if preference.device == Device::Cuda { Vendor::Cuda } else { Vendor::Rocm };
+                let vendor = if *device == Device::Cuda { Vendor::Cuda } else { Vendor::Rocm };
                 return refused(
                     vendor,
                     &format!("{why}: run it with --device cpu (or auto), or run the float32 model on the GPU"),
                 );
             }
-            Device::Auto
-                if preference.prefer_gpu
-                    && ((compiled.cuda() && cuda.available) || (compiled.rocm() && rocm.available)) =>
-            {
+            Device::Auto if (compiled.cuda() && cuda.available) || (compiled.rocm() && rocm.available) => {
                 reasons.push(format!("GPU: skipped because {why}"));
                 reasons.push("CPU: chosen for this model".to_owned());
                 return cpu_plan(reasons);
@@ -240,7 +226,7 @@ pub fn plan(inputs: &Inputs) -> Plan {
             _ => {}
         }
     }
-    match preference.device {
+    match device {
         Device::Cpu => {
             reasons.push("CPU: chosen because the device is forced to cpu".to_owned());
             cpu_plan(reasons)
@@ -256,10 +242,6 @@ pub fn plan(inputs: &Inputs) -> Plan {
             gpu_plan(Vendor::Cuda, vec![Provider::Cuda], reasons, true)
         }
         Device::Rocm => forced_amd(*compiled, rocm, reasons),
-        Device::Auto if !preference.prefer_gpu => {
-            reasons.push("CPU: chosen because GPU use is turned off (prefer_gpu = false)".to_owned());
-            cpu_plan(reasons)
-        }
         Device::Auto => {
             if compiled.rocm() {
                 if rocm.available {

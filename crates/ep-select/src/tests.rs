@@ -1,4 +1,4 @@
-//! Every combination of compiled features x probe results x preference, checked against an
+//! Every combination of compiled features x probe results x device, checked against an
 //! independent statement of the rules plus invariants that must hold for all of them.
 
 use super::*;
@@ -6,15 +6,14 @@ use super::*;
 const DEVICES: [Device; 4] = [Device::Auto, Device::Cpu, Device::Cuda, Device::Rocm];
 
 /// (vendor, refused) the rules demand, written as a table independent of `plan`'s code.
-fn expected(cuda_c: bool, rocm_c: bool, cuda_a: bool, rocm_a: bool, prefer: bool, device: Device) -> (Vendor, bool) {
-    match (device, prefer) {
-        (Device::Cpu, _) => (Vendor::Cpu, false),
-        (Device::Cuda, _) => (Vendor::Cuda, !cuda_c),
-        (Device::Rocm, _) => (Vendor::Rocm, !rocm_c),
-        (Device::Auto, false) => (Vendor::Cpu, false),
-        (Device::Auto, true) if rocm_c && rocm_a => (Vendor::Rocm, false),
-        (Device::Auto, true) if cuda_c && cuda_a => (Vendor::Cuda, false),
-        (Device::Auto, true) => (Vendor::Cpu, false),
+fn expected(cuda_c: bool, rocm_c: bool, cuda_a: bool, rocm_a: bool, device: Device) -> (Vendor, bool) {
+    match device {
+        Device::Cpu => (Vendor::Cpu, false),
+        Device::Cuda => (Vendor::Cuda, !cuda_c),
+        Device::Rocm => (Vendor::Rocm, !rocm_c),
+        Device::Auto if rocm_c && rocm_a => (Vendor::Rocm, false),
+        Device::Auto if cuda_c && cuda_a => (Vendor::Cuda, false),
+        Device::Auto => (Vendor::Cpu, false),
     }
 }
 
@@ -28,48 +27,44 @@ fn every_combination() {
             assert_eq!(rocm_c, rocm_requested && cfg!(feature = "rocm"));
             for cuda_a in [false, true] {
                 for rocm_a in [false, true] {
-                    for prefer in [false, true] {
-                        for device in DEVICES {
-                            let inputs = Inputs {
-                                compiled,
-                                cuda: VendorState { available: cuda_a, summary: "cuda probe says".into() },
-                                rocm: VendorState { available: rocm_a, summary: "rocm probe says".into() },
-                                preference: Preference { prefer_gpu: prefer, device },
-                                model_cpu_only: None,
-                            };
-                            let p = plan(&inputs);
-                            let case = format!("{cuda_c} {rocm_c} {cuda_a} {rocm_a} {prefer} {device}: {p:?}");
-                            let (vendor, refused) = expected(cuda_c, rocm_c, cuda_a, rocm_a, prefer, device);
-                            assert_eq!(p.vendor, vendor, "{case}");
-                            assert_eq!(p.refusal.is_some(), refused, "{case}");
-                            assert!(!p.reasons.is_empty(), "{case}");
-                            assert_eq!(p.forced, matches!(device, Device::Cuda | Device::Rocm), "{case}");
-                            if refused {
-                                assert!(p.providers.is_empty(), "{case}");
-                            } else {
-                                assert_eq!(p.providers.last(), Some(&Provider::Cpu), "CPU ends every plan: {case}");
-                                assert!(
-                                    p.providers[..p.providers.len() - 1].iter().all(|x| x.vendor() == vendor),
-                                    "{case}"
-                                );
-                                assert_eq!(p.providers.len() == 1, vendor == Vendor::Cpu, "{case}");
-                            }
-                            if device == Device::Auto && prefer && vendor == Vendor::Cpu {
-                                assert!(
-                                    p.reasons
-                                        .iter()
-                                        .any(|r| r.contains("cuda probe says") || r.contains("not compiled")),
-                                    "{case}"
-                                );
-                            }
-                            cases += 1;
+                    for device in DEVICES {
+                        let inputs = Inputs {
+                            compiled,
+                            cuda: VendorState { available: cuda_a, summary: "cuda probe says".into() },
+                            rocm: VendorState { available: rocm_a, summary: "rocm probe says".into() },
+                            device,
+                            model_cpu_only: None,
+                        };
+                        let p = plan(&inputs);
+                        let case = format!("{cuda_c} {rocm_c} {cuda_a} {rocm_a} {device}: {p:?}");
+                        let (vendor, refused) = expected(cuda_c, rocm_c, cuda_a, rocm_a, device);
+                        assert_eq!(p.vendor, vendor, "{case}");
+                        assert_eq!(p.refusal.is_some(), refused, "{case}");
+                        assert!(!p.reasons.is_empty(), "{case}");
+                        assert_eq!(p.forced, matches!(device, Device::Cuda | Device::Rocm), "{case}");
+                        if refused {
+                            assert!(p.providers.is_empty(), "{case}");
+                        } else {
+                            assert_eq!(p.providers.last(), Some(&Provider::Cpu), "CPU ends every plan: {case}");
+                            assert!(
+                                p.providers[..p.providers.len() - 1].iter().all(|x| x.vendor() == vendor),
+                                "{case}"
+                            );
+                            assert_eq!(p.providers.len() == 1, vendor == Vendor::Cpu, "{case}");
                         }
+                        if device == Device::Auto && vendor == Vendor::Cpu {
+                            assert!(
+                                p.reasons.iter().any(|r| r.contains("cuda probe says") || r.contains("not compiled")),
+                                "{case}"
+                            );
+                        }
+                        cases += 1;
                     }
                 }
             }
         }
     }
-    assert_eq!(cases, 2 * 2 * 2 * 2 * 2 * 4);
+    assert_eq!(cases, 2 * 2 * 2 * 2 * 4);
 }
 
 #[test]
@@ -78,7 +73,7 @@ fn amd_first_when_both_present() {
         compiled: Compiled::new(true, true),
         cuda: VendorState { available: true, summary: "CUDA: available: 1 device(s)".into() },
         rocm: VendorState { available: true, summary: "ROCm: available: 1 device(s)".into() },
-        preference: Preference::default(),
+        device: Device::Auto,
         model_cpu_only: None,
     };
     let p = plan(&inputs);
@@ -101,7 +96,7 @@ fn a_cpu_only_model_runs_on_the_cpu_and_a_forced_gpu_is_refused() {
         compiled: Compiled::new(true, true),
         cuda: VendorState { available: true, summary: "CUDA: available: 1 device(s)".into() },
         rocm: VendorState { available: true, summary: "ROCm: available: 1 device(s)".into() },
-        preference: Preference { prefer_gpu: true, device },
+        device,
         model_cpu_only: Some("the model is int8 for the CPU".into()),
     };
     let p = plan(&inputs(Device::Auto));

@@ -311,7 +311,7 @@ pub fn plan(m: &ModelArgs) -> Result<Option<Plan>> {
         .and_then(|d| ModelFolder::open(&d, m.model_file.as_deref()).ok())
         .and_then(|f| f.quantization)
         .and_then(|q| q.cpu_only());
-    Ok(Some(plan_for_model(true, m.device, cpu_only)))
+    Ok(Some(plan_for_model(m.device, cpu_only)))
 }
 
 /// Which ONNX Runtime library the plan would load, and its real version, without creating a session.
