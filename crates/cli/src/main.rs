@@ -364,9 +364,52 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            // One line: the chain of causes, outermost first.
-            eprintln!("nornir: error: {e:#}");
+            eprintln!("nornir: error: {}", error_line(&e));
             ExitCode::from(2)
         }
+    }
+}
+
+/// An error and its causes on one line, outermost first. A cause whose text the line already
+/// holds is left out: the library's errors quote their cause and also keep it as `source()`.
+pub(crate) fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_line_quotes_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = anyhow::Error::new(io).context("reading a.txt").context("loading the corpus");
+        assert_eq!(error_line(&e), "loading the corpus: reading a.txt: no such file");
+        /// Stands in for an `EmbedError` that quotes its cause and keeps it as `source()`.
+        #[derive(Debug)]
+        struct Quoting(std::io::Error);
+        impl std::fmt::Display for Quoting {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "inference failed: {}", self.0)
+            }
+        }
+        impl std::error::Error for Quoting {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let quoted = Quoting(std::io::Error::other("out of memory"));
+        assert_eq!(error_line(&anyhow::Error::new(quoted)), "inference failed: out of memory");
     }
 }

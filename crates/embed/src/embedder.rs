@@ -61,7 +61,7 @@ impl Embedder {
             let worker = std::thread::Builder::new()
                 .name(format!("nornir-session-{k}"))
                 .spawn(move || work(&engine, k))
-                .map_err(|e| EmbedError::Inference(format!("cannot start a session worker thread: {e}")))?;
+                .map_err(|e| EmbedError::inference_because("cannot start a session worker thread", e))?;
             embedder.workers.push(worker);
         }
         Ok(embedder)
@@ -219,9 +219,7 @@ impl Future for EmbedFuture<'_> {
                     Some(rows) => return Poll::Ready(rows.map(|rows| this.engine.finish(call, rows))),
                 },
                 State::Done => {
-                    return Poll::Ready(Err(EmbedError::Inference(
-                        "the embed future was polled after it finished".to_owned(),
-                    )));
+                    return Poll::Ready(Err(EmbedError::inference("the embed future was polled after it finished")));
                 }
             }
         }

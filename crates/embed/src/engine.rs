@@ -140,7 +140,7 @@ impl Engine {
         let folder = ModelFolder::open(dir, options.model_file.as_deref())?;
         let prompt = choose_prompt(&folder, options).map_err(EmbedError::InvalidOption)?;
         let mut tokenizer = Tokenizer::from_file(&folder.tokenizer_file)
-            .map_err(|e| EmbedError::Tokenizer { path: folder.tokenizer_file.clone(), reason: e.to_string() })?;
+            .map_err(|e| EmbedError::tokenizer_because(&folder.tokenizer_file, e))?;
         let max_length = options
             .max_length
             .or(folder.max_seq_length)
@@ -154,19 +154,19 @@ impl Engine {
         if let Some(rows) = folder.vocab_size
             && vocab > rows
         {
-            return Err(EmbedError::Tokenizer {
-                path: folder.tokenizer_file.clone(),
-                reason: format!(
+            return Err(EmbedError::tokenizer(
+                &folder.tokenizer_file,
+                format!(
                     "it has {vocab} tokens but config.json says the model has {rows} (vocab_size), so it is not this model's tokenizer"
                 ),
-            });
+            ));
         }
         let left_padding =
             tokenizer.get_padding().is_some_and(|p| matches!(p.direction, tokenizers::PaddingDirection::Left));
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
-            .map_err(|e| EmbedError::Tokenizer { path: folder.tokenizer_file.clone(), reason: e.to_string() })?;
+            .map_err(|e| EmbedError::tokenizer_because(&folder.tokenizer_file, e))?;
 
         let plan = plan_for_model(options.device, folder.quantization.as_ref().and_then(|q| q.cpu_only()));
         if let Some(why) = &plan.refusal {
@@ -187,12 +187,10 @@ impl Engine {
         match (&mut io.task, &prompt.task) {
             (Some(input), Some((_, index))) => input.value = *index,
             (Some(_), None) => {
-                return Err(EmbedError::Model {
-                    dir: folder.dir.clone(),
-                    reason:
-                        "the graph takes a task_id input but config.json lists no lora_adaptations to choose it from"
-                            .to_owned(),
-                });
+                return Err(EmbedError::model(
+                    &folder.dir,
+                    "the graph takes a task_id input but config.json lists no lora_adaptations to choose it from",
+                ));
             }
             (None, _) => {}
         }
@@ -202,7 +200,7 @@ impl Engine {
             0
         } else {
             prompt_token_count(&tokenizer, &prompt.text)
-                .map_err(|e| EmbedError::Tokenizer { path: folder.tokenizer_file.clone(), reason: e.to_string() })?
+                .map_err(|e| EmbedError::tokenizer_because(&folder.tokenizer_file, e))?
         };
         let (normalize, normalize_reason) = match options.normalize {
             Some(n) => (n, "chosen by the caller".to_owned()),
@@ -262,10 +260,10 @@ impl Engine {
     fn check_with_a_first_run(&mut self) -> Result<()> {
         let vocab = self.tokenizer.get_vocab_size(true);
         let probe_text = "nornir checks the model";
-        let enc = self.tokenizer.encode(probe_text, true).map_err(|e| EmbedError::Tokenizer {
-            path: self.info.folder.tokenizer_file.clone(),
-            reason: e.to_string(),
-        })?;
+        let enc = self
+            .tokenizer
+            .encode(probe_text, true)
+            .map_err(|e| EmbedError::tokenizer_because(&self.info.folder.tokenizer_file, e))?;
         // The vocabulary's last id goes in too: a model with a smaller embedding table fails here.
         let mut ids = enc.get_ids().to_vec();
         let last = u32::try_from(vocab.saturating_sub(1)).unwrap_or(u32::MAX);
@@ -277,15 +275,16 @@ impl Engine {
                 reason: format!(
                     "the model fails on a first test text ({e}); is tokenizer.json ({vocab} tokens) the model's own?"
                 ),
+                source: Some(e.into()),
             },
         })?;
         if let Some(h) = self.info.folder.hidden_size
             && h != dim
         {
-            return Err(EmbedError::Model {
-                dir: self.info.folder.dir.clone(),
-                reason: format!("the model's output has width {dim} but its config says hidden size {h}"),
-            });
+            return Err(EmbedError::model(
+                &self.info.folder.dir,
+                format!("the model's output has width {dim} but its config says hidden size {h}"),
+            ));
         }
         if let Some(d) = self.settings.dim
             && d > dim
@@ -414,9 +413,7 @@ impl Engine {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.run_batch(slot, &rows, |_, v| out.extend_from_slice(v))
             }))
-            .unwrap_or_else(|_| {
-                Err(EmbedError::Inference("a session worker panicked running this batch".to_owned()))
-            })?;
+            .unwrap_or_else(|_| Err(EmbedError::inference("a session worker panicked running this batch")))?;
             Ok(out)
         };
         let hand_over = |batch: &[&Item], rows: Vec<f32>| {
@@ -446,7 +443,7 @@ impl Engine {
     /// when the prefix yields fewer tokens than the limit, the whole text is tokenized instead,
     /// so the ids are always those of the whole text.
     pub(crate) fn tokenize(&self, texts: &[&str]) -> Result<Vec<tokenizers::Encoding>> {
-        let fail = |e: tokenizers::Error| EmbedError::Inference(format!("tokenization failed: {e}"));
+        let fail = |e: tokenizers::Error| EmbedError::inference_because("tokenization failed", e);
         let max_length = self.info.max_length;
         let prompt = self.info.prompt.text.as_str();
         let prefixes: Vec<&str> = texts.iter().map(|t| prefix_for_tokens(t, max_length)).collect();
@@ -531,7 +528,7 @@ impl Engine {
             Ok(dim) => dim,
             Err(e) if slot.vendor != Vendor::Cpu => {
                 let e = match e {
-                    EmbedError::Inference(text) => text,
+                    EmbedError::Inference { reason, .. } => reason,
                     e => e.to_string(),
                 };
                 let why = format!("running a batch on {} failed: {e}", self.report.active_provider);
@@ -584,8 +581,8 @@ impl Engine {
                 .map(|e| e.get_ids().to_vec())
                 .unwrap_or_else(|_| vec![0, 0]);
             run_batch(&mut session, &self.io, self.settings, &[ids.as_slice()], &AtomicU64::new(0), |_, _| {})?;
-            let file = session.end_profiling().map_err(|e| EmbedError::Inference(e.to_string()))?;
-            let text = std::fs::read_to_string(&file).map_err(|e| EmbedError::Inference(format!("{file}: {e}")))?;
+            let file = session.end_profiling().map_err(|e| EmbedError::inference_because("ending the profile", e))?;
+            let text = std::fs::read_to_string(&file).map_err(|e| EmbedError::inference_because(&file, e))?;
             Ok(parse_profile(&text))
         })();
         result.unwrap_or_else(|e| Placement::Unknown { reason: e.to_string() })

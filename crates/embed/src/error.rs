@@ -1,6 +1,11 @@
-//! The embedder's errors. Every message says what went wrong and what to do.
+//! The embedder's errors. Every message is one line that says what went wrong and what to do.
+//!
+//! A variant caused by another error (ONNX Runtime's, the tokenizer's, a file's) keeps it as
+//! [`source`](std::error::Error::source), typed, and also quotes it in its message on one line, so
+//! `{e}` alone is whole. Printing the chain should skip a cause the message already quotes (the
+//! CLI does).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nornir_ep_select::Vendor;
 
@@ -23,7 +28,14 @@ pub enum EmbedError {
     #[error(
         "{path}: cannot be loaded as ONNX Runtime: {reason}. Point ORT_DYLIB_PATH / --ort-lib at a libonnxruntime.so (1.22 or newer)"
     )]
-    OrtLoad { path: PathBuf, reason: String },
+    #[non_exhaustive]
+    OrtLoad {
+        path: PathBuf,
+        reason: String,
+        /// `ort`'s error loading or initialising the library.
+        #[source]
+        source: Option<Cause>,
+    },
 
     #[error(
         "{path} is ONNX Runtime {version}, older than 1.22, the oldest this build supports. Use a newer build (`cargo xtask fetch` provides 1.31.1)"
@@ -45,22 +57,48 @@ pub enum EmbedError {
     },
 
     #[error("model folder {dir}: {reason}")]
-    Model { dir: PathBuf, reason: String },
+    #[non_exhaustive]
+    Model {
+        dir: PathBuf,
+        reason: String,
+        /// A file that could not be read, a config that does not parse, or the embedder's error
+        /// on the first test text.
+        #[source]
+        source: Option<Cause>,
+    },
 
     #[error(
         "tokenizer {path}: {}. It must be the model's own Hugging Face tokenizer.json (tokenizer.save_pretrained); re-download or re-export it",
         .reason.trim_end_matches('.')
     )]
-    Tokenizer { path: PathBuf, reason: String },
+    #[non_exhaustive]
+    Tokenizer {
+        path: PathBuf,
+        reason: String,
+        #[source]
+        source: Option<tokenizers::Error>,
+    },
 
     #[error(
         "ONNX Runtime could not create a session for {model}: {}. Check that it is a complete ONNX model (re-download or re-export it)",
         .reason.trim_end_matches('.')
     )]
-    Session { model: PathBuf, reason: String },
+    #[non_exhaustive]
+    Session {
+        model: PathBuf,
+        reason: String,
+        #[source]
+        source: Option<ort::Error>,
+    },
 
-    #[error("inference failed: {0}")]
-    Inference(String),
+    #[error("inference failed: {reason}")]
+    #[non_exhaustive]
+    Inference {
+        reason: String,
+        /// ONNX Runtime's error running the graph, the tokenizer's, or the system's.
+        #[source]
+        source: Option<Cause>,
+    },
 
     #[error("invalid option: {0}")]
     InvalidOption(String),
@@ -72,3 +110,62 @@ pub enum EmbedError {
 }
 
 pub type Result<T, E = EmbedError> = std::result::Result<T, E>;
+
+/// The cause an [`EmbedError`] keeps when it can be of several types (downcast it to
+/// `ort::Error`, `std::io::Error`, `EmbedError`, ...).
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An error's text on one line (ONNX Runtime's messages can span several).
+pub(crate) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+impl EmbedError {
+    pub(crate) fn model(dir: &Path, reason: impl Into<String>) -> Self {
+        Self::Model { dir: dir.to_path_buf(), reason: reason.into(), source: None }
+    }
+
+    /// `what` failed because of `cause`, quoted after it.
+    pub(crate) fn model_because(dir: &Path, what: &str, cause: impl Into<Cause>) -> Self {
+        let cause = cause.into();
+        Self::Model {
+            dir: dir.to_path_buf(),
+            reason: format!("{what}: {}", one_line(&cause.to_string())),
+            source: Some(cause),
+        }
+    }
+
+    pub(crate) fn tokenizer(path: &Path, reason: impl Into<String>) -> Self {
+        Self::Tokenizer { path: path.to_path_buf(), reason: reason.into(), source: None }
+    }
+
+    pub(crate) fn tokenizer_because(path: &Path, cause: tokenizers::Error) -> Self {
+        Self::Tokenizer { path: path.to_path_buf(), reason: one_line(&cause.to_string()), source: Some(cause) }
+    }
+
+    pub(crate) fn session_because(model: &Path, cause: impl Into<ort::Error>) -> Self {
+        let cause = cause.into();
+        Self::Session { model: model.to_path_buf(), reason: one_line(&cause.to_string()), source: Some(cause) }
+    }
+
+    pub(crate) fn ort_load(path: &Path, reason: impl Into<String>) -> Self {
+        Self::OrtLoad { path: path.to_path_buf(), reason: reason.into(), source: None }
+    }
+
+    pub(crate) fn ort_load_because(path: &Path, cause: impl Into<Cause>) -> Self {
+        let cause = cause.into();
+        Self::OrtLoad { path: path.to_path_buf(), reason: one_line(&cause.to_string()), source: Some(cause) }
+    }
+
+    pub(crate) fn inference(reason: impl Into<String>) -> Self {
+        Self::Inference { reason: reason.into(), source: None }
+    }
+
+    /// `what` failed because of `cause`, quoted after it (`what` empty: the cause alone).
+    pub(crate) fn inference_because(what: &str, cause: impl Into<Cause>) -> Self {
+        let cause = cause.into();
+        let text = one_line(&cause.to_string());
+        let reason = if what.is_empty() { text } else { format!("{what}: {text}") };
+        Self::Inference { reason, source: Some(cause) }
+    }
+}

@@ -65,7 +65,7 @@ fn float_output(ty: &ValueType) -> Option<(OutputType, usize)> {
 /// Reads the graph's inputs and outputs and checks them against what a text embedder needs.
 /// `output_name` overrides the choice of output.
 pub(crate) fn graph_io(session: &Session, folder: &ModelFolder, output_name: Option<&str>) -> Result<GraphIo> {
-    let err = |reason: String| EmbedError::Model { dir: folder.dir.clone(), reason };
+    let err = |reason: String| EmbedError::model(&folder.dir, reason);
     let mut ids = None;
     let mut mask = None;
     let mut type_ids = None;
@@ -286,7 +286,7 @@ pub(crate) fn run_batch(
 ) -> Result<usize> {
     let b = rows.len();
     let l = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
-    let fail = |e: ort::Error| EmbedError::Inference(e.to_string());
+    let fail = |e: ort::Error| EmbedError::inference_because("", e);
     let (wide, narrow);
     let positions = io.position_ids.is_some();
     let feed = if io.int32 {
@@ -305,7 +305,7 @@ pub(crate) fn run_batch(
     let (expect_rank, expect) =
         if io.pooled { (2, format!("[{b}, width]")) } else { (3, format!("[{b}, {l}, width]")) };
     if dims.len() != expect_rank || dims[0] != b || (!io.pooled && dims[1] != l) || width == 0 {
-        return Err(EmbedError::Inference(format!("the model returned shape {dims:?}; expected {expect}")));
+        return Err(EmbedError::inference(format!("the model returned shape {dims:?}; expected {expect}")));
     }
     let mut v = vec![0f32; width];
     let keep = settings.dim.unwrap_or(width).min(width);

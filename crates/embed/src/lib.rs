@@ -27,7 +27,7 @@ mod tokenize;
 pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::Embeddings;
 pub use engine::ModelInfo;
-pub use error::{EmbedError, Result};
+pub use error::{Cause, EmbedError, Result};
 pub use model::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 pub use options::EmbedderOptions;
 pub use plan::{plan_for, plan_for_model};

@@ -238,7 +238,7 @@ impl ModelFolder {
 
     /// Reads and checks the folder. `model_file` overrides the model's file name (relative to `dir`).
     pub fn open(dir: &Path, model_file: Option<&Path>) -> Result<Self> {
-        let err = |reason: String| EmbedError::Model { dir: dir.to_path_buf(), reason };
+        let err = |reason: String| EmbedError::model(dir, reason);
         if !dir.is_dir() {
             return Err(err("no such folder; pass a model folder with model.onnx and tokenizer.json (`cargo xtask fetch` puts the default model in the nornir cache)".to_owned()));
         }
@@ -267,7 +267,7 @@ impl ModelFolder {
             match std::fs::read_to_string(&p) {
                 Ok(t) => Ok(Some(t)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(err(format!("{name}: {e}"))),
+                Err(e) => Err(EmbedError::model_because(dir, name, e)),
             }
         };
         let max_seq_length = match read_json("sentence_bert_config.json")? {

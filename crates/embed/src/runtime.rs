@@ -66,12 +66,12 @@ pub fn load_runtime(plan: &Plan, explicit: Option<&Path>) -> Result<Arc<OrtRunti
         return Err(EmbedError::OrtTooOld { path, version });
     }
     let env = ort::init_from(&path)
-        .map_err(|e| EmbedError::OrtLoad { path: path.clone(), reason: e.to_string() })?
+        .map_err(|e| EmbedError::ort_load_because(&path, e))?
         .with_name("nornir")
         .with_telemetry(false)
         .with_logger(Arc::new(forward_ort_log))
         .build()
-        .map_err(|e| EmbedError::OrtLoad { path: path.clone(), reason: e.to_string() })?;
+        .map_err(|e| EmbedError::ort_load_because(&path, e))?;
     tracing::debug!(path = %path.display(), %version, "loaded ONNX Runtime");
     let rt =
         Arc::new(OrtRuntime { info: OrtInfo { path, version, providers: candidate.providers.clone(), reason }, env });
@@ -114,7 +114,7 @@ struct OrtApiBase {
 /// Opens `path` and asks it for its version through `OrtGetApiBase`, so a file that is not ONNX
 /// Runtime is a clear error before `ort` touches it.
 pub fn check_library(path: &Path) -> Result<String> {
-    let fail = |reason: String| EmbedError::OrtLoad { path: path.to_path_buf(), reason };
+    let fail = |reason: String| EmbedError::ort_load(path, reason);
     if !path.is_file() {
         return Err(fail("no such file".to_owned()));
     }

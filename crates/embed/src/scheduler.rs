@@ -389,7 +389,7 @@ impl Scheduler {
         q.by_call.clear();
         drop(q);
         for item in left {
-            item.request.finish_row(item.index, Err(EmbedError::Inference("the embedder was dropped".to_owned())));
+            item.request.finish_row(item.index, Err(EmbedError::inference("the embedder was dropped")));
         }
         self.work.notify_all();
         self.room.notify_all();
@@ -467,8 +467,8 @@ mod tests {
         r.finish_row(0, Ok(&[1.0, 2.0]));
         assert_eq!(r.wait().expect("rows"), [1.0, 2.0, 3.0, 4.0]);
         let r = Request::new(2, 2);
-        r.finish_row(0, Err(EmbedError::Inference("first".to_owned())));
-        r.finish_row(1, Err(EmbedError::Inference("second".to_owned())));
+        r.finish_row(0, Err(EmbedError::inference("first")));
+        r.finish_row(1, Err(EmbedError::inference("second")));
         assert!(r.wait().unwrap_err().to_string().contains("first"));
     }
 

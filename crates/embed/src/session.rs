@@ -9,7 +9,7 @@ use ort::session::Session;
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use serde::Serialize;
 
-use crate::error::{EmbedError, Result};
+use crate::error::{EmbedError, Result, one_line};
 use crate::runtime::{OrtInfo, OrtRuntime};
 
 /// The outcome of registering one provider.
@@ -106,12 +106,7 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
 }
 
 fn session_error(model: &Path, e: ort::Error) -> EmbedError {
-    EmbedError::Session { model: model.to_path_buf(), reason: one_line(&e.to_string()) }
-}
-
-/// ONNX Runtime's messages can span lines; reports and CLI errors are one line each.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    EmbedError::session_because(model, e)
 }
 
 /// Session options. On the CPU, basic graph optimisation (level 1): the extended fusions measured
@@ -119,23 +114,23 @@ fn one_line(text: &str) -> String {
 /// kernels live there. Memory patterns are off everywhere: they are planned per input shape, and
 /// batches come in many shapes, so they cost about 70 MB and saved no time.
 fn base_builder(rt: &OrtRuntime, cfg: &SessionConfig<'_>, cpu_only: bool) -> Result<SessionBuilder> {
-    let fail = |e: String| EmbedError::Session { model: cfg.model.to_path_buf(), reason: e };
+    let model = cfg.model;
     let level = if cpu_only { GraphOptimizationLevel::Level1 } else { GraphOptimizationLevel::All };
     let mut b = Session::builder(&rt.env)
-        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| EmbedError::session_because(model, e))?
         .with_optimization_level(level)
-        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| EmbedError::session_because(model, e))?
         .with_memory_pattern(false)
-        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| EmbedError::session_because(model, e))?
         .with_intra_threads(cfg.intra_threads)
-        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| EmbedError::session_because(model, e))?
         .with_log_level(ort::logging::LogLevel::Warning)
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| EmbedError::session_because(model, e))?;
     if let Some(p) = cfg.profile_to {
-        b = b.with_profiling(p).map_err(|e| fail(e.to_string()))?;
+        b = b.with_profiling(p).map_err(|e| EmbedError::session_because(model, e))?;
     }
     if let Some(w) = cfg.prepacked {
-        b = b.with_prepacked_weights(w).map_err(|e| fail(e.to_string()))?;
+        b = b.with_prepacked_weights(w).map_err(|e| EmbedError::session_because(model, e))?;
     }
     Ok(b)
 }

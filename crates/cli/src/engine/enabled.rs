@@ -388,9 +388,9 @@ pub fn session_json(m: &ModelArgs) -> serde_json::Value {
         // preflight, so a script can read which library was missing.
         Err(e) => match e.downcast_ref::<nornir_vector::EmbedError>() {
             Some(nornir_vector::EmbedError::ForcedDeviceFailed { registrations, .. }) if !registrations.is_empty() => {
-                serde_json::json!({ "error": format!("{e:#}"), "registrations": registrations })
+                serde_json::json!({ "error": crate::error_line(&e), "registrations": registrations })
             }
-            _ => serde_json::json!({ "error": format!("{e:#}") }),
+            _ => serde_json::json!({ "error": crate::error_line(&e) }),
         },
         Ok(e) => {
             let r = e.report();
