@@ -10,7 +10,14 @@ use nornir_vector::{Plan, ProbeReport};
 use serde_json::{Value, json};
 
 use crate::DoctorArgs;
-use crate::engine::{self, OrtChoice};
+use crate::engine::{self, OrtChoice, SessionDoc};
+
+/// The parts of a child doctor's `--json` report that `--isolate` takes over.
+#[derive(serde::Deserialize)]
+struct ChildReport {
+    ort: OrtChoice,
+    session: Option<SessionDoc>,
+}
 
 pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
     let probe = nornir_vector::probe();
@@ -19,7 +26,7 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
     let (ort, session) = if a.isolate {
         isolated(a, plan.as_ref(), wants_session)
     } else {
-        (engine::ort_choice(plan.as_ref(), &a.model), wants_session.then(|| engine::session_json(&a.model)))
+        (engine::ort_choice(plan.as_ref(), &a.model), wants_session.then(|| engine::session_doc(&a.model)))
     };
     let next = next_step(probe, plan.as_ref(), &ort, session.as_ref());
     let (show_cuda, show_rocm) = (a.cuda || !a.rocm, a.rocm || !a.cuda);
@@ -35,7 +42,7 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
         doc.insert("ort".into(), serde_json::to_value(&ort)?);
         doc.insert("plan".into(), serde_json::to_value(&plan)?);
         if let Some(s) = &session {
-            doc.insert("session".into(), s.clone());
+            doc.insert("session".into(), serde_json::to_value(s)?);
         }
         doc.insert("probe_micros".into(), json!(probe.probe_micros));
         doc.insert("isolated".into(), json!(a.isolate));
@@ -62,9 +69,9 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
         print!("{out}");
     }
 
-    if let Some(expected) = a.expect.map(|d| d.to_string()) {
-        let active = session.as_ref().and_then(|s| s["gpu_vendor"].as_str()).unwrap_or("none");
-        if active != expected {
+    if let Some(expected) = a.expect {
+        let active = session.as_ref().and_then(|s| s.gpu_vendor).map_or("none", |v| v.label());
+        if active != expected.to_string() {
             eprintln!("nornir: expected {expected}, but the model runs on {active}");
             return Ok(ExitCode::from(1));
         }
@@ -75,16 +82,16 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
 /// Runs this doctor again as a child with `--json` (without `--isolate` and `--summary`) and takes
 /// the ONNX Runtime check and the session from its report. A child killed by a signal becomes an
 /// error in both, naming the library that was being loaded.
-fn isolated(a: &DoctorArgs, plan: Option<&Plan>, wants_session: bool) -> (OrtChoice, Option<Value>) {
-    let mut ort = engine::ort_pick(plan, &a.model);
-    let crashed = |why: String| -> (OrtChoice, Option<Value>) {
+fn isolated(a: &DoctorArgs, plan: Option<&Plan>, wants_session: bool) -> (OrtChoice, Option<SessionDoc>) {
+    let ort = engine::ort_pick(plan, &a.model);
+    let crashed = |why: String| -> (OrtChoice, Option<SessionDoc>) {
         let lib = ort.path.as_ref().map_or_else(|| "ONNX Runtime".to_owned(), |p| p.display().to_string());
         let text = format!(
             "loading {lib} in a child process failed: {why}; this library (or a provider it loads) is broken on this machine, so use another build (--ort-lib / ORT_DYLIB_PATH)"
         );
         let mut ort = ort.clone();
         ort.error = Some(text.clone());
-        (ort, wants_session.then(|| json!({ "error": text })))
+        (ort, wants_session.then(|| SessionDoc::failed(text)))
     };
     let args: Vec<std::ffi::OsString> = std::env::args_os()
         .skip(1)
@@ -102,14 +109,11 @@ fn isolated(a: &DoctorArgs, plan: Option<&Plan>, wants_session: bool) -> (OrtCho
     if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&out.status) {
         return crashed(format!("the process was killed by signal {signal} ({})", signal_name(signal)));
     }
-    let report: Value = match serde_json::from_slice(&out.stdout) {
-        Ok(v) => v,
-        Err(_) => return crashed(format!("the child exited with {} and no report", out.status)),
-    };
-    if let Ok(o) = serde_json::from_value::<OrtChoice>(report["ort"].clone()) {
-        ort = o;
+    match serde_json::from_slice::<ChildReport>(&out.stdout) {
+        Ok(report) => (report.ort, if wants_session { report.session } else { None }),
+        Err(_) if out.stdout.is_empty() => crashed(format!("the child exited with {} and no report", out.status)),
+        Err(e) => crashed(format!("the child exited with {} and a report this doctor cannot read: {e}", out.status)),
     }
-    (ort, wants_session.then(|| report["session"].clone()))
 }
 
 fn signal_name(signal: i32) -> &'static str {
@@ -124,11 +128,13 @@ fn signal_name(signal: i32) -> &'static str {
     }
 }
 
-fn active_of(session: Option<&Value>) -> Option<String> {
-    session.and_then(|s| s["active_provider"].as_str()).map(str::to_owned)
-}
-
-fn summary(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session: Option<&Value>, next: &str) -> String {
+fn summary(
+    probe: &ProbeReport,
+    plan: Option<&Plan>,
+    ort: &OrtChoice,
+    session: Option<&SessionDoc>,
+    next: &str,
+) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "{}", probe.cuda.summary);
     let _ = writeln!(s, "{}", probe.rocm.summary);
@@ -144,9 +150,9 @@ fn summary(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session: O
         let names: Vec<&str> = p.providers.iter().map(|x| x.ort_name()).collect();
         let _ = writeln!(s, "plan: {} [{}]", p.vendor, names.join(", "));
     }
-    if let Some(active) = active_of(session) {
+    if let Some(active) = session.and_then(|x| x.active_provider.as_deref()) {
         let _ = writeln!(s, "active provider: {active}");
-    } else if let Some(e) = session.and_then(|x| x["error"].as_str()) {
+    } else if let Some(e) = session.and_then(|x| x.error.as_deref()) {
         let _ = writeln!(s, "session: {e}");
     }
     let _ = writeln!(s, "next: {next}");
@@ -186,84 +192,81 @@ fn write_plan(out: &mut String, plan: Option<&Plan>) -> std::fmt::Result {
     Ok(())
 }
 
-fn write_session(out: &mut String, s: &Value) -> std::fmt::Result {
+fn write_session(out: &mut String, s: &SessionDoc) -> std::fmt::Result {
     writeln!(out, "\nsession")?;
-    if let Some(e) = s["error"].as_str() {
+    if let Some(e) = &s.error {
         return writeln!(out, "  could not be built: {e}");
     }
-    for r in s["registrations"].as_array().into_iter().flatten() {
-        let provider = r["provider"].as_str().unwrap_or("?");
-        if r["ok"].as_bool() == Some(true) {
-            writeln!(out, "  {provider}: registered")?;
-        } else {
-            writeln!(out, "  {provider}: failed: {}", r["error"].as_str().unwrap_or("unknown error"))?;
+    #[cfg(feature = "embed-ort")]
+    for r in &s.registrations {
+        match &r.error {
+            None if r.ok => writeln!(out, "  {}: registered", r.provider)?,
+            e => writeln!(out, "  {}: failed: {}", r.provider, e.as_deref().unwrap_or("unknown error"))?,
         }
     }
-    if let Some(f) = s["fallback"].as_str() {
+    if let Some(f) = &s.fallback {
         writeln!(out, "  fallback: {f}")?;
     }
-    writeln!(out, "  active provider: {}", s["active_provider"].as_str().unwrap_or("?"))?;
-    if let Some(p) = s["precision"].as_str() {
+    writeln!(out, "  active provider: {}", s.active_provider.as_deref().unwrap_or("?"))?;
+    if let Some(p) = &s.precision {
         writeln!(out, "  model precision: {p}")?;
     }
-    write_model(out, &s["model"])?;
-    match s["placement"]["status"].as_str() {
-        Some("known") => {
-            let nodes: Vec<String> =
-                s["placement"]["nodes"].as_object().into_iter().flatten().map(|(k, v)| format!("{k}: {v}")).collect();
-            writeln!(out, "  node placement: {}", nodes.join(", "))?;
+    #[cfg(feature = "embed-ort")]
+    {
+        if let Some(m) = &s.model {
+            write_model(out, m)?;
         }
-        _ => writeln!(out, "  node placement: unknown ({})", s["placement"]["reason"].as_str().unwrap_or("?"))?,
+        match &s.placement {
+            Some(nornir_vector::Placement::Known { nodes }) => {
+                let nodes: Vec<String> = nodes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                writeln!(out, "  node placement: {}", nodes.join(", "))?;
+            }
+            Some(nornir_vector::Placement::Unknown { reason }) => {
+                writeln!(out, "  node placement: unknown ({reason})")?
+            }
+            _ => writeln!(out, "  node placement: unknown")?,
+        }
     }
     Ok(())
 }
 
 /// What nornir read from the model folder and the graph, and why.
-fn write_model(out: &mut String, m: &Value) -> std::fmt::Result {
-    if m.is_null() {
-        return Ok(());
-    }
-    let text = |v: &Value| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
-    writeln!(out, "  model output: {:?}, {}", text(&m["output"]), text(&m["output_reason"]))?;
-    let dim = match (m["dimension"].as_u64(), m["model_dimension"].as_u64()) {
-        (Some(d), Some(full)) if d != full => format!("{d} (first {d} of {full}, --dim)"),
-        (Some(d), _) => d.to_string(),
-        _ => "?".to_owned(),
+#[cfg(feature = "embed-ort")]
+fn write_model(out: &mut String, m: &nornir_vector::ModelInfo) -> std::fmt::Result {
+    writeln!(out, "  model output: {:?}, {}", m.output, m.output_reason)?;
+    let dim = if m.dimension == m.model_dimension {
+        m.dimension.to_string()
+    } else {
+        format!("{} (first {} of {}, --dim)", m.dimension, m.dimension, m.model_dimension)
     };
-    writeln!(
-        out,
-        "  model vectors: {dim} dimensions, {} pooling, up to {} tokens",
-        text(&m["pooling"]),
-        m["max_length"]
-    )?;
-    let normalize = if m["normalize"].as_bool() == Some(true) { "normalised" } else { "not normalised" };
-    writeln!(out, "  normalisation: {normalize} ({})", text(&m["normalize_reason"]))?;
-    let prompt = &m["prompt"];
-    if let Some(source) = prompt["source"].as_str() {
-        writeln!(out, "  prompt: {:?} ({source})", text(&prompt["text"]))?;
+    writeln!(out, "  model vectors: {dim} dimensions, {} pooling, up to {} tokens", m.pooling, m.max_length)?;
+    let normalize = if m.normalize { "normalised" } else { "not normalised" };
+    writeln!(out, "  normalisation: {normalize} ({})", m.normalize_reason)?;
+    if let Some(source) = &m.prompt.source {
+        writeln!(out, "  prompt: {:?} ({source})", m.prompt.text)?;
     }
-    if let Some(task) = prompt["task"].as_array() {
-        writeln!(out, "  task: {} (task_id {})", text(&task[0]), task[1])?;
+    if let Some((task, id)) = &m.prompt.task {
+        writeln!(out, "  task: {task} (task_id {id})")?;
     }
     Ok(())
 }
 
 /// One sentence a person can act on.
-fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session: Option<&Value>) -> String {
+fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session: Option<&SessionDoc>) -> String {
     if ort.path.is_none() || ort.error.is_some() && ort.version.is_none() {
         return "get ONNX Runtime: run `cargo xtask fetch`, or set ORT_DYLIB_PATH to a libonnxruntime.so (1.22 or newer)".to_owned();
     }
     if let Some(s) = session {
-        if let Some(e) = s["error"].as_str() {
-            if e.contains("was forced to") {
+        if s.error.is_some() {
+            if s.forced_vendor.is_some() {
                 return "install what the session error above names as missing, or use --device auto to run on the CPU"
                     .to_owned();
             }
             return "fix the session error above; `nornir vector doctor --model DIR -v` shows ONNX Runtime's own log"
                 .to_owned();
         }
-        let active = s["active_provider"].as_str().unwrap_or("");
-        if let Some(f) = s["fallback"].as_str() {
+        let active = s.active_provider.as_deref().unwrap_or("");
+        if let Some(f) = &s.fallback {
             return format!(
                 "the GPU failed, so the CPU runs the model; check the device and its driver ({})",
                 f.chars().take(120).collect::<String>()
@@ -272,14 +275,9 @@ fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session:
         if active != "CPUExecutionProvider" {
             return format!("nothing to do: the model runs on {active}");
         }
-        if let Some(failed) =
-            s["registrations"].as_array().into_iter().flatten().find(|r| r["ok"].as_bool() == Some(false))
-        {
-            return format!(
-                "make {} work: {}",
-                failed["provider"].as_str().unwrap_or("the GPU provider"),
-                failed["error"].as_str().unwrap_or("see above")
-            );
+        #[cfg(feature = "embed-ort")]
+        if let Some(failed) = s.registrations.iter().find(|r| !r.ok) {
+            return format!("make {} work: {}", failed.provider, failed.error.as_deref().unwrap_or("see above"));
         }
     }
     if let Some(p) = plan {

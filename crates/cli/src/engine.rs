@@ -52,3 +52,50 @@ pub struct OrtChoice {
     pub searched: Vec<PathBuf>,
     pub error: Option<String>,
 }
+
+/// The session part of `doctor`'s report: what really runs the model, or why nothing does. The
+/// same type is written by `doctor --json` and read back from the child of `doctor --isolate`.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct SessionDoc {
+    /// Why no session could be built (one line); the fields below are then empty, except
+    /// `forced_vendor` and `registrations` when a forced device could not run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The device was forced to this vendor and none of its providers could run the model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forced_vendor: Option<nornir_vector::Vendor>,
+    /// Each provider's registration and preflight.
+    #[cfg(feature = "embed-ort")]
+    pub registrations: Vec<nornir_vector::Registration>,
+    /// The provider running the model, as ONNX Runtime names it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_provider: Option<String>,
+    /// Where the model really runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_vendor: Option<nornir_vector::Vendor>,
+    /// Why the session was rebuilt on the CPU after a GPU session failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    #[cfg(feature = "embed-ort")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<nornir_vector::Placement>,
+    #[cfg(feature = "embed-ort")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ort: Option<nornir_vector::OrtInfo>,
+    #[cfg(feature = "embed-ort")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<nornir_vector::ModelInfo>,
+    /// How the weights are stored, as far as the folder says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
+    /// The CPU extensions ONNX Runtime's int8 kernels can use, best first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cpu_int8_extensions: Vec<String>,
+}
+
+impl SessionDoc {
+    pub fn failed(error: String) -> Self {
+        Self { error: Some(error), ..Self::default() }
+    }
+}

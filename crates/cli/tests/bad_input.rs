@@ -327,11 +327,19 @@ fn doctor_isolate_reports_a_library_that_crashes_on_load() {
     assert!(human.status.success());
     assert!(String::from_utf8_lossy(&human.stdout).contains("killed by signal 11"));
 
-    // A good library through --isolate gives the same report as without it.
-    let o = nornir(&["vector", "doctor", "--isolate", "--json", "--model", s(&m)]);
-    let d: serde_json::Value = serde_json::from_slice(&o.stdout).expect("doctor JSON");
+    // A good library through --isolate gives the same report as without it, read back typed.
+    let report = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["vector", "doctor", "--json", "--model", s(&m)];
+        args.extend_from_slice(extra);
+        let o = nornir(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice(&o.stdout).expect("doctor JSON")
+    };
+    let (d, plain) = (report(&["--isolate"]), report(&[]));
     assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider", "{d}");
+    assert!(d["session"]["model"]["output_reason"].as_str().is_some(), "{d}");
     assert!(d["ort"]["version"].as_str().is_some());
+    assert_eq!((&d["session"], &d["ort"], &d["next_step"]), (&plain["session"], &plain["ort"], &plain["next_step"]));
 }
 
 #[test]

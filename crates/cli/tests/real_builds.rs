@@ -44,8 +44,14 @@ fn text(b: &[u8]) -> String {
 }
 
 fn doctor(ort: &Path, device: &str, env: &[(&str, &Path)]) -> serde_json::Value {
+    doctor_with(ort, device, env, &[])
+}
+
+fn doctor_with(ort: &Path, device: &str, env: &[(&str, &Path)], extra: &[&str]) -> serde_json::Value {
     let m = model();
-    let o = nornir(&["vector", "doctor", "--json", "--model", s(&m), "--ort-lib", s(ort), "--device", device], env);
+    let mut args = vec!["vector", "doctor", "--json", "--model", s(&m), "--ort-lib", s(ort), "--device", device];
+    args.extend_from_slice(extra);
+    let o = nornir(&args, env);
     assert!(o.status.success(), "{}: {}", o.status, text(&o.stderr));
     serde_json::from_slice(&o.stdout).expect("doctor JSON")
 }
@@ -134,9 +140,15 @@ fn cuda_build_forced_is_an_error_naming_libcublaslt_and_auto_falls_back() {
     // doctor --json keeps each provider's outcome and preflight next to the session error.
     let forced = doctor(&ort, "cuda", &[]);
     assert!(forced["session"]["error"].as_str().is_some_and(|e| e.contains("forced to cuda")), "{forced}");
+    assert_eq!(forced["session"]["forced_vendor"], "cuda", "{forced}");
     let cuda = registration(&forced, "CUDAExecutionProvider");
     assert_eq!(cuda["ok"], false);
     assert!(missing_in_preflight(cuda).contains(&"libcublasLt.so.13".to_owned()), "{cuda}");
+    assert!(forced["next_step"].as_str().is_some_and(|n| n.contains("install what the session error")), "{forced}");
+    // The same through a child process: the child's typed report is read back whole.
+    let isolated = doctor_with(&ort, "cuda", &[], &["--isolate"]);
+    assert_eq!(isolated["session"], forced["session"]);
+    assert_eq!(isolated["next_step"], forced["next_step"]);
     let d = doctor(&ort, "auto", &[]);
     assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
     assert_eq!(d["plan"]["vendor"], "cpu", "no driver: auto does not even request CUDA");

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use nornir_ep_select::{Plan, Provider, Vendor};
 use ort::session::Session;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::embeddings::{Embeddings, TextTokens};
@@ -67,7 +67,7 @@ fn prompt_token_count(tokenizer: &Tokenizer, prompt: &str) -> tokenizers::Result
 }
 
 /// Facts about the loaded model, for reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ModelInfo {
     pub folder: ModelFolder,

@@ -9,7 +9,7 @@ use crate::error::{EmbedError, Result};
 use crate::pooling::Pooling;
 
 /// Where a model's files are and what its configs say.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ModelFolder {
     pub dir: PathBuf,
@@ -96,7 +96,7 @@ struct Module {
 }
 
 /// What `modules.json` lists, as far as nornir applies it.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Modules {
     /// The pooling module's folder, if one is listed.
@@ -159,7 +159,7 @@ impl Default for PoolingConfig {
 
 /// A sentence-transformers pooling config: the mode, the embedding width, and whether prompt
 /// tokens are pooled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct PoolingSpec {
     pub mode: Pooling,

@@ -1,13 +1,13 @@
 //! Which text goes before every input, and which task a task-adapter model runs: from the
 //! options and the folder's `config_sentence_transformers.json` and `config.json`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::ModelFolder;
 use crate::options::EmbedderOptions;
 
 /// The prompt and task an embedder applies to every text.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct PromptChoice {
     /// Put before every text (empty: nothing).

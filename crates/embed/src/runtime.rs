@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use nornir_ep_select::Plan;
 use nornir_gpu_probe::{OrtCandidate, OrtDiscovery, ProbeContext, discover_ort, pick_ort};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{EmbedError, Result};
 
@@ -21,7 +21,7 @@ pub struct OrtRuntime {
 }
 
 /// What was loaded and why. Serialised under `ort` in `doctor --json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct OrtInfo {
     pub path: PathBuf,

@@ -7,13 +7,13 @@ use nornir_ep_select::{Plan, Provider, Vendor};
 use nornir_gpu_probe::{GpuVendor, ProbeContext, ProviderRequirements, preload_provider, search_path};
 use ort::session::Session;
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{EmbedError, Result, one_line};
 use crate::runtime::{OrtInfo, OrtRuntime};
 
 /// The outcome of registering one provider.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Registration {
     /// As ONNX Runtime names it (`CUDAExecutionProvider`).
@@ -26,7 +26,7 @@ pub struct Registration {
 }
 
 /// Which provider ran each node of the graph, from ONNX Runtime's own profiling record.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Placement {
@@ -35,7 +35,7 @@ pub enum Placement {
 }
 
 /// What really happened when the session was built.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct SessionReport {
     pub ort: OrtInfo,

@@ -9,10 +9,10 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The device the user asks for (`NORNIR_DEVICE`, `--device`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Device {
@@ -49,7 +49,7 @@ impl fmt::Display for Device {
 }
 
 /// Where the model runs: the plan's intended vendor, or what really ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Vendor {
@@ -75,7 +75,7 @@ impl fmt::Display for Vendor {
 }
 
 /// An ONNX Runtime execution provider the plan can request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Provider {
     Cuda,
@@ -183,7 +183,7 @@ pub struct Inputs {
 }
 
 /// The ordered providers to register, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Plan {
     /// The vendor the plan aims at.

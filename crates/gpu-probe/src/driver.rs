@@ -1,11 +1,11 @@
 //! Kernel-driver presence, read from the filesystem alone (no vendor library is touched).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::context::ProbeContext;
 
 /// What the filesystem says about one vendor's kernel driver.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct DriverReport {
     pub present: bool,
     /// Kernel driver version, where the driver publishes it.

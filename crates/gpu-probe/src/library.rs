@@ -8,7 +8,7 @@ use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
 
 /// glibc's `RTLD_NOLOAD`: answer whether an object is mapped, load nothing.
 const RTLD_NOLOAD: i32 = 0x4;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::elf;
 use crate::paths::version_key;
@@ -23,7 +23,7 @@ pub struct LibrarySpec {
 }
 
 /// What the probe learned about one library.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct LibraryReport {
     pub name: String,
     pub required: bool,

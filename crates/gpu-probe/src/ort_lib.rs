@@ -36,7 +36,7 @@ impl OrtCandidate {
 }
 
 /// Every candidate, in search order, and the places searched.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OrtDiscovery {
     pub candidates: Vec<OrtCandidate>,
     pub searched: Vec<PathBuf>,

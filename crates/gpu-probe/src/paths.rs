@@ -5,12 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::context::ProbeContext;
 
 /// An environment-list entry that was not searched, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RejectedEntry {
     pub variable: String,
     pub entry: String,
@@ -18,7 +18,7 @@ pub struct RejectedEntry {
 }
 
 /// Ordered, de-duplicated folders to search, plus what was refused on the way.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SearchPath {
     pub dirs: Vec<PathBuf>,
     pub rejected: Vec<RejectedEntry>,

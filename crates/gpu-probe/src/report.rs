@@ -2,12 +2,12 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::vendor::VendorReport;
 
 /// What the probe found on this machine for every vendor. Serialisable; field names are stable.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProbeReport {
     pub cuda: VendorReport,
     /// On a build without AMD support: `compiled: false` and a summary naming the feature to add.

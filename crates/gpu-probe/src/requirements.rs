@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::elf;
 use crate::library::{find_soname, loaded_path};
@@ -14,7 +14,7 @@ use crate::vendor::join_dirs;
 const SYSTEM_DIRS: &[&str] =
     &["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RequirementStatus {
     /// Already mapped into this process.
@@ -27,7 +27,7 @@ pub enum RequirementStatus {
 }
 
 /// One NEEDED soname of the provider (or of a library it needs that the probe found).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Requirement {
     pub soname: String,
     /// The library whose NEEDED entry this is.
@@ -38,7 +38,7 @@ pub struct Requirement {
 }
 
 /// The preflight of one provider library.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProviderRequirements {
     pub provider_library: PathBuf,
     pub requirements: Vec<Requirement>,

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::context::ProbeContext;
 use crate::driver::DriverReport;
@@ -23,14 +23,14 @@ pub(crate) struct VendorSpec {
 }
 
 /// A visible-devices variable in force (`CUDA_VISIBLE_DEVICES=0`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VisibleDevices {
     pub variable: String,
     pub value: String,
 }
 
 /// Everything the probe knows about one vendor. Serialised as-is by `doctor --json`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VendorReport {
     pub vendor: String,
     /// Whether this build contains support for the vendor at all.

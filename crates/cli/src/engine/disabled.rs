@@ -2,7 +2,7 @@
 
 use anyhow::{Result, bail};
 
-use super::{EmbedJob, OrtChoice};
+use super::{EmbedJob, OrtChoice, SessionDoc};
 use crate::{BenchArgs, ModelArgs, QuantizeArgs, ServeArgs};
 
 const NOT_COMPILED: &str =
@@ -37,6 +37,6 @@ pub fn ort_pick(_: Option<&nornir_vector::Plan>, _: &ModelArgs) -> OrtChoice {
     OrtChoice { error: Some(NOT_COMPILED.to_owned()), ..OrtChoice::default() }
 }
 
-pub fn session_json(_: &ModelArgs) -> serde_json::Value {
-    serde_json::json!({ "error": NOT_COMPILED })
+pub fn session_doc(_: &ModelArgs) -> SessionDoc {
+    SessionDoc::failed(NOT_COMPILED.to_owned())
 }

@@ -11,7 +11,7 @@ use nornir_vector::{
     Embedder, EmbedderOptions, MIN_ORT, ModelFolder, Plan, check_library, choose_library, plan_for_model,
 };
 
-use super::{EmbedJob, OrtChoice};
+use super::{EmbedJob, OrtChoice, SessionDoc};
 use crate::input::{InputFormat, Record, Records};
 use crate::output::{RowWriter, Sink};
 use crate::{BenchArgs, ModelArgs};
@@ -382,29 +382,34 @@ pub fn cpu_int8_extensions() -> Vec<&'static str> {
 }
 
 /// Builds the embedder and reports what really runs, with node placement.
-pub fn session_json(m: &ModelArgs) -> serde_json::Value {
+pub fn session_doc(m: &ModelArgs) -> SessionDoc {
     match load(m) {
-        // A forced device that cannot run: the error, and next to it each provider's outcome and
-        // preflight, so a script can read which library was missing.
-        Err(e) => match e.downcast_ref::<nornir_vector::EmbedError>() {
-            Some(nornir_vector::EmbedError::ForcedDeviceFailed { registrations, .. }) if !registrations.is_empty() => {
-                serde_json::json!({ "error": crate::error_line(&e), "registrations": registrations })
+        Err(e) => {
+            let mut doc = SessionDoc::failed(crate::error_line(&e));
+            // A forced device that cannot run: next to the error, each provider's outcome and
+            // preflight, so a script can read which library was missing.
+            if let Some(nornir_vector::EmbedError::ForcedDeviceFailed { vendor, registrations, .. }) =
+                e.downcast_ref::<nornir_vector::EmbedError>()
+            {
+                doc.forced_vendor = Some(*vendor);
+                doc.registrations = registrations.clone();
             }
-            _ => serde_json::json!({ "error": crate::error_line(&e) }),
-        },
+            doc
+        }
         Ok(e) => {
             let r = e.report();
-            serde_json::json!({
-                "active_provider": r.active_provider,
-                "gpu_vendor": r.gpu_vendor,
-                "registrations": r.registrations,
-                "fallback": r.fallback,
-                "placement": e.placement(),
-                "ort": r.ort,
-                "model": e.model_info(),
-                "precision": precision(&e.model_info().folder),
-                "cpu_int8_extensions": cpu_int8_extensions(),
-            })
+            SessionDoc {
+                active_provider: Some(r.active_provider),
+                gpu_vendor: Some(r.gpu_vendor),
+                registrations: r.registrations,
+                fallback: r.fallback,
+                placement: Some(e.placement()),
+                ort: Some(r.ort),
+                model: Some(e.model_info().clone()),
+                precision: Some(precision(&e.model_info().folder)),
+                cpu_int8_extensions: cpu_int8_extensions().into_iter().map(str::to_owned).collect(),
+                ..SessionDoc::default()
+            }
         }
     }
 }
