@@ -15,6 +15,7 @@ pub enum EmbedError {
     #[error(
         "no ONNX Runtime library found; searched: {searched}. Run `cargo xtask fetch`, or set ORT_DYLIB_PATH to a libonnxruntime.so"
     )]
+    #[non_exhaustive]
     NoOrtLibrary { searched: String },
 
     #[error("{0}: point ORT_DYLIB_PATH (or --ort-lib) at a libonnxruntime.so file, or unset it to let nornir search")]
@@ -23,6 +24,7 @@ pub enum EmbedError {
     #[error(
         "this process already loaded ONNX Runtime from {loaded}; it cannot load {requested} as well (one ONNX Runtime per process): use the same library for every embedder, or another process"
     )]
+    #[non_exhaustive]
     OrtAlreadyLoaded { loaded: PathBuf, requested: PathBuf },
 
     #[error(
@@ -40,6 +42,7 @@ pub enum EmbedError {
     #[error(
         "{path} is ONNX Runtime {version}, older than 1.22, the oldest this build supports. Use a newer build (`cargo xtask fetch` provides 1.31.1)"
     )]
+    #[non_exhaustive]
     OrtTooOld { path: PathBuf, version: String },
 
     #[error("{0}")]
@@ -48,6 +51,7 @@ pub enum EmbedError {
     #[error(
         "the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Use --device auto to fall back to the CPU, or fix the cause above (`nornir vector doctor`)"
     )]
+    #[non_exhaustive]
     ForcedDeviceFailed {
         vendor: Vendor,
         details: String,
@@ -106,6 +110,7 @@ pub enum EmbedError {
     #[error(
         "the embedder is overloaded: {queued} texts are waiting (limit {limit}); retry shortly, or raise max_queued_texts"
     )]
+    #[non_exhaustive]
     Overloaded { queued: usize, limit: usize },
 }
 

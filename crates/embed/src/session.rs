@@ -84,13 +84,14 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
                 return Err(EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: why, registrations });
             }
             tracing::warn!("{why}; rebuilding it on CPU");
-            let s =
-                base_builder(rt, cfg, true)?.commit_from_file(cfg.model).map_err(|e| session_error(cfg.model, e))?;
+            let s = base_builder(rt, cfg, true)?
+                .commit_from_file(cfg.model)
+                .map_err(|e| EmbedError::session_because(cfg.model, e))?;
             fallback = Some(format!("{why}; rebuilt on CPUExecutionProvider"));
             active = Provider::Cpu.ort_name().to_owned();
             s
         }
-        Err(e) => return Err(session_error(cfg.model, e)),
+        Err(e) => return Err(EmbedError::session_because(cfg.model, e)),
     };
     let gpu_vendor = Provider::from_ort_name(&active).map_or(Vendor::Cpu, Provider::vendor);
     let report = SessionReport {
@@ -103,10 +104,6 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
         placement: Placement::Unknown { reason: "not computed (run `nornir vector doctor --model DIR`)".to_owned() },
     };
     Ok((session, report))
-}
-
-fn session_error(model: &Path, e: ort::Error) -> EmbedError {
-    EmbedError::session_because(model, e)
 }
 
 /// Session options. On the CPU, basic graph optimisation (level 1): the extended fusions measured
