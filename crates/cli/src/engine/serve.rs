@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -26,6 +25,11 @@ use sha2::{Digest, Sha256};
 use super::{load_with, model_dir, options};
 use crate::ServeArgs;
 
+/// Most bytes of a too-large body read and dropped before its 413 goes out: a client still
+/// writing it then reads the answer, not a reset connection. A larger body, or one announced with
+/// `Expect: 100-continue`, is answered at once, unread.
+const DRAIN_BYTES: u64 = 64 << 20;
+
 /// Request latency histogram bounds, in seconds.
 const LATENCY_BOUNDS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
@@ -36,6 +40,8 @@ struct App {
     /// SHA-256 of the API key: compared in constant time, whatever the length sent.
     api_key: Option<[u8; 32]>,
     max_inputs: usize,
+    /// --max-body-bytes.
+    max_body_bytes: usize,
     /// Normalise OpenAI answers (and TEI's when a request does not say): as the model folder or
     /// --normalize / --no-normalize say, known once the model is loaded.
     normalize: OnceLock<bool>,
@@ -160,22 +166,13 @@ impl App {
 
     /// What both embedding endpoints do first: check the key, read the body, parse the JSON,
     /// and hand back the request with the embedder once it is ready.
-    fn accept<T: for<'de> Deserialize<'de>>(
+    async fn accept<T: for<'de> Deserialize<'de>>(
         &self,
         headers: &HeaderMap,
-        body: Result<Bytes, BytesRejection>,
+        body: Body,
     ) -> Result<(T, &Embedder), ApiError> {
         self.authorize(headers)?;
-        let body = body.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "the request body is larger than the server's --max-body-bytes",
-                )
-            } else {
-                ApiError::bad(format!("cannot read the request body: {e}"))
-            }
-        })?;
+        let body = read_body(body, headers, self.max_body_bytes).await?;
         let request: T =
             serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("invalid JSON request: {e}")))?;
         Ok((request, self.ready()?))
@@ -256,18 +253,45 @@ struct OpenAiRequest {
     user: Option<String>,
 }
 
-async fn openai(State(app): State<Arc<App>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+/// The request body, at most `limit` bytes. A longer one is 413; it is read to its end first
+/// (up to [`DRAIN_BYTES`]) unless the client waits for `100 Continue`, which it then never gets.
+async fn read_body(mut body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "the request body is larger than the server's --max-body-bytes")
+    };
+    let announced =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let waits_for_continue =
+        headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if announced.is_some_and(|n| n > limit as u64 && (waits_for_continue || n > DRAIN_BYTES)) {
+        return Err(too_large());
+    }
+    let mut data = Vec::with_capacity(announced.map_or(0, |n| n.min(limit as u64) as usize));
+    let mut seen = 0u64;
+    while let Some(frame) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame.map_err(|e| ApiError::bad(format!("cannot read the request body: {e}")))?;
+        let Ok(chunk) = frame.into_data() else { continue };
+        seen += chunk.len() as u64;
+        if seen <= limit as u64 {
+            data.extend_from_slice(&chunk);
+        } else if seen > DRAIN_BYTES {
+            break;
+        }
+    }
+    if seen > limit as u64 {
+        return Err(too_large());
+    }
+    Ok(data.into())
+}
+
+async fn openai(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let r = openai_inner(&app, &headers, body).await;
     respond(&app, "/v1/embeddings", Flavour::OpenAi, started, r)
 }
 
-async fn openai_inner(
-    app: &App,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let (req, embedder): (OpenAiRequest, _) = app.accept(headers, body)?;
+async fn openai_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let (req, embedder): (OpenAiRequest, _) = app.accept(headers, body).await?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -320,14 +344,14 @@ struct TeiRequest {
     dimensions: Option<i64>,
 }
 
-async fn tei(State(app): State<Arc<App>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+async fn tei(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let r = tei_inner(&app, &headers, body).await;
     respond(&app, "/embed", Flavour::Tei, started, r)
 }
 
-async fn tei_inner(app: &App, headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let (req, embedder): (TeiRequest, _) = app.accept(headers, body)?;
+async fn tei_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let (req, embedder): (TeiRequest, _) = app.accept(headers, body).await?;
     let texts = req.inputs.into_texts()?;
     app.check_inputs(&texts)?;
     let dim = dimensions(req.dimensions, app.default_dim, embedder.dimension())?;
@@ -503,6 +527,7 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
         model_name,
         api_key,
         max_inputs: a.max_inputs as usize,
+        max_body_bytes: a.max_body_bytes as usize,
         normalize: OnceLock::new(),
         default_dim: dim,
         metrics: Metrics::default(),
@@ -542,7 +567,6 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
             .route("/health", get(health))
             .route("/metrics", get(metrics))
             .route("/info", get(info))
-            .layer(DefaultBodyLimit::max(a.max_body_bytes as usize))
             .with_state(Arc::clone(&app));
         let server = axum::serve(listener, router).with_graceful_shutdown(shutdown_signal());
         let server = tokio::spawn(async move { server.await });
