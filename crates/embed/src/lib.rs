@@ -31,7 +31,7 @@ pub use error::{Cause, EmbedError, Result};
 pub use model::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 pub use options::EmbedderOptions;
 pub use plan::{plan_for, plan_for_model};
-pub use pooling::Pooling;
+pub use pooling::{Pooling, normalize};
 pub use prompt::PromptChoice;
 pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library};
 pub use scheduler::QueueFull;
@@ -47,6 +47,6 @@ pub mod internals {
         parse_sentence_bert_config,
     };
     pub use crate::placement::parse_profile;
-    pub use crate::pooling::{normalize, pool_tokens};
+    pub use crate::pooling::pool_tokens;
     pub use crate::runtime::load_runtime;
 }

@@ -118,7 +118,8 @@ pub fn pool_tokens(hidden: &[f32], len: usize, dim: usize, pooling: Pooling, ski
     }
 }
 
-/// Scales `v` to unit L2 norm; a zero vector stays zero.
+/// Scales `v` to unit L2 norm; a zero vector stays zero. The embedder's own normalisation, for
+/// callers that cut vectors shorter themselves (Matryoshka) and normalise again.
 pub fn normalize(v: &mut [f32]) {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     if norm > 0.0 {

@@ -221,10 +221,7 @@ impl Input {
 fn finish_row(row: &[f32], dim: usize, normalize: bool) -> Vec<f32> {
     let mut v = row[..dim.min(row.len())].to_vec();
     if normalize {
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        if n > 0.0 {
-            v.iter_mut().for_each(|x| *x /= n);
-        }
+        nornir_vector::normalize(&mut v);
     }
     v
 }
