@@ -199,9 +199,10 @@ fn write_session(out: &mut String, s: &SessionDoc) -> std::fmt::Result {
     }
     #[cfg(feature = "embed-ort")]
     for r in &s.registrations {
-        match &r.error {
-            None if r.ok => writeln!(out, "  {}: registered", r.provider)?,
-            e => writeln!(out, "  {}: failed: {}", r.provider, e.as_deref().unwrap_or("unknown error"))?,
+        if r.ok {
+            writeln!(out, "  {}: registered", r.provider)?;
+        } else {
+            writeln!(out, "  {}: failed: {}", r.provider, r.error.as_deref().unwrap_or("unknown error"))?;
         }
     }
     if let Some(f) = &s.fallback {
