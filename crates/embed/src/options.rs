@@ -9,7 +9,7 @@ use crate::error::{EmbedError, Result};
 use crate::pooling::Pooling;
 use crate::scheduler::QueueFull;
 
-/// How to build an [`Embedder`]. `Default` is: device auto (a GPU when one really works), all cores, a
+/// How to build an [`Embedder`](crate::Embedder). `Default` is: device auto (a GPU when one really works), all cores, a
 /// 256-token budget per batch, and the model folder's own length limit, pooling, normalisation
 /// and default prompt.
 #[derive(Debug, Clone)]

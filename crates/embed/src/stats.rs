@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-/// Counters since the embedder was built (or since [`Embedder::reset_stats`]).
+/// Counters since the embedder was built (or since [`Embedder::reset_stats`](crate::Embedder::reset_stats)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct EmbedStats {

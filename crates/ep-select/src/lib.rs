@@ -201,11 +201,11 @@ pub struct Plan {
 const AMD_NOT_COMPILED: &str = "AMD GPU support is not compiled into this build (add --features embed-ort-rocm)";
 
 /// Makes the plan. Rules (the design note's, plus forcing):
-/// - device forced to cpu -> [CPU];
+/// - device forced to cpu -> `[CPU]`;
 /// - device forced to a GPU -> that vendor's providers, then CPU, `forced`; refused if not compiled;
-/// - auto: AMD compiled and available -> [MIGraphX, ROCm, CPU]; else CUDA compiled and available ->
-///   [CUDA, CPU]; else [CPU]. AMD wins when both vendors are present.
-/// - a model that runs well only on the CPU: forced to a GPU -> refused; auto -> [CPU], with why.
+/// - auto: AMD compiled and available -> `[MIGraphX, ROCm, CPU]`; else CUDA compiled and available
+///   -> `[CUDA, CPU]`; else `[CPU]`. AMD wins when both vendors are present.
+/// - a model that runs well only on the CPU: forced to a GPU -> refused; auto -> `[CPU]`, with why.
 pub fn plan(inputs: &Inputs) -> Plan {
     let Inputs { compiled, cuda, rocm, device, model_cpu_only } = inputs;
     let mut reasons = Vec::new();
