@@ -370,12 +370,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// An error and its causes on one line, outermost first. A cause whose text the line already
-/// holds is left out: the library's errors quote their cause and also keep it as `source()`.
+/// An error and its causes on one line, outermost first (ONNX Runtime's messages can span lines).
+/// A cause whose text the line already holds is left out: the library's errors quote their cause,
+/// on one line, and also keep it as `source()`.
 pub(crate) fn error_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
-        let text = cause.to_string();
+        let text = cause.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
         if line.contains(&text) {
             continue;
         }
@@ -401,7 +402,8 @@ mod tests {
         struct Quoting(std::io::Error);
         impl std::fmt::Display for Quoting {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, "inference failed: {}", self.0)
+                let cause = self.0.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+                write!(f, "inference failed: {cause}")
             }
         }
         impl std::error::Error for Quoting {
@@ -411,5 +413,10 @@ mod tests {
         }
         let quoted = Quoting(std::io::Error::other("out of memory"));
         assert_eq!(error_line(&anyhow::Error::new(quoted)), "inference failed: out of memory");
+        // A cause over several lines, quoted on one: still one line, the cause once.
+        let quoted = Quoting(std::io::Error::other("out of\n  memory"));
+        assert_eq!(error_line(&anyhow::Error::new(quoted)), "inference failed: out of memory");
+        let e = anyhow::Error::new(std::io::Error::other("line one\nline two")).context("reading");
+        assert_eq!(error_line(&e), "reading: line one line two");
     }
 }
