@@ -57,11 +57,7 @@ pub fn options(m: &ModelArgs) -> Result<EmbedderOptions> {
 }
 
 pub fn load(m: &ModelArgs) -> Result<Embedder> {
-    load_with(&model_dir(m)?, &options(m)?)
-}
-
-pub fn load_with(dir: &std::path::Path, o: &nornir_vector::EmbedderOptions) -> Result<Embedder> {
-    Ok(Embedder::new(dir, o)?)
+    Ok(Embedder::new(&model_dir(m)?, &options(m)?)?)
 }
 
 /// One line: which provider runs and why.

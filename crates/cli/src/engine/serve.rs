@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{load_with, model_dir, options};
+use super::{model_dir, options};
 use crate::ServeArgs;
 
 /// Most bytes of a too-large body read and dropped before its 413 goes out: a client still
@@ -546,7 +546,7 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
         // Load beside the server: /health says "loading" meanwhile, and a failure ends the process.
         let loader = Arc::clone(&app);
         let load = tokio::task::spawn_blocking(move || -> Result<()> {
-            let embedder = load_with(&dir, &opts)?;
+            let embedder = Embedder::new(&dir, &opts)?;
             if let Some(d) = dim
                 && d > embedder.dimension()
             {
