@@ -33,18 +33,23 @@ const DRAIN_BYTES: u64 = 64 << 20;
 /// Request latency histogram bounds, in seconds.
 const LATENCY_BOUNDS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
+/// The model, once loaded and checked.
+struct Loaded {
+    embedder: Embedder,
+    /// Normalise OpenAI answers (and TEI's when a request does not say): as the model folder or
+    /// --normalize / --no-normalize say.
+    normalize: bool,
+}
+
 /// What every handler shares.
 struct App {
-    embedder: OnceLock<Embedder>,
+    loaded: OnceLock<Loaded>,
     model_name: String,
     /// SHA-256 of the API key: compared in constant time, whatever the length sent.
     api_key: Option<[u8; 32]>,
     max_inputs: usize,
     /// --max-body-bytes.
     max_body_bytes: usize,
-    /// Normalise OpenAI answers (and TEI's when a request does not say): as the model folder or
-    /// --normalize / --no-normalize say, known once the model is loaded.
-    normalize: OnceLock<bool>,
     /// Dimensions when a request does not say (--dim); else the model's.
     default_dim: Option<usize>,
     metrics: Metrics,
@@ -141,8 +146,8 @@ fn error_response(flavour: Flavour, e: ApiError) -> Response {
 }
 
 impl App {
-    fn ready(&self) -> Result<&Embedder, ApiError> {
-        self.embedder
+    fn ready(&self) -> Result<&Loaded, ApiError> {
+        self.loaded
             .get()
             .ok_or_else(|| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the model is still loading; retry shortly"))
     }
@@ -170,7 +175,7 @@ impl App {
         &self,
         headers: &HeaderMap,
         body: Body,
-    ) -> Result<(T, &Embedder), ApiError> {
+    ) -> Result<(T, &Loaded), ApiError> {
         self.authorize(headers)?;
         let body = read_body(body, headers, self.max_body_bytes).await?;
         let request: T =
@@ -288,7 +293,7 @@ async fn openai(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> 
 }
 
 async fn openai_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let (req, embedder): (OpenAiRequest, _) = app.accept(headers, body).await?;
+    let (req, Loaded { embedder, normalize }): (OpenAiRequest, _) = app.accept(headers, body).await?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -303,12 +308,11 @@ async fn openai_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<Resp
     }
     let dim = dimensions(req.dimensions, app.default_dim, embedder.dimension())?;
     let rows = embedder.embed_async(&texts).await?;
-    let normalize = *app.normalize.get().unwrap_or(&true);
     let data: Vec<Value> = rows
         .rows()
         .enumerate()
         .map(|(i, row)| {
-            let v = finish_row(row, dim, normalize);
+            let v = finish_row(row, dim, *normalize);
             let embedding = if base64 {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
                 json!(base64::engine::general_purpose::STANDARD.encode(bytes))
@@ -348,7 +352,7 @@ async fn tei(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Res
 }
 
 async fn tei_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let (req, embedder): (TeiRequest, _) = app.accept(headers, body).await?;
+    let (req, Loaded { embedder, normalize }): (TeiRequest, _) = app.accept(headers, body).await?;
     let texts = req.inputs.into_texts()?;
     app.check_inputs(&texts)?;
     let dim = dimensions(req.dimensions, app.default_dim, embedder.dimension())?;
@@ -365,7 +369,7 @@ async fn tei_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<Respons
             ),
         ));
     }
-    let normalize = req.normalize.unwrap_or(*app.normalize.get().unwrap_or(&true));
+    let normalize = req.normalize.unwrap_or(*normalize);
     let vectors: Vec<Vec<f32>> = rows.rows().map(|r| finish_row(r, dim, normalize)).collect();
     app.metrics.texts.fetch_add(texts.len() as u64, Ordering::Relaxed);
     app.metrics.tokens.fetch_add(rows.total_tokens() as u64, Ordering::Relaxed);
@@ -390,8 +394,10 @@ fn respond(
 }
 
 async fn health(State(app): State<Arc<App>>) -> Response {
-    let r = match app.embedder.get() {
-        Some(e) => (StatusCode::OK, axum::Json(json!({ "status": "ok", "provider": e.report().active_provider }))),
+    let r = match app.loaded.get() {
+        Some(Loaded { embedder: e, .. }) => {
+            (StatusCode::OK, axum::Json(json!({ "status": "ok", "provider": e.report().active_provider })))
+        }
         None => (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({ "status": "loading" }))),
     };
     r.into_response()
@@ -401,7 +407,7 @@ async fn info(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let started = Instant::now();
     let r = (|| {
         app.authorize(&headers)?;
-        let e = app.ready()?;
+        let e = &app.ready()?.embedder;
         let report = e.report();
         Ok(axum::Json(json!({
             "version": env!("CARGO_PKG_VERSION"),
@@ -461,7 +467,7 @@ fn render_metrics(app: &App, out: &mut String) {
     let _ =
         writeln!(out, "nornir_request_duration_seconds_sum {}", m.latency_micros.load(Ordering::Relaxed) as f64 * 1e-6);
     let _ = writeln!(out, "nornir_request_duration_seconds_count {count}");
-    let Some(e) = app.embedder.get() else { return };
+    let Some(Loaded { embedder: e, .. }) = app.loaded.get() else { return };
     let s = e.stats();
     let _ =
         writeln!(out, "# HELP nornir_batch_size Texts per batch run by the model.\n# TYPE nornir_batch_size histogram");
@@ -520,12 +526,11 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
     let api_key = a.api_key.as_deref().filter(|k| !k.is_empty()).map(|k| Sha256::digest(k.as_bytes()).into());
     let model_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "nornir".to_owned());
     let app = Arc::new(App {
-        embedder: OnceLock::new(),
+        loaded: OnceLock::new(),
         model_name,
         api_key,
         max_inputs: a.max_inputs as usize,
         max_body_bytes: a.max_body_bytes as usize,
-        normalize: OnceLock::new(),
         default_dim: dim,
         metrics: Metrics::default(),
     });
@@ -553,9 +558,8 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
                 anyhow::bail!("--dim {d} is wider than the model's {}-dimensional vectors", embedder.dimension());
             }
             let normalize = normalize_flag.unwrap_or_else(|| embedder.model_info().folder.normalize_default().0);
-            let _ = loader.normalize.set(normalize);
             eprintln!("nornir: ready: {} on {}", loader.model_name, embedder.report().active_provider);
-            let _ = loader.embedder.set(embedder);
+            let _ = loader.loaded.set(Loaded { embedder, normalize });
             Ok(())
         });
         let router = Router::new()
