@@ -357,9 +357,14 @@ impl Scheduler {
         let deadline = Instant::now() + self.batch_wait;
         loop {
             let others_busy = q.busy.iter().enumerate().any(|(i, &b)| b && i != k);
-            let tokens: usize = q.by_length.iter().map(|&(len, _)| len).sum();
+            // Stops counting at a full budget: the queue can hold thousands of texts.
+            let mut tokens = 0;
+            let full = q.by_length.iter().any(|&(len, _)| {
+                tokens += len;
+                tokens >= self.token_budget
+            });
             let now = Instant::now();
-            if !others_busy || tokens >= self.token_budget || now >= deadline || q.shutdown {
+            if !others_busy || full || now >= deadline || q.shutdown {
                 return q;
             }
             q = self.work.wait_timeout(q, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
@@ -483,5 +488,24 @@ mod tests {
         let s = Scheduler::new(1, 256, BatchPolicy::CPU, 3, Duration::ZERO);
         s.submit(call(&r, &[(0, 5), (1, 5), (2, 5), (3, 5), (4, 5)]), QueueFull::Refuse)
             .expect("alone, a large call runs");
+    }
+
+    /// With another worker busy, a free one waits for a full budget of tokens, up to batch_wait;
+    /// with none busy, or a full budget waiting, it takes what is there at once.
+    #[test]
+    fn a_free_worker_waits_to_fill_a_batch_only_under_load() {
+        let wait = Duration::from_millis(300);
+        let waited = |busy: bool, lengths: &[(usize, usize)]| {
+            let s = Scheduler::new(2, 10, BatchPolicy::GPU, 100, wait);
+            let r = Request::new(lengths.len(), 1);
+            s.submit(call(&r, lengths), QueueFull::Wait).expect("room");
+            s.lock().busy[1] = busy;
+            let started = Instant::now();
+            drop(s.fill_wait(s.lock(), 0));
+            started.elapsed()
+        };
+        assert!(waited(true, &[(0, 4)]) >= wait, "4 of 10 tokens under load: waits");
+        assert!(waited(true, &[(0, 4), (1, 4), (2, 4)]) < wait, "12 of 10 tokens: a full batch, no wait");
+        assert!(waited(false, &[(0, 4)]) < wait, "no other worker busy: no wait");
     }
 }
