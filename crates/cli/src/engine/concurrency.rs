@@ -110,7 +110,7 @@ pub fn measure(
             max: latencies.last().copied().unwrap_or(f64::NAN),
         },
         batches: s.batches,
-        mean_batch_texts: s.texts as f64 / s.batches.max(1) as f64,
+        mean_batch_texts: s.batched_texts as f64 / s.batches.max(1) as f64,
         padding: 1.0 - s.tokens as f64 / s.padded_tokens.max(1) as f64,
     })
 }
