@@ -126,8 +126,10 @@ export NORNIR_CUDA_LIBS
 echo "nornir_cuda_libs=$NORNIR_CUDA_LIBS" >>"$OUT/machine.txt"
 COMMON=(--model "$MODEL" --ort-lib "$ORT")
 
-# 4. Does CUDA really run the model? If not, once more with the same folders on LD_LIBRARY_PATH:
-# libraries ONNX Runtime opens later by name (cuDNN) are not in the provider's NEEDED list.
+# 4. Does CUDA really run the model? The report lists the libraries the provider opens by name at
+# run time (cuDNN, cuFFT, NVRTC: in no NEEDED list), which nornir preloads from the same folders;
+# the summary says where each was loaded from. If CUDA did not run, once more with the folders on
+# LD_LIBRARY_PATH, to tell whether something the preload does not cover is still missing.
 if ! step doctor "$OUT/doctor.json" "$NORNIR" vector doctor --json --expect cuda "${COMMON[@]}"; then
     export LD_LIBRARY_PATH="$NORNIR_CUDA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     if step doctor-ld-library-path "$OUT/doctor-ld-library-path.json" "$NORNIR" vector doctor --json --expect cuda "${COMMON[@]}"; then

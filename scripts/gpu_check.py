@@ -19,7 +19,7 @@ import time
 
 DIM = 384
 PARITY_FLOOR = 0.999
-# What the CUDA provider of onnxruntime-gpu 1.31.1 needs (NEEDED) or opens later (cuDNN, cuFFT).
+# What the CUDA provider of onnxruntime-gpu 1.31.1 needs (NEEDED) or opens later (cuDNN, cuFFT, NVRTC).
 WANTED = [
     "libcudart.so.13",
     "libcublas.so.13",
@@ -27,6 +27,7 @@ WANTED = [
     "libcurand.so.10",
     "libcudnn.so.9",
     "libcufft.so.12",
+    "libnvrtc.so.13",
 ]
 
 
@@ -218,6 +219,14 @@ def summary(out):
         "active_provider": session.get("active_provider"),
         "fallback": session.get("fallback"),
         "registrations": [{k: r.get(k) for k in ("provider", "ok", "error")} for r in session.get("registrations", [])],
+        # Libraries the provider opens by name at run time (cuDNN): nornir preloads them and keeps
+        # them loaded for the life of the process, so "loaded" here means resident at the first run.
+        "opened_at_run_time": [
+            {k: q.get(k) for k in ("soname", "status", "path")}
+            for r in session.get("registrations", [])
+            for q in ((r.get("preflight") or {}).get("requirements") or [])
+            if q.get("opened") == "at_run_time"
+        ],
         "placement": session.get("placement"),
         "parity": parity,
         "texts_per_second": {
@@ -259,6 +268,8 @@ def markdown(r):
         lines.append(f"- fallback: {r['fallback']}")
     for reg in r["registrations"]:
         lines.append(f"- {reg['provider']}: {'ok' if reg['ok'] else reg['error']}")
+    for q in r["opened_at_run_time"]:
+        lines.append(f"- {q['soname']} (opened at run time): {q['status']}{' from ' + q['path'] if q['path'] else ''}")
     placement = r["placement"] or {}
     lines.append(f"- placement: {placement.get('nodes') or placement.get('reason')}")
     for dev, p in r["parity"].items():

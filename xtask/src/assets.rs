@@ -145,6 +145,20 @@ pub const TEST_CUDART: Asset = Asset {
     file_sha256: &[],
 };
 
+/// cuDNN 9 for CUDA 13 as pip installs it (`nvidia/cudnn/lib`), which onnxruntime-gpu[cudnn]
+/// 1.31.1 asks for: the library its CUDA provider opens by name at run time, for the test that
+/// nornir finds and preloads it from a venv. Installed with `--no-deps`: its declared dependency,
+/// cuBLAS, is not needed to load `libcudnn.so.9` (whose NEEDED are system libraries only).
+pub const CUDNN_WHEEL: Wheel = Wheel {
+    package: "nvidia-cudnn-cu13",
+    version: "9.28.1.4",
+    file: "nvidia_cudnn_cu13-9.28.1.4-py3-none-manylinux_2_27_x86_64.whl",
+    sha256: "a54f205b1db1f2895d99f398754db1369816f0569dd459731f925635cf7b65ec",
+};
+
+/// What the CUDA pip venv for the tests holds: cuDNN and the CUDA runtime (`nvidia/cu13/lib`).
+pub const CUDA_VENV_WHEELS: &[&Wheel] = &[&CUDNN_WHEEL, &TEST_CUDART.wheel];
+
 /// ONNX Runtime 1.22.2 with the ROCm provider: the oldest build nornir loads, and a real ROCm
 /// provider library whose registration fails on a machine without ROCm.
 pub const ORT_ROCM_1_22: Asset = Asset {

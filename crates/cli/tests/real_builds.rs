@@ -280,3 +280,53 @@ fn cuda_fails_at_run_time_and_the_batch_runs_again_on_cpu() {
         &["running a batch on CUDAExecutionProvider failed", "illegal memory access", "ran that batch again"],
     );
 }
+
+/// CUDA libraries as pip installs them, in a venv (`NORNIR_TEST_CUDA_VENV`: nvidia-cudnn-cu13 and
+/// nvidia-cuda-runtime from their pinned wheels), on a simulated NVIDIA machine whose stub CUDA
+/// libraries let the real provider register: doctor lists cuDNN, which the provider opens by name
+/// at run time, as loaded from the venv, beside the NEEDED libraries; cuFFT and NVRTC, which the
+/// venv lacks, are listed as missing, and the provider still registers.
+#[test]
+fn doctor_lists_cudnn_from_a_pip_venv_as_opened_at_run_time() {
+    let venv = env_path("NORNIR_TEST_CUDA_VENV");
+    let t = tempfile::tempdir().expect("tempdir");
+    let root = t.path().join("root");
+    support::nvidia_driver_tree(&root);
+    let libs = t.path().join("cuda-libs");
+    let ort = env_path("NORNIR_TEST_ORT_GPU");
+    cuda_stubs(&libs, &ort.with_file_name("libonnxruntime_providers_cuda.so"), CudaFault::AtFirstKernel);
+    let env: [(&str, &Path); 3] = [("NORNIR_PROBE_ROOT", &root), ("NORNIR_CUDA_LIBS", &libs), ("VIRTUAL_ENV", &venv)];
+    let d = doctor(&ort, "auto", &env);
+    let cuda = registration(&d, "CUDAExecutionProvider");
+    assert_eq!(cuda["ok"], true, "{cuda}");
+    let requirement = |soname: &str| -> serde_json::Value {
+        cuda["preflight"]["requirements"]
+            .as_array()
+            .and_then(|r| r.iter().find(|x| x["soname"] == soname))
+            .unwrap_or_else(|| panic!("no {soname} in {cuda}"))
+            .clone()
+    };
+    let cudnn = requirement("libcudnn.so.9");
+    assert_eq!(cudnn["opened"], "at_run_time", "{cudnn}");
+    assert_eq!(cudnn["status"], "loaded", "{cudnn}");
+    let path = cudnn["path"].as_str().unwrap_or_default();
+    assert!(path.starts_with(s(&venv)) && path.ends_with("site-packages/nvidia/cudnn/lib/libcudnn.so.9"), "{path}");
+    for soname in ["libcufft.so.12", "libnvrtc.so.13"] {
+        let r = requirement(soname);
+        assert_eq!((r["opened"].as_str(), r["status"].as_str()), (Some("at_run_time"), Some("missing")), "{r}");
+    }
+    assert_eq!(requirement("libcublasLt.so.13")["opened"], "needed");
+
+    let m = model();
+    let o = nornir(&["vector", "doctor", "--model", s(&m), "--ort-lib", s(&ort), "--device", "auto"], &env);
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        out.contains(&format!(
+            "libcudnn.so.9, opened at run time by libonnxruntime_providers_cuda.so: loaded ({path})"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("libcufft.so.12, opened at run time by libonnxruntime_providers_cuda.so: missing"), "{out}");
+    assert!(out.contains("libcublasLt.so.13, needed by libonnxruntime_providers_cuda.so: loaded"), "{out}");
+}

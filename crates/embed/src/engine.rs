@@ -531,7 +531,9 @@ impl Engine {
                     EmbedError::Inference { reason, .. } => reason,
                     e => e.to_string(),
                 };
-                let why = format!("running a batch on {} failed: {e}", self.report.active_provider);
+                let active = &self.report.active_provider;
+                let hint = session::run_time_hint(&self.report.registrations, active);
+                let why = format!("running a batch on {active} failed: {e}{hint}");
                 if self.report.plan.forced {
                     return Err(EmbedError::ForcedDeviceFailed {
                         vendor: self.report.plan.vendor,

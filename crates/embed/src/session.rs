@@ -79,7 +79,11 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
     let session = match builder.commit_from_file(cfg.model) {
         Ok(s) => s,
         Err(e) if gpu_ok.is_some() => {
-            let why = format!("creating the session with {active} failed: {}", one_line(&e.to_string()));
+            let why = format!(
+                "creating the session with {active} failed: {}{}",
+                one_line(&e.to_string()),
+                run_time_hint(&registrations, &active)
+            );
             if plan.forced {
                 return Err(EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: why, registrations });
             }
@@ -130,6 +134,17 @@ fn base_builder(rt: &OrtRuntime, cfg: &SessionConfig<'_>, cpu_only: bool) -> Res
         b = b.with_prepacked_weights(w).map_err(|e| EmbedError::session_because(model, e))?;
     }
     Ok(b)
+}
+
+/// The preflight's word on what `provider` opens at run time and is missing, as ` (preflight: ...)`,
+/// or nothing: the likely cause when a provider that registered fails later.
+pub(crate) fn run_time_hint(registrations: &[Registration], provider: &str) -> String {
+    registrations
+        .iter()
+        .filter(|r| r.provider == provider)
+        .find_map(|r| r.preflight.as_ref()?.run_time_summary())
+        .map(|s| format!(" (preflight: {s})"))
+        .unwrap_or_default()
 }
 
 fn forced_failure(plan: &Plan, regs: &[Registration]) -> EmbedError {

@@ -31,7 +31,7 @@ pub use ort_lib::{
 };
 pub use paths::{RejectedEntry, SearchPath, python_site_dirs};
 pub use report::{ProbeReport, write_vendor};
-pub use requirements::{ProviderRequirements, Requirement, RequirementStatus, provider_requirements};
+pub use requirements::{Opened, ProviderRequirements, Requirement, RequirementStatus, provider_requirements};
 pub use vendor::{VendorReport, VisibleDevices};
 
 /// What a default build says about AMD.
@@ -100,8 +100,11 @@ fn rocm_search_path(_: &ProbeContext) -> SearchPath {
 }
 
 /// Loads every library `provider` needs that sits in `dirs` (the vendor's candidate folders or the
-/// provider's own), so ONNX Runtime's later `dlopen` of the provider resolves. Returns the preflight
-/// as it stands after loading.
+/// provider's own), each after its own dependencies and with `RTLD_GLOBAL`, so that ONNX Runtime's
+/// later `dlopen` of the provider resolves, and so does the provider's own `dlopen` by name of a
+/// library it opens at run time (cuDNN from pip's `site-packages/nvidia/cudnn/lib`, which the
+/// loader's path, fixed at process start, does not hold). A missing one is reported, not fatal.
+/// Returns the preflight as it stands after loading.
 pub fn preload_provider(provider: &std::path::Path, dirs: &[std::path::PathBuf]) -> ProviderRequirements {
     let before = provider_requirements(provider, dirs);
     for req in before.requirements.iter().filter(|r| r.status == RequirementStatus::Found) {

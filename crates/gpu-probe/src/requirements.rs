@@ -1,6 +1,8 @@
 //! A provider library's own NEEDED list, checked against what is loaded and what can be found.
 //!
 //! This turns "the CUDA provider failed" into "libcublasLt.so.13 is missing; searched: ...".
+//! Beside the NEEDED list it checks the libraries a provider opens by name while it runs
+//! (cuDNN for CUDA), which no ELF header names.
 
 use std::path::{Path, PathBuf};
 
@@ -26,12 +28,27 @@ pub enum RequirementStatus {
     Missing,
 }
 
-/// One NEEDED soname of the provider (or of a library it needs that the probe found).
+/// How the provider reaches a library.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Opened {
+    /// A NEEDED entry: the loader opens it with the library that needs it, or that load fails.
+    #[default]
+    Needed,
+    /// Opened by name with `dlopen` while the provider runs, so in no NEEDED list: a missing one
+    /// lets the provider register and fails it later, at its first use.
+    AtRunTime,
+}
+
+/// One library the provider needs: a NEEDED soname of the provider (or of a library it needs that
+/// the probe found), or one the provider opens at run time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Requirement {
     pub soname: String,
-    /// The library whose NEEDED entry this is.
+    /// The library whose NEEDED entry this is, or that opens it at run time.
     pub needed_by: String,
+    #[serde(default)]
+    pub opened: Opened,
     pub status: RequirementStatus,
     pub path: Option<PathBuf>,
     pub detail: Option<String>,
@@ -49,8 +66,14 @@ pub struct ProviderRequirements {
 }
 
 impl ProviderRequirements {
+    /// NEEDED libraries that are missing: the provider itself will not load.
     pub fn missing(&self) -> impl Iterator<Item = &Requirement> {
-        self.requirements.iter().filter(|r| r.status == RequirementStatus::Missing)
+        self.requirements.iter().filter(|r| r.opened == Opened::Needed && r.status == RequirementStatus::Missing)
+    }
+
+    /// Libraries the provider opens at run time that are missing: it loads; what needs one fails later.
+    pub fn missing_at_run_time(&self) -> impl Iterator<Item = &Requirement> {
+        self.requirements.iter().filter(|r| r.opened == Opened::AtRunTime && r.status == RequirementStatus::Missing)
     }
 
     /// One line a person can act on.
@@ -58,27 +81,48 @@ impl ProviderRequirements {
         if let Some(e) = &self.error {
             return e.clone();
         }
+        let provider = file_name(&self.provider_library);
         let missing: Vec<&Requirement> = self.missing().collect();
-        if missing.is_empty() {
-            return format!(
-                "all {} libraries {} needs are present",
-                self.requirements.len(),
-                file_name(&self.provider_library)
-            );
+        let mut line = if missing.is_empty() {
+            let needed = self.requirements.iter().filter(|r| r.opened == Opened::Needed).count();
+            format!("all {needed} libraries {provider} needs are present")
+        } else {
+            let names: Vec<String> = missing
+                .iter()
+                .map(|m| {
+                    let rejected = m.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
+                    if m.needed_by == provider {
+                        format!("{}{rejected}", m.soname)
+                    } else {
+                        format!("{} (needed by {}){rejected}", m.soname, m.needed_by)
+                    }
+                })
+                .collect();
+            let verb = if names.len() == 1 { "is" } else { "are" };
+            format!("{} {verb} missing", names.join(", "))
+        };
+        if let Some(run_time) = self.run_time_summary() {
+            line = format!("{line}; {run_time}");
         }
-        let names: Vec<String> = missing
-            .iter()
-            .map(|m| {
-                let rejected = m.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
-                if m.needed_by == file_name(&self.provider_library) {
-                    format!("{}{rejected}", m.soname)
-                } else {
-                    format!("{} (needed by {}){rejected}", m.soname, m.needed_by)
-                }
-            })
-            .collect();
+        if missing.is_empty() && self.missing_at_run_time().next().is_none() {
+            return line;
+        }
+        format!("{line}; searched: {}", join_dirs(&self.searched))
+    }
+
+    /// What is missing of the libraries the provider opens at run time, if anything: a reason a
+    /// provider that registered can still fail when it builds its session or runs a node.
+    pub fn run_time_summary(&self) -> Option<String> {
+        let names: Vec<&str> = self.missing_at_run_time().map(|r| r.soname.as_str()).collect();
+        if names.is_empty() {
+            return None;
+        }
         let verb = if names.len() == 1 { "is" } else { "are" };
-        format!("{} {verb} missing; searched: {}", names.join(", "), join_dirs(&self.searched))
+        Some(format!(
+            "{} {verb} missing, which {} opens by name at run time (it registers without them; what needs one fails later)",
+            names.join(", "),
+            file_name(&self.provider_library)
+        ))
     }
 }
 
@@ -86,8 +130,37 @@ fn file_name(p: &Path) -> String {
     p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| p.display().to_string())
 }
 
+/// What the CUDA provider of a CUDA 13 build opens at run time. Read off onnxruntime-gpu 1.31.1's
+/// `libonnxruntime_providers_cuda.so`, whose NEEDED list has none of them: it imports `dlopen`;
+/// `strings` shows `libnvrtc.so.13` in its read-only data, and `libcudnn` + `dnn.so.9` and
+/// `libcufft` + `ft.so.12` as immediates its code assembles into `libcudnn.so.9` and
+/// `libcufft.so.12`. ONNX Runtime's own Python `preload_dlls()` preloads the same three on Linux
+/// (cuDNN's main library only: it opens its sub-libraries from its own folder through its RPATH
+/// `$ORIGIN`). crates/gpu-probe/tests/run_time_libraries.rs checks these strings in the pinned build.
+const CUDA_13: &[&str] = &["libcudnn.so.9", "libcufft.so.12", "libnvrtc.so.13"];
+
+/// The same for a CUDA 12 build, by `preload_dlls()`'s table for CUDA 12 (cuFFT 11, NVRTC 12).
+/// Builds that list cuDNN as NEEDED have it checked there and not again here.
+const CUDA_12: &[&str] = &["libcudnn.so.9", "libcufft.so.11", "libnvrtc.so.12"];
+
+/// The libraries `provider` opens at run time, chosen by its file name and the CUDA runtime it
+/// links. The MIGraphX (1.27.1) and ROCm (1.22.2) provider libraries import no `dlopen` at all,
+/// so they open nothing at run time themselves (checked in crates/gpu-probe/tests/run_time_libraries.rs).
+fn opened_at_run_time(provider: &Path, needed: &[String]) -> &'static [&'static str] {
+    if file_name(provider) != "libonnxruntime_providers_cuda.so" {
+        return &[];
+    }
+    if needed.iter().any(|n| n == "libcudart.so.13") {
+        CUDA_13
+    } else if needed.iter().any(|n| n == "libcudart.so.12") {
+        CUDA_12
+    } else {
+        &[]
+    }
+}
+
 /// Checks every NEEDED entry of `provider` (and, one level at a time, of the libraries found for
-/// it in `candidate_dirs`) without loading anything.
+/// it in `candidate_dirs`), then the libraries it opens at run time, without loading anything.
 pub fn provider_requirements(provider: &Path, candidate_dirs: &[PathBuf]) -> ProviderRequirements {
     let mut searched: Vec<PathBuf> = candidate_dirs.to_vec();
     if let Some(own) = provider.parent().map(Path::to_path_buf)
@@ -107,47 +180,62 @@ pub fn provider_requirements(provider: &Path, candidate_dirs: &[PathBuf]) -> Pro
             out.searched.push(d.clone());
         }
     }
-    let mut queue: Vec<(PathBuf, String)> = vec![(provider.to_path_buf(), file_name(provider))];
+    let provider_needed = match elf::read_deps(provider) {
+        Ok(d) => d.needed,
+        Err(e) => {
+            out.error = Some(e.to_string());
+            return out;
+        }
+    };
+    let mut queue: Vec<(String, Vec<String>)> = vec![(file_name(provider), provider_needed.clone())];
     let mut seen: Vec<String> = Vec::new();
-    while let Some((lib, lib_name)) = queue.pop() {
-        let deps = match elf::read_deps(&lib) {
-            Ok(d) => d,
-            Err(e) if lib == provider => {
-                out.error = Some(e.to_string());
-                return out;
-            }
-            Err(_) => continue,
-        };
-        for soname in deps.needed {
+    while let Some((lib_name, needed)) = queue.pop() {
+        for soname in needed {
             if seen.contains(&soname) {
                 continue;
             }
             seen.push(soname.clone());
-            let mut req = Requirement {
-                soname: soname.clone(),
-                needed_by: lib_name.clone(),
-                status: RequirementStatus::Missing,
-                path: None,
-                detail: None,
-            };
-            if let Some(p) = loaded_path(&soname) {
-                req.status = RequirementStatus::Loaded;
-                req.path = Some(p);
-            } else {
-                let (found, rejected) = find_soname(&soname, &searched);
-                if let Some(p) = found {
-                    req.status = RequirementStatus::Found;
-                    queue.push((p.clone(), soname.clone()));
-                    req.path = Some(p);
-                } else if let (Some(p), _) = find_soname(&soname, &system) {
-                    req.status = RequirementStatus::System;
-                    req.path = Some(p);
-                } else if !rejected.is_empty() {
-                    req.detail = Some(rejected.join("; "));
-                }
+            let req = locate(&soname, &lib_name, Opened::Needed, &searched, &system);
+            if req.status == RequirementStatus::Found
+                && let Some(deps) = req.path.as_deref().and_then(|p| elf::read_deps(p).ok())
+            {
+                queue.push((soname.clone(), deps.needed));
             }
             out.requirements.push(req);
         }
     }
+    for &soname in opened_at_run_time(provider, &provider_needed) {
+        if !seen.iter().any(|s| s == soname) {
+            out.requirements.push(locate(soname, &file_name(provider), Opened::AtRunTime, &searched, &system));
+        }
+    }
     out
+}
+
+/// Where `soname` is: loaded already, in a candidate folder, in a system folder, or missing.
+fn locate(soname: &str, needed_by: &str, opened: Opened, searched: &[PathBuf], system: &[PathBuf]) -> Requirement {
+    let mut req = Requirement {
+        soname: soname.to_owned(),
+        needed_by: needed_by.to_owned(),
+        opened,
+        status: RequirementStatus::Missing,
+        path: None,
+        detail: None,
+    };
+    if let Some(p) = loaded_path(soname) {
+        req.status = RequirementStatus::Loaded;
+        req.path = Some(p);
+        return req;
+    }
+    let (found, rejected) = find_soname(soname, searched);
+    if let Some(p) = found {
+        req.status = RequirementStatus::Found;
+        req.path = Some(p);
+    } else if let (Some(p), _) = find_soname(soname, system) {
+        req.status = RequirementStatus::System;
+        req.path = Some(p);
+    } else if !rejected.is_empty() {
+        req.detail = Some(rejected.join("; "));
+    }
+    req
 }

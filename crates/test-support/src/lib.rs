@@ -19,3 +19,14 @@ pub fn env_path(var: &str) -> PathBuf {
     assert!(p.exists(), "{} missing: run `cargo xtask test`", p.display());
     p
 }
+
+/// The `site-packages` folder of the Python virtual environment at `venv` (`lib/python3.*/`).
+pub fn venv_site_packages(venv: &std::path::Path) -> PathBuf {
+    let lib = venv.join("lib");
+    let python = std::fs::read_dir(&lib)
+        .unwrap_or_else(|e| panic!("{}: {e}", lib.display()))
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        .unwrap_or_else(|| panic!("no python3.* in {}", lib.display()));
+    python.path().join("site-packages")
+}
