@@ -145,7 +145,7 @@ pub const TEST_CUDART: Asset = Asset {
     file_sha256: &[],
 };
 
-/// cuDNN 9 for CUDA 13 as pip installs it (`nvidia/cudnn/lib`), which onnxruntime-gpu[cudnn]
+/// cuDNN 9 for CUDA 13 as pip installs it (`nvidia/cudnn/lib`), which `onnxruntime-gpu[cudnn]`
 /// 1.31.1 asks for: the library its CUDA provider opens by name at run time, for the test that
 /// nornir finds and preloads it from a venv. Installed with `--no-deps`: its declared dependency,
 /// cuBLAS, is not needed to load `libcudnn.so.9` (whose NEEDED are system libraries only).

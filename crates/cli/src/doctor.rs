@@ -235,6 +235,7 @@ fn write_session(out: &mut String, s: &SessionDoc) -> std::fmt::Result {
 }
 
 /// Each library a GPU provider needs, and each it opens at run time, with where it was found.
+#[cfg(feature = "embed-ort")]
 fn write_preflight(out: &mut String, p: &nornir_vector::gpu_probe::ProviderRequirements) -> std::fmt::Result {
     use nornir_vector::gpu_probe::{Opened, RequirementStatus};
     for r in &p.requirements {
