@@ -220,6 +220,9 @@ fn write_session(out: &mut String, s: &SessionDoc) -> std::fmt::Result {
         if let Some(m) = &s.model {
             write_model(out, m)?;
         }
+        if let Some(m) = &s.memory {
+            write_memory(out, m)?;
+        }
         match &s.placement {
             Some(nornir_vector::Placement::Known { nodes }) => {
                 let nodes: Vec<String> = nodes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
@@ -260,6 +263,27 @@ fn write_preflight(out: &mut String, p: &nornir_vector::gpu_probe::ProviderRequi
             "    searched: {}",
             p.searched.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
         )?;
+    }
+    Ok(())
+}
+
+/// The weights the sessions share, and what building each session added to resident memory.
+#[cfg(feature = "embed-ort")]
+fn write_memory(out: &mut String, m: &nornir_vector::Memory) -> std::fmt::Result {
+    let mib = |b: u64| format!("{:.1}", b as f64 / (1024.0 * 1024.0));
+    if m.shared_initializers > 0 {
+        writeln!(
+            out,
+            "  weights: {} initializers, {} MiB, one copy shared by every CPU session",
+            m.shared_initializers,
+            mib(m.shared_weight_bytes)
+        )?;
+    } else {
+        writeln!(out, "  weights: not shared (one session, or a GPU session)")?;
+    }
+    if !m.session_growth_bytes.is_empty() {
+        let each: Vec<String> = m.session_growth_bytes.iter().map(|&b| mib(b)).collect();
+        writeln!(out, "  resident memory added by each session as it was built: {} MiB", each.join(", "))?;
     }
     Ok(())
 }

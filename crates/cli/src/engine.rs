@@ -86,6 +86,10 @@ pub struct SessionDoc {
     #[cfg(feature = "embed-ort")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<nornir_vector::ModelInfo>,
+    /// What the model's sessions hold in memory (every session built first).
+    #[cfg(feature = "embed-ort")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<nornir_vector::Memory>,
     /// How the weights are stored, as far as the folder says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub precision: Option<String>,

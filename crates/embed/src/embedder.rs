@@ -106,6 +106,13 @@ impl Embedder {
 
     /// Work done so far: texts, tokens, padding, time inside ONNX Runtime, batch sizes, and the
     /// texts waiting now.
+    /// Builds every session now instead of at its first work, so that the first calls do not
+    /// wait for it and `report().memory` counts each; returns how many sessions are ready (fewer
+    /// than asked for when one could not be built: the report's log says why).
+    pub fn warm_up(&self) -> usize {
+        1 + self.engine.extra_sessions().len()
+    }
+
     pub fn stats(&self) -> EmbedStats {
         self.engine.stats()
     }

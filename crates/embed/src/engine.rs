@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use nornir_ep_select::{Plan, Provider, Vendor};
 use ort::session::Session;
@@ -24,9 +24,10 @@ use crate::pooling::Pooling;
 use crate::prompt::{PromptChoice, choose_prompt};
 use crate::runtime::{OrtRuntime, load_runtime};
 use crate::scheduler::{BatchPolicy, Item, QueueFull, Request, Scheduler};
-use crate::session::{self, Placement, SessionConfig, SessionReport};
+use crate::session::{self, Placement, SessionConfig, SessionReport, resident_bytes};
 use crate::stats::{Counters, EmbedStats};
 use crate::tokenize::prefix_for_tokens;
+use crate::weights::{self, SharedWeights};
 
 /// `text` with `prompt` before it; the text itself, not a copy, when there is no prompt (a text
 /// can be a 10 MB line).
@@ -93,6 +94,11 @@ pub struct ModelInfo {
     pub output_reason: String,
 }
 
+/// How much the resident memory grew since `before` (taken with `resident_bytes`).
+fn growth_since(before: Option<u64>) -> Option<u64> {
+    Some(resident_bytes()?.saturating_sub(before?))
+}
+
 /// Everything the callers and the session workers share. `Session::run` needs `&mut`, so each
 /// session sits behind a mutex; worker k runs session k.
 #[derive(Debug)]
@@ -104,6 +110,10 @@ pub(crate) struct Engine {
     run_fallback: Mutex<Option<String>>,
     pub(crate) sessions: usize,
     prepacked: ort::session::builder::PrepackedWeights,
+    /// The model's initializers, read once for several CPU sessions; `None` with one session.
+    weights: Option<SharedWeights>,
+    /// Resident memory growth while each session was built, in bytes (see `Memory`).
+    session_growth: Mutex<Vec<u64>>,
     pub(crate) tokenizer: Tokenizer,
     io: GraphIo,
     settings: RowSettings,
@@ -179,9 +189,25 @@ impl Engine {
         let cpu_sessions = options.sessions.unwrap_or(default_sessions);
         let intra_threads = (threads / cpu_sessions).max(1);
         let prepacked = ort::session::builder::PrepackedWeights::new();
-        let cfg =
-            SessionConfig { model: &folder.model_file, intra_threads, profile_to: None, prepacked: Some(&prepacked) };
+        let resident = resident_bytes();
+        // Several CPU sessions use one copy of the weights; one session has nothing to share.
+        let weights = if plan.vendor == Vendor::Cpu && cpu_sessions > 1 {
+            Some(
+                weights::read(&folder.model_file)
+                    .map_err(|e| EmbedError::model_because(&folder.dir, "model.onnx", e))?,
+            )
+        } else {
+            None
+        };
+        let cfg = SessionConfig {
+            model: &folder.model_file,
+            intra_threads,
+            profile_to: None,
+            prepacked: Some(&prepacked),
+            weights: weights.as_ref(),
+        };
         let (session, report) = session::build(&runtime, &plan, &cfg)?;
+        let session_growth = Mutex::new(growth_since(resident).into_iter().collect());
         let sessions = if report.gpu_vendor == Vendor::Cpu { cpu_sessions } else { options.sessions.unwrap_or(1) };
         let mut io = graph_io(&session, &folder, options.output_name.as_deref())?;
         match (&mut io.task, &prompt.task) {
@@ -233,6 +259,8 @@ impl Engine {
             run_fallback: Mutex::new(None),
             sessions,
             prepacked,
+            weights,
+            session_growth,
             tokenizer,
             io,
             settings,
@@ -325,6 +353,11 @@ impl Engine {
             r.active_provider = Provider::Cpu.ort_name().to_owned();
             r.gpu_vendor = Vendor::Cpu;
         }
+        if let Some(w) = &self.weights {
+            r.memory.shared_initializers = w.values.len();
+            r.memory.shared_weight_bytes = w.bytes;
+        }
+        r.memory.session_growth_bytes = self.session_growth.lock().unwrap_or_else(PoisonError::into_inner).clone();
         r
     }
 
@@ -472,8 +505,14 @@ impl Engine {
             let cfg = self.pooled_config();
             let mut extra = Vec::new();
             for _ in 1..self.sessions {
+                let resident = resident_bytes();
                 match session::build(&self.runtime, &plan, &cfg) {
-                    Ok((session, r)) => extra.push(Mutex::new(Slot { session, vendor: r.gpu_vendor })),
+                    Ok((session, r)) => {
+                        if let Some(grew) = growth_since(resident) {
+                            self.session_growth.lock().unwrap_or_else(PoisonError::into_inner).push(grew);
+                        }
+                        extra.push(Mutex::new(Slot { session, vendor: r.gpu_vendor }));
+                    }
                     Err(e) => {
                         tracing::warn!("running with {} session(s): another could not be built: {e}", extra.len() + 1);
                         break;
@@ -505,6 +544,7 @@ impl Engine {
             intra_threads: self.intra_threads,
             profile_to: None,
             prepacked: Some(&self.prepacked),
+            weights: self.weights.as_ref(),
         }
     }
 

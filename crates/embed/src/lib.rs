@@ -23,6 +23,7 @@ mod scheduler;
 mod session;
 mod stats;
 mod tokenize;
+mod weights;
 
 pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::Embeddings;
@@ -35,7 +36,7 @@ pub use pooling::{Pooling, normalize};
 pub use prompt::PromptChoice;
 pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library};
 pub use scheduler::QueueFull;
-pub use session::{Placement, Registration, SessionReport};
+pub use session::{Memory, Placement, Registration, SessionReport};
 pub use stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.

@@ -2,6 +2,7 @@
 //! what each registration did and which provider ended up running the model.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nornir_ep_select::{Plan, Provider, Vendor};
 use nornir_gpu_probe::{GpuVendor, ProbeContext, ProviderRequirements, preload_provider, search_path};
@@ -11,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EmbedError, Result, one_line};
 use crate::runtime::{OrtInfo, OrtRuntime};
+use crate::weights::SharedWeights;
 
 /// The outcome of registering one provider.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -34,6 +36,29 @@ pub enum Placement {
     Unknown { reason: String },
 }
 
+/// What the model's sessions hold in memory, so that an operator can size a process.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Memory {
+    /// Initializers that every CPU session of the model uses from one copy (ONNX Runtime's shared
+    /// initializers; the kernels' pre-packed forms of them are kept once too).
+    pub shared_initializers: usize,
+    /// Their bytes.
+    pub shared_weight_bytes: u64,
+    /// How much the process's resident memory grew while each session was built, in build order,
+    /// in bytes; the first includes reading the shared weights. Sessions beyond the first are
+    /// built at their first work (or `Embedder::warm_up`). Read from `/proc/self/status`, so
+    /// other threads' allocations at the same moment count as well.
+    pub session_growth_bytes: Vec<u64>,
+}
+
+/// The process's resident memory in bytes (`VmRSS`), where `/proc` tells it.
+pub(crate) fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// What really happened when the session was built.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -48,14 +73,19 @@ pub struct SessionReport {
     /// Set when the session had to be rebuilt on CPU after a GPU session failed to build or run.
     pub fallback: Option<String>,
     pub placement: Placement,
+    #[serde(default)]
+    pub memory: Memory,
 }
 
 pub(crate) struct SessionConfig<'a> {
     pub model: &'a Path,
     pub intra_threads: usize,
     pub profile_to: Option<&'a Path>,
-    /// Shared by every session of one embedder, so pre-packed weights exist once.
+    /// Shared by every session of one embedder: ONNX Runtime keeps there what its kernels
+    /// pre-pack from the shared initializers below, once for all sessions.
     pub prepacked: Option<&'a ort::session::builder::PrepackedWeights>,
+    /// The model's initializers, one copy for every CPU session of the model.
+    pub weights: Option<&'a SharedWeights>,
 }
 
 /// Builds the session for `plan`. A GPU failure at registration or at commit falls through to CPU,
@@ -106,6 +136,7 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
         gpu_vendor,
         fallback,
         placement: Placement::Unknown { reason: "not computed (run `nornir vector doctor --model DIR`)".to_owned() },
+        memory: Memory::default(),
     };
     Ok((session, report))
 }
@@ -132,6 +163,11 @@ fn base_builder(rt: &OrtRuntime, cfg: &SessionConfig<'_>, cpu_only: bool) -> Res
     }
     if let Some(w) = cfg.prepacked {
         b = b.with_prepacked_weights(w).map_err(|e| EmbedError::session_because(model, e))?;
+    }
+    if let Some(weights) = cfg.weights.filter(|_| cpu_only) {
+        for (name, value) in &weights.values {
+            b = b.with_initializer(name, Arc::clone(value)).map_err(|e| EmbedError::session_because(model, e))?;
+        }
     }
     Ok(b)
 }

@@ -393,6 +393,7 @@ pub fn session_doc(m: &ModelArgs) -> SessionDoc {
             doc
         }
         Ok(e) => {
+            e.warm_up();
             let r = e.report();
             SessionDoc {
                 active_provider: Some(r.active_provider),
@@ -401,6 +402,7 @@ pub fn session_doc(m: &ModelArgs) -> SessionDoc {
                 fallback: r.fallback,
                 placement: Some(e.placement()),
                 ort: Some(r.ort),
+                memory: Some(r.memory),
                 model: Some(e.model_info().clone()),
                 precision: Some(precision(&e.model_info().folder)),
                 cpu_int8_extensions: cpu_int8_extensions().into_iter().map(str::to_owned).collect(),

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 /// The default model folder. `cargo xtask test` fetches it and sets `NORNIR_TEST_MODEL`; without
 /// it the nornir cache is tried, and a missing model fails the test with what to run.
+#[allow(dead_code)]
 pub fn model_dir() -> PathBuf {
     let dir = std::env::var_os("NORNIR_TEST_MODEL").map(PathBuf::from).unwrap_or_else(|| {
         let home = std::env::var_os("NORNIR_HOME")
