@@ -201,6 +201,12 @@ fn openai_and_tei_answers_match_the_library() {
         (info["active_provider"].as_str(), info["model"]["dimension"].as_u64()),
         (Some("CPUExecutionProvider"), Some(384))
     );
+    // Every session is built before the server says ready, each with what it added to memory;
+    // several CPU sessions share the weights.
+    let sessions = info["sessions"].as_u64().expect("sessions");
+    let memory = &info["memory"];
+    assert_eq!(memory["session_growth_bytes"].as_array().map(|g| g.len() as u64), Some(sessions), "{info}");
+    assert!(sessions == 1 || memory["shared_weight_bytes"].as_u64().is_some_and(|b| b > 20 << 20), "{memory}");
     let (_, metrics) = server.get("/metrics");
     for needle in [
         "nornir_requests_total{endpoint=\"/v1/embeddings\",status=\"200\"} 3",
@@ -209,6 +215,9 @@ fn openai_and_tei_answers_match_the_library() {
         "nornir_queue_texts 0",
         "nornir_request_duration_seconds_count",
         "nornir_active_provider{provider=\"CPUExecutionProvider\",vendor=\"cpu\"} 1",
+        "nornir_resident_memory_bytes ",
+        "nornir_shared_weight_bytes ",
+        "nornir_session_memory_bytes{session=\"0\"} ",
     ] {
         assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
     }

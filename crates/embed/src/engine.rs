@@ -358,6 +358,7 @@ impl Engine {
             r.memory.shared_weight_bytes = w.bytes;
         }
         r.memory.session_growth_bytes = self.session_growth.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        r.memory.resident_bytes = resident_bytes();
         r
     }
 

@@ -50,6 +50,8 @@ pub struct Memory {
     /// built at their first work (or `Embedder::warm_up`). Read from `/proc/self/status`, so
     /// other threads' allocations at the same moment count as well.
     pub session_growth_bytes: Vec<u64>,
+    /// The process's resident memory when the report was made, in bytes.
+    pub resident_bytes: Option<u64>,
 }
 
 /// The process's resident memory in bytes (`VmRSS`), where `/proc` tells it.

@@ -419,6 +419,7 @@ async fn info(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
             "plan": report.plan,
             "ort": report.ort,
             "sessions": e.sessions(),
+            "memory": report.memory,
             "max_inputs": app.max_inputs,
         }))
         .into_response())
@@ -468,6 +469,25 @@ fn render_metrics(app: &App, out: &mut String) {
         writeln!(out, "nornir_request_duration_seconds_sum {}", m.latency_micros.load(Ordering::Relaxed) as f64 * 1e-6);
     let _ = writeln!(out, "nornir_request_duration_seconds_count {count}");
     let Some(Loaded { embedder: e, .. }) = app.loaded.get() else { return };
+    let memory = e.report().memory;
+    if let Some(rss) = memory.resident_bytes {
+        let _ = writeln!(
+            out,
+            "# HELP nornir_resident_memory_bytes The process's resident memory.\n# TYPE nornir_resident_memory_bytes gauge\nnornir_resident_memory_bytes {rss}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP nornir_shared_weight_bytes Model weights held once for all CPU sessions.\n# TYPE nornir_shared_weight_bytes gauge\nnornir_shared_weight_bytes {}",
+        memory.shared_weight_bytes
+    );
+    let _ = writeln!(
+        out,
+        "# HELP nornir_session_memory_bytes Resident memory each session added when it was built.\n# TYPE nornir_session_memory_bytes gauge"
+    );
+    for (k, grew) in memory.session_growth_bytes.iter().enumerate() {
+        let _ = writeln!(out, "nornir_session_memory_bytes{{session=\"{k}\"}} {grew}");
+    }
     let s = e.stats();
     let _ =
         writeln!(out, "# HELP nornir_batch_size Texts per batch run by the model.\n# TYPE nornir_batch_size histogram");
@@ -552,6 +572,9 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
         let loader = Arc::clone(&app);
         let load = tokio::task::spawn_blocking(move || -> Result<()> {
             let embedder = Embedder::new(&dir, &opts)?;
+            // Every session before /health says ready: no request waits for one, and /info and
+            // /metrics count the memory of each.
+            embedder.warm_up();
             if let Some(d) = dim
                 && d > embedder.dimension()
             {
