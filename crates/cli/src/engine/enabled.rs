@@ -253,6 +253,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         "outside_ort_seconds": (seconds - s.ort_seconds / embedder.sessions() as f64).max(0.0),
         "load_seconds": load_seconds,
         "peak_rss_mib": peak_rss_mib(),
+        "memory": embedder.report().memory,
         "active_provider": embedder.report().active_provider,
         "gpu_vendor": embedder.gpu_vendor(),
         "threads": a.model.threads,
@@ -296,6 +297,14 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         if let Some(m) = peak_rss_mib() {
             println!("peak RSS         {m:.0} MiB");
         }
+        let memory = embedder.report().memory;
+        let mib = |b: u64| format!("{:.0}", b as f64 / (1024.0 * 1024.0));
+        let each: Vec<String> = memory.session_growth_bytes.iter().map(|&b| mib(b)).collect();
+        println!(
+            "memory           weights shared by the sessions {} MiB; added by each session built {} MiB",
+            mib(memory.shared_weight_bytes),
+            each.join(", ")
+        );
     }
     Ok(())
 }
