@@ -279,7 +279,7 @@ fn write_memory(out: &mut String, m: &nornir_vector::Memory) -> std::fmt::Result
             mib(m.shared_weight_bytes)
         )?;
     } else {
-        writeln!(out, "  weights: not shared (one session, or a GPU session)")?;
+        writeln!(out, "  weights: each session has its own (shared from three CPU sessions on)")?;
     }
     if !m.session_growth_bytes.is_empty() {
         let each: Vec<String> = m.session_growth_bytes.iter().map(|&b| mib(b)).collect();

@@ -94,6 +94,9 @@ pub struct ModelInfo {
     pub output_reason: String,
 }
 
+/// The number of CPU sessions from which they share one copy of the model's weights.
+const SHARE_WEIGHTS_FROM: usize = 3;
+
 /// How much the resident memory grew since `before` (taken with `resident_bytes`).
 fn growth_since(before: Option<u64>) -> Option<u64> {
     Some(resident_bytes()?.saturating_sub(before?))
@@ -110,7 +113,7 @@ pub(crate) struct Engine {
     run_fallback: Mutex<Option<String>>,
     pub(crate) sessions: usize,
     prepacked: ort::session::builder::PrepackedWeights,
-    /// The model's initializers, read once for several CPU sessions; `None` with one session.
+    /// The model's initializers, read once for three CPU sessions or more; `None` otherwise.
     weights: Option<SharedWeights>,
     /// Resident memory growth while each session was built, in bytes (see `Memory`).
     session_growth: Mutex<Vec<u64>>,
@@ -190,8 +193,10 @@ impl Engine {
         let intra_threads = (threads / cpu_sessions).max(1);
         let prepacked = ort::session::builder::PrepackedWeights::new();
         let resident = resident_bytes();
-        // Several CPU sessions use one copy of the weights; one session has nothing to share.
-        let weights = if plan.vendor == Vendor::Cpu && cpu_sessions > 1 {
+        // From three CPU sessions on, they use one copy of the weights. With two, sharing only
+        // swaps the second session's pre-packed copy for the shared original (measured: the
+        // same peak, plus reading the file), so each session keeps its own.
+        let weights = if plan.vendor == Vendor::Cpu && cpu_sessions >= SHARE_WEIGHTS_FROM {
             Some(
                 weights::read(&folder.model_file)
                     .map_err(|e| EmbedError::model_because(&folder.dir, "model.onnx", e))?,

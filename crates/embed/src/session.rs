@@ -41,7 +41,8 @@ pub enum Placement {
 #[non_exhaustive]
 pub struct Memory {
     /// Initializers that every CPU session of the model uses from one copy (ONNX Runtime's shared
-    /// initializers; the kernels' pre-packed forms of them are kept once too).
+    /// initializers; the kernels' pre-packed forms of them are kept once too): those the graph
+    /// reads while it runs, from three CPU sessions on.
     pub shared_initializers: usize,
     /// Their bytes.
     pub shared_weight_bytes: u64,

@@ -37,8 +37,11 @@ pub(crate) fn read(path: &Path) -> std::io::Result<SharedWeights> {
 }
 
 fn from_model(model: &[u8]) -> Option<SharedWeights> {
+    let graph = read_graph(model)?;
+    let read_when_running = read_when_running(&graph);
     let mut out = SharedWeights::default();
-    for t in raw_initializers(model)?.into_iter().filter(RawTensor::shareable) {
+    let wanted = |t: &RawTensor<'_>| t.shareable() && read_when_running.contains(t.name);
+    for t in graph.initializers.into_iter().filter(wanted) {
         match owned_tensor(&t) {
             Ok(value) => {
                 out.bytes += t.raw.len() as u64;
@@ -50,23 +53,67 @@ fn from_model(model: &[u8]) -> Option<SharedWeights> {
     Some(out)
 }
 
-/// The graph's initializers whose data is all in `raw_data`; `None` for a malformed message.
-fn raw_initializers(model: &[u8]) -> Option<Vec<RawTensor<'_>>> {
+/// What the reader takes from `GraphProto`: its initializers whose data is all in `raw_data`,
+/// the names of every initializer, and each node's inputs and outputs, in the graph's order.
+struct Graph<'a> {
+    initializers: Vec<RawTensor<'a>>,
+    constant_names: Vec<&'a str>,
+    nodes: Vec<(Vec<&'a str>, Vec<&'a str>)>,
+}
+
+/// The model's graph; `None` for a malformed message.
+fn read_graph(model: &[u8]) -> Option<Graph<'_>> {
     let mut graph = None;
     for field in fields(model) {
         if let (7, Field::Bytes(g)) = field? {
             graph = Some(g);
         }
     }
-    let mut out = Vec::new();
+    let mut out = Graph { initializers: Vec::new(), constant_names: Vec::new(), nodes: Vec::new() };
     for field in fields(graph?) {
-        if let (5, Field::Bytes(t)) = field?
-            && let Some(t) = raw_tensor(t)?
-        {
-            out.push(t);
+        match field? {
+            (1, Field::Bytes(node)) => out.nodes.push(node_io(node)?),
+            (5, Field::Bytes(t)) => {
+                let (name, raw) = raw_tensor(t)?;
+                out.constant_names.extend(name);
+                out.initializers.extend(raw);
+            }
+            _ => {}
         }
     }
     Some(out)
+}
+
+/// A `NodeProto`'s inputs (field 1) and outputs (2).
+fn node_io(buf: &[u8]) -> Option<(Vec<&str>, Vec<&str>)> {
+    let (mut inputs, mut outputs) = (Vec::new(), Vec::new());
+    for field in fields(buf) {
+        match field? {
+            (1, Field::Bytes(n)) => inputs.push(std::str::from_utf8(n).ok()?),
+            (2, Field::Bytes(n)) => outputs.push(std::str::from_utf8(n).ok()?),
+            _ => {}
+        }
+    }
+    Some((inputs, outputs))
+}
+
+/// The initializers some node reads while the model runs. A node whose inputs are all constant
+/// (initializers, or outputs of such nodes; nodes come in topological order) is computed once
+/// at load by ONNX Runtime's constant folding, so an initializer that only such nodes read (the
+/// int8 weights of a graph that dequantizes them with `Cast` and `Mul`) is not needed after
+/// load: sharing it would keep a copy that no session uses.
+fn read_when_running<'a>(graph: &Graph<'a>) -> std::collections::HashSet<&'a str> {
+    let mut constant: std::collections::HashSet<&str> = graph.constant_names.iter().copied().collect();
+    let mut read = std::collections::HashSet::new();
+    for (inputs, outputs) in &graph.nodes {
+        let present = || inputs.iter().filter(|i| !i.is_empty());
+        if present().all(|i| constant.contains(i)) {
+            constant.extend(outputs.iter().copied());
+        } else {
+            read.extend(present().filter(|i| graph.constant_names.contains(i)));
+        }
+    }
+    read
 }
 
 enum Field<'a> {
@@ -132,8 +179,9 @@ struct RawTensor<'a> {
     raw: &'a [u8],
 }
 
-/// A `TensorProto` whose data is all in `raw_data`; `Some(None)` for one kept any other way.
-fn raw_tensor(buf: &[u8]) -> Option<Option<RawTensor<'_>>> {
+/// A `TensorProto`'s name, and the tensor when its data is all in `raw_data` (`None` for one
+/// kept any other way); `None` for a malformed message.
+fn raw_tensor(buf: &[u8]) -> Option<(Option<&str>, Option<RawTensor<'_>>)> {
     let (mut name, mut dims, mut data_type, mut raw, mut elsewhere) = (None, Vec::new(), 0, None, false);
     for field in fields(buf) {
         match field? {
@@ -151,10 +199,11 @@ fn raw_tensor(buf: &[u8]) -> Option<Option<RawTensor<'_>>> {
             _ => {}
         }
     }
-    Some(match (name, raw) {
+    let tensor = match (name, raw) {
         (Some(name), Some(raw)) if !elsewhere && !raw.is_empty() => Some(RawTensor { name, dims, data_type, raw }),
         _ => None,
-    })
+    };
+    Some((name, tensor))
 }
 
 impl RawTensor<'_> {
@@ -211,7 +260,12 @@ mod tests {
     /// A protobuf field with a length-delimited value.
     fn bytes_field(number: u64, value: &[u8]) -> Vec<u8> {
         let mut out = vec![u8::try_from(number << 3 | 2).expect("small field number")];
-        out.push(u8::try_from(value.len()).expect("short value"));
+        let mut n = value.len();
+        while n >= 0x80 {
+            out.push(u8::try_from(n & 0x7f).expect("7 bits") | 0x80);
+            n >>= 7;
+        }
+        out.push(u8::try_from(n).expect("7 bits"));
         out.extend_from_slice(value);
         out
     }
@@ -236,7 +290,7 @@ mod tests {
         graph.extend(bytes_field(5, &tensor("string", &[1], 8, b"abcd")));
         let mut model = vec![1 << 3, 8]; // ir_version
         model.extend(bytes_field(7, &graph));
-        let all = raw_initializers(&model).expect("a valid message");
+        let all = read_graph(&model).expect("a valid message").initializers;
         let names: Vec<&str> = all.iter().map(|t| t.name).collect();
         assert_eq!(names, ["w", "wrong_size", "i8", "string"], "typed data is not raw data");
         assert_eq!((all[0].dims.as_slice(), all[0].data_type, all[0].raw), (&[2i64, 3][..], 1, &w[..]));
@@ -246,14 +300,46 @@ mod tests {
 
     #[test]
     fn a_damaged_file_is_refused_without_panicking() {
-        assert!(raw_initializers(&[0x3a, 0xff]).is_none(), "a length past the end");
-        assert!(raw_initializers(&[0x3b]).is_none(), "a group wire type");
-        assert!(raw_initializers(&[]).is_none(), "no graph");
+        assert!(read_graph(&[0x3a, 0xff]).is_none(), "a length past the end");
+        assert!(read_graph(&[0x3b]).is_none(), "a group wire type");
+        assert!(read_graph(&[]).is_none(), "no graph");
         let graph = bytes_field(5, &tensor("x", &[1], 1, &[0, 0, 128, 63]));
         let model = bytes_field(7, &graph);
-        assert_eq!(raw_initializers(&model).map(|t| t.len()), Some(1));
+        assert_eq!(read_graph(&model).map(|g| g.initializers.len()), Some(1));
         for cut in 1..model.len() {
-            assert!(raw_initializers(&model[..cut]).is_none_or(|t| t.is_empty()), "cut at {cut}");
+            assert!(read_graph(&model[..cut]).is_none_or(|g| g.initializers.is_empty()), "cut at {cut}");
         }
+    }
+
+    fn node(inputs: &[&str], outputs: &[&str]) -> Vec<u8> {
+        let mut n = Vec::new();
+        for i in inputs {
+            n.extend(bytes_field(1, i.as_bytes()));
+        }
+        for o in outputs {
+            n.extend(bytes_field(2, o.as_bytes()));
+        }
+        bytes_field(1, &n)
+    }
+
+    #[test]
+    fn only_what_the_running_graph_reads_is_shared() {
+        // x -> MatMul(x, Mul(Cast(w_int8), scale)) and MatMul(x, w): the dequantization is folded
+        // at load, so only w is read while the model runs.
+        let mut graph = Vec::new();
+        for (name, ty, raw) in [("w_int8", 3u8, &[1u8, 2][..]), ("scale", 1, &0.5f32.to_le_bytes()), ("w", 1, &[0; 8])]
+        {
+            let dims = [u8::try_from(raw.len()).expect("small") / if ty == 1 { 4 } else { 1 }];
+            graph.extend(bytes_field(5, &tensor(name, &dims, ty, raw)));
+        }
+        graph.extend(node(&["w_int8"], &["c"]));
+        graph.extend(node(&["c", "scale"], &["dequantized"]));
+        graph.extend(node(&["x", "dequantized"], &["y"]));
+        graph.extend(node(&["x", "w", ""], &["z"]));
+        let model = bytes_field(7, &graph);
+        let g = read_graph(&model).expect("valid");
+        assert_eq!(g.nodes.len(), 4);
+        let read: Vec<&str> = g.constant_names.iter().copied().filter(|n| read_when_running(&g).contains(n)).collect();
+        assert_eq!(read, ["w"]);
     }
 }

@@ -1,8 +1,8 @@
 //! One copy of the weights for every CPU session of a model: a real fp32 export
-//! (paraphrase-MiniLM-L3-v2, 69 MB, fetched by `cargo xtask test`) with three sessions. Without
-//! shared initializers each further session costs about its weights again in resident memory
-//! (measured: about 83 MB per session); with them, a fraction. Its own process, so that no other
-//! test's allocations count.
+//! (paraphrase-MiniLM-L3-v2, 69 MB, fetched by `cargo xtask test`) with three sessions, where
+//! sharing starts. Without shared initializers each further session costs about its weights
+//! again in resident memory (measured: about 70 MB per session); with them, a fraction. Its own
+//! process, so that no other test's allocations count.
 
 mod common;
 
