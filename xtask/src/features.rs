@@ -12,7 +12,9 @@ use crate::{cargo, run_checked, workspace_root};
 const CONFIGS: &[(&str, &[&str], bool)] = &[
     ("no default features", &["--no-default-features"], false),
     ("embed-ort", &["--no-default-features", "--features", "embed-ort"], false),
-    ("embed-ort-rocm", &["--features", "embed-ort-rocm"], true),
+    // Without the defaults: the AMD feature alone must bring the whole embedder (the CLI's
+    // server and commands included), not only the AMD ONNX Runtime behind "not compiled in".
+    ("embed-ort-rocm alone", &["--no-default-features", "--features", "embed-ort-rocm"], true),
     ("all features", &["--all-features"], true),
 ];
 

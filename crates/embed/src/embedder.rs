@@ -70,7 +70,7 @@ impl Embedder {
     /// Embeds `texts`; row i of the result is text i. Identical texts are embedded once. Blocks
     /// until every row is done; with [`QueueFull::Refuse`], fails with
     /// [`EmbedError::Overloaded`] instead of waiting for room in a full queue.
-    pub fn embed<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Embeddings> {
+    pub fn embed<S: AsRef<str>>(&self, texts: &[S]) -> Result<Embeddings> {
         let mut call = self.engine.prepare(texts)?;
         self.engine.scheduler.submit(std::mem::take(&mut call.items), self.engine.queue_full)?;
         let rows = call.request.wait()?;
@@ -78,9 +78,10 @@ impl Embedder {
     }
 
     /// [`embed`](Self::embed) as a future: tokenizes now, in the calling thread (microseconds
-    /// per short text), then resolves when the workers have run every row. It needs no runtime:
-    /// any executor can await it, and dropping it leaves the embedder as it was (its texts still
-    /// run; nobody reads them).
+    /// per short text); its texts join the queue when the future is first polled, and it resolves
+    /// when the workers have run every row. It needs no runtime: any executor can await it.
+    /// Dropping it before the first poll queues nothing; after, its queued texts still run and
+    /// nobody reads them.
     pub fn embed_async<S: AsRef<str>>(&self, texts: &[S]) -> EmbedFuture<'_> {
         let state = match self.engine.prepare(texts) {
             Ok(call) => State::Queueing(call),
@@ -179,7 +180,7 @@ impl Drop for Embedder {
 
 /// The future of [`Embedder::embed_async`].
 #[derive(Debug)]
-#[must_use = "a future does nothing unless awaited; its texts are queued already"]
+#[must_use = "a future does nothing unless awaited: its texts join the queue at its first poll"]
 pub struct EmbedFuture<'a> {
     engine: &'a Engine,
     state: State,
