@@ -27,7 +27,8 @@ pub struct Registration {
     pub preflight: Option<ProviderRequirements>,
 }
 
-/// Which provider ran each node of the graph, from ONNX Runtime's own profiling record.
+/// Which provider ran each node of the graph, from ONNX Runtime's own profiling record
+/// ([`Embedder::placement`](crate::Embedder::placement), on demand: it costs a session build).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
 #[non_exhaustive]
@@ -75,7 +76,6 @@ pub struct SessionReport {
     pub gpu_vendor: Vendor,
     /// Set when the session had to be rebuilt on CPU after a GPU session failed to build or run.
     pub fallback: Option<String>,
-    pub placement: Placement,
     #[serde(default)]
     pub memory: Memory,
 }
@@ -138,7 +138,6 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
         active_provider: active,
         gpu_vendor,
         fallback,
-        placement: Placement::Unknown { reason: "not computed (run `nornir vector doctor --model DIR`)".to_owned() },
         memory: Memory::default(),
     };
     Ok((session, report))
