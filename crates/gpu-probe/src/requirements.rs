@@ -36,7 +36,7 @@ pub enum Opened {
     #[default]
     Needed,
     /// Opened by name with `dlopen` while the provider runs, so in no NEEDED list: a missing one
-    /// lets the provider register and fails it later, at its first use.
+    /// lets the provider register, and what needs it fails later.
     AtRunTime,
 }
 
