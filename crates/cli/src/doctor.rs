@@ -258,11 +258,7 @@ fn write_preflight(out: &mut String, p: &nornir_vector::gpu_probe::ProviderRequi
         writeln!(out, "    {}{how}: {status}", r.soname)?;
     }
     if p.requirements.iter().any(|r| r.status == RequirementStatus::Missing) {
-        writeln!(
-            out,
-            "    searched: {}",
-            p.searched.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
-        )?;
+        writeln!(out, "    searched: {}", p.searched_list())?;
     }
     Ok(())
 }

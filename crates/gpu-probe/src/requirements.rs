@@ -107,7 +107,12 @@ impl ProviderRequirements {
         if missing.is_empty() && self.missing_at_run_time().next().is_none() {
             return line;
         }
-        format!("{line}; searched: {}", join_dirs(&self.searched))
+        format!("{line}; searched: {}", self.searched_list())
+    }
+
+    /// The folders searched, in order, on one line.
+    pub fn searched_list(&self) -> String {
+        join_dirs(&self.searched)
     }
 
     /// What is missing of the libraries the provider opens at run time, if anything: a reason a

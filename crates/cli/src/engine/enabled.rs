@@ -239,6 +239,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     let seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
     let s = embedder.stats();
+    let session = embedder.report();
     let report = serde_json::json!({
         "input": source,
         "texts": s.texts,
@@ -253,8 +254,8 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         "outside_ort_seconds": (seconds - s.ort_seconds / embedder.sessions() as f64).max(0.0),
         "load_seconds": load_seconds,
         "peak_rss_mib": peak_rss_mib(),
-        "memory": embedder.report().memory,
-        "active_provider": embedder.report().active_provider,
+        "memory": session.memory,
+        "active_provider": session.active_provider,
         "gpu_vendor": embedder.gpu_vendor(),
         "threads": a.model.threads,
         "sessions": embedder.sessions(),
@@ -267,7 +268,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("input            {source}");
-        println!("provider         {} ({})", embedder.report().active_provider, embedder.gpu_vendor());
+        println!("provider         {} ({})", session.active_provider, embedder.gpu_vendor());
         println!("precision        {}", precision(&embedder.model_info().folder));
         if embedder.model_info().folder.quantization.is_some() {
             println!(
@@ -297,7 +298,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         if let Some(m) = peak_rss_mib() {
             println!("peak RSS         {m:.0} MiB");
         }
-        let memory = embedder.report().memory;
+        let memory = &session.memory;
         let mib = |b: u64| format!("{:.0}", b as f64 / (1024.0 * 1024.0));
         let each: Vec<String> = memory.session_growth_bytes.iter().map(|&b| mib(b)).collect();
         println!(

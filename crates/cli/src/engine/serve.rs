@@ -495,7 +495,8 @@ fn render_metrics(app: &App, out: &mut String) {
         writeln!(out, "nornir_request_duration_seconds_sum {}", m.latency_micros.load(Ordering::Relaxed) as f64 * 1e-6);
     let _ = writeln!(out, "nornir_request_duration_seconds_count {count}");
     let Some(Loaded { embedder: e, .. }) = app.loaded.get() else { return };
-    let memory = e.report().memory;
+    let r = e.report();
+    let memory = &r.memory;
     if let Some(rss) = memory.resident_bytes {
         let _ = writeln!(
             out,
@@ -534,7 +535,6 @@ fn render_metrics(app: &App, out: &mut String) {
         "# HELP nornir_ort_seconds_total Seconds inside ONNX Runtime, all sessions.\n# TYPE nornir_ort_seconds_total counter"
     );
     let _ = writeln!(out, "nornir_ort_seconds_total {}", s.ort_seconds);
-    let r = e.report();
     let _ = writeln!(
         out,
         "# HELP nornir_active_provider The execution provider really running the model.\n# TYPE nornir_active_provider gauge"
