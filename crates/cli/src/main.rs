@@ -66,8 +66,12 @@ enum VectorCommand {
     Bench(BenchArgs),
     /// Make an int8 copy of a model folder for the CPU: faster, in less memory, at a measured cost.
     #[command(after_help = "Every MatMul and Gemm whose weight is a constant (float32, or int8 that the graph
-dequantizes) becomes ONNX Runtime's DynamicQuantizeMatMul: int8 weights with one scale per output
-column, activations quantized at run time. OUTPUT gets the int8 model.onnx, the tokenizer and
+dequantizes) runs in int8: int8 weights with one scale per output column, activations quantized
+at run time with one scale per token, so that a text's vector is the same alone or in any batch
+(ONNX Runtime's MatMulIntegerToFloat). --activations per-tensor writes ONNX Runtime's fused
+DynamicQuantizeMatMul instead, whose vectors depend on the batch. The weights are int8 where this
+CPU has VNNI (AVX-512 VNNI, AVX-VNNI, AMX) and uint8 (int8 + 128) elsewhere: ONNX Runtime's AVX2
+kernel for int8 weights adds products in 16 bits, which saturate. OUTPUT gets the int8 model.onnx, the tokenizer and
 config files, and quantization.json: what was rewritten, what was kept in float32, and the cosine
 of the int8 against the float32 vectors on the built-in sample (99 texts), measured here.
 OUTPUT is written into a temporary folder and renamed into place only when all of it succeeded.
@@ -289,6 +293,16 @@ pub struct QuantizeArgs {
     /// One scale per weight instead of one per output column (measured less accurate).
     #[arg(long)]
     pub per_tensor: bool,
+    /// How activations are quantized at run time: per-token (a scale per token: vectors do not
+    /// depend on the batch) or per-tensor (one scale per batch, ONNX Runtime's
+    /// DynamicQuantizeMatMul: vectors change with their neighbours in a batch).
+    #[arg(long, value_name = "SCHEME", default_value = "per-token", value_parser = ["per-token", "per-tensor"])]
+    pub activations: String,
+    /// How the weights are stored: int8 (fastest on CPUs with VNNI or AMX; with AVX2 alone, ONNX
+    /// Runtime's kernel can saturate on it), uint8 (int8 + 128: never saturates, for AVX2), or
+    /// auto: the one for the CPU this command runs on.
+    #[arg(long, value_name = "TYPE", default_value = "auto", value_parser = ["auto", "int8", "uint8"])]
+    pub weights: String,
     /// Keep in float32 every MatMul/Gemm whose node or weight name contains PATTERN (repeatable).
     #[arg(long, value_name = "PATTERN")]
     pub keep_fp32: Vec<String>,

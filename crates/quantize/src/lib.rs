@@ -1,9 +1,14 @@
 //! `nornir-quantize`: int8 for the CPU. Rewrites an ONNX model so that every `MatMul` and `Gemm`
 //! whose weight is a constant (a float32 initializer, or int8 initializers that the graph
-//! dequantizes through `Cast` and `Mul` or `DequantizeLinear`) runs as ONNX Runtime's dynamic int8
-//! operator `com.microsoft.DynamicQuantizeMatMul`: the weight stored as int8 with a scale per
-//! output column (or one per tensor), the activations quantized on the fly. `Gather` from an int8
-//! table that the graph dequantizes gathers the int8 rows first and dequantizes only those.
+//! dequantizes through `Cast` and `Mul` or `DequantizeLinear`) runs in int8: the weight stored as
+//! int8 with a scale per output column (or one per tensor), the activations quantized on the fly.
+//! `Gather` from an int8 table that the graph dequantizes gathers the int8 rows first and
+//! dequantizes only those.
+//!
+//! Activations get one scale per token by default ([`Activations::PerToken`]): each row of a
+//! MatMul's input is scaled by its own largest magnitude, so a text's vector is the same alone or
+//! in any batch. ONNX Runtime's fused `com.microsoft.DynamicQuantizeMatMul` takes one scale for
+//! the whole input, padding and neighbouring texts included ([`Activations::PerTensor`]).
 //!
 //! It is a graph-to-graph rewrite on the ONNX protobuf (rust-protobuf, with the fields it does not
 //! touch kept as they were), and nothing else: it knows nothing of ONNX Runtime sessions, runs
@@ -39,18 +44,112 @@ pub enum Granularity {
     PerTensor,
 }
 
-/// What to rewrite and how.
-#[derive(Debug, Clone, Default)]
+/// How the float input of each int8 MatMul is quantized while the model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Activations {
+    /// One symmetric scale per row (token): its largest magnitude maps to 127, zero to the
+    /// uint8 zero point 128 (`QuantizeLinear` of the row times its reciprocal scale, then
+    /// `com.microsoft.MatMulIntegerToFloat` with the row scales). A row's result depends on that
+    /// row alone.
+    #[default]
+    PerToken,
+    /// One asymmetric scale for the whole input tensor, found at run time by
+    /// `com.microsoft.DynamicQuantizeMatMul`: every row's rounding depends on the other rows of
+    /// the batch and on its padding.
+    PerTensor,
+}
+
+impl Activations {
+    /// The ONNX Runtime operator that multiplies, as written in the rewritten graph.
+    pub fn operator(self) -> &'static str {
+        match self {
+            Activations::PerToken => "com.microsoft.MatMulIntegerToFloat",
+            Activations::PerTensor => "com.microsoft.DynamicQuantizeMatMul",
+        }
+    }
+
+    /// What the scheme is, in a sentence for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Activations::PerToken => {
+                "uint8, symmetric (zero point 128), one scale per token computed at run time: a text's vector does not depend on its batch"
+            }
+            Activations::PerTensor => {
+                "uint8, asymmetric, one scale per input tensor computed at run time: a text's vector depends on the other texts of its batch"
+            }
+        }
+    }
+}
+
+/// How the int8 weights are stored, which decides the CPU kernel ONNX Runtime multiplies with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum WeightType {
+    /// Signed int8 (uint8 activations times int8 weights): the fast kernel on CPUs that multiply
+    /// bytes straight into 32-bit sums (AVX-512 VNNI, AVX-VNNI, AMX, ARM). With AVX2 alone, ONNX
+    /// Runtime's kernel (`vpmaddubsw`) adds pairs of products in 16 bits first, which saturate
+    /// when activations and weights are both large: measured wrong outputs there.
+    Int8,
+    /// Unsigned: the int8 weights plus 128, with zero point 128 (uint8 times uint8). ONNX
+    /// Runtime's kernel widens both to 16 bits before multiplying, so nothing saturates; the
+    /// choice for CPUs without VNNI.
+    Uint8,
+}
+
+impl WeightType {
+    /// `Int8` where this CPU has VNNI (AVX-512 VNNI or AVX-VNNI; AMX CPUs have both), `Uint8`
+    /// on any other x86 CPU, and `Int8` elsewhere (ARM's kernels have no 16-bit step).
+    pub fn for_this_cpu() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512vnni") || std::arch::is_x86_feature_detected!("avxvnni") {
+                WeightType::Int8
+            } else {
+                WeightType::Uint8
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        WeightType::Int8
+    }
+}
+
+/// What to rewrite and how. The default weight type is the one for the CPU this runs on
+/// ([`WeightType::for_this_cpu`]).
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct QuantizeOptions {
     pub granularity: Granularity,
+    pub activations: Activations,
+    pub weights: WeightType,
     /// Nodes to keep in float32: a node whose name or weight name contains any of these.
     pub keep_fp32: Vec<String>,
+}
+
+impl Default for QuantizeOptions {
+    fn default() -> Self {
+        QuantizeOptions {
+            granularity: Granularity::default(),
+            activations: Activations::default(),
+            weights: WeightType::for_this_cpu(),
+            keep_fp32: Vec::new(),
+        }
+    }
 }
 
 impl QuantizeOptions {
     pub fn with_granularity(mut self, g: Granularity) -> Self {
         self.granularity = g;
+        self
+    }
+    pub fn with_activations(mut self, a: Activations) -> Self {
+        self.activations = a;
+        self
+    }
+    pub fn with_weights(mut self, w: WeightType) -> Self {
+        self.weights = w;
         self
     }
     pub fn with_keep_fp32(mut self, patterns: Vec<String>) -> Self {
@@ -71,7 +170,10 @@ pub struct Rewritten {
     /// Where the int8 weight came from.
     pub source: String,
     pub granularity: Granularity,
-    /// Whether a following `Add` of a constant bias was folded into the int8 operator.
+    pub activations: Activations,
+    pub weights: WeightType,
+    /// Whether a following `Add` of a constant bias was taken into the rewrite (into the int8
+    /// operator, or an `Add` of a 1-D constant after it).
     pub bias_folded: bool,
 }
 

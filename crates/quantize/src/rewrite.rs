@@ -6,7 +6,7 @@ use protobuf::Message;
 
 use crate::onnx::{AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto};
 use crate::tensor::{self, FLOAT, INT8, UINT8};
-use crate::{Granularity, Kept, QuantizeError, QuantizeOptions, QuantizeReport, Rewritten};
+use crate::{Activations, Granularity, WeightType, Kept, QuantizeError, QuantizeOptions, QuantizeReport, Rewritten};
 
 const MS_DOMAIN: &str = "com.microsoft";
 
@@ -27,7 +27,7 @@ pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, Qua
     }
     let graph = m.graph.as_mut().ok_or(QuantizeError::NoGraph)?;
     let before = initializer_bytes(graph);
-    let mut r = Rewriter::new(graph, options);
+    let mut r = Rewriter::new(graph, options, opset);
     r.run()?;
     let (rewritten, kept_fp32, int8_gathers) = (r.rewritten, r.kept, r.gathers);
     if rewritten.is_empty() && int8_gathers.is_empty() {
@@ -237,10 +237,29 @@ struct Rewriter<'g> {
     rewritten: Vec<Rewritten>,
     kept: Vec<Kept>,
     gathers: Vec<String>,
+    /// The default domain's opset: `ReduceMax` takes its axes as an input from 18 on.
+    opset: i64,
+    /// The constants every per-token quantization reads, made once per graph.
+    per_token: Option<PerTokenConstants>,
+}
+
+/// Names of the scalar initializers of per-token activation quantization.
+#[derive(Clone)]
+struct PerTokenConstants {
+    /// 127: the largest quantized magnitude.
+    levels: String,
+    /// The smallest scale, so that a row of zeros quantizes to zeros, not NaN.
+    floor: String,
+    /// 1.0: `QuantizeLinear` runs on rows already divided by their scale.
+    one: String,
+    /// 128 as uint8: zero, in the unsigned form the CPU kernels multiply fastest.
+    zero_point: String,
+    /// `[-1]`, for `ReduceMax` from opset 18 on.
+    last_axis: String,
 }
 
 impl<'g> Rewriter<'g> {
-    fn new(g: &'g mut GraphProto, options: &'g QuantizeOptions) -> Self {
+    fn new(g: &'g mut GraphProto, options: &'g QuantizeOptions, opset: i64) -> Self {
         let inits = g.initializer.iter().enumerate().map(|(i, t)| (tensor::name(t).to_owned(), i)).collect();
         let mut producer = HashMap::new();
         let mut consumers: HashMap<String, Vec<usize>> = HashMap::new();
@@ -272,6 +291,8 @@ impl<'g> Rewriter<'g> {
             rewritten: Vec::new(),
             kept: Vec::new(),
             gathers: Vec::new(),
+            opset,
+            per_token: None,
         }
     }
 
@@ -499,15 +520,44 @@ impl<'g> Rewriter<'g> {
         let qname = self.fresh(&base);
         let sname = self.fresh(&format!("{base}_scale"));
         let sdims: Vec<i64> = if w.scale.len() == 1 { Vec::new() } else { vec![cols as i64] };
-        self.new_inits.push(tensor::new_i8(&qname, &[k as i64, cols as i64], &w.q));
+        // uint8 weights are the int8 ones shifted by their zero point 128.
+        let weight_zero_point = match self.options.weights {
+            WeightType::Int8 => {
+                self.new_inits.push(tensor::new_i8(&qname, &[k as i64, cols as i64], &w.q));
+                None
+            }
+            WeightType::Uint8 => {
+                let shifted: Vec<u8> = w.q.iter().map(|&v| (i16::from(v) + 128) as u8).collect();
+                self.new_inits.push(tensor::new_u8(&qname, &[k as i64, cols as i64], &shifted));
+                Some(self.per_token_constants().zero_point)
+            }
+        };
         self.new_inits.push(tensor::new_f32(&sname, &sdims, &w.scale));
-        let mut inputs = vec![n.input[0].as_str(), qname.as_str(), sname.as_str()];
-        if let Some(b) = &bias {
-            inputs.extend(["", b.as_str()]);
-        }
-        let node_name = self.fresh(&format!("{name}_int8"));
-        let q = new_node("DynamicQuantizeMatMul", MS_DOMAIN, node_name, &inputs, &[output.as_str()]);
-        self.replaced.insert(i, vec![q]);
+        let activations = self.options.activations;
+        let nodes = match activations {
+            Activations::PerTensor => {
+                let mut inputs = vec![n.input[0].as_str(), qname.as_str(), sname.as_str()];
+                inputs.push(weight_zero_point.as_deref().unwrap_or_default());
+                match &bias {
+                    Some(b) => inputs.push(b.as_str()),
+                    None if weight_zero_point.is_none() => {
+                        inputs.pop();
+                    }
+                    None => {}
+                }
+                let node_name = self.fresh(&format!("{name}_int8"));
+                vec![new_node("DynamicQuantizeMatMul", MS_DOMAIN, node_name, &inputs, &[output.as_str()])]
+            }
+            Activations::PerToken => self.per_token_matmul(
+                &name,
+                &n.input[0],
+                [&qname, &sname],
+                weight_zero_point.as_deref(),
+                bias.as_deref(),
+                &output,
+            ),
+        };
+        self.replaced.insert(i, nodes);
         self.dead_candidates.extend(c.chain);
         let granularity = if w.scale.len() == 1 { Granularity::PerTensor } else { Granularity::PerChannel };
         self.rewritten.push(Rewritten {
@@ -517,9 +567,89 @@ impl<'g> Rewriter<'g> {
             shape: [k, cols],
             source: format!("{}{}", c.source, if w.reused { " (reused as stored)" } else { " (quantized)" }),
             granularity,
+            activations,
+            weights: self.options.weights,
             bias_folded: bias.is_some(),
         });
         Ok(())
+    }
+
+    /// `x @ w` with `x` quantized per row: `s = max(|x|, floor) / 127` over the last axis,
+    /// `q = QuantizeLinear(x * (127 / max(|x|, floor)), 1, 128)`, then `MatMulIntegerToFloat(q, w,
+    /// s, w_scale, 128)`, which multiplies each output row by its `s` and each column by its weight
+    /// scale. The bias is a separate `Add`: with per-row scales, ONNX Runtime's kernel would scale
+    /// a bias passed to it as well.
+    fn per_token_matmul(
+        &mut self,
+        name: &str,
+        x: &str,
+        [w, w_scale]: [&str; 2],
+        w_zero_point: Option<&str>,
+        bias: Option<&str>,
+        out: &str,
+    ) -> Vec<NodeProto> {
+        let c = self.per_token_constants();
+        let value = |s: &mut Self, suffix: &str| s.fresh(&format!("{x}_{name}_{suffix}"));
+        let abs = value(self, "abs");
+        let max = value(self, "row_max");
+        let floored = value(self, "row_max_floored");
+        let inverse = value(self, "row_inverse_scale");
+        let scale = value(self, "row_scale");
+        let scaled = value(self, "scaled");
+        let q = value(self, "uint8");
+        let mut nodes = vec![new_node("Abs", "", self.fresh(&format!("{name}_abs")), &[x], &[&abs])];
+        let mut reduce = if self.opset >= 18 {
+            new_node("ReduceMax", "", self.fresh(&format!("{name}_row_max")), &[&abs, &c.last_axis], &[&max])
+        } else {
+            let mut r = new_node("ReduceMax", "", self.fresh(&format!("{name}_row_max")), &[&abs], &[&max]);
+            let mut axes = AttributeProto::new();
+            axes.name = Some("axes".to_owned());
+            axes.ints = vec![-1];
+            axes.type_ = Some(7);
+            r.attribute.push(axes);
+            r
+        };
+        let mut keepdims = AttributeProto::new();
+        keepdims.name = Some("keepdims".to_owned());
+        keepdims.i = Some(1);
+        keepdims.type_ = Some(2);
+        reduce.attribute.push(keepdims);
+        nodes.push(reduce);
+        nodes.extend([
+            new_node("Max", "", self.fresh(&format!("{name}_row_floor")), &[&max, &c.floor], &[&floored]),
+            new_node("Div", "", self.fresh(&format!("{name}_row_inverse")), &[&c.levels, &floored], &[&inverse]),
+            new_node("Div", "", self.fresh(&format!("{name}_row_scale")), &[&floored, &c.levels], &[&scale]),
+            new_node("Mul", "", self.fresh(&format!("{name}_scale_rows")), &[x, &inverse], &[&scaled]),
+            new_node("QuantizeLinear", "", self.fresh(&format!("{name}_quantize")), &[&scaled, &c.one, &c.zero_point], &[&q]),
+        ]);
+        let product = if bias.is_some() { self.fresh(&format!("{out}_before_bias")) } else { out.to_owned() };
+        nodes.push(new_node(
+            "MatMulIntegerToFloat",
+            MS_DOMAIN,
+            self.fresh(&format!("{name}_int8")),
+            &[&q, w, &scale, w_scale, &c.zero_point, w_zero_point.unwrap_or_default()][..5 + usize::from(w_zero_point.is_some())],
+            &[&product],
+        ));
+        if let Some(b) = bias {
+            nodes.push(new_node("Add", "", self.fresh(&format!("{name}_bias")), &[&product, b], &[out]));
+        }
+        nodes
+    }
+
+    fn per_token_constants(&mut self) -> PerTokenConstants {
+        if let Some(c) = &self.per_token {
+            return c.clone();
+        }
+        let levels = self.add_f32("nornir_int8_levels", &[], &[127.0]);
+        let floor = self.add_f32("nornir_int8_scale_floor", &[], &[1e-30]);
+        let one = self.add_f32("nornir_int8_one", &[], &[1.0]);
+        let zero_point = self.fresh("nornir_int8_zero_point");
+        self.new_inits.push(tensor::new_u8(&zero_point, &[], &[128]));
+        let last_axis = self.fresh("nornir_int8_last_axis");
+        self.new_inits.push(tensor::new_i64(&last_axis, &[1], &[-1]));
+        let c = PerTokenConstants { levels, floor, one, zero_point, last_axis };
+        self.per_token = Some(c.clone());
+        c
     }
 
     /// The values of a constant float32 bias of shape `[n]` or `[1, n]`.
@@ -620,3 +750,4 @@ fn dims2(t: &TensorProto) -> Option<[usize; 2]> {
         _ => None,
     }
 }
+

@@ -7,6 +7,7 @@ use crate::onnx::TensorProto;
 pub const FLOAT: i32 = 1;
 pub const UINT8: i32 = 2;
 pub const INT8: i32 = 3;
+pub const INT64: i32 = 7;
 const EXTERNAL: i32 = 1;
 
 pub fn name(t: &TensorProto) -> &str {
@@ -76,5 +77,23 @@ pub fn new_i8(name: &str, dims: &[i64], values: &[i8]) -> TensorProto {
     t.dims = dims.to_vec();
     t.data_type = Some(INT8);
     t.raw_data = Some(values.iter().map(|&v| v as u8).collect());
+    t
+}
+
+pub fn new_u8(name: &str, dims: &[i64], values: &[u8]) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = Some(name.to_owned());
+    t.dims = dims.to_vec();
+    t.data_type = Some(UINT8);
+    t.raw_data = Some(values.to_vec());
+    t
+}
+
+pub fn new_i64(name: &str, dims: &[i64], values: &[i64]) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = Some(name.to_owned());
+    t.dims = dims.to_vec();
+    t.data_type = Some(INT64);
+    t.raw_data = Some(values.iter().flat_map(|v| v.to_le_bytes()).collect());
     t
 }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use nornir_vector::quantize::{Granularity, QuantizeOptions, QuantizeReport, quantize as rewrite};
+use nornir_vector::quantize::{Activations, Granularity, WeightType, QuantizeOptions, QuantizeReport, quantize as rewrite};
 use nornir_vector::{Device, Embedder};
 use sha2::{Digest, Sha256};
 
@@ -44,7 +44,16 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     let model_file = fp32.model_info().folder.model_file.clone();
     let bytes = std::fs::read(&model_file).with_context(|| format!("cannot read {}", model_file.display()))?;
     let granularity = if a.per_tensor { Granularity::PerTensor } else { Granularity::PerChannel };
-    let qopts = QuantizeOptions::default().with_granularity(granularity).with_keep_fp32(a.keep_fp32.clone());
+    let activations = if a.activations == "per-tensor" { Activations::PerTensor } else { Activations::PerToken };
+    let qopts = QuantizeOptions::default()
+        .with_granularity(granularity)
+        .with_activations(activations)
+        .with_weights(match a.weights.as_str() {
+            "int8" => WeightType::Int8,
+            "uint8" => WeightType::Uint8,
+            _ => WeightType::for_this_cpu(),
+        })
+        .with_keep_fp32(a.keep_fp32.clone());
     let (int8_bytes, report) =
         rewrite(&bytes, &qopts).with_context(|| format!("cannot quantize {}", model_file.display()))?;
 
@@ -82,10 +91,13 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     } else if !a.quiet {
         let kept = report.kept_fp32.len();
         println!(
-            "{}: {} MatMul/Gemm nodes now int8 ({}, com.microsoft.DynamicQuantizeMatMul), {kept} kept in float32, {} gathers from int8 tables",
+            "{}: {} MatMul/Gemm nodes now int8 ({}, {} weights, activations {}, {}), {kept} kept in float32, {} gathers from int8 tables",
             out.display(),
             report.rewritten.len(),
             granularity_name(granularity),
+            if qopts.weights == WeightType::Int8 { "int8" } else { "uint8" },
+            if activations == Activations::PerToken { "per token" } else { "per tensor" },
+            activations.operator(),
             report.int8_gathers.len()
         );
         println!(
@@ -129,9 +141,11 @@ fn record(
             "model_file": model_file,
             "sha256": format!("{:x}", Sha256::digest(bytes)),
         },
-        "operator": "com.microsoft.DynamicQuantizeMatMul",
-        "activations": "uint8, one scale per tensor, quantized at run time",
+        "operator": qopts.activations.operator(),
+        "activations": qopts.activations,
+        "activations_scheme": qopts.activations.describe(),
         "granularity": qopts.granularity,
+        "weights": qopts.weights,
         "keep_fp32_patterns": qopts.keep_fp32,
         "opset": report.opset,
         "weight_bytes_before": report.weight_bytes_before,
