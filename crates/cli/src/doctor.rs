@@ -212,6 +212,9 @@ fn write_session(out: &mut String, s: &SessionDoc) -> std::fmt::Result {
         writeln!(out, "  fallback: {f}")?;
     }
     writeln!(out, "  active provider: {}", s.active_provider.as_deref().unwrap_or("?"))?;
+    if let Some(level) = s.graph_optimization.as_deref() {
+        writeln!(out, "  graph optimisation: {level} (ONNX Runtime's level for this session)")?;
+    }
     if let Some(p) = &s.precision {
         writeln!(out, "  model precision: {p}")?;
     }
@@ -301,6 +304,10 @@ fn write_model(out: &mut String, m: &nornir_vector::ModelInfo) -> std::fmt::Resu
     }
     if let Some((task, id)) = &m.prompt.task {
         writeln!(out, "  task: {task} (task_id {id})")?;
+    }
+    match &m.one_text_per_run {
+        Some(why) => writeln!(out, "  batching: one text per run: {why}")?,
+        None => writeln!(out, "  batching: texts share runs (a text's vector does not depend on its neighbours)")?,
     }
     Ok(())
 }

@@ -90,6 +90,9 @@ pub struct SessionDoc {
     #[cfg(feature = "embed-ort")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<nornir_vector::Memory>,
+    /// ONNX Runtime's graph optimisation level for the session: `basic` or `all`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_optimization: Option<String>,
     /// How the weights are stored, as far as the folder says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub precision: Option<String>,

@@ -92,6 +92,25 @@ pub struct ModelInfo {
     pub output_is_pooled: bool,
     /// Why this output was chosen.
     pub output_reason: String,
+    /// Set when every text runs alone, without neighbours or padding, and why: the graph
+    /// quantizes activations with one scale per batch, so batching would change the vectors.
+    #[serde(default)]
+    pub one_text_per_run: Option<String>,
+}
+
+/// Why texts of this model must run one at a time, if they must: the graph quantizes its
+/// activations with one scale per tensor (a third-party dynamic-int8 export, or
+/// `nornir vector quantize --activations per-tensor`).
+fn one_text_per_run(model: &[u8]) -> Option<String> {
+    let ops = weights::per_tensor_activation_ops(model);
+    if ops.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = ops.iter().map(|(op, n)| format!("{op} x{n}")).collect();
+    Some(format!(
+        "the graph quantizes activations with one scale per tensor ({}), so a text's vector would depend on the other texts and the padding of its batch; each text runs alone. `nornir vector quantize` of the float32 model writes per-token scales, which batch",
+        list.join(", ")
+    ))
 }
 
 /// The number of CPU sessions from which they share one copy of the model's weights.
@@ -196,14 +215,15 @@ impl Engine {
         // From three CPU sessions on, they use one copy of the weights. With two, sharing only
         // swaps the second session's pre-packed copy for the shared original (measured: the
         // same peak, plus reading the file), so each session keeps its own.
-        let weights = if plan.vendor == Vendor::Cpu && cpu_sessions >= SHARE_WEIGHTS_FROM {
-            Some(
-                weights::read(&folder.model_file)
-                    .map_err(|e| EmbedError::model_because(&folder.dir, "model.onnx", e))?,
-            )
-        } else {
-            None
+        let share_weights = plan.vendor == Vendor::Cpu && cpu_sessions >= SHARE_WEIGHTS_FROM;
+        let model_bytes = match std::fs::read(&folder.model_file) {
+            Ok(b) => Some(b),
+            Err(e) if share_weights => return Err(EmbedError::model_because(&folder.dir, "model.onnx", e)),
+            // ONNX Runtime says what is wrong with a file that cannot be read.
+            Err(_) => None,
         };
+        let one_text_per_run = model_bytes.as_deref().and_then(one_text_per_run);
+        let weights = model_bytes.filter(|_| share_weights).map(|b| weights::from_model_bytes(&b, &folder.model_file));
         let cfg = SessionConfig {
             model: &folder.model_file,
             intra_threads,
@@ -255,9 +275,11 @@ impl Engine {
             normalize_reason,
             prompt,
             left_padding,
+            one_text_per_run,
             folder,
         };
         let policy = if report.gpu_vendor == Vendor::Cpu { BatchPolicy::CPU } else { BatchPolicy::GPU };
+        let info_alone = info.one_text_per_run.is_some();
         let mut engine = Self {
             session: Mutex::new(Slot { session, vendor: report.gpu_vendor }),
             extra_sessions: std::sync::OnceLock::new(),
@@ -276,7 +298,7 @@ impl Engine {
             counters: Counters::default(),
             scheduler: Scheduler::new(
                 sessions,
-                options.token_budget,
+                if info_alone { 1 } else { options.token_budget },
                 policy,
                 options.max_queued_texts,
                 options.batch_wait,
@@ -357,6 +379,7 @@ impl Engine {
             r.fallback = Some(why);
             r.active_provider = Provider::Cpu.ort_name().to_owned();
             r.gpu_vendor = Vendor::Cpu;
+            r.graph_optimization = "basic".to_owned();
         }
         if let Some(w) = &self.weights {
             r.memory.shared_initializers = w.values.len();

@@ -46,6 +46,12 @@ pub struct Quantization {
     /// The hardware the int8 operators are for: `"cpu"`.
     pub target: String,
     pub operator: Option<String>,
+    /// `"int8"` or `"uint8"`: how the weights are stored (absent before nornir recorded it: int8).
+    #[serde(default)]
+    pub weights: Option<String>,
+    /// `"per-token"` or `"per-tensor"`: how activations are scaled (absent: per-tensor).
+    #[serde(default)]
+    pub activations: Option<String>,
 }
 
 impl Quantization {
@@ -53,7 +59,7 @@ impl Quantization {
     pub fn cpu_only(&self) -> Option<String> {
         (self.target == "cpu").then(|| {
             "the model is int8 for the CPU (quantization.json); ONNX Runtime's GPU providers have no kernel for \
-             its DynamicQuantizeMatMul, so a GPU would hand every such node back to the CPU"
+             its int8 operators, so a GPU would hand every such node back to the CPU"
                 .to_owned()
         })
     }

@@ -78,6 +78,10 @@ pub struct SessionReport {
     pub fallback: Option<String>,
     #[serde(default)]
     pub memory: Memory,
+    /// ONNX Runtime's graph optimisation level for the session: `basic` on the CPU, `all` with
+    /// a GPU provider (see `base_builder`).
+    #[serde(default)]
+    pub graph_optimization: String,
 }
 
 pub(crate) struct SessionConfig<'a> {
@@ -137,6 +141,7 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
         registrations,
         active_provider: active,
         gpu_vendor,
+        graph_optimization: if gpu_vendor == Vendor::Cpu { "basic" } else { "all" }.to_owned(),
         fallback,
         memory: Memory::default(),
     };

@@ -12,6 +12,9 @@
 //!
 //! What ONNX Runtime computes from a shared initializer at load (constant folding, e.g. a graph
 //! that dequantizes int8 weights with `Cast` and `Mul`) is still made once per session.
+//!
+//! The same reader finds the operators that quantize activations with one scale per tensor
+//! ([`per_tensor_activation_ops`]), from each `NodeProto`'s `op_type` (4) and `domain` (7).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -26,14 +29,14 @@ pub(crate) struct SharedWeights {
     pub bytes: u64,
 }
 
-/// Reads the initializers of the ONNX file at `path` that can be shared. A file this reader
-/// does not understand shares nothing: ONNX Runtime reads it as before and says what is wrong.
-pub(crate) fn read(path: &Path) -> std::io::Result<SharedWeights> {
-    let bytes = std::fs::read(path)?;
-    Ok(from_model(&bytes).unwrap_or_else(|| {
+/// The initializers of the ONNX file `model` (read from `path`) that can be shared. A file this
+/// reader does not understand shares nothing: ONNX Runtime reads it as before and says what is
+/// wrong.
+pub(crate) fn from_model_bytes(model: &[u8], path: &Path) -> SharedWeights {
+    from_model(model).unwrap_or_else(|| {
         tracing::debug!(model = %path.display(), "weights not shared: the ONNX protobuf could not be read");
         SharedWeights::default()
-    }))
+    })
 }
 
 fn from_model(model: &[u8]) -> Option<SharedWeights> {
@@ -114,6 +117,50 @@ fn read_when_running<'a>(graph: &Graph<'a>) -> std::collections::HashSet<&'a str
         }
     }
     read
+}
+
+/// Operators that quantize their float input with one scale for the whole tensor, found at run
+/// time: a text's result then depends on the other texts of its batch and on its padding.
+const PER_TENSOR_ACTIVATION_OPS: [(&str, &str); 3] = [
+    ("", "DynamicQuantizeLinear"),
+    ("com.microsoft", "DynamicQuantizeMatMul"),
+    ("com.microsoft", "DynamicQuantizeLSTM"),
+];
+
+/// The operators of the model at `path` that quantize activations per tensor, each named once
+/// (`DynamicQuantizeLinear`, `com.microsoft.DynamicQuantizeMatMul`), with how many nodes use it.
+/// Empty for a float graph, for one with per-token scales (`nornir vector quantize`), and for a
+/// file this reader does not understand (ONNX Runtime then says what is wrong with it).
+pub(crate) fn per_tensor_activation_ops(model: &[u8]) -> Vec<(String, usize)> {
+    let mut found: Vec<(String, usize)> = Vec::new();
+    let mut graph = None;
+    for field in fields(model) {
+        match field {
+            Some((7, Field::Bytes(g))) => graph = Some(g),
+            Some(_) => {}
+            None => return found,
+        }
+    }
+    for field in fields(graph.unwrap_or_default()) {
+        let Some((1, Field::Bytes(node))) = field else { continue };
+        let (mut op, mut domain) = ("", "");
+        for f in fields(node) {
+            match f {
+                Some((4, Field::Bytes(o))) => op = std::str::from_utf8(o).unwrap_or_default(),
+                Some((7, Field::Bytes(d))) => domain = std::str::from_utf8(d).unwrap_or_default(),
+                _ => {}
+            }
+        }
+        let domain = if domain == "ai.onnx" { "" } else { domain };
+        if PER_TENSOR_ACTIVATION_OPS.contains(&(domain, op)) {
+            let name = if domain.is_empty() { op.to_owned() } else { format!("{domain}.{op}") };
+            match found.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, count)) => *count += 1,
+                None => found.push((name, 1)),
+            }
+        }
+    }
+    found
 }
 
 enum Field<'a> {

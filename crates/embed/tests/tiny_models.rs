@@ -1,6 +1,7 @@
 //! The embedder on tiny fixture models built at test time (see `fixtures/mod.rs`), whose vectors
 //! are known exactly: inputs as declared, pooled outputs used as they are, CLS and mean pooling,
-//! int32 inputs, and a model that is not a text model rejected at load time.
+//! int32 inputs, a dynamic-int8 graph run one text at a time, and a model that is not a text
+//! model rejected at load time.
 
 mod common;
 use nornir_test_support::fixtures;
@@ -134,4 +135,29 @@ fn mismatches_are_load_time_errors() {
     std::fs::remove_file(t.path().join("config.json")).expect("rm");
     let e = Embedder::new(t.path(), &options()).expect_err("empty model file").to_string();
     assert!(e.contains("could not create a session"), "{e}");
+}
+
+/// A graph that quantizes activations with one scale per tensor (as third-party dynamic-int8
+/// exports do) gives a text a different vector next to other texts and padding; nornir runs each
+/// text alone, says why, and so a text's vector is the same in bulk and alone.
+#[test]
+fn a_dynamic_int8_graph_runs_one_text_at_a_time() {
+    let t = tempfile::tempdir().expect("tempdir");
+    folder(t.path(), Kind::DynamicInt8, "mean_tokens");
+    let e = Embedder::new(t.path(), &options().with_threads(2).with_sessions(2)).expect("load");
+    let why = e.model_info().one_text_per_run.clone().expect("one text per run");
+    assert!(why.contains("DynamicQuantizeLinear x1"), "{why}");
+    let texts: Vec<String> = (0..200)
+        .map(|i| match i % 4 {
+            0 => "a".to_owned(),
+            1 => format!("short text {i}"),
+            2 => "a much longer text that pads the short ones and widens the range ".repeat(1 + i % 7),
+            _ => format!("{i} {}", "zebra quartz ".repeat(i % 5)),
+        })
+        .collect();
+    let bulk = e.embed(&texts).expect("bulk");
+    for (i, text) in texts.iter().enumerate() {
+        let alone = e.embed(&[text]).expect("alone");
+        assert_eq!(bulk.row(i), alone.row(0), "text {i} {text:?}: bulk and alone differ");
+    }
 }

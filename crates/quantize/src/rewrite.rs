@@ -6,7 +6,7 @@ use protobuf::Message;
 
 use crate::onnx::{AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto};
 use crate::tensor::{self, FLOAT, INT8, UINT8};
-use crate::{Activations, Granularity, WeightType, Kept, QuantizeError, QuantizeOptions, QuantizeReport, Rewritten};
+use crate::{Activations, Granularity, Kept, QuantizeError, QuantizeOptions, QuantizeReport, Rewritten, WeightType};
 
 const MS_DOMAIN: &str = "com.microsoft";
 
@@ -620,14 +620,21 @@ impl<'g> Rewriter<'g> {
             new_node("Div", "", self.fresh(&format!("{name}_row_inverse")), &[&c.levels, &floored], &[&inverse]),
             new_node("Div", "", self.fresh(&format!("{name}_row_scale")), &[&floored, &c.levels], &[&scale]),
             new_node("Mul", "", self.fresh(&format!("{name}_scale_rows")), &[x, &inverse], &[&scaled]),
-            new_node("QuantizeLinear", "", self.fresh(&format!("{name}_quantize")), &[&scaled, &c.one, &c.zero_point], &[&q]),
+            new_node(
+                "QuantizeLinear",
+                "",
+                self.fresh(&format!("{name}_quantize")),
+                &[&scaled, &c.one, &c.zero_point],
+                &[&q],
+            ),
         ]);
         let product = if bias.is_some() { self.fresh(&format!("{out}_before_bias")) } else { out.to_owned() };
         nodes.push(new_node(
             "MatMulIntegerToFloat",
             MS_DOMAIN,
             self.fresh(&format!("{name}_int8")),
-            &[&q, w, &scale, w_scale, &c.zero_point, w_zero_point.unwrap_or_default()][..5 + usize::from(w_zero_point.is_some())],
+            &[&q, w, &scale, w_scale, &c.zero_point, w_zero_point.unwrap_or_default()]
+                [..5 + usize::from(w_zero_point.is_some())],
             &[&product],
         ));
         if let Some(b) = bias {
@@ -750,4 +757,3 @@ fn dims2(t: &TensorProto) -> Option<[usize; 2]> {
         _ => None,
     }
 }
-

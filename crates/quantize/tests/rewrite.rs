@@ -254,9 +254,8 @@ fn per_token_rows_do_not_depend_on_their_batch() {
             vec![value("x", 1, &[-1, K as i64])],
             &[-1, N as i64],
         );
-        let alone = |int8: &[u8]| -> Vec<f32> {
-            (0..ROWS).flat_map(|r| run_rows(int8, &x[r * K..(r + 1) * K], 1)).collect()
-        };
+        let alone =
+            |int8: &[u8]| -> Vec<f32> { (0..ROWS).flat_map(|r| run_rows(int8, &x[r * K..(r + 1) * K], 1)).collect() };
         let (token, _) = quantize(&bytes, &QuantizeOptions::default()).expect("quantize");
         assert_eq!(run(&token, &x), alone(&token), "opset {opset}: per-token rows alone and together");
         assert_close(&w, &x, &run(&bytes, &x), &run(&token, &x));

@@ -364,12 +364,25 @@ pub fn ort_pick(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
 /// How the model's weights are stored, as far as its folder says.
 pub fn precision(f: &ModelFolder) -> String {
     match &f.quantization {
-        Some(q) => format!(
-            "{} for the {} ({}; from quantization.json)",
-            q.format,
-            q.target,
-            q.operator.as_deref().unwrap_or("operator not recorded")
-        ),
+        Some(q) => {
+            let weights = q.weights.as_deref().unwrap_or("int8");
+            let saturates = weights == "int8"
+                && !cpu_int8_extensions().iter().any(|e| e.contains("VNNI") || e.contains("AMX"))
+                && cfg!(target_arch = "x86_64");
+            format!(
+                "{} for the {} ({}, {weights} weights, activations {}; from quantization.json){}",
+                q.format,
+                q.target,
+                q.operator.as_deref().unwrap_or("operator not recorded"),
+                q.activations.as_deref().unwrap_or("per-tensor"),
+                if saturates {
+                    "; this CPU has no VNNI, and ONNX Runtime's AVX2 kernel for int8 weights adds products in 16 bits, \
+                     which saturate: quantize again here (`nornir vector quantize` picks uint8 weights on such a CPU)"
+                } else {
+                    ""
+                }
+            )
+        }
         None => "as exported (no quantization.json)".to_owned(),
     }
 }
@@ -412,6 +425,7 @@ pub fn session_doc(m: &ModelArgs) -> SessionDoc {
                 fallback: r.fallback,
                 placement: Some(e.placement()),
                 ort: Some(r.ort),
+                graph_optimization: Some(r.graph_optimization),
                 memory: Some(r.memory),
                 model: Some(e.model_info().clone()),
                 precision: Some(precision(&e.model_info().folder)),

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use nornir_vector::quantize::{Activations, Granularity, WeightType, QuantizeOptions, QuantizeReport, quantize as rewrite};
+use nornir_vector::quantize::{
+    Activations, Granularity, QuantizeOptions, QuantizeReport, WeightType, quantize as rewrite,
+};
 use nornir_vector::{Device, Embedder};
 use sha2::{Digest, Sha256};
 
