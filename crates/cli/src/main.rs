@@ -303,6 +303,15 @@ pub struct QuantizeArgs {
     /// auto: the one for the CPU this command runs on.
     #[arg(long, value_name = "TYPE", default_value = "auto", value_parser = ["auto", "int8", "uint8"])]
     pub weights: String,
+    /// SmoothQuant strength (0 to 1) for MatMuls fed by a LayerNormalization: their large
+    /// channels are divided down before per-token quantization and the weights multiplied up.
+    /// "off" turns it off.
+    #[arg(long, value_name = "ALPHA", default_value = "0.5", value_parser = parse_smoothing)]
+    pub smoothing: Smoothing,
+    /// Texts (one per line) on which to measure the activations that smoothing divides.
+    /// Default: the built-in sample of 99 texts.
+    #[arg(long, value_name = "FILE")]
+    pub calibrate: Option<PathBuf>,
     /// Keep in float32 every MatMul/Gemm whose node or weight name contains PATTERN (repeatable).
     #[arg(long, value_name = "PATTERN")]
     pub keep_fp32: Vec<String>,
@@ -313,6 +322,20 @@ pub struct QuantizeArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub model: ModelArgs,
+}
+
+/// SmoothQuant's strength, or `None` for off.
+#[derive(Clone, Copy, Debug)]
+pub struct Smoothing(pub Option<f32>);
+
+fn parse_smoothing(s: &str) -> Result<Smoothing, String> {
+    if s == "off" {
+        return Ok(Smoothing(None));
+    }
+    match s.parse::<f32>() {
+        Ok(a) if (0.0..=1.0).contains(&a) => Ok(Smoothing(Some(a))),
+        _ => Err(format!("{s:?} is not a strength between 0 and 1, nor \"off\"")),
+    }
 }
 
 fn init_tracing(verbose: u8) {

@@ -31,7 +31,7 @@ pub mod onnx {
 
 use serde::Serialize;
 
-pub use rewrite::quantize;
+pub use rewrite::{CALIBRATION_OUTPUT, calibration_model, quantize};
 
 /// One scale for a whole weight, or one per output column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -124,6 +124,13 @@ pub struct QuantizeOptions {
     pub granularity: Granularity,
     pub activations: Activations,
     pub weights: WeightType,
+    /// SmoothQuant's migration strength alpha for MatMuls fed by a `LayerNormalization` (per-token
+    /// activations only): `None` turns it off.
+    pub smoothing: Option<f32>,
+    /// The largest magnitude of each channel of an activation, by name, measured by running
+    /// [`calibration_model`] on sample texts. Without it, smoothing estimates a LayerNorm output's
+    /// channel `j` as `|gamma_j| + |beta_j|` (measured less accurate).
+    pub channel_max: std::collections::HashMap<String, Vec<f32>>,
     /// Nodes to keep in float32: a node whose name or weight name contains any of these.
     pub keep_fp32: Vec<String>,
 }
@@ -134,6 +141,8 @@ impl Default for QuantizeOptions {
             granularity: Granularity::default(),
             activations: Activations::default(),
             weights: WeightType::for_this_cpu(),
+            smoothing: Some(0.5),
+            channel_max: std::collections::HashMap::new(),
             keep_fp32: Vec::new(),
         }
     }
@@ -150,6 +159,14 @@ impl QuantizeOptions {
     }
     pub fn with_weights(mut self, w: WeightType) -> Self {
         self.weights = w;
+        self
+    }
+    pub fn with_smoothing(mut self, alpha: Option<f32>) -> Self {
+        self.smoothing = alpha;
+        self
+    }
+    pub fn with_channel_max(mut self, channel_max: std::collections::HashMap<String, Vec<f32>>) -> Self {
+        self.channel_max = channel_max;
         self
     }
     pub fn with_keep_fp32(mut self, patterns: Vec<String>) -> Self {

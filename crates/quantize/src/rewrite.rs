@@ -4,7 +4,10 @@ use std::collections::{HashMap, HashSet};
 
 use protobuf::Message;
 
-use crate::onnx::{AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto};
+use crate::onnx::{
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto, ValueInfoProto,
+    type_proto,
+};
 use crate::tensor::{self, FLOAT, INT8, UINT8};
 use crate::{Activations, Granularity, Kept, QuantizeError, QuantizeOptions, QuantizeReport, Rewritten, WeightType};
 
@@ -55,6 +58,73 @@ pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, Qua
         weight_bytes_after: after,
     };
     Ok((bytes, report))
+}
+
+/// The output [`calibration_model`] adds.
+pub const CALIBRATION_OUTPUT: &str = "nornir_calibration";
+
+/// `model` with one more output, [`CALIBRATION_OUTPUT`]: the magnitudes `|x|` of every activation
+/// that smoothing would divide (each `LayerNormalization` output read by a MatMul the rewrite
+/// makes int8), concatenated along the last axis, `[batch, tokens, sum of widths]`. Max-pooled
+/// over a text's tokens and then over sample texts, they are the channel maxima that
+/// [`QuantizeOptions::channel_max`] takes; the list gives each activation's name and width, in
+/// order. The rest of the graph is unchanged.
+pub fn calibration_model(
+    model: &[u8],
+    options: &QuantizeOptions,
+) -> Result<(Vec<u8>, Vec<(String, usize)>), QuantizeError> {
+    let mut m = ModelProto::parse_from_bytes(model).map_err(QuantizeError::NotOnnx)?;
+    let graph = m.graph.as_mut().ok_or(QuantizeError::NoGraph)?;
+    let mut found = Vec::new();
+    {
+        let r = Rewriter::new(graph, options, 0);
+        for n in &r.g.node {
+            if op(n) != "LayerNormalization" || !default_domain(n) {
+                continue;
+            }
+            let (Some(x), Some(gamma)) = (n.output.first(), n.input.get(1).and_then(|g| r.init(g))) else { continue };
+            let reads_int8 = r.consumers.get(x).into_iter().flatten().any(|&j| {
+                let c = &r.g.node[j];
+                matches!(op(c), "MatMul" | "Gemm")
+                    && c.input.first() == Some(x)
+                    && c.input.len() > 1
+                    && r.kept_by_pattern(&node_name(c, j), &c.input[1]).is_none()
+                    && matches!(r.constant(&c.input[1]), Ok(Ok(_)))
+            });
+            if reads_int8 {
+                found.push((x.clone(), tensor::numel(gamma)));
+            }
+        }
+    }
+    if found.is_empty() {
+        return Err(QuantizeError::NothingToQuantize(
+            "no LayerNormalization output feeds a MatMul with a constant weight, so there is nothing to calibrate"
+                .to_owned(),
+        ));
+    }
+    let mut magnitudes = Vec::new();
+    for (x, _) in &found {
+        let abs = format!("{x}_nornir_calibration_abs");
+        graph.node.push(new_node("Abs", "", format!("{x}_nornir_calibration"), &[x], &[&abs]));
+        magnitudes.push(abs);
+    }
+    let inputs: Vec<&str> = magnitudes.iter().map(String::as_str).collect();
+    let mut concat = new_node("Concat", "", "nornir_calibration_concat".to_owned(), &inputs, &[CALIBRATION_OUTPUT]);
+    let mut axis = AttributeProto::new();
+    axis.name = Some("axis".to_owned());
+    axis.i = Some(-1);
+    axis.type_ = Some(2);
+    concat.attribute.push(axis);
+    graph.node.push(concat);
+    let mut tensor_type = type_proto::Tensor::new();
+    tensor_type.elem_type = Some(FLOAT);
+    let mut ty = TypeProto::new();
+    ty.tensor_type = protobuf::MessageField::some(tensor_type);
+    let mut out = ValueInfoProto::new();
+    out.name = Some(CALIBRATION_OUTPUT.to_owned());
+    out.type_ = protobuf::MessageField::some(ty);
+    graph.output.push(out);
+    Ok((m.write_to_bytes().map_err(QuantizeError::Write)?, found))
 }
 
 fn initializer_bytes(g: &GraphProto) -> usize {
@@ -192,10 +262,12 @@ impl Constant {
         }
     }
 
-    /// The weight as `[K, N]` int8 with its scales; `transposed` when the graph stores `[N, K]`.
-    fn to_int8(&self, granularity: Granularity, transposed: bool) -> Int8Weight {
+    /// The weight as `[K, N]` int8 with its scales; `transposed` when the graph stores `[N, K]`;
+    /// `smooth`: row `i` multiplied by `smooth[i]` first.
+    fn to_int8(&self, granularity: Granularity, transposed: bool, smooth: Option<&[f32]>) -> Int8Weight {
         if let Stored::Int8 { q, signed: true, zero_point, scale, axis } = &self.stored
             && !transposed
+            && smooth.is_none()
             && zero_point.as_ref().is_none_or(|z| z.iter().all(|&v| v == 0))
             && (*axis == ScaleAxis::Tensor || (*axis == ScaleAxis::Column && granularity == Granularity::PerChannel))
         {
@@ -204,8 +276,11 @@ impl Constant {
         let [rows, cols] = self.dims;
         let stored = self.values();
         let (k, n) = if transposed { (cols, rows) } else { (rows, cols) };
-        let w: Vec<f32> =
+        let mut w: Vec<f32> =
             if transposed { (0..k * n).map(|idx| stored[(idx % n) * cols + idx / n]).collect() } else { stored };
+        if let Some(factors) = smooth {
+            w.iter_mut().enumerate().for_each(|(idx, v)| *v *= factors[idx / n]);
+        }
         let step = |max: f32| if max > 0.0 && max.is_finite() { max / 127.0 } else { 1.0 };
         let scale: Vec<f32> = match granularity {
             Granularity::PerTensor => vec![step(w.iter().fold(0.0f32, |m, v| m.max(v.abs())))],
@@ -241,6 +316,10 @@ struct Rewriter<'g> {
     opset: i64,
     /// The constants every per-token quantization reads, made once per graph.
     per_token: Option<PerTokenConstants>,
+    /// Activations already quantized per token: their uint8 rows and row scales, by name.
+    quantized: HashMap<String, (String, String)>,
+    /// SmoothQuant factors by activation name (`None`: not smoothed).
+    smoothings: HashMap<String, Option<Vec<f32>>>,
 }
 
 /// Names of the scalar initializers of per-token activation quantization.
@@ -293,6 +372,8 @@ impl<'g> Rewriter<'g> {
             gathers: Vec::new(),
             opset,
             per_token: None,
+            quantized: HashMap::new(),
+            smoothings: HashMap::new(),
         }
     }
 
@@ -330,6 +411,15 @@ impl<'g> Rewriter<'g> {
         }
         self.finish();
         Ok(())
+    }
+
+    /// The `keep_fp32` pattern that node `name` or its weight matches, if any.
+    fn kept_by_pattern(&self, name: &str, weight: &str) -> Option<&str> {
+        self.options
+            .keep_fp32
+            .iter()
+            .find(|p| name.contains(p.as_str()) || weight.contains(p.as_str()))
+            .map(String::as_str)
     }
 
     fn keep(&mut self, i: usize, reason: impl Into<String>) {
@@ -451,9 +541,7 @@ impl<'g> Rewriter<'g> {
             return Ok(());
         }
         let weight_name = n.input[1].clone();
-        if let Some(p) =
-            self.options.keep_fp32.iter().find(|p| name.contains(p.as_str()) || weight_name.contains(p.as_str()))
-        {
+        if let Some(p) = self.kept_by_pattern(&name, &weight_name) {
             self.keep(i, format!("kept in float32 by the pattern {p:?}"));
             return Ok(());
         }
@@ -470,7 +558,11 @@ impl<'g> Rewriter<'g> {
         };
         let transposed = is_gemm && attr_i(&n, "transB", 0) != 0;
         let (k, cols) = if transposed { (c.dims[1], c.dims[0]) } else { (c.dims[0], c.dims[1]) };
-        let mut w = c.to_int8(self.options.granularity, transposed);
+        let smooth = match self.options.activations {
+            Activations::PerToken => self.smoothing(&n.input[0])?,
+            Activations::PerTensor => None,
+        };
+        let mut w = c.to_int8(self.options.granularity, transposed, smooth.as_deref());
         if is_gemm {
             let alpha = attr_f(&n, "alpha", 1.0);
             w.scale.iter_mut().for_each(|s| *s *= alpha);
@@ -551,6 +643,7 @@ impl<'g> Rewriter<'g> {
             Activations::PerToken => self.per_token_matmul(
                 &name,
                 &n.input[0],
+                smooth.as_deref(),
                 [&qname, &sname],
                 weight_zero_point.as_deref(),
                 bias.as_deref(),
@@ -574,22 +667,61 @@ impl<'g> Rewriter<'g> {
         Ok(())
     }
 
-    /// `x @ w` with `x` quantized per row: `s = max(|x|, floor) / 127` over the last axis,
-    /// `q = QuantizeLinear(x * (127 / max(|x|, floor)), 1, 128)`, then `MatMulIntegerToFloat(q, w,
-    /// s, w_scale, 128)`, which multiplies each output row by its `s` and each column by its weight
-    /// scale. The bias is a separate `Add`: with per-row scales, ONNX Runtime's kernel would scale
-    /// a bias passed to it as well.
+    /// `x @ w` with `x` quantized per row: `MatMulIntegerToFloat(q, w, s, w_scale, 128)` of the
+    /// row-quantized input (see [`Self::quantized_input`]), which multiplies each output row by
+    /// its `s` and each column by its weight scale. The bias is a separate `Add`: with per-row
+    /// scales, ONNX Runtime's kernel would scale a bias passed to it as well.
+    #[allow(clippy::too_many_arguments)]
     fn per_token_matmul(
         &mut self,
         name: &str,
         x: &str,
+        smooth: Option<&[f32]>,
         [w, w_scale]: [&str; 2],
         w_zero_point: Option<&str>,
         bias: Option<&str>,
         out: &str,
     ) -> Vec<NodeProto> {
         let c = self.per_token_constants();
-        let value = |s: &mut Self, suffix: &str| s.fresh(&format!("{x}_{name}_{suffix}"));
+        let (mut nodes, q, scale) = self.quantized_input(name, x, smooth);
+        let product = if bias.is_some() { self.fresh(&format!("{out}_before_bias")) } else { out.to_owned() };
+        nodes.push(new_node(
+            "MatMulIntegerToFloat",
+            MS_DOMAIN,
+            self.fresh(&format!("{name}_int8")),
+            &[&q, w, &scale, w_scale, &c.zero_point, w_zero_point.unwrap_or_default()]
+                [..5 + usize::from(w_zero_point.is_some())],
+            &[&product],
+        ));
+        if let Some(b) = bias {
+            nodes.push(new_node("Add", "", self.fresh(&format!("{name}_bias")), &[&product, b], &[out]));
+        }
+        nodes
+    }
+
+    /// The nodes that quantize `x` per row, made once for all the MatMuls that read `x` (a
+    /// layer's query, key and value share theirs), and the names of the uint8 rows and their
+    /// scales: `s = max(|x|, floor) / 127` over the last axis and
+    /// `q = QuantizeLinear(x * (127 / max(|x|, floor)), 1, 128)`. With `smooth`, `x` is first
+    /// divided by it, channel by channel (the weights were multiplied by it). The nodes are empty
+    /// when an earlier MatMul made them.
+    fn quantized_input(&mut self, name: &str, x: &str, smooth: Option<&[f32]>) -> (Vec<NodeProto>, String, String) {
+        if let Some((q, scale)) = self.quantized.get(x) {
+            return (Vec::new(), q.clone(), scale.clone());
+        }
+        let c = self.per_token_constants();
+        let value = |s: &mut Self, suffix: &str| s.fresh(&format!("{x}_{suffix}"));
+        let mut nodes = Vec::new();
+        let input = match smooth {
+            Some(factors) => {
+                let inverse: Vec<f32> = factors.iter().map(|f| 1.0 / f).collect();
+                let divisor = self.add_f32(&format!("{x}_smoothing"), &[inverse.len() as i64], &inverse);
+                let smoothed = value(self, "smoothed");
+                nodes.push(new_node("Mul", "", self.fresh(&format!("{name}_smooth")), &[x, &divisor], &[&smoothed]));
+                smoothed
+            }
+            None => x.to_owned(),
+        };
         let abs = value(self, "abs");
         let max = value(self, "row_max");
         let floored = value(self, "row_max_floored");
@@ -597,7 +729,7 @@ impl<'g> Rewriter<'g> {
         let scale = value(self, "row_scale");
         let scaled = value(self, "scaled");
         let q = value(self, "uint8");
-        let mut nodes = vec![new_node("Abs", "", self.fresh(&format!("{name}_abs")), &[x], &[&abs])];
+        nodes.push(new_node("Abs", "", self.fresh(&format!("{name}_abs")), &[&input], &[&abs]));
         let mut reduce = if self.opset >= 18 {
             new_node("ReduceMax", "", self.fresh(&format!("{name}_row_max")), &[&abs, &c.last_axis], &[&max])
         } else {
@@ -619,7 +751,7 @@ impl<'g> Rewriter<'g> {
             new_node("Max", "", self.fresh(&format!("{name}_row_floor")), &[&max, &c.floor], &[&floored]),
             new_node("Div", "", self.fresh(&format!("{name}_row_inverse")), &[&c.levels, &floored], &[&inverse]),
             new_node("Div", "", self.fresh(&format!("{name}_row_scale")), &[&floored, &c.levels], &[&scale]),
-            new_node("Mul", "", self.fresh(&format!("{name}_scale_rows")), &[x, &inverse], &[&scaled]),
+            new_node("Mul", "", self.fresh(&format!("{name}_scale_rows")), &[&input, &inverse], &[&scaled]),
             new_node(
                 "QuantizeLinear",
                 "",
@@ -628,19 +760,77 @@ impl<'g> Rewriter<'g> {
                 &[&q],
             ),
         ]);
-        let product = if bias.is_some() { self.fresh(&format!("{out}_before_bias")) } else { out.to_owned() };
-        nodes.push(new_node(
-            "MatMulIntegerToFloat",
-            MS_DOMAIN,
-            self.fresh(&format!("{name}_int8")),
-            &[&q, w, &scale, w_scale, &c.zero_point, w_zero_point.unwrap_or_default()]
-                [..5 + usize::from(w_zero_point.is_some())],
-            &[&product],
-        ));
-        if let Some(b) = bias {
-            nodes.push(new_node("Add", "", self.fresh(&format!("{name}_bias")), &[&product, b], &[out]));
+        self.quantized.insert(x.to_owned(), (q.clone(), scale.clone()));
+        (nodes, q, scale)
+    }
+
+    /// SmoothQuant's per-channel factors for `x` when a `LayerNormalization` with constant scale
+    /// (and bias) makes it: `f_j = a_j^alpha / w_j^(1 - alpha)`, with `a_j = |gamma_j| + |beta_j|`
+    /// (how large channel j of the normalised rows can be) and `w_j` the largest weight of row j
+    /// over every MatMul that reads `x` and is rewritten. Channels that LayerNorm makes large (the
+    /// outlier dimensions of BERT-like models) are divided down before per-token quantization,
+    /// and their weight rows multiplied up, which the weights' per-column scales absorb. Computed
+    /// once per `x`; `None` where `x` is not such a LayerNorm's output.
+    fn smoothing(&mut self, x: &str) -> Result<Option<Vec<f32>>, QuantizeError> {
+        if let Some(done) = self.smoothings.get(x) {
+            return Ok(done.clone());
         }
-        nodes
+        let factors = self.compute_smoothing(x)?;
+        self.smoothings.insert(x.to_owned(), factors.clone());
+        Ok(factors)
+    }
+
+    fn compute_smoothing(&self, x: &str) -> Result<Option<Vec<f32>>, QuantizeError> {
+        let Some(alpha) = self.options.smoothing else { return Ok(None) };
+        let Some((_, ln)) = self.producer_of(x).filter(|(_, n)| op(n) == "LayerNormalization" && default_domain(n))
+        else {
+            return Ok(None);
+        };
+        let gamma = match ln.input.get(1).and_then(|g| self.init(g)) {
+            Some(t) if t.data_type == Some(FLOAT) => tensor::f32_values(t)?,
+            _ => return Ok(None),
+        };
+        let beta = match ln.input.get(2).filter(|b| !b.is_empty()).map(|b| self.init(b)) {
+            None => vec![0.0; gamma.len()],
+            Some(Some(t)) if t.data_type == Some(FLOAT) => tensor::f32_values(t)?,
+            Some(_) => return Ok(None),
+        };
+        if beta.len() != gamma.len() {
+            return Ok(None);
+        }
+        let k = gamma.len();
+        let mut row_max = vec![0f32; k];
+        for &j in self.consumers.get(x).into_iter().flatten() {
+            let n = &self.g.node[j];
+            if !matches!(op(n), "MatMul" | "Gemm")
+                || !default_domain(n)
+                || n.input.first().map(String::as_str) != Some(x)
+            {
+                continue;
+            }
+            if n.input.len() < 2 || self.kept_by_pattern(&node_name(n, j), &n.input[1]).is_some() {
+                continue;
+            }
+            let Ok(c) = self.constant(&n.input[1])? else { continue };
+            let transposed = op(n) == "Gemm" && attr_i(n, "transB", 0) != 0;
+            let (rows, cols) = (c.dims[0], c.dims[1]);
+            if (if transposed { cols } else { rows }) != k {
+                return Ok(None);
+            }
+            for (idx, v) in c.values().iter().enumerate() {
+                let i = if transposed { idx % cols } else { idx / cols };
+                row_max[i] = row_max[i].max(v.abs());
+            }
+        }
+        let measured = self.options.channel_max.get(x).filter(|m| m.len() == k);
+        let factors = (0..k)
+            .map(|j| {
+                let a = measured.map_or(gamma[j].abs() + beta[j].abs(), |m| m[j]);
+                let f = a.powf(alpha) / row_max[j].powf(1.0 - alpha);
+                if f.is_finite() && f > 0.0 { f.clamp(1e-3, 1e3) } else { 1.0 }
+            })
+            .collect();
+        Ok(Some(factors))
     }
 
     fn per_token_constants(&mut self) -> PerTokenConstants {

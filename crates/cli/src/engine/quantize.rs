@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use nornir_vector::quantize::{
-    Activations, Granularity, QuantizeOptions, QuantizeReport, WeightType, quantize as rewrite,
+    Activations, CALIBRATION_OUTPUT, Granularity, QuantizeOptions, QuantizeReport, WeightType, calibration_model,
+    quantize as rewrite,
 };
-use nornir_vector::{Device, Embedder};
+use nornir_vector::{Device, Embedder, EmbedderOptions, Pooling};
 use sha2::{Digest, Sha256};
 
 use super::enabled::{SAMPLE, model_dir, options};
@@ -50,12 +51,33 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     let qopts = QuantizeOptions::default()
         .with_granularity(granularity)
         .with_activations(activations)
+        .with_smoothing(a.smoothing.0)
         .with_weights(match a.weights.as_str() {
             "int8" => WeightType::Int8,
             "uint8" => WeightType::Uint8,
             _ => WeightType::for_this_cpu(),
         })
         .with_keep_fp32(a.keep_fp32.clone());
+    let texts: Vec<&str> = SAMPLE.lines().collect();
+    let calibration_texts = match &a.calibrate {
+        Some(file) => {
+            std::fs::read_to_string(file).with_context(|| format!("cannot read --calibrate {}", file.display()))?
+        }
+        None => SAMPLE.to_owned(),
+    };
+    let qopts = if qopts.smoothing.is_some() && qopts.activations == Activations::PerToken {
+        let lines: Vec<&str> = calibration_texts.lines().filter(|l| !l.trim().is_empty()).collect();
+        if lines.is_empty() {
+            bail!(
+                "--calibrate {}: the file has no texts; give one text per line",
+                a.calibrate.as_deref().unwrap_or(Path::new("")).display()
+            );
+        }
+        let channel_max = calibrate(&source_dir, &parent, &bytes, &qopts, &opts, &lines)?;
+        qopts.with_channel_max(channel_max)
+    } else {
+        qopts
+    };
     let (int8_bytes, report) =
         rewrite(&bytes, &qopts).with_context(|| format!("cannot quantize {}", model_file.display()))?;
 
@@ -69,13 +91,14 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
         let mut int8_opts = opts.clone();
         int8_opts.model_file = None;
         let int8 = Embedder::new(&tmp, &int8_opts).context("the int8 model does not load")?;
-        let texts: Vec<&str> = SAMPLE.lines().collect();
         let (a32, a8) = (fp32.embed(&texts)?, int8.embed(&texts)?);
         let cosines: Vec<f32> = a32.rows().zip(a8.rows()).map(|(x, y)| cosine(x, y)).collect();
         let (worst, min) =
             cosines.iter().copied().enumerate().fold((0, f32::INFINITY), |b, (i, c)| if c < b.1 { (i, c) } else { b });
         let mean = cosines.iter().map(|&c| f64::from(c)).sum::<f64>() / cosines.len() as f64;
-        let record = record(&model_file, &bytes, &report, &qopts, min, mean, texts[worst]);
+        let calibration =
+            a.calibrate.as_ref().map_or("built-in sample (99 texts)".to_owned(), |f| f.display().to_string());
+        let record = record(&model_file, &bytes, &report, &qopts, &calibration, (min, mean, texts[worst]));
         let text = serde_json::to_string_pretty(&record)?;
         std::fs::write(tmp.join("quantization.json"), text + "\n")?;
         Ok(record)
@@ -113,6 +136,54 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     Ok(())
 }
 
+/// The largest magnitude of each channel of the activations smoothing divides, measured by
+/// running the calibration graph (nornir-quantize's `calibration_model`) on `texts` with max
+/// pooling, so that padding never counts, in a hidden folder next to the output, removed after.
+fn calibrate(
+    source_dir: &Path,
+    parent: &Path,
+    model: &[u8],
+    qopts: &QuantizeOptions,
+    opts: &EmbedderOptions,
+    texts: &[&str],
+) -> Result<std::collections::HashMap<String, Vec<f32>>> {
+    let (graph, activations) = match calibration_model(model, qopts) {
+        Ok(c) => c,
+        // No LayerNorm feeds an int8 MatMul: nothing to smooth, nothing to measure.
+        Err(nornir_vector::quantize::QuantizeError::NothingToQuantize(_)) => return Ok(Default::default()),
+        Err(e) => return Err(e).context("cannot build the calibration graph"),
+    };
+    let dir = parent.join(format!(".nornir-calibration-{}.tmp", std::process::id()));
+    let result = (|| -> Result<Vec<f32>> {
+        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        // The tokenizer and the length limit only: config.json's hidden size is not this output's width.
+        for name in ["tokenizer.json", "sentence_bert_config.json"] {
+            if source_dir.join(name).is_file() {
+                std::fs::copy(source_dir.join(name), dir.join(name))?;
+            }
+        }
+        std::fs::write(dir.join("model.onnx"), &graph)?;
+        let mut o = opts.clone().with_output_name(CALIBRATION_OUTPUT).with_pooling(Pooling::Max).with_normalize(false);
+        o.model_file = None;
+        let e = Embedder::new(&dir, &o).context("the calibration graph does not load")?;
+        let rows = e.embed(texts)?;
+        let mut max = vec![0f32; e.dimension()];
+        for row in rows.rows() {
+            max.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
+        }
+        Ok(max)
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    let max = result?;
+    let mut out = std::collections::HashMap::new();
+    let mut start = 0;
+    for (name, width) in activations {
+        out.insert(name, max[start..start + width].to_vec());
+        start += width;
+    }
+    Ok(out)
+}
+
 fn granularity_name(g: Granularity) -> &'static str {
     match g {
         Granularity::PerTensor => "one scale per weight",
@@ -131,9 +202,8 @@ fn record(
     bytes: &[u8],
     report: &QuantizeReport,
     qopts: &QuantizeOptions,
-    min: f32,
-    mean: f64,
-    worst: &str,
+    calibration: &str,
+    (min, mean, worst): (f32, f64, &str),
 ) -> serde_json::Value {
     serde_json::json!({
         "format": "nornir int8",
@@ -148,6 +218,8 @@ fn record(
         "activations_scheme": qopts.activations.describe(),
         "granularity": qopts.granularity,
         "weights": qopts.weights,
+        "smoothing_alpha": qopts.smoothing,
+        "smoothing_calibrated_on": if qopts.channel_max.is_empty() { serde_json::Value::Null } else { calibration.into() },
         "keep_fp32_patterns": qopts.keep_fp32,
         "opset": report.opset,
         "weight_bytes_before": report.weight_bytes_before,
