@@ -27,9 +27,13 @@ struct Server {
 
 impl Server {
     fn start(extra: &[&str]) -> Self {
+        Self::start_with(&model(), extra)
+    }
+
+    fn start_with(model: &std::path::Path, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_nornir"))
             .args(["vector", "serve", "--port", "0", "--device", "cpu", "--api-key", KEY, "--model"])
-            .arg(model())
+            .arg(model)
             .args(extra)
             .env_remove("NORNIR_DEVICE")
             .env_remove("ORT_DYLIB_PATH")
@@ -329,6 +333,54 @@ fn sigterm_finishes_the_requests_in_flight() {
 
 /// 64 clients for a minute (NORNIR_SERVE_LOAD_SECONDS), each call 1 to 4 texts over both APIs,
 /// every vector checked against the library's; memory after the first 10 seconds stays flat.
+/// nornir's int8 model (per-token activation scales) under the server's cross-client batching:
+/// 16 clients send the same text among different neighbours, short and long, at the same time,
+/// and all get one vector. Before per-token scales, its int8 vector changed with its batch.
+#[test]
+fn an_int8_text_gets_one_vector_whatever_its_neighbours() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let int8 = t.path().join("int8");
+    let q = Command::new(env!("CARGO_BIN_EXE_nornir"))
+        .args(["vector", "quantize", "-q", "--device", "cpu", "--model"])
+        .arg(model())
+        .arg("--output")
+        .arg(&int8)
+        .output()
+        .expect("run quantize");
+    assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
+    let server = Server::start_with(&int8, &[]);
+    let pool = texts();
+    let target = "nornir batches texts from many clients together";
+    let vectors: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let clients: Vec<_> = (0..16usize)
+            .map(|c| {
+                let (server, pool) = (&server, &pool);
+                s.spawn(move || {
+                    (0..4usize)
+                        .map(|round| {
+                            let k = c * 4 + round;
+                            let mut inputs: Vec<&str> =
+                                (0..k % 6).map(|j| pool[(k * 11 + j * 17) % pool.len()].as_str()).collect();
+                            let at = k % (inputs.len() + 1);
+                            inputs.insert(at, target);
+                            let (status, r) = server.post("/embed", &json!({ "inputs": inputs }));
+                            assert_eq!(status, 200, "{r}");
+                            floats(&r[at])
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        clients.into_iter().flat_map(|c| c.join().expect("a client failed")).collect()
+    });
+    assert_eq!(vectors.len(), 64);
+    let identical = vectors.iter().filter(|v| *v == &vectors[0]).count();
+    for (i, v) in vectors.iter().enumerate() {
+        assert!(cosine(v, &vectors[0]) >= 0.9999, "answer {i}: cosine {} to the first", cosine(v, &vectors[0]));
+    }
+    eprintln!("int8 under concurrent batching: {identical} of 64 answers bit-identical to the first");
+}
+
 #[test]
 fn sixty_four_clients_for_a_minute() {
     let seconds: u64 = std::env::var("NORNIR_SERVE_LOAD_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
