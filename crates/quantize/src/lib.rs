@@ -175,6 +175,16 @@ impl QuantizeOptions {
     }
 }
 
+/// The graph [`calibration_model`] makes.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CalibrationGraph {
+    /// The model's bytes, with the output [`CALIBRATION_OUTPUT`] added.
+    pub model: Vec<u8>,
+    /// Each measured activation's name and width, in the order of the output's channels.
+    pub activations: Vec<(String, usize)>,
+}
+
 /// One node that now runs in int8.
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]

@@ -9,7 +9,10 @@ use crate::onnx::{
     type_proto,
 };
 use crate::tensor::{self, FLOAT, INT8, UINT8};
-use crate::{Activations, Granularity, Kept, QuantizeError, QuantizeOptions, QuantizeReport, Rewritten, WeightType};
+use crate::{
+    Activations, CalibrationGraph, Granularity, Kept, QuantizeError, QuantizeOptions, QuantizeReport, Rewritten,
+    WeightType,
+};
 
 const MS_DOMAIN: &str = "com.microsoft";
 
@@ -67,12 +70,8 @@ pub const CALIBRATION_OUTPUT: &str = "nornir_calibration";
 /// that smoothing would divide (each `LayerNormalization` output read by a MatMul the rewrite
 /// makes int8), concatenated along the last axis, `[batch, tokens, sum of widths]`. Max-pooled
 /// over a text's tokens and then over sample texts, they are the channel maxima that
-/// [`QuantizeOptions::channel_max`] takes; the list gives each activation's name and width, in
-/// order. The rest of the graph is unchanged.
-pub fn calibration_model(
-    model: &[u8],
-    options: &QuantizeOptions,
-) -> Result<(Vec<u8>, Vec<(String, usize)>), QuantizeError> {
+/// [`QuantizeOptions::channel_max`] takes. The rest of the graph is unchanged.
+pub fn calibration_model(model: &[u8], options: &QuantizeOptions) -> Result<CalibrationGraph, QuantizeError> {
     let mut m = ModelProto::parse_from_bytes(model).map_err(QuantizeError::NotOnnx)?;
     let graph = m.graph.as_mut().ok_or(QuantizeError::NoGraph)?;
     let mut found = Vec::new();
@@ -124,7 +123,7 @@ pub fn calibration_model(
     out.name = Some(CALIBRATION_OUTPUT.to_owned());
     out.type_ = protobuf::MessageField::some(ty);
     graph.output.push(out);
-    Ok((m.write_to_bytes().map_err(QuantizeError::Write)?, found))
+    Ok(CalibrationGraph { model: m.write_to_bytes().map_err(QuantizeError::Write)?, activations: found })
 }
 
 fn initializer_bytes(g: &GraphProto) -> usize {

@@ -147,7 +147,7 @@ fn calibrate(
     opts: &EmbedderOptions,
     texts: &[&str],
 ) -> Result<std::collections::HashMap<String, Vec<f32>>> {
-    let (graph, activations) = match calibration_model(model, qopts) {
+    let calibration = match calibration_model(model, qopts) {
         Ok(c) => c,
         // No LayerNorm feeds an int8 MatMul: nothing to smooth, nothing to measure.
         Err(nornir_vector::quantize::QuantizeError::NothingToQuantize(_)) => return Ok(Default::default()),
@@ -162,7 +162,7 @@ fn calibrate(
                 std::fs::copy(source_dir.join(name), dir.join(name))?;
             }
         }
-        std::fs::write(dir.join("model.onnx"), &graph)?;
+        std::fs::write(dir.join("model.onnx"), &calibration.model)?;
         let mut o = opts.clone().with_output_name(CALIBRATION_OUTPUT).with_pooling(Pooling::Max).with_normalize(false);
         o.model_file = None;
         let e = Embedder::new(&dir, &o).context("the calibration graph does not load")?;
@@ -177,7 +177,7 @@ fn calibrate(
     let max = result?;
     let mut out = std::collections::HashMap::new();
     let mut start = 0;
-    for (name, width) in activations {
+    for (name, width) in calibration.activations {
         out.insert(name, max[start..start + width].to_vec());
         start += width;
     }
