@@ -41,6 +41,7 @@
 //! | quantize: --output exists | `already exists: choose another --output, or pass --force`; the old folder untouched |
 //! | quantize: --output in a folder that does not exist | `does not exist: create it first` |
 //! | quantize: a graph with nothing to quantize | `nothing to quantize: the graph has no MatMul or Gemm node`; no output folder |
+//! | quantize: --calibrate FILE missing, or with no texts | `cannot read --calibrate`, `the file has no texts`; no output folder |
 //! | quantize: an int8 model forced onto a GPU | `the model is int8 for the CPU ... run it with --device cpu` (crates/cli/tests/quantize.rs) |
 
 #![cfg(feature = "embed-ort")]
@@ -496,6 +497,19 @@ fn quantize_bad_inputs() {
         &nornir(&["vector", "quantize", "--model", s(&m), "--output", s(&t.path().join("no/such/int8"))]),
         "does not exist: create it first",
     );
+
+    let no_texts = t.path().join("empty.txt");
+    std::fs::write(&no_texts, "\n  \n").expect("write");
+    assert_one_line_error(
+        &nornir(&["vector", "quantize", "--model", s(&m), "--output", o, "--calibrate", s(&t.path().join("none.txt"))]),
+        "cannot read --calibrate",
+    );
+    assert_one_line_error(
+        &nornir(&["vector", "quantize", "--model", s(&m), "--output", o, "--calibrate", s(&no_texts)]),
+        "the file has no texts; give one text per line",
+    );
+    assert!(!out.exists());
+    std::fs::remove_file(&no_texts).expect("rm");
 
     let gather_only = model_copy(&t.path().join("g"), &[]);
     // A 4-wide table: the configs that name a width of 384 go.
