@@ -321,7 +321,20 @@ fn sigterm_finishes_the_requests_in_flight() {
     let body = json!({ "input": texts }).to_string();
     let (status, r) = std::thread::scope(|s| {
         let inflight = s.spawn(|| server.request("POST", "/v1/embeddings", Some(KEY), Some(&body)));
-        std::thread::sleep(Duration::from_millis(300));
+        // SIGTERM only once the request's texts are queued or running: then it is in flight.
+        let started = Instant::now();
+        loop {
+            let (_, metrics) = server.request("GET", "/metrics", Some(KEY), None);
+            let gauge = |name: &str| -> u64 {
+                metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok()).unwrap_or(0)
+            };
+            if gauge("nornir_queue_texts ") + gauge("nornir_running_texts ") > 0 {
+                break;
+            }
+            assert!(!inflight.is_finished(), "the request finished before it was seen in flight");
+            assert!(started.elapsed() < Duration::from_secs(60), "the request never reached the queue");
+            std::thread::sleep(Duration::from_millis(2));
+        }
         server.sigterm();
         inflight.join().expect("join")
     });

@@ -356,7 +356,8 @@ impl Engine {
 
     /// Work done so far: texts, tokens, padding, time inside ONNX Runtime, batch sizes, queue.
     pub(crate) fn stats(&self) -> EmbedStats {
-        self.counters.read(self.scheduler.queued())
+        let (queued, running) = self.scheduler.load();
+        self.counters.read(queued, running)
     }
 
     pub(crate) fn reset_stats(&self) {

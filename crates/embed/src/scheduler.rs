@@ -164,6 +164,8 @@ struct Queue {
     micros_per_token: f64,
     /// Workers running a batch now, by worker number.
     busy: Vec<bool>,
+    /// Texts in the batch each worker runs now.
+    running: Vec<usize>,
     shutdown: bool,
 }
 
@@ -178,6 +180,7 @@ impl Queue {
             epoch: Instant::now(),
             micros_per_token: 0.0,
             busy: vec![false; workers],
+            running: vec![0; workers],
             shutdown: false,
         }
     }
@@ -283,6 +286,12 @@ impl Scheduler {
         self.lock().items.len()
     }
 
+    /// Texts waiting now, and texts in the batches running now.
+    pub(crate) fn load(&self) -> (usize, usize) {
+        let q = self.lock();
+        (q.items.len(), q.running.iter().sum())
+    }
+
     /// Whether `n` more texts fit: under the limit, or the queue empty (a call larger than the
     /// limit runs alone rather than never).
     fn fits(&self, q: &Queue, n: usize) -> bool {
@@ -334,6 +343,7 @@ impl Scheduler {
                 q = self.fill_wait(q, k);
                 if let Some(items) = q.next_batch(self.token_budget, self.policy) {
                     q.busy[k] = true;
+                    q.running[k] = items.len();
                     drop(q);
                     // Room for blocked callers; other workers may help with what is left.
                     self.room.notify_all();
@@ -375,6 +385,7 @@ impl Scheduler {
     pub(crate) fn done(&self, k: usize, tokens: usize, elapsed: Duration) {
         let mut q = self.lock();
         q.busy[k] = false;
+        q.running[k] = 0;
         if tokens > 0 {
             let sample = elapsed.as_secs_f64() * 1e6 / tokens as f64;
             q.micros_per_token =

@@ -22,6 +22,8 @@ pub struct EmbedStats {
     pub batch_sizes: [u64; BATCH_SIZE_BOUNDS.len()],
     /// Texts waiting in the queue now, not yet running.
     pub queued_texts: u64,
+    /// Texts in the batches running now.
+    pub running_texts: u64,
     /// Texts run in batches (the sum of the batch sizes; identical texts of a call run once).
     pub batched_texts: u64,
 }
@@ -49,7 +51,7 @@ impl Counters {
         }
     }
 
-    pub(crate) fn read(&self, queued_texts: usize) -> EmbedStats {
+    pub(crate) fn read(&self, queued_texts: usize, running_texts: usize) -> EmbedStats {
         let mut batch_sizes = [0u64; BATCH_SIZE_BOUNDS.len()];
         let mut sum = 0;
         for (out, n) in batch_sizes.iter_mut().zip(&self.batch_sizes) {
@@ -64,6 +66,7 @@ impl Counters {
             ort_seconds: self.ort_nanos.load(Ordering::Relaxed) as f64 * 1e-9,
             batch_sizes,
             queued_texts: queued_texts as u64,
+            running_texts: running_texts as u64,
             batched_texts: self.batched_texts.load(Ordering::Relaxed),
         }
     }

@@ -123,8 +123,12 @@ fn a_text_that_fails_its_batch_fails_only_its_own_call() {
     let blocker = words(8000, "stone");
     let results = std::thread::scope(|s| {
         let busy = s.spawn(|| e.embed(&[blocker.as_str(), &words(7990, "sand")]));
-        // Its tokenizing takes milliseconds, its run about a second.
-        std::thread::sleep(Duration::from_millis(150));
+        // Once its pair runs (about a second), the three calls queue behind it together.
+        let started = std::time::Instant::now();
+        while e.stats().running_texts < 2 {
+            assert!(started.elapsed() < Duration::from_secs(60), "the blocker never started: {:?}", e.stats());
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let futures =
             vec![e.embed_async(&[bad.as_str()]), e.embed_async(&[ok_a.as_str()]), e.embed_async(&[ok_b.as_str()])];
         let results = join_all(futures);

@@ -527,6 +527,11 @@ fn render_metrics(app: &App, out: &mut String) {
     let _ = writeln!(out, "nornir_queue_texts {}", s.queued_texts);
     let _ = writeln!(
         out,
+        "# HELP nornir_running_texts Texts in the batches running now.\n# TYPE nornir_running_texts gauge"
+    );
+    let _ = writeln!(out, "nornir_running_texts {}", s.running_texts);
+    let _ = writeln!(
+        out,
         "# HELP nornir_model_tokens_total Tokens fed to the model, padding included.\n# TYPE nornir_model_tokens_total counter"
     );
     let _ = writeln!(out, "nornir_model_tokens_total {}", s.padded_tokens);
