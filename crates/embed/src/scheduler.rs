@@ -281,11 +281,6 @@ impl Scheduler {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Texts waiting now (queued, not running).
-    pub(crate) fn queued(&self) -> usize {
-        self.lock().items.len()
-    }
-
     /// Texts waiting now, and texts in the batches running now.
     pub(crate) fn load(&self) -> (usize, usize) {
         let q = self.lock();
