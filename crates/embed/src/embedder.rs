@@ -80,8 +80,9 @@ impl Embedder {
     /// [`embed`](Self::embed) as a future: tokenizes now, in the calling thread (microseconds
     /// per short text); its texts join the queue when the future is first polled, and it resolves
     /// when the workers have run every row. It needs no runtime: any executor can await it.
-    /// Dropping it before the first poll queues nothing; after, its queued texts still run and
-    /// nobody reads them.
+    /// Dropping it cancels it: before the first poll nothing was queued; after, its texts that
+    /// have not started leave the queue (counted in [`EmbedStats::cancelled_texts`]), and those
+    /// already running finish unread. A server whose client goes away drops its future.
     pub fn embed_async<S: AsRef<str>>(&self, texts: &[S]) -> EmbedFuture<'_> {
         let state = match self.engine.prepare(texts) {
             Ok(call) => State::Queueing(call),
@@ -105,8 +106,6 @@ impl Embedder {
         })
     }
 
-    /// Work done so far: texts, tokens, padding, time inside ONNX Runtime, batch sizes, and the
-    /// texts waiting now.
     /// Builds every session now instead of at its first work, so that the first calls do not
     /// wait for it and `report().memory` counts each; returns how many sessions are ready (fewer
     /// than asked for when one could not be built: the report's log says why).
@@ -114,6 +113,8 @@ impl Embedder {
         1 + self.engine.extra_sessions().len()
     }
 
+    /// Work done so far: texts, tokens, padding, time inside ONNX Runtime, batch sizes, texts
+    /// cancelled, and the texts waiting and running now.
     pub fn stats(&self) -> EmbedStats {
         self.engine.stats()
     }
@@ -193,6 +194,15 @@ enum State {
     Queueing(Call),
     Running(Call),
     Done,
+}
+
+impl Drop for EmbedFuture<'_> {
+    fn drop(&mut self) {
+        if let State::Running(call) = &self.state {
+            let cancelled = self.engine.scheduler.cancel(&call.request);
+            self.engine.counters.cancelled_texts.fetch_add(cancelled as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 impl Future for EmbedFuture<'_> {

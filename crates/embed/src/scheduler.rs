@@ -392,6 +392,39 @@ impl Scheduler {
 
     /// Tells the workers to stop once they finish what they run; texts still queued fail (no
     /// call can be waiting on them: calls borrow the embedder).
+    /// Takes the texts of `request` that are still waiting out of the queue (a dropped future's:
+    /// nobody will read them) and returns how many. Texts already running finish, unread.
+    pub(crate) fn cancel(&self, request: &Arc<Request>) -> usize {
+        let mut q = self.lock();
+        let calls: Vec<CallKey> = q
+            .by_call
+            .iter()
+            .filter(|(_, texts)| {
+                texts
+                    .first()
+                    .and_then(|&(_, rev)| q.items.get(&(u64::MAX - rev)))
+                    .is_some_and(|(_, item)| Arc::ptr_eq(&item.request, request))
+            })
+            .map(|(&call, _)| call)
+            .collect();
+        let mut cancelled = 0;
+        for call in calls {
+            for key in q.by_call.remove(&call).unwrap_or_default() {
+                q.by_length.remove(&key);
+                q.items.remove(&(u64::MAX - key.1));
+                cancelled += 1;
+            }
+        }
+        drop(q);
+        if cancelled > 0 {
+            self.room.notify_all();
+            for w in self.room_wakers.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
+                w.wake();
+            }
+        }
+        cancelled
+    }
+
     pub(crate) fn shut_down(&self) {
         let mut q = self.lock();
         q.shutdown = true;

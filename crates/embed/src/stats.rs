@@ -24,6 +24,9 @@ pub struct EmbedStats {
     pub queued_texts: u64,
     /// Texts in the batches running now.
     pub running_texts: u64,
+    /// Texts taken out of the queue before they ran, because their future was dropped (a
+    /// server's client that went away).
+    pub cancelled_texts: u64,
     /// Texts run in batches (the sum of the batch sizes; identical texts of a call run once).
     pub batched_texts: u64,
 }
@@ -39,6 +42,7 @@ pub(crate) struct Counters {
     pub(crate) padded_tokens: AtomicU64,
     pub(crate) ort_nanos: AtomicU64,
     pub(crate) batched_texts: AtomicU64,
+    pub(crate) cancelled_texts: AtomicU64,
     /// Batches per bucket of [`BATCH_SIZE_BOUNDS`], not cumulative.
     pub(crate) batch_sizes: [AtomicU64; BATCH_SIZE_BOUNDS.len()],
 }
@@ -67,12 +71,21 @@ impl Counters {
             batch_sizes,
             queued_texts: queued_texts as u64,
             running_texts: running_texts as u64,
+            cancelled_texts: self.cancelled_texts.load(Ordering::Relaxed),
             batched_texts: self.batched_texts.load(Ordering::Relaxed),
         }
     }
 
     pub(crate) fn reset(&self) {
-        for a in [&self.texts, &self.batches, &self.tokens, &self.padded_tokens, &self.ort_nanos, &self.batched_texts] {
+        for a in [
+            &self.texts,
+            &self.batches,
+            &self.tokens,
+            &self.padded_tokens,
+            &self.ort_nanos,
+            &self.batched_texts,
+            &self.cancelled_texts,
+        ] {
             a.store(0, Ordering::Relaxed);
         }
         for a in &self.batch_sizes {

@@ -144,3 +144,33 @@ fn a_text_that_fails_its_batch_fails_only_its_own_call() {
     let s = e.stats();
     assert_eq!((s.batches, s.batch_sizes[0], s.batch_sizes[1]), (3, 2, 3), "{s:?}");
 }
+
+/// A dropped future takes its waiting texts out of the queue: behind a long call that keeps the
+/// one session busy, 500 texts are queued by a first poll, then the future is dropped; the queue
+/// is empty at once, the 500 are counted as cancelled, and the embedder keeps serving.
+#[test]
+fn a_dropped_future_leaves_the_queue() {
+    let e = Embedder::new(&model_dir(), &options().with_sessions(1)).expect("load");
+    let long: Vec<String> =
+        (0..64).map(|i| format!("{i} {}", "a long text that keeps the session busy ".repeat(20))).collect();
+    let many: Vec<String> = (0..500).map(|i| format!("short text number {i}")).collect();
+    std::thread::scope(|s| {
+        let busy = s.spawn(|| e.embed(&long));
+        let started = std::time::Instant::now();
+        while e.stats().running_texts == 0 {
+            assert!(started.elapsed() < Duration::from_secs(60), "the long call never started");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut future = e.embed_async(&many);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(std::pin::Pin::new(&mut future).poll(&mut cx).is_pending(), "queued behind the long call");
+        assert!(e.stats().queued_texts >= 500, "{:?}", e.stats());
+        drop(future);
+        let s = e.stats();
+        assert_eq!(s.cancelled_texts, 500, "{s:?}");
+        assert!(s.queued_texts < 64, "only the long call's texts may still wait: {s:?}");
+        assert_eq!(busy.join().expect("join").expect("the long call").len(), 64);
+    });
+    assert_eq!(e.stats().batched_texts, 64, "the cancelled texts never ran: {:?}", e.stats());
+    assert_eq!(e.embed(&["served again"]).expect("after the cancel").len(), 1);
+}

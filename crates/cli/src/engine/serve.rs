@@ -532,6 +532,11 @@ fn render_metrics(app: &App, out: &mut String) {
     let _ = writeln!(out, "nornir_running_texts {}", s.running_texts);
     let _ = writeln!(
         out,
+        "# HELP nornir_cancelled_texts_total Texts taken out of the queue before they ran: their client went away.\n# TYPE nornir_cancelled_texts_total counter"
+    );
+    let _ = writeln!(out, "nornir_cancelled_texts_total {}", s.cancelled_texts);
+    let _ = writeln!(
+        out,
         "# HELP nornir_model_tokens_total Tokens fed to the model, padding included.\n# TYPE nornir_model_tokens_total counter"
     );
     let _ = writeln!(out, "nornir_model_tokens_total {}", s.padded_tokens);
