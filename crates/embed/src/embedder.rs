@@ -1,13 +1,15 @@
-//! [`Embedder`]: calls tokenize in the caller's thread and hand their texts to one queue; a worker
-//! thread per session packs whatever is waiting and runs it (see `scheduler.rs`), so concurrent
-//! calls share batches. [`Embedder::embed`] blocks; [`Embedder::embed_async`] is a future any
-//! executor can await.
+//! [`Embedder`]: a call's texts are tokenized, then handed to one queue; a worker thread per
+//! session packs whatever is waiting and runs it (see `scheduler.rs`), so concurrent calls share
+//! batches. [`Embedder::embed`] blocks and tokenizes in the caller's thread;
+//! [`Embedder::embed_async`] is a future any executor can await, whose texts are tokenized on the
+//! embedder's own tokenizing threads, never on the executor's.
 
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 
 use nornir_ep_select::Vendor;
@@ -32,6 +34,63 @@ use crate::stats::EmbedStats;
 pub struct Embedder {
     engine: Arc<Engine>,
     workers: Vec<JoinHandle<()>>,
+    /// Texts of async calls for the tokenizing threads; `None` once the embedder is dropped.
+    tokenize_jobs: Option<Sender<TokenizeJob>>,
+    tokenizers: Vec<JoinHandle<()>>,
+}
+
+/// Threads that tokenize the texts of async calls: two, so that one huge text does not hold up
+/// every small call behind it (a call of more than 16 texts also uses the tokenizer's own pool).
+const TOKENIZING_THREADS: usize = 2;
+
+/// An async call's texts, to be tokenized off the caller's executor.
+#[derive(Debug)]
+struct TokenizeJob {
+    texts: Vec<String>,
+    slot: Arc<Tokenized>,
+}
+
+/// Where a tokenizing thread leaves an async call's tokens, and whom to wake.
+#[derive(Debug, Default)]
+struct Tokenized {
+    state: Mutex<TokenizedState>,
+}
+
+#[derive(Debug, Default)]
+struct TokenizedState {
+    result: Option<Result<Call>>,
+    waker: Option<Waker>,
+    /// The future was dropped: nothing to tokenize for.
+    abandoned: bool,
+}
+
+impl Tokenized {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TokenizedState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A tokenizing thread: prepares each job's call until the embedder is dropped. A panic while
+/// tokenizing fails that call, not the thread.
+fn tokenize(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJob>>) {
+    loop {
+        let job = match jobs.lock().unwrap_or_else(PoisonError::into_inner).recv() {
+            Ok(job) => job,
+            Err(_) => return,
+        };
+        if job.slot.lock().abandoned {
+            continue;
+        }
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.prepare(&job.texts)))
+            .unwrap_or_else(|_| Err(EmbedError::inference("tokenizing the call's texts panicked")));
+        let mut s = job.slot.lock();
+        if !s.abandoned {
+            s.result = Some(result);
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        }
+    }
 }
 
 /// Worker `k`: runs batches on session `k` until the embedder is dropped.
@@ -55,7 +114,17 @@ impl Embedder {
     /// error here, not at the first embed.
     pub fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
         let engine = Arc::new(Engine::new(dir, options)?);
-        let mut embedder = Self { engine, workers: Vec::new() };
+        let (jobs, receiver) = std::sync::mpsc::channel();
+        let mut embedder = Self { engine, workers: Vec::new(), tokenize_jobs: Some(jobs), tokenizers: Vec::new() };
+        let receiver = Arc::new(Mutex::new(receiver));
+        for i in 0..TOKENIZING_THREADS {
+            let (engine, receiver) = (Arc::clone(&embedder.engine), Arc::clone(&receiver));
+            let thread = std::thread::Builder::new()
+                .name(format!("nornir-tokenize-{i}"))
+                .spawn(move || tokenize(&engine, &receiver))
+                .map_err(|e| EmbedError::inference_because("cannot start a tokenizing thread", e))?;
+            embedder.tokenizers.push(thread);
+        }
         for k in 0..embedder.engine.sessions {
             let engine = Arc::clone(&embedder.engine);
             let worker = std::thread::Builder::new()
@@ -77,18 +146,16 @@ impl Embedder {
         Ok(self.engine.finish(call, rows))
     }
 
-    /// [`embed`](Self::embed) as a future: tokenizes now, in the calling thread (microseconds
-    /// per short text); its texts join the queue when the future is first polled, and it resolves
-    /// when the workers have run every row. It needs no runtime: any executor can await it.
-    /// Dropping it cancels it: before the first poll nothing was queued; after, its texts that
-    /// have not started leave the queue (counted in [`EmbedStats::cancelled_texts`]), and those
-    /// already running finish unread. A server whose client goes away drops its future.
+    /// [`embed`](Self::embed) as a future that any executor can await; it needs no runtime.
+    /// At its first poll it copies the texts to the embedder's tokenizing threads, so the
+    /// executor's thread does no tokenizing; then its texts join the queue, and it resolves when
+    /// the workers have run every row. Dropping it cancels it: before the first poll nothing
+    /// happened; after, its texts that have not started leave the queue (counted in
+    /// [`EmbedStats::cancelled_texts`]), and those already running finish unread. A server whose
+    /// client goes away drops its future.
     pub fn embed_async<S: AsRef<str>>(&self, texts: &[S]) -> EmbedFuture<'_> {
-        let state = match self.engine.prepare(texts) {
-            Ok(call) => State::Queueing(call),
-            Err(e) => State::Failed(e),
-        };
-        EmbedFuture { engine: &self.engine, state }
+        let texts = texts.iter().map(|t| t.as_ref().to_owned()).collect();
+        EmbedFuture { engine: &self.engine, jobs: self.tokenize_jobs.as_ref(), state: State::Start(texts) }
     }
 
     /// Embeds a stream of texts `chunk` at a time, yielding each chunk's rows in input order.
@@ -172,6 +239,10 @@ impl Embedder {
 
 impl Drop for Embedder {
     fn drop(&mut self) {
+        self.tokenize_jobs = None;
+        for t in self.tokenizers.drain(..) {
+            let _ = t.join();
+        }
         self.engine.scheduler.shut_down();
         for w in self.workers.drain(..) {
             let _ = w.join();
@@ -184,12 +255,16 @@ impl Drop for Embedder {
 #[must_use = "a future does nothing unless awaited: its texts join the queue at its first poll"]
 pub struct EmbedFuture<'a> {
     engine: &'a Engine,
+    jobs: Option<&'a Sender<TokenizeJob>>,
     state: State,
 }
 
 #[derive(Debug)]
 enum State {
-    Failed(EmbedError),
+    /// Not polled yet.
+    Start(Vec<String>),
+    /// With a tokenizing thread.
+    Tokenizing(Arc<Tokenized>),
     /// Tokenized, waiting for room in the queue.
     Queueing(Call),
     Running(Call),
@@ -198,9 +273,17 @@ enum State {
 
 impl Drop for EmbedFuture<'_> {
     fn drop(&mut self) {
-        if let State::Running(call) = &self.state {
-            let cancelled = self.engine.scheduler.cancel(&call.request);
-            self.engine.counters.cancelled_texts.fetch_add(cancelled as u64, std::sync::atomic::Ordering::Relaxed);
+        match &self.state {
+            State::Running(call) => {
+                let cancelled = self.engine.scheduler.cancel(&call.request);
+                self.engine.counters.cancelled_texts.fetch_add(cancelled as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            State::Tokenizing(slot) => {
+                let mut s = slot.lock();
+                s.abandoned = true;
+                s.result = None;
+            }
+            _ => {}
         }
     }
 }
@@ -212,7 +295,35 @@ impl Future for EmbedFuture<'_> {
         let this = &mut *self;
         loop {
             match std::mem::replace(&mut this.state, State::Done) {
-                State::Failed(e) => return Poll::Ready(Err(e)),
+                State::Start(texts) => {
+                    let slot = Arc::new(Tokenized::default());
+                    slot.lock().waker = Some(cx.waker().clone());
+                    let sent =
+                        this.jobs.is_some_and(|jobs| jobs.send(TokenizeJob { texts, slot: Arc::clone(&slot) }).is_ok());
+                    if !sent {
+                        return Poll::Ready(Err(EmbedError::inference(
+                            "the embedder's tokenizing threads have stopped",
+                        )));
+                    }
+                    this.state = State::Tokenizing(slot);
+                    return Poll::Pending;
+                }
+                State::Tokenizing(slot) => {
+                    let mut s = slot.lock();
+                    match s.result.take() {
+                        Some(Ok(call)) => {
+                            drop(s);
+                            this.state = State::Queueing(call);
+                        }
+                        Some(Err(e)) => return Poll::Ready(Err(e)),
+                        None => {
+                            s.waker = Some(cx.waker().clone());
+                            drop(s);
+                            this.state = State::Tokenizing(slot);
+                            return Poll::Pending;
+                        }
+                    }
+                }
                 State::Queueing(mut call) => {
                     let items = std::mem::take(&mut call.items);
                     let queued = match this.engine.queue_full {
