@@ -35,7 +35,7 @@ fn with_prompt<'a>(prompt: &str, text: &'a str) -> Cow<'a, str> {
     if prompt.is_empty() { Cow::Borrowed(text) } else { Cow::Owned(format!("{prompt}{text}")) }
 }
 
-/// Calls of at most this many texts are tokenized serially, in the caller's thread.
+/// Calls of at most this many texts are tokenized serially, in the thread that prepares the call.
 const SERIAL_TOKENIZE: usize = 16;
 
 /// A call on its way: the request its rows go to, its items until they are queued, and how to
