@@ -278,6 +278,10 @@ pub struct ServeArgs {
     /// Threads answering HTTP (the model runs on its own session threads).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub http_threads: u32,
+    /// Seconds a request's texts may take to queue and run; past it the request gets 504 in its
+    /// API's error shape, and its texts that have not started leave the queue.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0, value_parser = parse_timeout)]
+    pub request_timeout: f64,
     #[command(flatten)]
     pub model: ModelArgs,
 }
@@ -322,6 +326,13 @@ pub struct QuantizeArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub model: ModelArgs,
+}
+
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if t > 0.0 && t <= 86_400.0 => Ok(t),
+        _ => Err(format!("{s:?} is not a number of seconds between 0 and 86400")),
+    }
 }
 
 /// SmoothQuant's strength, or `None` for off.

@@ -397,6 +397,39 @@ fn clients_that_hang_up_leave_nothing_queued() {
     assert_eq!(status, 200, "{r}");
 }
 
+/// Past --request-timeout a request gets 504 in its API's error shape, and its texts that had
+/// not started leave the queue; the next request is served.
+#[test]
+fn a_request_past_its_timeout_gets_504_and_its_texts_leave_the_queue() {
+    let server = Server::start(&["--request-timeout", "0.5"]);
+    let corpus =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/corpus.txt"))
+            .expect("corpus");
+    let long: Vec<&str> = corpus.lines().filter(|l| l.split_whitespace().count() > 60).cycle().take(2000).collect();
+    let started = Instant::now();
+    let (status, r) = server.post("/v1/embeddings", &json!({ "input": long }));
+    assert_eq!(status, 504, "{r}");
+    assert_eq!(r["error"]["type"], "server_error", "{r}");
+    assert!(r["error"]["message"].as_str().is_some_and(|m| m.contains("--request-timeout")), "{r}");
+    assert!(started.elapsed() < Duration::from_secs(20), "answered after {:?}", started.elapsed());
+    let (status, r) = server.post("/embed", &json!({ "inputs": long }));
+    assert_eq!(status, 504, "{r}");
+    assert_eq!(r["error_type"], "Backend", "{r}");
+    let gauge = |metrics: &str, name: &str| -> u64 {
+        metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok()).expect("a gauge")
+    };
+    let answered = Instant::now();
+    let (_, mut metrics) = server.get("/metrics");
+    while gauge(&metrics, "nornir_queue_texts ") + gauge(&metrics, "nornir_running_texts ") > 0 {
+        assert!(answered.elapsed() < Duration::from_secs(3), "the timed-out texts still run:\n{metrics}");
+        std::thread::sleep(Duration::from_millis(10));
+        metrics = server.get("/metrics").1;
+    }
+    assert!(gauge(&metrics, "nornir_cancelled_texts_total ") > 0, "nothing was cancelled:\n{metrics}");
+    let (status, r) = server.post("/embed", &json!({ "inputs": "a short one" }));
+    assert_eq!(status, 200, "{r}");
+}
+
 /// Tokenizing runs on the embedder's threads, not the server's two async threads: while two
 /// requests of 2,048 long texts and two of a 4 MiB text without whitespace are in flight,
 /// `/health` answers within 200 ms, 50 times in a row (before: up to 5 s in a release build).

@@ -52,6 +52,8 @@ struct App {
     max_body_bytes: usize,
     /// Dimensions when a request does not say (--dim); else the model's.
     default_dim: Option<usize>,
+    /// --request-timeout: how long a request's texts may take, queue and run.
+    request_timeout: Duration,
     metrics: Metrics,
 }
 
@@ -128,13 +130,13 @@ fn error_response(flavour: Flavour, e: ApiError) -> Response {
     let body = match flavour {
         Flavour::OpenAi => json!({ "error": {
             "message": e.message,
-            "type": match e.status.as_u16() { 401 => "authentication_error", 503 | 429 => "server_overloaded", 500 => "server_error", _ => "invalid_request_error" },
+            "type": match e.status.as_u16() { 401 => "authentication_error", 503 | 429 => "server_overloaded", 500 | 504 => "server_error", _ => "invalid_request_error" },
             "param": Value::Null,
             "code": Value::Null,
         }}),
         Flavour::Tei => json!({
             "error": e.message,
-            "error_type": match e.status.as_u16() { 401 => "Unauthorized", 503 | 429 => "Overloaded", 500 => "Backend", _ => "Validation" },
+            "error_type": match e.status.as_u16() { 401 => "Unauthorized", 503 | 429 => "Overloaded", 500 | 504 => "Backend", _ => "Validation" },
         }),
         Flavour::Plain => json!({ "error": e.message }),
     };
@@ -146,6 +148,21 @@ fn error_response(flavour: Flavour, e: ApiError) -> Response {
 }
 
 impl App {
+    /// Embeds `texts`, or answers 504 past --request-timeout; the future is then dropped, which
+    /// takes the request's texts that have not started out of the queue.
+    async fn embed(&self, embedder: &Embedder, texts: &[String]) -> Result<nornir_vector::Embeddings, ApiError> {
+        match tokio::time::timeout(self.request_timeout, embedder.embed_async(texts)).await {
+            Ok(rows) => Ok(rows?),
+            Err(_) => Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "the request took longer than {} s (--request-timeout), so its texts that had not started were dropped; send fewer texts per request, or retry",
+                    self.request_timeout.as_secs_f64()
+                ),
+            )),
+        }
+    }
+
     fn ready(&self) -> Result<&Loaded, ApiError> {
         self.loaded
             .get()
@@ -307,7 +324,7 @@ async fn openai_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<Resp
         return Err(ApiError::bad(format!("input[{i}] is an empty string; send text")));
     }
     let dim = dimensions(req.dimensions, app.default_dim, embedder.dimension())?;
-    let rows = embedder.embed_async(&texts).await?;
+    let rows = app.embed(embedder, &texts).await?;
     let data: Vec<OpenAiEmbedding> = rows
         .rows()
         .enumerate()
@@ -382,7 +399,7 @@ async fn tei_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<Respons
     let texts = req.inputs.into_texts()?;
     app.check_inputs(&texts)?;
     let dim = dimensions(req.dimensions, app.default_dim, embedder.dimension())?;
-    let rows = embedder.embed_async(&texts).await?;
+    let rows = app.embed(embedder, &texts).await?;
     // As text-embeddings-inference: a text longer than the model is an error unless truncate is set.
     if !req.truncate.unwrap_or(false)
         && let Some(i) = (0..rows.len()).find(|&i| rows.truncated(i))
@@ -588,6 +605,7 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
         max_inputs: a.max_inputs as usize,
         max_body_bytes: a.max_body_bytes as usize,
         default_dim: dim,
+        request_timeout: Duration::from_secs_f64(a.request_timeout),
         metrics: Metrics::default(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
