@@ -263,8 +263,8 @@ pub struct EmbedFuture<'a> {
 enum State {
     /// Not polled yet.
     Start(Vec<String>),
-    /// With a tokenizing thread.
-    Tokenizing(Arc<Tokenized>),
+    /// With a tokenizing thread: where its tokens go, and how many texts.
+    Tokenizing(Arc<Tokenized>, usize),
     /// Tokenized, waiting for room in the queue.
     Queueing(Call),
     Running(Call),
@@ -278,10 +278,12 @@ impl Drop for EmbedFuture<'_> {
                 let cancelled = self.engine.scheduler.cancel(&call.request);
                 self.engine.counters.cancelled_texts.fetch_add(cancelled as u64, std::sync::atomic::Ordering::Relaxed);
             }
-            State::Tokenizing(slot) => {
+            // Its texts never reach the queue: a job still waiting is skipped.
+            State::Tokenizing(slot, texts) => {
                 let mut s = slot.lock();
                 s.abandoned = true;
                 s.result = None;
+                self.engine.counters.cancelled_texts.fetch_add(*texts as u64, std::sync::atomic::Ordering::Relaxed);
             }
             _ => {}
         }
@@ -296,6 +298,7 @@ impl Future for EmbedFuture<'_> {
         loop {
             match std::mem::replace(&mut this.state, State::Done) {
                 State::Start(texts) => {
+                    let count = texts.len();
                     let slot = Arc::new(Tokenized::default());
                     slot.lock().waker = Some(cx.waker().clone());
                     let sent =
@@ -305,10 +308,10 @@ impl Future for EmbedFuture<'_> {
                             "the embedder's tokenizing threads have stopped",
                         )));
                     }
-                    this.state = State::Tokenizing(slot);
+                    this.state = State::Tokenizing(slot, count);
                     return Poll::Pending;
                 }
-                State::Tokenizing(slot) => {
+                State::Tokenizing(slot, count) => {
                     let mut s = slot.lock();
                     match s.result.take() {
                         Some(Ok(call)) => {
@@ -319,7 +322,7 @@ impl Future for EmbedFuture<'_> {
                         None => {
                             s.waker = Some(cx.waker().clone());
                             drop(s);
-                            this.state = State::Tokenizing(slot);
+                            this.state = State::Tokenizing(slot, count);
                             return Poll::Pending;
                         }
                     }

@@ -24,8 +24,8 @@ pub struct EmbedStats {
     pub queued_texts: u64,
     /// Texts in the batches running now.
     pub running_texts: u64,
-    /// Texts taken out of the queue before they ran, because their future was dropped (a
-    /// server's client that went away).
+    /// Texts whose future was dropped before they ran (a server's client that went away): taken
+    /// out of the queue, or never put in it.
     pub cancelled_texts: u64,
     /// Texts run in batches (the sum of the batch sizes; identical texts of a call run once).
     pub batched_texts: u64,

@@ -549,7 +549,7 @@ fn render_metrics(app: &App, out: &mut String) {
     let _ = writeln!(out, "nornir_running_texts {}", s.running_texts);
     let _ = writeln!(
         out,
-        "# HELP nornir_cancelled_texts_total Texts taken out of the queue before they ran: their client went away.\n# TYPE nornir_cancelled_texts_total counter"
+        "# HELP nornir_cancelled_texts_total Texts dropped before they ran: their client went away or their request timed out.\n# TYPE nornir_cancelled_texts_total counter"
     );
     let _ = writeln!(out, "nornir_cancelled_texts_total {}", s.cancelled_texts);
     let _ = writeln!(
