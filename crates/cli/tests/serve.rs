@@ -95,6 +95,12 @@ impl Server {
         )
     }
 
+    /// A counter or gauge of `/metrics` (0 when absent).
+    fn metric(&self, name: &str) -> u64 {
+        let (_, metrics) = self.get("/metrics");
+        metric(&metrics, name)
+    }
+
     fn rss_mib(&self) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("server status");
         let kib: f64 = status
@@ -125,6 +131,19 @@ impl Drop for Server {
             self.terminate();
         }
     }
+}
+
+/// The value of metric `name` in a `/metrics` text (0 when absent).
+fn metric(metrics: &str, name: &str) -> u64 {
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0)
+}
+
+/// `n` corpus paragraphs of more than 60 words, repeated as needed.
+fn long_texts(n: usize) -> Vec<String> {
+    let corpus =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/corpus.txt"))
+            .expect("corpus");
+    corpus.lines().filter(|l| l.split_whitespace().count() > 60).cycle().take(n).map(str::to_owned).collect()
 }
 
 fn texts() -> Vec<String> {
@@ -324,11 +343,7 @@ fn sigterm_finishes_the_requests_in_flight() {
         // SIGTERM only once the request's texts are queued or running: then it is in flight.
         let started = Instant::now();
         loop {
-            let (_, metrics) = server.request("GET", "/metrics", Some(KEY), None);
-            let gauge = |name: &str| -> u64 {
-                metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok()).unwrap_or(0)
-            };
-            if gauge("nornir_queue_texts ") + gauge("nornir_running_texts ") > 0 {
+            if server.metric("nornir_queue_texts") + server.metric("nornir_running_texts") > 0 {
                 break;
             }
             assert!(!inflight.is_finished(), "the request finished before it was seen in flight");
@@ -354,9 +369,9 @@ fn clients_that_hang_up_leave_nothing_queued() {
     let server = Server::start(&[]);
     let addr = server.url.trim_start_matches("http://").to_owned();
     let gauges = || -> (u64, u64, u64) {
-        let (_, metrics) = server.request("GET", "/metrics", Some(KEY), None);
-        let value = |name: &str| metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok()).unwrap_or(0);
-        (value("nornir_queue_texts "), value("nornir_running_texts "), value("nornir_cancelled_texts_total "))
+        let (_, metrics) = server.get("/metrics");
+        let value = |name: &str| metric(&metrics, name);
+        (value("nornir_queue_texts"), value("nornir_running_texts"), value("nornir_cancelled_texts_total"))
     };
     std::thread::scope(|s| {
         for c in 0..32 {
@@ -402,10 +417,7 @@ fn clients_that_hang_up_leave_nothing_queued() {
 #[test]
 fn a_request_past_its_timeout_gets_504_and_its_texts_leave_the_queue() {
     let server = Server::start(&["--request-timeout", "0.5"]);
-    let corpus =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/corpus.txt"))
-            .expect("corpus");
-    let long: Vec<&str> = corpus.lines().filter(|l| l.split_whitespace().count() > 60).cycle().take(2000).collect();
+    let long = long_texts(2000);
     let started = Instant::now();
     let (status, r) = server.post("/v1/embeddings", &json!({ "input": long }));
     assert_eq!(status, 504, "{r}");
@@ -415,17 +427,14 @@ fn a_request_past_its_timeout_gets_504_and_its_texts_leave_the_queue() {
     let (status, r) = server.post("/embed", &json!({ "inputs": long }));
     assert_eq!(status, 504, "{r}");
     assert_eq!(r["error_type"], "Backend", "{r}");
-    let gauge = |metrics: &str, name: &str| -> u64 {
-        metrics.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok()).expect("a gauge")
-    };
     let answered = Instant::now();
     let (_, mut metrics) = server.get("/metrics");
-    while gauge(&metrics, "nornir_queue_texts ") + gauge(&metrics, "nornir_running_texts ") > 0 {
+    while metric(&metrics, "nornir_queue_texts") + metric(&metrics, "nornir_running_texts") > 0 {
         assert!(answered.elapsed() < Duration::from_secs(3), "the timed-out texts still run:\n{metrics}");
         std::thread::sleep(Duration::from_millis(10));
         metrics = server.get("/metrics").1;
     }
-    assert!(gauge(&metrics, "nornir_cancelled_texts_total ") > 0, "nothing was cancelled:\n{metrics}");
+    assert!(metric(&metrics, "nornir_cancelled_texts_total") > 0, "nothing was cancelled:\n{metrics}");
     let (status, r) = server.post("/embed", &json!({ "inputs": "a short one" }));
     assert_eq!(status, 200, "{r}");
 }
@@ -436,10 +445,7 @@ fn a_request_past_its_timeout_gets_504_and_its_texts_leave_the_queue() {
 #[test]
 fn health_answers_while_heavy_requests_tokenize() {
     let server = Server::start(&["--max-body-bytes", "67108864"]);
-    let corpus =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/corpus.txt"))
-            .expect("corpus");
-    let long: Vec<&str> = corpus.lines().filter(|l| l.split_whitespace().count() > 60).cycle().take(2048).collect();
+    let long = long_texts(2048);
     let blob = "x".repeat(4 << 20);
     let bodies =
         [json!({ "input": long }), json!({ "input": long }), json!({ "input": [blob] }), json!({ "input": [blob] })];

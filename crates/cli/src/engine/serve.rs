@@ -540,28 +540,30 @@ fn render_metrics(app: &App, out: &mut String) {
     }
     let _ = writeln!(out, "nornir_batch_size_bucket{{le=\"+Inf\"}} {}", s.batches);
     let _ = writeln!(out, "nornir_batch_size_sum {}\nnornir_batch_size_count {}", s.batched_texts, s.batches);
-    let _ = writeln!(out, "# HELP nornir_queue_texts Texts waiting for a batch.\n# TYPE nornir_queue_texts gauge");
-    let _ = writeln!(out, "nornir_queue_texts {}", s.queued_texts);
-    let _ = writeln!(
-        out,
-        "# HELP nornir_running_texts Texts in the batches running now.\n# TYPE nornir_running_texts gauge"
-    );
-    let _ = writeln!(out, "nornir_running_texts {}", s.running_texts);
-    let _ = writeln!(
-        out,
-        "# HELP nornir_cancelled_texts_total Texts dropped before they ran: their client went away or their request timed out.\n# TYPE nornir_cancelled_texts_total counter"
-    );
-    let _ = writeln!(out, "nornir_cancelled_texts_total {}", s.cancelled_texts);
-    let _ = writeln!(
-        out,
-        "# HELP nornir_model_tokens_total Tokens fed to the model, padding included.\n# TYPE nornir_model_tokens_total counter"
-    );
-    let _ = writeln!(out, "nornir_model_tokens_total {}", s.padded_tokens);
-    let _ = writeln!(
-        out,
-        "# HELP nornir_ort_seconds_total Seconds inside ONNX Runtime, all sessions.\n# TYPE nornir_ort_seconds_total counter"
-    );
-    let _ = writeln!(out, "nornir_ort_seconds_total {}", s.ort_seconds);
+    for (name, kind, help, value) in [
+        ("nornir_queue_texts", "gauge", "Texts waiting for a batch.", s.queued_texts.to_string()),
+        ("nornir_running_texts", "gauge", "Texts in the batches running now.", s.running_texts.to_string()),
+        (
+            "nornir_cancelled_texts_total",
+            "counter",
+            "Texts dropped before they ran: their client went away or their request timed out.",
+            s.cancelled_texts.to_string(),
+        ),
+        (
+            "nornir_model_tokens_total",
+            "counter",
+            "Tokens fed to the model, padding included.",
+            s.padded_tokens.to_string(),
+        ),
+        (
+            "nornir_ort_seconds_total",
+            "counter",
+            "Seconds inside ONNX Runtime, all sessions.",
+            s.ort_seconds.to_string(),
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+    }
     let _ = writeln!(
         out,
         "# HELP nornir_active_provider The execution provider really running the model.\n# TYPE nornir_active_provider gauge"
