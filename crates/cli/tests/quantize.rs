@@ -75,6 +75,12 @@ fn the_default_model_quantized_is_complete_close_to_float32_and_cpu_only() {
             .expect("JSON");
     assert_eq!(record["granularity"], "per-tensor");
     assert_eq!(files_in(t.path()), ["int8"], "no temporary or old folder left");
+
+    // Options for the vectors (here --dim) do not narrow the calibration graph's output.
+    let dim = t.path().join("dim");
+    let q = nornir(&["vector", "quantize", "-q", "--model", s(&m), "--output", s(&dim), "--dim", "128"]);
+    assert!(q.status.success(), "{}", stderr(&q));
+    assert_eq!(files_in(t.path()), ["dim", "int8"], "no calibration folder left");
 }
 
 /// A text's int8 vector is the same in any batch: 200 corpus texts of mixed lengths embedded in

@@ -156,15 +156,18 @@ fn calibrate(
     let dir = parent.join(format!(".nornir-calibration-{}.tmp", std::process::id()));
     let result = (|| -> Result<Vec<f32>> {
         std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        // The tokenizer and the length limit only: config.json's hidden size is not this output's width.
-        for name in ["tokenizer.json", "sentence_bert_config.json"] {
+        // The tokenizer, the length limit and the prompts, not config.json: its hidden size is not
+        // this output's width.
+        for name in ["tokenizer.json", "sentence_bert_config.json", "config_sentence_transformers.json"] {
             if source_dir.join(name).is_file() {
                 std::fs::copy(source_dir.join(name), dir.join(name))?;
             }
         }
         std::fs::write(dir.join("model.onnx"), &calibration.model)?;
         let mut o = opts.clone().with_output_name(CALIBRATION_OUTPUT).with_pooling(Pooling::Max).with_normalize(false);
+        // Every channel of the output, whatever --dim asks of the model's vectors.
         o.model_file = None;
+        o.dim = None;
         let e = Embedder::new(&dir, &o).context("the calibration graph does not load")?;
         let rows = e.embed(texts)?;
         let mut max = vec![0f32; e.dimension()];
@@ -175,6 +178,13 @@ fn calibrate(
     })();
     let _ = std::fs::remove_dir_all(&dir);
     let max = result?;
+    let widths: usize = calibration.activations.iter().map(|(_, w)| w).sum();
+    if max.len() != widths {
+        bail!(
+            "the calibration graph gave {} channels where {widths} were expected; run with --smoothing off",
+            max.len()
+        );
+    }
     let mut out = std::collections::HashMap::new();
     let mut start = 0;
     for (name, width) in calibration.activations {
