@@ -82,15 +82,7 @@ pub fn calibration_model(model: &[u8], options: &QuantizeOptions) -> Result<Cali
                 continue;
             }
             let (Some(x), Some(gamma)) = (n.output.first(), n.input.get(1).and_then(|g| r.init(g))) else { continue };
-            let reads_int8 = r.consumers.get(x).into_iter().flatten().any(|&j| {
-                let c = &r.g.node[j];
-                matches!(op(c), "MatMul" | "Gemm")
-                    && c.input.first() == Some(x)
-                    && c.input.len() > 1
-                    && r.kept_by_pattern(&node_name(c, j), &c.input[1]).is_none()
-                    && matches!(r.constant(&c.input[1]), Ok(Ok(_)))
-            });
-            if reads_int8 {
+            if !r.int8_readers(x)?.is_empty() {
                 found.push((x.clone(), tensor::numel(gamma)));
             }
         }
@@ -779,6 +771,27 @@ impl<'g> Rewriter<'g> {
         Ok(factors)
     }
 
+    /// The MatMul and Gemm nodes that read `x` as their input and that the rewrite makes int8 (a
+    /// constant weight, no `keep_fp32` pattern), with their weights: what smoothing rescales and
+    /// calibration measures for.
+    fn int8_readers(&self, x: &str) -> Result<Vec<(usize, Constant)>, QuantizeError> {
+        let mut readers = Vec::new();
+        for &j in self.consumers.get(x).into_iter().flatten() {
+            let n = &self.g.node[j];
+            let reads_x = matches!(op(n), "MatMul" | "Gemm")
+                && default_domain(n)
+                && n.input.first().map(String::as_str) == Some(x)
+                && n.input.len() > 1;
+            if !reads_x || self.kept_by_pattern(&node_name(n, j), &n.input[1]).is_some() {
+                continue;
+            }
+            if let Ok(c) = self.constant(&n.input[1])? {
+                readers.push((j, c));
+            }
+        }
+        Ok(readers)
+    }
+
     fn compute_smoothing(&self, x: &str) -> Result<Option<Vec<f32>>, QuantizeError> {
         let Some(alpha) = self.options.smoothing else { return Ok(None) };
         let Some((_, ln)) = self.producer_of(x).filter(|(_, n)| op(n) == "LayerNormalization" && default_domain(n))
@@ -799,18 +812,8 @@ impl<'g> Rewriter<'g> {
         }
         let k = gamma.len();
         let mut row_max = vec![0f32; k];
-        for &j in self.consumers.get(x).into_iter().flatten() {
+        for (j, c) in self.int8_readers(x)? {
             let n = &self.g.node[j];
-            if !matches!(op(n), "MatMul" | "Gemm")
-                || !default_domain(n)
-                || n.input.first().map(String::as_str) != Some(x)
-            {
-                continue;
-            }
-            if n.input.len() < 2 || self.kept_by_pattern(&node_name(n, j), &n.input[1]).is_some() {
-                continue;
-            }
-            let Ok(c) = self.constant(&n.input[1])? else { continue };
             let transposed = op(n) == "Gemm" && attr_i(n, "transB", 0) != 0;
             let (rows, cols) = (c.dims[0], c.dims[1]);
             if (if transposed { cols } else { rows }) != k {

@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use nornir_vector::gpu_probe::{ProbeContext, nornir_home};
+use nornir_vector::quantize::WeightType;
 use nornir_vector::{
     Embedder, EmbedderOptions, MIN_ORT, ModelFolder, Plan, check_library, choose_library, plan_for_model,
 };
@@ -366,9 +367,7 @@ pub fn precision(f: &ModelFolder) -> String {
     match &f.quantization {
         Some(q) => {
             let weights = q.weights.as_deref().unwrap_or("int8");
-            let saturates = weights == "int8"
-                && !cpu_int8_extensions().iter().any(|e| e.contains("VNNI") || e.contains("AMX"))
-                && cfg!(target_arch = "x86_64");
+            let saturates = weights == "int8" && WeightType::for_this_cpu() == WeightType::Uint8;
             format!(
                 "{} for the {} ({}, {weights} weights, activations {}; from quantization.json){}",
                 q.format,
