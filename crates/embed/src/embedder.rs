@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 
 use nornir_ep_select::Vendor;
 
+use crate::call::CallOptions;
 use crate::embeddings::Embeddings;
 use crate::engine::{Call, Engine, ModelInfo};
 use crate::error::{EmbedError, Result};
@@ -47,6 +48,7 @@ const TOKENIZING_THREADS: usize = 2;
 #[derive(Debug)]
 struct TokenizeJob {
     texts: Vec<String>,
+    options: CallOptions,
     slot: Arc<Tokenized>,
 }
 
@@ -81,8 +83,9 @@ fn tokenize(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJob>>) {
         if job.slot.lock().abandoned {
             continue;
         }
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.prepare(&job.texts)))
-            .unwrap_or_else(|_| Err(EmbedError::inference("tokenizing the call's texts panicked")));
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.prepare(&job.texts, &job.options)))
+                .unwrap_or_else(|_| Err(EmbedError::inference("tokenizing the call's texts panicked")));
         let mut s = job.slot.lock();
         if !s.abandoned {
             s.result = Some(result);
@@ -140,7 +143,22 @@ impl Embedder {
     /// until every row is done; with [`QueueFull::Refuse`], fails with
     /// [`EmbedError::Overloaded`] instead of waiting for room in a full queue.
     pub fn embed<S: AsRef<str>>(&self, texts: &[S]) -> Result<Embeddings> {
-        let mut call = self.engine.prepare(texts)?;
+        self.embed_with(texts, &CallOptions::default())
+    }
+
+    /// [`embed`](Self::embed) with this call's own prompt, normalisation, dimensions and
+    /// truncation. Its texts share batches with every other call's: the options change the
+    /// token ids (prompt, truncation) and the finishing of its own rows, not the batches.
+    ///
+    /// ```no_run
+    /// # use nornir_embed::{CallOptions, Embedder, EmbedderOptions};
+    /// # let embedder = Embedder::new("models/bge".as_ref(), &EmbedderOptions::default())?;
+    /// let queries = embedder.embed_with(&["what is a fjord?"], &CallOptions::new().with_prompt_name("query"))?;
+    /// let passages = embedder.embed_with(&["A fjord is a long, narrow inlet."], &CallOptions::new().with_prompt(""))?;
+    /// # Ok::<(), nornir_embed::EmbedError>(())
+    /// ```
+    pub fn embed_with<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Embeddings> {
+        let mut call = self.engine.prepare(texts, options)?;
         self.engine.scheduler.submit(std::mem::take(&mut call.items), self.engine.queue_full)?;
         let rows = call.request.wait()?;
         Ok(self.engine.finish(call, rows))
@@ -154,8 +172,14 @@ impl Embedder {
     /// [`EmbedStats::cancelled_texts`]), and those already running finish unread. A server whose
     /// client goes away drops its future.
     pub fn embed_async<S: AsRef<str>>(&self, texts: &[S]) -> EmbedFuture<'_> {
+        self.embed_with_async(texts, &CallOptions::default())
+    }
+
+    /// [`embed_with`](Self::embed_with) as a future, as [`embed_async`](Self::embed_async) is.
+    pub fn embed_with_async<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> EmbedFuture<'_> {
         let texts = texts.iter().map(|t| t.as_ref().to_owned()).collect();
-        EmbedFuture { engine: &self.engine, jobs: self.tokenize_jobs.as_ref(), state: State::Start(texts) }
+        let state = State::Start(texts, options.clone());
+        EmbedFuture { engine: &self.engine, jobs: self.tokenize_jobs.as_ref(), state }
     }
 
     /// Embeds a stream of texts `chunk` at a time, yielding each chunk's rows in input order.
@@ -190,7 +214,7 @@ impl Embedder {
         self.engine.reset_stats()
     }
 
-    /// The width of the vectors returned (`--dim` when given).
+    /// The width of the vectors a call gets unless it asks for fewer (`dim` when given).
     pub fn dimension(&self) -> usize {
         self.engine.dimension()
     }
@@ -262,7 +286,7 @@ pub struct EmbedFuture<'a> {
 #[derive(Debug)]
 enum State {
     /// Not polled yet.
-    Start(Vec<String>),
+    Start(Vec<String>, CallOptions),
     /// With a tokenizing thread: where its tokens go, and how many texts.
     Tokenizing(Arc<Tokenized>, usize),
     /// Tokenized, waiting for room in the queue.
@@ -297,12 +321,13 @@ impl Future for EmbedFuture<'_> {
         let this = &mut *self;
         loop {
             match std::mem::replace(&mut this.state, State::Done) {
-                State::Start(texts) => {
+                State::Start(texts, options) => {
                     let count = texts.len();
                     let slot = Arc::new(Tokenized::default());
                     slot.lock().waker = Some(cx.waker().clone());
-                    let sent =
-                        this.jobs.is_some_and(|jobs| jobs.send(TokenizeJob { texts, slot: Arc::clone(&slot) }).is_ok());
+                    let sent = this
+                        .jobs
+                        .is_some_and(|jobs| jobs.send(TokenizeJob { texts, options, slot: Arc::clone(&slot) }).is_ok());
                     if !sent {
                         return Poll::Ready(Err(EmbedError::inference(
                             "the embedder's tokenizing threads have stopped",

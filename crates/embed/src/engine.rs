@@ -11,22 +11,23 @@ use std::sync::{Arc, Mutex, PoisonError};
 use nornir_ep_select::{Plan, Provider, Vendor};
 use ort::session::Session;
 use serde::{Deserialize, Serialize};
-use tokenizers::{Tokenizer, TruncationParams};
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams};
 
+use crate::call::{CallOptions, CallPrompt, Truncation};
 use crate::embeddings::{Embeddings, TextTokens};
 use crate::error::{EmbedError, Result};
-use crate::graph_io::{GraphIo, RowSettings, graph_io, run_batch};
+use crate::graph_io::{GraphIo, Row, RowSettings, graph_io, run_batch};
 use crate::model::ModelFolder;
 use crate::options::EmbedderOptions;
 use crate::placement::parse_profile;
 use crate::plan::plan_for_model;
-use crate::pooling::Pooling;
-use crate::prompt::{PromptChoice, choose_prompt};
+use crate::pooling::{Pooling, normalize};
+use crate::prompt::{PromptChoice, choose_prompt, named_prompt};
 use crate::runtime::{OrtRuntime, load_runtime};
 use crate::scheduler::{BatchPolicy, Item, QueueFull, Request, Scheduler};
 use crate::session::{self, Placement, SessionConfig, SessionReport, resident_bytes};
 use crate::stats::{Counters, EmbedStats};
-use crate::tokenize::prefix_for_tokens;
+use crate::tokenize::{prefix_for_tokens, suffix_for_tokens};
 use crate::weights::{self, SharedWeights};
 
 /// `text` with `prompt` before it; the text itself, not a copy, when there is no prompt (a text
@@ -38,8 +39,12 @@ fn with_prompt<'a>(prompt: &str, text: &'a str) -> Cow<'a, str> {
 /// Calls of at most this many texts are tokenized serially, in the thread that prepares the call.
 const SERIAL_TOKENIZE: usize = 16;
 
+/// Texts longer than this many bytes are not tokenized whole just to count their tokens for
+/// [`EmbedError::TooLong`]: the count is then a lower bound.
+const COUNT_WHOLE_BYTES: usize = 1 << 20;
+
 /// A call on its way: the request its rows go to, its items until they are queued, and how to
-/// lay its rows out again.
+/// lay its rows out again and finish them.
 #[derive(Debug)]
 pub(crate) struct Call {
     pub(crate) request: Arc<Request>,
@@ -48,6 +53,20 @@ pub(crate) struct Call {
     expand: Option<Vec<usize>>,
     /// Per unique text.
     tokens: Vec<TextTokens>,
+    /// The call's width and normalisation, applied to the model's raw rows.
+    dim: usize,
+    normalize: bool,
+}
+
+/// A call's options with the embedder's defaults filled in.
+#[derive(Debug)]
+struct CallPlan {
+    prompt: String,
+    /// Prompt tokens the pooling leaves out.
+    skip: usize,
+    normalize: bool,
+    dim: usize,
+    truncation: Truncation,
 }
 
 /// A session and the vendor it runs on; a GPU session that fails at run time is replaced here
@@ -136,7 +155,16 @@ pub(crate) struct Engine {
     weights: Option<SharedWeights>,
     /// Resident memory growth while each session was built, in bytes (see `Memory`).
     session_growth: Mutex<Vec<u64>>,
+    /// Truncates on the right, to the model's length.
     pub(crate) tokenizer: Tokenizer,
+    /// Truncates on the left; made at the first call that asks for it.
+    left_tokenizer: std::sync::OnceLock<Tokenizer>,
+    /// Does not truncate: counts a refused text's tokens; made at the first refusal.
+    whole_tokenizer: std::sync::OnceLock<Tokenizer>,
+    /// The pooling config's `include_prompt`: false leaves a call's prompt tokens out.
+    include_prompt: bool,
+    /// `dim` of the options: the width of a call that does not choose one.
+    default_dim: Option<usize>,
     io: GraphIo,
     settings: RowSettings,
     pub(crate) info: ModelInfo,
@@ -260,7 +288,7 @@ impl Engine {
                 (n, why.to_owned())
             }
         };
-        let settings = RowSettings { pooling, skip, normalize, dim: options.dim, left_padding };
+        let settings = RowSettings { pooling, left_padding };
         let info = ModelInfo {
             inputs: session.inputs().iter().map(|i| i.name().to_owned()).collect(),
             output: session.outputs()[io.output].name().to_owned(),
@@ -289,6 +317,10 @@ impl Engine {
             weights,
             session_growth,
             tokenizer,
+            left_tokenizer: std::sync::OnceLock::new(),
+            whole_tokenizer: std::sync::OnceLock::new(),
+            include_prompt,
+            default_dim: options.dim,
             io,
             settings,
             info,
@@ -323,7 +355,7 @@ impl Engine {
         let mut ids = enc.get_ids().to_vec();
         let last = u32::try_from(vocab.saturating_sub(1)).unwrap_or(u32::MAX);
         ids.insert(ids.len().saturating_sub(1), last);
-        let dim = self.run_batch(&self.session, &[ids.as_slice()], |_, _| {}).map_err(|e| match e {
+        let dim = self.run_batch(&self.session, &[Row { ids: &ids, skip: 0 }], |_, _| {}).map_err(|e| match e {
             EmbedError::ForcedDeviceFailed { .. } => e,
             e => EmbedError::Model {
                 dir: self.info.folder.dir.clone(),
@@ -341,7 +373,7 @@ impl Engine {
                 format!("the model's output has width {dim} but its config says hidden size {h}"),
             ));
         }
-        if let Some(d) = self.settings.dim
+        if let Some(d) = self.default_dim
             && d > dim
         {
             return Err(EmbedError::InvalidOption(format!(
@@ -349,7 +381,7 @@ impl Engine {
             )));
         }
         self.info.model_dimension = dim;
-        self.info.dimension = self.settings.dim.unwrap_or(dim);
+        self.info.dimension = self.default_dim.unwrap_or(dim);
         self.reset_stats();
         Ok(())
     }
@@ -417,9 +449,47 @@ impl Engine {
         self.vendor() == Vendor::Rocm
     }
 
-    /// A call's texts, tokenized, as queue items with the request they fill. Identical texts are
-    /// tokenized and run once.
-    pub(crate) fn prepare<S: AsRef<str>>(&self, texts: &[S]) -> Result<Call> {
+    /// `options` with the embedder's defaults filled in, checked against the model.
+    fn plan_call(&self, options: &CallOptions) -> Result<CallPlan> {
+        let model = self.info.model_dimension;
+        let dim = match options.dimensions {
+            None => self.info.dimension,
+            Some(d) if (1..=model).contains(&d) => d,
+            Some(d) => {
+                return Err(EmbedError::InvalidOption(format!(
+                    "dimensions must be between 1 and {model} for this model, not {d}"
+                )));
+            }
+        };
+        let (prompt, skip) = match &options.prompt {
+            None => (self.info.prompt.text.clone(), self.info.pooling_skips_prompt_tokens),
+            Some(p) => {
+                let text = match p {
+                    CallPrompt::Text(t) => t.as_str(),
+                    CallPrompt::Name(n) => named_prompt(&self.info.folder, n).map_err(EmbedError::InvalidOption)?,
+                };
+                let skip = if self.include_prompt || text.is_empty() {
+                    0
+                } else {
+                    prompt_token_count(&self.tokenizer, text)
+                        .map_err(|e| EmbedError::inference_because("tokenizing the prompt failed", e))?
+                };
+                (text.to_owned(), skip)
+            }
+        };
+        Ok(CallPlan {
+            prompt,
+            skip,
+            normalize: options.normalize.unwrap_or(self.info.normalize),
+            dim,
+            truncation: options.truncation.unwrap_or_default(),
+        })
+    }
+
+    /// A call's texts, tokenized as `options` say, as queue items with the request they fill.
+    /// Identical texts are tokenized and run once.
+    pub(crate) fn prepare<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Call> {
+        let plan = self.plan_call(options)?;
         let mut first: HashMap<&str, usize> = HashMap::with_capacity(texts.len());
         let mut unique: Vec<&str> = Vec::with_capacity(texts.len());
         let slot: Vec<usize> = texts
@@ -431,8 +501,14 @@ impl Engine {
                 })
             })
             .collect();
-        let encodings = if unique.is_empty() { Vec::new() } else { self.tokenize(&unique)? };
-        let request = Request::new(unique.len(), self.info.dimension);
+        let encodings = if unique.is_empty() { Vec::new() } else { self.tokenize(&unique, &plan)? };
+        if plan.truncation == Truncation::Refuse
+            && let Some(u) = encodings.iter().position(|e| !e.get_overflowing().is_empty())
+        {
+            let index = slot.iter().position(|&s| s == u).unwrap_or(u);
+            return Err(self.too_long(index, unique[u], &plan.prompt));
+        }
+        let request = Request::new(unique.len(), self.info.model_dimension);
         let tokens = encodings
             .iter()
             .map(|e| TextTokens {
@@ -443,25 +519,60 @@ impl Engine {
         let items = encodings
             .into_iter()
             .enumerate()
-            .map(|(index, e)| Item { ids: e.get_ids().to_vec(), request: Arc::clone(&request), index })
+            .map(|(index, e)| {
+                // A prompt cut from the left is no longer whole at the start: pool every token.
+                let cut_left = plan.truncation == Truncation::Left && !e.get_overflowing().is_empty();
+                let skip = if cut_left { 0 } else { plan.skip };
+                Item { ids: e.get_ids().to_vec(), skip, request: Arc::clone(&request), index }
+            })
             .collect();
         let expand = (unique.len() < texts.len()).then_some(slot);
-        Ok(Call { request, items, expand, tokens })
+        Ok(Call { request, items, expand, tokens, dim: plan.dim, normalize: plan.normalize })
     }
 
-    /// The call's embeddings from its request's rows, in the call's order, duplicates expanded.
+    /// The error for text `index` of a call that refuses truncation, with its token count.
+    fn too_long(&self, index: usize, text: &str, prompt: &str) -> EmbedError {
+        let max_length = self.info.max_length;
+        let counted = (text.len() <= COUNT_WHOLE_BYTES)
+            .then(|| {
+                let whole = self.whole_tokenizer.get_or_init(|| {
+                    let mut t = self.tokenizer.clone();
+                    let _ = t.with_truncation(None);
+                    t
+                });
+                whole.encode(with_prompt(prompt, text).as_ref(), true).ok().map(|e| e.len())
+            })
+            .flatten();
+        EmbedError::TooLong { index, tokens: counted.unwrap_or(max_length), exact: counted.is_some(), max_length }
+    }
+
+    /// The call's embeddings from its request's rows, in the call's order, duplicates expanded,
+    /// each cut to the call's width and normalised if it asks.
     pub(crate) fn finish(&self, call: Call, rows: Vec<f32>) -> Embeddings {
-        let dim = self.info.dimension;
-        let Some(slot) = call.expand else {
-            self.counters.texts.fetch_add(call.tokens.len() as u64, Ordering::Relaxed);
-            return Embeddings::from_whole_rows(rows, dim, call.tokens);
+        let (width, dim) = (self.info.model_dimension, call.dim);
+        let order: Vec<usize> = match &call.expand {
+            Some(slot) => slot.clone(),
+            None => (0..call.tokens.len()).collect(),
         };
-        self.counters.texts.fetch_add(slot.len() as u64, Ordering::Relaxed);
-        let mut data = Vec::with_capacity(slot.len() * dim);
-        for &u in &slot {
-            data.extend_from_slice(&rows[u * dim..(u + 1) * dim]);
-        }
-        let tokens = slot.iter().map(|&u| call.tokens[u]).collect();
+        self.counters.texts.fetch_add(order.len() as u64, Ordering::Relaxed);
+        let data = if call.expand.is_none() && dim == width {
+            let mut rows = rows;
+            if call.normalize {
+                rows.chunks_exact_mut(width.max(1)).for_each(normalize);
+            }
+            rows
+        } else {
+            let mut data = Vec::with_capacity(order.len() * dim);
+            for &u in &order {
+                let start = data.len();
+                data.extend_from_slice(&rows[u * width..u * width + dim]);
+                if call.normalize {
+                    normalize(&mut data[start..]);
+                }
+            }
+            data
+        };
+        let tokens = order.iter().map(|&u| call.tokens[u]).collect();
         Embeddings::from_whole_rows(data, dim, tokens)
     }
 
@@ -471,8 +582,8 @@ impl Engine {
     /// instead of leaving their callers waiting.
     pub(crate) fn run_items(&self, slot: &Mutex<Slot>, items: &[Item]) {
         let run = |batch: &[&Item]| -> Result<Vec<f32>> {
-            let rows: Vec<&[u32]> = batch.iter().map(|i| i.ids.as_slice()).collect();
-            let mut out = Vec::with_capacity(batch.len() * self.info.dimension);
+            let rows: Vec<Row<'_>> = batch.iter().map(|i| Row { ids: &i.ids, skip: i.skip }).collect();
+            let mut out = Vec::with_capacity(batch.len() * self.info.model_dimension);
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.run_batch(slot, &rows, |_, v| out.extend_from_slice(v))
             }))
@@ -501,30 +612,50 @@ impl Engine {
         }
     }
 
-    /// Token ids of each text, truncated to the model's length. A very long text is tokenized
-    /// from a prefix cut at whitespace (a 10 MB line would otherwise cost seconds and a gigabyte);
-    /// when the prefix yields fewer tokens than the limit, the whole text is tokenized instead,
-    /// so the ids are always those of the whole text.
-    pub(crate) fn tokenize(&self, texts: &[&str]) -> Result<Vec<tokenizers::Encoding>> {
+    /// Token ids of each text with the call's prompt, truncated to the model's length on the side
+    /// the call says (`Refuse` truncates on the right; the caller refuses what was cut). A very
+    /// long text is tokenized from the part that is kept, cut at whitespace (a 10 MB line would
+    /// otherwise cost seconds and a gigabyte); when that part yields fewer tokens than the limit,
+    /// the whole text is tokenized instead, so the ids are always those of the whole text.
+    fn tokenize(&self, texts: &[&str], plan: &CallPlan) -> Result<Vec<tokenizers::Encoding>> {
         let fail = |e: tokenizers::Error| EmbedError::inference_because("tokenization failed", e);
         let max_length = self.info.max_length;
-        let prompt = self.info.prompt.text.as_str();
-        let prefixes: Vec<&str> = texts.iter().map(|t| prefix_for_tokens(t, max_length)).collect();
-        let inputs: Vec<Cow<'_, str>> = prefixes.iter().map(|t| with_prompt(prompt, t)).collect();
+        let prompt = plan.prompt.as_str();
+        let (tokenizer, part): (&Tokenizer, fn(&str, usize) -> &str) = match plan.truncation {
+            Truncation::Left => (self.left_tokenizer(), suffix_for_tokens),
+            Truncation::Right | Truncation::Refuse => (&self.tokenizer, prefix_for_tokens),
+        };
+        let parts: Vec<&str> = texts.iter().map(|t| part(t, max_length)).collect();
+        let inputs: Vec<Cow<'_, str>> = parts.iter().map(|t| with_prompt(prompt, t)).collect();
         // A few texts are tokenized right here: the tokenizer's parallel batch would wake a thread
         // pool for microseconds of work, and many concurrent callers would fight over it.
         let mut encodings = if inputs.len() <= SERIAL_TOKENIZE {
-            inputs.iter().map(|t| self.tokenizer.encode(t.as_ref(), true)).collect::<tokenizers::Result<Vec<_>>>()
+            inputs.iter().map(|t| tokenizer.encode(t.as_ref(), true)).collect::<tokenizers::Result<Vec<_>>>()
         } else {
-            self.tokenizer.encode_batch(inputs.iter().map(|t| t.as_ref()).collect(), true)
+            tokenizer.encode_batch(inputs.iter().map(|t| t.as_ref()).collect(), true)
         }
         .map_err(fail)?;
         for (i, enc) in encodings.iter_mut().enumerate() {
-            if prefixes[i].len() < texts[i].len() && enc.len() < max_length {
-                *enc = self.tokenizer.encode(with_prompt(prompt, texts[i]).as_ref(), true).map_err(fail)?;
+            if parts[i].len() < texts[i].len() && enc.len() < max_length {
+                *enc = tokenizer.encode(with_prompt(prompt, texts[i]).as_ref(), true).map_err(fail)?;
             }
         }
         Ok(encodings)
+    }
+
+    /// The tokenizer that truncates on the left, made on first use.
+    fn left_tokenizer(&self) -> &Tokenizer {
+        self.left_tokenizer.get_or_init(|| {
+            let mut t = self.tokenizer.clone();
+            let params = TruncationParams {
+                max_length: self.info.max_length,
+                direction: TruncationDirection::Left,
+                ..TruncationParams::default()
+            };
+            // Only a stride of max_length or more is refused, and the stride is 0.
+            let _ = t.with_truncation(Some(params));
+            t
+        })
     }
 
     /// The sessions beyond the first, built on first use with the plan that is really running
@@ -589,7 +720,7 @@ impl Engine {
     pub(crate) fn run_batch(
         &self,
         slot: &Mutex<Slot>,
-        rows: &[&[u32]],
+        rows: &[Row<'_>],
         mut emit: impl FnMut(usize, &[f32]),
     ) -> Result<usize> {
         let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -621,10 +752,10 @@ impl Engine {
             Err(e) => return Err(e),
         };
         let c = &self.counters;
-        let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
+        let longest = rows.iter().map(|r| r.ids.len()).max().unwrap_or(0).max(1);
         c.batches.fetch_add(1, Ordering::Relaxed);
         c.count_batch(rows.len());
-        c.tokens.fetch_add(rows.iter().map(|r| r.len() as u64).sum(), Ordering::Relaxed);
+        c.tokens.fetch_add(rows.iter().map(|r| r.ids.len() as u64).sum(), Ordering::Relaxed);
         c.padded_tokens.fetch_add((rows.len() * longest) as u64, Ordering::Relaxed);
         Ok(dim)
     }
@@ -652,7 +783,8 @@ impl Engine {
                 .encode("where does this run?", true)
                 .map(|e| e.get_ids().to_vec())
                 .unwrap_or_else(|_| vec![0, 0]);
-            run_batch(&mut session, &self.io, self.settings, &[ids.as_slice()], &AtomicU64::new(0), |_, _| {})?;
+            let row = Row { ids: &ids, skip: 0 };
+            run_batch(&mut session, &self.io, self.settings, &[row], &AtomicU64::new(0), |_, _| {})?;
             let file = session.end_profiling().map_err(|e| EmbedError::inference_because("ending the profile", e))?;
             let text = std::fs::read_to_string(&file).map_err(|e| EmbedError::inference_because(&file, e))?;
             Ok(parse_profile(&text))

@@ -108,6 +108,21 @@ pub enum EmbedError {
     InvalidOption(String),
 
     #[error(
+        "text {index} has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or let the call truncate it",
+        if *.exact { "" } else { "more than " }
+    )]
+    #[non_exhaustive]
+    TooLong {
+        /// Its place in the call.
+        index: usize,
+        /// Its tokens with the prompt and the special tokens; a lower bound when `exact` is false
+        /// (a text of megabytes is not tokenized whole to count them).
+        tokens: usize,
+        exact: bool,
+        max_length: usize,
+    },
+
+    #[error(
         "the embedder is overloaded: {queued} texts are waiting (limit {limit}); retry shortly, or raise max_queued_texts"
     )]
     #[non_exhaustive]

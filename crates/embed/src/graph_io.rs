@@ -10,7 +10,7 @@ use ort::value::{TensorElementType, TensorRef, ValueType};
 
 use crate::error::{EmbedError, Result};
 use crate::model::ModelFolder;
-use crate::pooling::{Pooling, normalize, pool_tokens};
+use crate::pooling::{Pooling, pool_tokens};
 
 /// Outputs chosen by name before any other, in this order (sentence-transformers' and the
 /// common exporters' names).
@@ -175,18 +175,21 @@ pub(crate) fn graph_io(session: &Session, folder: &ModelFolder, output_name: Opt
     })
 }
 
-/// How one batch is laid out and each text's vector finished: the same for every batch of an
-/// embedder.
+/// How one batch is laid out and pooled: the same for every batch of an embedder. What a call
+/// chooses (normalisation, dimensions) is applied to its own rows afterwards.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RowSettings {
     pub(crate) pooling: Pooling,
-    /// Tokens at the start of each text (the prompt) left out of the modes that read every token.
-    pub(crate) skip: usize,
-    pub(crate) normalize: bool,
-    /// Matryoshka truncation: the first `dim` values are kept.
-    pub(crate) dim: Option<usize>,
     /// Pad on the left (the tokenizer's padding side, as decoder models have it).
     pub(crate) left_padding: bool,
+}
+
+/// One text of a batch: its token ids, and how many tokens at its start (a prompt, when the
+/// pooling config says `include_prompt: false`) the modes that read every token leave out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row<'a> {
+    pub(crate) ids: &'a [u32],
+    pub(crate) skip: usize,
 }
 
 /// A batch's ids, attention mask, token type ids and position ids, padded to `l`, in the graph's
@@ -274,26 +277,27 @@ fn output_values<'a>(value: &'a ort::value::DynValue, ty: OutputType) -> ort::Re
     })
 }
 
-/// Runs one padded batch and hands each text's finished vector to `emit(k, vector)`.
-/// Returns the model's vector width (before any truncation).
+/// Runs one padded batch and hands each text's pooled vector, at the model's full width and not
+/// normalised, to `emit(k, vector)`. Returns the model's vector width.
 pub(crate) fn run_batch(
     session: &mut Session,
     io: &GraphIo,
     settings: RowSettings,
-    rows: &[&[u32]],
+    rows: &[Row<'_>],
     ort_nanos: &AtomicU64,
     mut emit: impl FnMut(usize, &[f32]),
 ) -> Result<usize> {
     let b = rows.len();
-    let l = rows.iter().map(|r| r.len()).max().unwrap_or(0).max(1);
+    let l = rows.iter().map(|r| r.ids.len()).max().unwrap_or(0).max(1);
     let fail = |e: ort::Error| EmbedError::inference_because("", e);
     let (wide, narrow);
     let positions = io.position_ids.is_some();
+    let ids: Vec<&[u32]> = rows.iter().map(|r| r.ids).collect();
     let feed = if io.int32 {
-        narrow = PaddedInputs::<i32>::new(rows, l, settings.left_padding, positions);
+        narrow = PaddedInputs::<i32>::new(&ids, l, settings.left_padding, positions);
         narrow.feed(io, [b, l]).map_err(fail)?
     } else {
-        wide = PaddedInputs::<i64>::new(rows, l, settings.left_padding, positions);
+        wide = PaddedInputs::<i64>::new(&ids, l, settings.left_padding, positions);
         wide.feed(io, [b, l]).map_err(fail)?
     };
     let started = Instant::now();
@@ -308,20 +312,16 @@ pub(crate) fn run_batch(
         return Err(EmbedError::inference(format!("the model returned shape {dims:?}; expected {expect}")));
     }
     let mut v = vec![0f32; width];
-    let keep = settings.dim.unwrap_or(width).min(width);
     for (k, r) in rows.iter().enumerate() {
         if io.pooled {
             v.copy_from_slice(&values[k * width..(k + 1) * width]);
         } else {
-            let first = k * l + if settings.left_padding { l - r.len() } else { 0 };
-            let hidden = &values[first * width..(first + r.len()) * width];
-            pool_tokens(hidden, r.len(), width, settings.pooling, settings.skip, &mut v);
+            let len = r.ids.len();
+            let first = k * l + if settings.left_padding { l - len } else { 0 };
+            let hidden = &values[first * width..(first + len) * width];
+            pool_tokens(hidden, len, width, settings.pooling, r.skip, &mut v);
         }
-        let out = &mut v[..keep];
-        if settings.normalize {
-            normalize(out);
-        }
-        emit(k, out);
+        emit(k, &v);
     }
     Ok(width)
 }

@@ -7,6 +7,7 @@
 //! searches for libraries itself (that is `nornir-gpu-probe`).
 
 mod batch;
+mod call;
 mod embedder;
 mod embeddings;
 mod engine;
@@ -25,6 +26,7 @@ mod stats;
 mod tokenize;
 mod weights;
 
+pub use call::{CallOptions, CallPrompt, Truncation};
 pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::Embeddings;
 pub use engine::ModelInfo;

@@ -22,6 +22,18 @@ fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
     it.map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
 }
 
+/// The text of the folder's prompt `name`, or an error that lists the prompts there are.
+pub(crate) fn named_prompt<'a>(folder: &'a ModelFolder, name: &str) -> Result<&'a str, String> {
+    let prompts = &folder.prompts.prompts;
+    match prompts.get(name) {
+        Some(text) => Ok(text),
+        None if prompts.is_empty() => {
+            Err(format!("unknown prompt name {name:?}: the model has no prompts (config_sentence_transformers.json)"))
+        }
+        None => Err(format!("unknown prompt name {name:?}: the model's prompts are {}", names(prompts.keys()))),
+    }
+}
+
 /// Resolves the prompt and task, as sentence-transformers does: an explicit prompt, else the
 /// named prompt, else the task's instruction, else the folder's default prompt.
 pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result<PromptChoice, String> {
@@ -46,13 +58,7 @@ pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result
     };
     let prompts = &folder.prompts.prompts;
     let named = |name: &str, source: String| -> Result<(String, Option<String>), String> {
-        match prompts.get(name) {
-            Some(text) => Ok((text.clone(), Some(source))),
-            None if prompts.is_empty() => Err(format!(
-                "unknown prompt name {name:?}: the model has no prompts (config_sentence_transformers.json)"
-            )),
-            None => Err(format!("unknown prompt name {name:?}: the model's prompts are {}", names(prompts.keys()))),
-        }
+        Ok((named_prompt(folder, name)?.to_owned(), Some(source)))
     };
     let (text, source) = if let Some(p) = &o.prompt {
         (p.clone(), Some("--prompt".to_owned()))

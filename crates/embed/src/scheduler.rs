@@ -96,6 +96,8 @@ impl Request {
 #[derive(Debug)]
 pub(crate) struct Item {
     pub(crate) ids: Vec<u32>,
+    /// Prompt tokens at its start that the pooling leaves out (see `graph_io::Row`).
+    pub(crate) skip: usize,
     pub(crate) request: Arc<Request>,
     pub(crate) index: usize,
 }
@@ -445,7 +447,10 @@ mod tests {
     use super::*;
 
     fn call(request: &Arc<Request>, texts: &[(usize, usize)]) -> Vec<Item> {
-        texts.iter().map(|&(index, len)| Item { ids: vec![1; len], request: Arc::clone(request), index }).collect()
+        texts
+            .iter()
+            .map(|&(index, len)| Item { ids: vec![1; len], skip: 0, request: Arc::clone(request), index })
+            .collect()
     }
 
     fn indices(batch: Option<Vec<Item>>) -> Vec<usize> {

@@ -21,3 +21,43 @@ pub(crate) fn prefix_for_tokens(text: &str, max_length: usize) -> &str {
         _ => text,
     }
 }
+
+/// The end of `text` that is enough for `max_length` tokens, starting after whitespace, so that
+/// its tokens but perhaps the first are the last tokens of the whole text (a byte-level BPE's
+/// first word loses its space); the whole text when it is short.
+pub(crate) fn suffix_for_tokens(text: &str, max_length: usize) -> &str {
+    let limit = max_length.saturating_mul(PREFIX_BYTES_PER_TOKEN).max(4096);
+    if text.len() <= limit {
+        return text;
+    }
+    let mut start = text.len() - limit;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    match text[start..].find(char::is_whitespace) {
+        Some(i) => {
+            let from = start + i;
+            let ws = text[from..].chars().next().map_or(1, char::len_utf8);
+            if from + ws < text.len() { &text[from + ws..] } else { text }
+        }
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_at_whitespace_on_the_side_that_is_kept() {
+        let long = format!("{} tail end", "word ".repeat(2000));
+        let p = prefix_for_tokens(&long, 10);
+        assert!(long.starts_with(p) && p.len() < long.len() && p.len() <= 4096 && !p.ends_with(' '), "{p:?}");
+        let s = suffix_for_tokens(&long, 10);
+        assert!(long.ends_with(s) && s.len() < long.len() && s.len() <= 4096 && !s.starts_with(' '), "{s:?}");
+        assert!(s.ends_with("tail end"));
+        let solid = "x".repeat(10_000);
+        assert_eq!(suffix_for_tokens(&solid, 10), solid, "no whitespace: no safe cut");
+        assert_eq!(suffix_for_tokens("short", 10), "short");
+    }
+}

@@ -10,42 +10,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use common::{cosine, model_dir, parity_sample};
+use common::{cosine, join_all, model_dir, parity_sample};
 use nornir_embed::{EmbedError, Embedder, EmbedderOptions, QueueFull};
 use nornir_ep_select::Device;
 use nornir_test_support::fixtures::{self, Kind};
 
 fn options() -> EmbedderOptions {
     EmbedderOptions::default().with_device(Device::Cpu).with_threads(2)
-}
-
-/// Wakes the test thread: the smallest executor there is.
-struct Unpark(std::thread::Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Polls every future on this thread until all are ready.
-fn join_all<F: Future + Unpin>(mut futures: Vec<F>) -> Vec<F::Output> {
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while out.iter().any(Option::is_none) {
-        for (f, slot) in futures.iter_mut().zip(out.iter_mut()) {
-            if slot.is_none()
-                && let Poll::Ready(v) = std::pin::Pin::new(f).poll(&mut cx)
-            {
-                *slot = Some(v);
-            }
-        }
-        assert!(Instant::now() < deadline, "futures still pending after 2 minutes");
-        std::thread::park_timeout(Duration::from_millis(50));
-    }
-    out.into_iter().flatten().collect()
 }
 
 #[test]

@@ -1,6 +1,10 @@
 //! Shared by the integration tests: where `cargo xtask test` put the default model.
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 /// The default model folder. `cargo xtask test` fetches it and sets `NORNIR_TEST_MODEL`; without
 /// it the nornir cache is tried, and a missing model fails the test with what to run.
@@ -54,4 +58,34 @@ pub fn parity_sample_with(reference: &str) -> (Vec<String>, Vec<f32>) {
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
     (texts, reference)
+}
+
+/// Wakes the test thread: the smallest executor there is.
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Polls every future on this thread until all are ready.
+#[allow(dead_code)]
+pub fn join_all<F: Future + Unpin>(mut futures: Vec<F>) -> Vec<F::Output> {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while out.iter().any(Option::is_none) {
+        for (f, slot) in futures.iter_mut().zip(out.iter_mut()) {
+            if slot.is_none()
+                && let Poll::Ready(v) = std::pin::Pin::new(f).poll(&mut cx)
+            {
+                *slot = Some(v);
+            }
+        }
+        assert!(Instant::now() < deadline, "futures still pending after 2 minutes");
+        std::thread::park_timeout(Duration::from_millis(50));
+    }
+    out.into_iter().flatten().collect()
 }
