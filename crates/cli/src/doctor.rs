@@ -22,7 +22,7 @@ struct ChildReport {
 pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
     let probe = nornir_vector::probe();
     let plan = engine::plan(&a.model)?;
-    let wants_session = a.model.model.is_some() || a.expect.is_some();
+    let wants_session = !a.model.model.is_empty() || a.expect.is_some();
     let (ort, session) = if a.isolate {
         isolated(a, plan.as_ref(), wants_session)
     } else {

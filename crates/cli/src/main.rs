@@ -81,20 +81,29 @@ Examples:
   nornir vector quantize --model all-MiniLM-L6-v2 --output all-MiniLM-L6-v2-int8
   nornir vector quantize --model DIR --output OUT --keep-fp32 output.dense --json")]
     Quantize(QuantizeArgs),
-    /// Serve the embedder over HTTP: OpenAI's /v1/embeddings, text-embeddings-inference's /embed,
-    /// /health, /metrics (Prometheus), /info.
-    #[command(after_help = "Concurrent requests share batches; when more than --max-queued-texts texts wait, a request
-is answered 503 with Retry-After at once. /health answers 503 until the model has loaded and
+    /// Serve one or several models over HTTP: OpenAI's /v1/embeddings and /v1/models,
+    /// text-embeddings-inference's / and /embed, /tokenize, /decode, /similarity, and /health,
+    /// /metrics (Prometheus), /info.
+    #[command(
+        after_help = "Concurrent requests share batches, whatever prompt, dimensions or truncation each asks for;
+each model has its own queue, and when more than --max-queued-texts texts wait for one, a request
+is answered 503 with Retry-After at once. /health answers 503 until every model has loaded and
 passed its first run, then 200: use it as the readiness probe. With --api-key (or NORNIR_API_KEY),
 every endpoint but /health needs `Authorization: Bearer <key>`. SIGTERM or Ctrl-C stops taking
 connections and finishes the requests in flight.
 
+Several models: repeat --model NAME=DIR, or give --models-file FILE. OpenAI's `model` field
+chooses one by name (an unknown name is 404 with the names); TEI's routes use the first, or
+/models/NAME/embed and the like for any.
+
 Examples:
   nornir vector serve --port 8080
   NORNIR_API_KEY=secret nornir vector serve --host 0.0.0.0 --port 8080 --model DIR
+  nornir vector serve --model minilm=models/all-MiniLM-L6-v2 --model minilm-int8=models/all-MiniLM-L6-v2-int8
   curl -s localhost:8080/v1/embeddings -H 'content-type: application/json' \\
-       -d '{\"model\": \"nornir\", \"input\": [\"hello\", \"world\"]}'
-  curl -s localhost:8080/embed -H 'content-type: application/json' -d '{\"inputs\": \"hello\"}'")]
+       -d '{\"model\": \"all-MiniLM-L6-v2-int8\", \"input\": [\"hello\", \"world\"]}'
+  curl -s localhost:8080/embed -H 'content-type: application/json' -d '{\"inputs\": \"hello\"}'"
+    )]
     Serve(ServeArgs),
 }
 
@@ -102,9 +111,10 @@ Examples:
 #[derive(Args, Clone, Debug)]
 pub struct ModelArgs {
     /// Model folder (model.onnx or onnx/model.onnx, tokenizer.json, sentence-transformers configs).
-    /// Default: all-MiniLM-L6-v2 int8 in the nornir cache (`cargo xtask fetch`).
+    /// Default: all-MiniLM-L6-v2 int8 in the nornir cache (`cargo xtask fetch`). `serve` takes it
+    /// more than once, as NAME=DIR (a bare DIR is named after its folder).
     #[arg(long, value_name = "DIR")]
-    pub model: Option<PathBuf>,
+    pub model: Vec<PathBuf>,
     /// Model file inside the folder, instead of model.onnx.
     #[arg(long, value_name = "FILE")]
     pub model_file: Option<PathBuf>,
@@ -282,6 +292,15 @@ pub struct ServeArgs {
     /// API's error shape, and its texts that have not started leave the queue.
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0, value_parser = parse_timeout)]
     pub request_timeout: f64,
+    /// How OpenAI `input` given as token ids is read: cl100k (as OpenAI defines them: ids of its
+    /// cl100k_base encoding, decoded and tokenized again by the model's tokenizer) or refuse (400).
+    #[arg(long, value_name = "READING", default_value = "cl100k", value_parser = ["cl100k", "refuse"])]
+    pub token_ids: String,
+    /// The models to serve, from a TOML file: one [[model]] table each, with name and folder,
+    /// and optionally device, threads, sessions, prompt_name, prompt and dim (relative folders
+    /// are read from the file's folder). The other model flags apply to every model.
+    #[arg(long, value_name = "FILE", conflicts_with = "model")]
+    pub models_file: Option<PathBuf>,
     #[command(flatten)]
     pub model: ModelArgs,
 }

@@ -133,10 +133,20 @@ impl Drop for Server {
     }
 }
 
-/// The value of metric `name` in a `/metrics` text (0 when absent).
+/// The value of metric `name` in a `/metrics` text, summed over its labels (0 when absent).
 fn metric(metrics: &str, name: &str) -> u64 {
-    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0)
+    metrics
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let rest = if rest.starts_with('{') { &rest[rest.find('}')? + 1..] } else { rest };
+            rest.strip_prefix(' ')?.trim().parse::<u64>().ok()
+        })
+        .sum()
 }
+
+/// The name the server gives the default model: its folder's.
+const MODEL_NAME: &str = "all-MiniLM-L6-v2-int8";
 
 /// `n` corpus paragraphs of more than 60 words, repeated as needed.
 fn long_texts(n: usize) -> Vec<String> {
@@ -177,7 +187,7 @@ fn openai_and_tei_answers_match_the_library() {
     let texts: Vec<String> = texts().into_iter().take(12).collect();
     let want = lib.embed(&texts).expect("library");
 
-    let (status, r) = server.post("/v1/embeddings", &json!({ "model": "any", "input": texts }));
+    let (status, r) = server.post("/v1/embeddings", &json!({ "model": MODEL_NAME, "input": texts }));
     assert_eq!(status, 200, "{r}");
     assert_eq!((r["object"].as_str(), r["data"].as_array().map(Vec::len)), (Some("list"), Some(12)));
     assert_eq!(r["usage"]["prompt_tokens"].as_u64(), Some(want.total_tokens() as u64));
@@ -232,13 +242,13 @@ fn openai_and_tei_answers_match_the_library() {
     for needle in [
         "nornir_requests_total{endpoint=\"/v1/embeddings\",status=\"200\"} 3",
         "nornir_requests_total{endpoint=\"/embed\",status=\"413\"} 1",
-        "nornir_batch_size_bucket{le=\"+Inf\"}",
-        "nornir_queue_texts 0",
+        "nornir_batch_size_bucket{model=\"all-MiniLM-L6-v2-int8\",le=\"+Inf\"}",
+        "nornir_queue_texts{model=\"all-MiniLM-L6-v2-int8\"} 0",
         "nornir_request_duration_seconds_count",
-        "nornir_active_provider{provider=\"CPUExecutionProvider\",vendor=\"cpu\"} 1",
+        "nornir_active_provider{model=\"all-MiniLM-L6-v2-int8\",provider=\"CPUExecutionProvider\",vendor=\"cpu\"} 1",
         "nornir_resident_memory_bytes ",
-        "nornir_shared_weight_bytes ",
-        "nornir_session_memory_bytes{session=\"0\"} ",
+        "nornir_shared_weight_bytes{model=\"all-MiniLM-L6-v2-int8\"} ",
+        "nornir_session_memory_bytes{model=\"all-MiniLM-L6-v2-int8\",session=\"0\"} ",
     ] {
         assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
     }
@@ -253,7 +263,7 @@ fn the_official_openai_python_client() {
     let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/openai_client_check.py");
     let mut child = Command::new(python)
         .arg(script)
-        .args([server.url.as_str(), KEY])
+        .args([server.url.as_str(), KEY, MODEL_NAME])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -286,7 +296,8 @@ fn bad_requests_get_their_status_and_the_server_keeps_serving() {
         ("/v1/embeddings", Some(KEY), "{\"input\": [\"a\",".to_owned(), 400, "invalid JSON"),
         ("/v1/embeddings", Some(KEY), json!({ "input": [] }).to_string(), 400, "must not be empty"),
         ("/v1/embeddings", Some(KEY), json!({ "input": ["a", ""] }).to_string(), 400, "input[1] is an empty string"),
-        ("/v1/embeddings", Some(KEY), json!({ "input": [[101, 102]] }).to_string(), 400, "token arrays"),
+        ("/v1/embeddings", Some(KEY), json!({ "input": [[101, 4_000_000]] }).to_string(), 400, "cl100k_base"),
+        ("/v1/embeddings", Some(KEY), json!({ "model": "ada", "input": "a" }).to_string(), 404, "no model is named"),
         (
             "/v1/embeddings",
             Some(KEY),
@@ -424,7 +435,7 @@ fn a_request_past_its_timeout_gets_504_and_its_texts_leave_the_queue() {
     assert_eq!(r["error"]["type"], "server_error", "{r}");
     assert!(r["error"]["message"].as_str().is_some_and(|m| m.contains("--request-timeout")), "{r}");
     assert!(started.elapsed() < Duration::from_secs(20), "answered after {:?}", started.elapsed());
-    let (status, r) = server.post("/embed", &json!({ "inputs": long }));
+    let (status, r) = server.post("/embed", &json!({ "inputs": long, "truncate": true }));
     assert_eq!(status, 504, "{r}");
     assert_eq!(r["error_type"], "Backend", "{r}");
     let answered = Instant::now();

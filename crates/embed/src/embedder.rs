@@ -16,7 +16,7 @@ use nornir_ep_select::Vendor;
 
 use crate::call::CallOptions;
 use crate::embeddings::Embeddings;
-use crate::engine::{Call, Engine, ModelInfo};
+use crate::engine::{Call, Engine, ModelInfo, Token};
 use crate::error::{EmbedError, Result};
 use crate::options::EmbedderOptions;
 use crate::scheduler::QueueFull;
@@ -180,6 +180,18 @@ impl Embedder {
         let texts = texts.iter().map(|t| t.as_ref().to_owned()).collect();
         let state = State::Start(texts, options.clone());
         EmbedFuture { engine: &self.engine, jobs: self.tokenize_jobs.as_ref(), state }
+    }
+
+    /// Every token of `text` with this call's prompt (its truncation is not applied: a text longer
+    /// than the model gets all its tokens), special tokens included when `special_tokens`. Runs
+    /// in the caller's thread.
+    pub fn tokenize(&self, text: &str, options: &CallOptions, special_tokens: bool) -> Result<Vec<Token>> {
+        self.engine.tokens(text, options, special_tokens)
+    }
+
+    /// The text of the model's token ids; an id outside the vocabulary is an error.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.engine.decode(ids, skip_special_tokens)
     }
 
     /// Embeds a stream of texts `chunk` at a time, yielding each chunk's rows in input order.

@@ -86,6 +86,19 @@ fn prompt_token_count(tokenizer: &Tokenizer, prompt: &str) -> tokenizers::Result
     Ok(enc.len() - usize::from(ends_special))
 }
 
+/// One token of a text, as TEI's `/tokenize` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Token {
+    pub id: u32,
+    /// The text it stands for (the token's own spelling for a special token).
+    pub text: String,
+    pub special: bool,
+    /// Byte offsets in the text with its prompt.
+    pub start: usize,
+    pub stop: usize,
+}
+
 /// Facts about the loaded model, for reports.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -159,7 +172,7 @@ pub(crate) struct Engine {
     pub(crate) tokenizer: Tokenizer,
     /// Truncates on the left; made at the first call that asks for it.
     left_tokenizer: std::sync::OnceLock<Tokenizer>,
-    /// Does not truncate: counts a refused text's tokens; made at the first refusal.
+    /// Does not truncate: counts a refused text's tokens, and tokenizes for `tokens`.
     whole_tokenizer: std::sync::OnceLock<Tokenizer>,
     /// The pooling config's `include_prompt`: false leaves a call's prompt tokens out.
     include_prompt: bool,
@@ -534,14 +547,7 @@ impl Engine {
     fn too_long(&self, index: usize, text: &str, prompt: &str) -> EmbedError {
         let max_length = self.info.max_length;
         let counted = (text.len() <= COUNT_WHOLE_BYTES)
-            .then(|| {
-                let whole = self.whole_tokenizer.get_or_init(|| {
-                    let mut t = self.tokenizer.clone();
-                    let _ = t.with_truncation(None);
-                    t
-                });
-                whole.encode(with_prompt(prompt, text).as_ref(), true).ok().map(|e| e.len())
-            })
+            .then(|| self.whole_tokenizer().encode(with_prompt(prompt, text).as_ref(), true).ok().map(|e| e.len()))
             .flatten();
         EmbedError::TooLong { index, tokens: counted.unwrap_or(max_length), exact: counted.is_some(), max_length }
     }
@@ -641,6 +647,53 @@ impl Engine {
             }
         }
         Ok(encodings)
+    }
+
+    /// Every token of `text` with the call's prompt, not cut to the model's length (TEI's
+    /// `/tokenize`), special tokens included when `special`. Offsets are bytes of the prompted text.
+    pub(crate) fn tokens(&self, text: &str, options: &CallOptions, special: bool) -> Result<Vec<Token>> {
+        let plan = self.plan_call(options)?;
+        let prompted = with_prompt(&plan.prompt, text);
+        let enc = self
+            .whole_tokenizer()
+            .encode(prompted.as_ref(), special)
+            .map_err(|e| EmbedError::inference_because("tokenization failed", e))?;
+        let mask = enc.get_special_tokens_mask();
+        Ok(enc
+            .get_ids()
+            .iter()
+            .zip(enc.get_tokens())
+            .zip(enc.get_offsets())
+            .enumerate()
+            .map(|(k, ((&id, token), &(start, stop)))| {
+                let special = mask.get(k) == Some(&1);
+                let text = match prompted.get(start..stop) {
+                    Some(t) if !special => t.to_owned(),
+                    _ => token.clone(),
+                };
+                Token { id, text, special, start, stop }
+            })
+            .collect())
+    }
+
+    /// The text of token ids, special tokens left out when `skip_special`.
+    pub(crate) fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        let vocab = self.tokenizer.get_vocab_size(true);
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(EmbedError::InvalidOption(format!(
+                "token id {id} is not in the model's vocabulary of {vocab} tokens"
+            )));
+        }
+        self.tokenizer.decode(ids, skip_special).map_err(|e| EmbedError::inference_because("decoding failed", e))
+    }
+
+    /// The tokenizer that does not truncate, made on first use.
+    fn whole_tokenizer(&self) -> &Tokenizer {
+        self.whole_tokenizer.get_or_init(|| {
+            let mut t = self.tokenizer.clone();
+            let _ = t.with_truncation(None);
+            t
+        })
     }
 
     /// The tokenizer that truncates on the left, made on first use.

@@ -29,7 +29,7 @@ mod weights;
 pub use call::{CallOptions, CallPrompt, Truncation};
 pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::Embeddings;
-pub use engine::ModelInfo;
+pub use engine::{ModelInfo, Token};
 pub use error::{Cause, EmbedError, Result};
 pub use model::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 pub use options::EmbedderOptions;

@@ -6,8 +6,7 @@
 mod common;
 
 use std::future::Future;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use common::{cosine, join_all, model_dir, parity_sample};

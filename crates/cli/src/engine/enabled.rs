@@ -23,7 +23,10 @@ const CHUNK: usize = 4096;
 const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2-int8";
 
 pub fn model_dir(m: &ModelArgs) -> Result<PathBuf> {
-    if let Some(d) = &m.model {
+    if m.model.len() > 1 {
+        bail!("--model is given {} times; only `nornir vector serve` takes several models", m.model.len());
+    }
+    if let Some(d) = m.model.first() {
         return Ok(d.clone());
     }
     let home = nornir_home(&ProbeContext::from_process())

@@ -1,0 +1,319 @@
+//! What every route shares: the models and limits, the API key, reading a body, errors in each
+//! API's shape, and `/health` and `/info`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use nornir_vector::{CallOptions, EmbedError, Embedder, Embeddings};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::metrics::Metrics;
+use crate::models::{Entry, Models};
+use crate::{ServerConfig, TokenIds};
+
+/// Most bytes of a too-large body read and dropped before its 413 goes out: a client still
+/// writing it then reads the answer, not a reset connection. A larger body, or one announced with
+/// `Expect: 100-continue`, is answered at once, unread.
+const DRAIN_BYTES: u64 = 64 << 20;
+
+/// What every handler shares.
+#[derive(Debug)]
+pub(crate) struct App {
+    pub(crate) models: Arc<Models>,
+    /// SHA-256 of the API key: compared in constant time, whatever the length sent.
+    api_key: Option<[u8; 32]>,
+    pub(crate) max_inputs: usize,
+    max_body_bytes: usize,
+    request_timeout: Duration,
+    pub(crate) token_ids: TokenIds,
+    pub(crate) metrics: Metrics,
+    /// When the router was made, in Unix seconds: OpenAI's `created` of each model.
+    pub(crate) created: u64,
+}
+
+/// An error as the API it answers writes them.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    pub(crate) status: StatusCode,
+    pub(crate) message: String,
+    /// OpenAI's `code` (`model_not_found`).
+    pub(crate) code: Option<&'static str>,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self { status, message: message.into(), code: None }
+    }
+    pub(crate) fn bad(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+/// The status for an embedder error: the caller's input (400; a text too long, 413), a full
+/// queue (503, retry), or the server's own failure (500).
+fn status_of(e: &EmbedError) -> StatusCode {
+    match e {
+        EmbedError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        EmbedError::InvalidOption(_) => StatusCode::BAD_REQUEST,
+        EmbedError::TooLong { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl From<EmbedError> for ApiError {
+    fn from(e: EmbedError) -> Self {
+        let message = match &e {
+            EmbedError::TooLong { index, tokens, exact, max_length, .. } => format!(
+                "inputs[{index}] has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or send \"truncate\": true",
+                if *exact { "" } else { "more than " }
+            ),
+            _ => e.to_string(),
+        };
+        Self::new(status_of(&e), message)
+    }
+}
+
+/// Which API shape to answer errors in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Flavour {
+    OpenAi,
+    Tei,
+    Plain,
+}
+
+pub(crate) fn error_response(flavour: Flavour, e: ApiError) -> Response {
+    let body = match flavour {
+        Flavour::OpenAi => json!({ "error": {
+            "message": e.message,
+            "type": match e.status.as_u16() { 401 => "authentication_error", 503 | 429 => "server_overloaded", 500 | 504 => "server_error", _ => "invalid_request_error" },
+            "param": Value::Null,
+            "code": e.code,
+        }}),
+        Flavour::Tei => json!({
+            "error": e.message,
+            "error_type": match e.status.as_u16() { 401 => "Unauthorized", 503 | 429 => "Overloaded", 500 | 504 => "Backend", _ => "Validation" },
+        }),
+        Flavour::Plain => json!({ "error": e.message }),
+    };
+    let mut r = (e.status, axum::Json(body)).into_response();
+    if e.status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
+}
+
+/// A string or a list of strings, or (OpenAI only) token ids.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Input {
+    One(String),
+    Many(Vec<String>),
+    Ids(Vec<u32>),
+    ManyIds(Vec<Vec<u32>>),
+}
+
+impl App {
+    pub(crate) fn new(models: Arc<Models>, config: ServerConfig) -> Self {
+        Self {
+            models,
+            api_key: config.api_key.as_deref().map(|k| Sha256::digest(k.as_bytes()).into()),
+            max_inputs: config.max_inputs,
+            max_body_bytes: config.max_body_bytes,
+            request_timeout: config.request_timeout,
+            token_ids: config.token_ids,
+            metrics: Metrics::default(),
+            created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    /// Embeds `texts` with `options`, or answers 504 past the request timeout; the future is then
+    /// dropped, which takes the request's texts that have not started out of the queue.
+    pub(crate) async fn embed(
+        &self,
+        entry: &Entry,
+        embedder: &Embedder,
+        texts: &[String],
+        options: &CallOptions,
+    ) -> Result<Embeddings, ApiError> {
+        let rows = match tokio::time::timeout(self.request_timeout, embedder.embed_with_async(texts, options)).await {
+            Ok(rows) => rows?,
+            Err(_) => {
+                return Err(ApiError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "the request took longer than {} s (--request-timeout), so its texts that had not started were dropped; send fewer texts per request, or retry",
+                        self.request_timeout.as_secs_f64()
+                    ),
+                ));
+            }
+        };
+        self.metrics.count_texts(entry, texts.len(), rows.total_tokens());
+        Ok(rows)
+    }
+
+    /// The model a request names (`None`: the first), once it has loaded. An unknown name is
+    /// 404 listing the names.
+    pub(crate) fn model(&self, name: Option<&str>) -> Result<(&Entry, &Arc<Embedder>), ApiError> {
+        let entry = match name {
+            None => self.models.first(),
+            Some(n) => self.models.entry(n).map_err(|e| ApiError {
+                status: StatusCode::NOT_FOUND,
+                message: e.to_string(),
+                code: Some("model_not_found"),
+            })?,
+        };
+        let embedder = entry.embedder.get().ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("model {:?} is still loading; retry shortly", entry.name),
+            )
+        })?;
+        Ok((entry, embedder))
+    }
+
+    /// `Authorization: Bearer KEY` when the server has a key. Both sides are hashed first, so the
+    /// comparison takes the same time whatever is sent.
+    pub(crate) fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(want) = &self.api_key else { return Ok(()) };
+        let sent = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        let got: [u8; 32] = Sha256::digest(sent.as_bytes()).into();
+        if got.iter().zip(want).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0 {
+            Ok(())
+        } else {
+            Err(ApiError::new(StatusCode::UNAUTHORIZED, "missing or wrong API key: send `Authorization: Bearer <key>`"))
+        }
+    }
+
+    /// What every POST route does first: check the key, read the body, parse the JSON.
+    pub(crate) async fn accept<T: for<'de> Deserialize<'de>>(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<T, ApiError> {
+        self.authorize(headers)?;
+        let body = read_body(body, headers, self.max_body_bytes).await?;
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("invalid JSON request: {e}")))
+    }
+
+    /// At least one text and at most `max_inputs`.
+    pub(crate) fn check_inputs(&self, count: usize) -> Result<(), ApiError> {
+        if count == 0 {
+            return Err(ApiError::bad("input must not be empty: send a string or a list of strings"));
+        }
+        if count > self.max_inputs {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "{count} inputs in one request; the server takes at most {} (--max-inputs): split the request",
+                    self.max_inputs
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The answer, or the error in the route's API shape; either is counted in the metrics.
+    pub(crate) fn respond(
+        &self,
+        endpoint: &'static str,
+        flavour: Flavour,
+        started: Instant,
+        r: Result<Response, ApiError>,
+    ) -> Response {
+        let response = r.unwrap_or_else(|e| {
+            if e.status.is_server_error() && e.status != StatusCode::SERVICE_UNAVAILABLE {
+                tracing::error!("{endpoint}: {}", e.message);
+            }
+            error_response(flavour, e)
+        });
+        self.metrics.record(endpoint, response.status(), started.elapsed());
+        response
+    }
+}
+
+/// The request body, at most `limit` bytes. A longer one is 413; it is read to its end first
+/// (up to [`DRAIN_BYTES`]) unless the client waits for `100 Continue`, which it then never gets.
+async fn read_body(mut body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "the request body is larger than the server's --max-body-bytes")
+    };
+    let announced =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let waits_for_continue =
+        headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if announced.is_some_and(|n| n > limit as u64 && (waits_for_continue || n > DRAIN_BYTES)) {
+        return Err(too_large());
+    }
+    let mut data = Vec::with_capacity(announced.map_or(0, |n| n.min(limit as u64) as usize));
+    let mut seen = 0u64;
+    while let Some(frame) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame.map_err(|e| ApiError::bad(format!("cannot read the request body: {e}")))?;
+        let Ok(chunk) = frame.into_data() else { continue };
+        seen += chunk.len() as u64;
+        if seen <= limit as u64 {
+            data.extend_from_slice(&chunk);
+        } else if seen > DRAIN_BYTES {
+            break;
+        }
+    }
+    if seen > limit as u64 {
+        return Err(too_large());
+    }
+    Ok(data.into())
+}
+
+/// 200 once every model has loaded, else 503 with the ones still loading.
+pub(crate) async fn health(State(app): State<Arc<App>>) -> Response {
+    let models = &app.models.entries;
+    let loading: Vec<&str> = models.iter().filter(|e| e.embedder.get().is_none()).map(|e| e.name.as_str()).collect();
+    if !loading.is_empty() {
+        return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({ "status": "loading", "loading": loading })))
+            .into_response();
+    }
+    let providers: serde_json::Map<String, Value> = models
+        .iter()
+        .filter_map(|e| Some((e.name.clone(), Value::from(e.embedder.get()?.report().active_provider))))
+        .collect();
+    let first = providers.values().next().cloned().unwrap_or(Value::Null);
+    (StatusCode::OK, axum::Json(json!({ "status": "ok", "provider": first, "providers": providers }))).into_response()
+}
+
+/// What the doctor says about a model: `/info` for the first, `/models/{name}/info` for any.
+pub(crate) async fn info(State(app): State<Arc<App>>, model: Option<Path<String>>, headers: HeaderMap) -> Response {
+    let started = Instant::now();
+    let r = (|| {
+        app.authorize(&headers)?;
+        let (entry, e) = app.model(model.as_ref().map(|p| p.0.as_str()))?;
+        let report = e.report();
+        let info = e.model_info();
+        Ok(axum::Json(json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "model_id": entry.name,
+            "models": app.models.names(),
+            "max_input_length": info.max_length,
+            "max_client_batch_size": app.max_inputs,
+            "model": info,
+            "active_provider": report.active_provider,
+            "gpu_vendor": report.gpu_vendor,
+            "registrations": report.registrations,
+            "fallback": report.fallback,
+            "plan": report.plan,
+            "ort": report.ort,
+            "sessions": e.sessions(),
+            "memory": report.memory,
+            "max_inputs": app.max_inputs,
+        }))
+        .into_response())
+    })();
+    app.respond("/info", Flavour::Plain, started, r)
+}

@@ -1,0 +1,148 @@
+//! nornir's embedding server as a library: [`router`] turns one or several loaded
+//! [`Embedder`]s into an axum [`Router`] that speaks OpenAI's and text-embeddings-inference's
+//! (TEI) APIs, so a crate with its own server can mount these routes, and `nornir vector serve`
+//! only parses flags and runs it.
+//!
+//! Routes (the README documents every field and status):
+//! - OpenAI: `POST /v1/embeddings` and `/embeddings`, `GET /v1/models` and `/models`;
+//! - TEI: `POST /` and `/embed`, `/tokenize`, `/decode`, `/similarity`, on the first model, and
+//!   the same under `/models/{name}/...` for any model;
+//! - `GET /health` (200 once every model is loaded), `/info`, `/metrics` (Prometheus text).
+//!
+//! Each request's options (prompt, normalisation, dimensions, truncation) go to the embedder as
+//! [`CallOptions`](nornir_vector::CallOptions): requests with different options share batches.
+//! Error messages name a limit by its `nornir vector serve` flag (`--max-inputs` is
+//! [`ServerConfig::max_inputs`]), as the operators who read them know it.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use nornir_server::{Models, ServerConfig, router};
+//! use nornir_vector::{Embedder, EmbedderOptions};
+//!
+//! let embedder = Embedder::new("models/bge-small".as_ref(), &EmbedderOptions::default())?;
+//! let models = Arc::new(Models::new(["bge-small".to_owned()])?);
+//! models.set_loaded("bge-small", Arc::new(embedder))?;
+//! let app = router(models, ServerConfig::default());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod api;
+mod metrics;
+mod models;
+mod openai;
+mod tei;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+
+pub use models::{Models, ModelsError};
+
+/// How `input` given as token ids is read on the OpenAI routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TokenIds {
+    /// As OpenAI defines them: ids of its `cl100k_base` encoding (what LangChain's
+    /// `OpenAIEmbeddings` sends by default), decoded to text and tokenized again by the model's
+    /// own tokenizer. Reading them as the model's own ids would give other words and wrong
+    /// vectors without an error.
+    #[default]
+    Cl100k,
+    /// Answer 400: send text.
+    Refuse,
+}
+
+impl std::str::FromStr for TokenIds {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cl100k" => Ok(Self::Cl100k),
+            "refuse" => Ok(Self::Refuse),
+            other => Err(format!("{other:?} is not a token-id reading: use cl100k or refuse")),
+        }
+    }
+}
+
+/// The server's limits and access, the same for every model. `Default`: no key, 2,048 inputs
+/// and 4 MiB per request, 60 s per request, token ids read as `cl100k_base`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// Require `Authorization: Bearer KEY` on every route but `/health`.
+    pub api_key: Option<String>,
+    /// Most texts in one request (OpenAI takes 2,048); more get 413.
+    pub max_inputs: usize,
+    /// Largest request body in bytes; larger ones get 413.
+    pub max_body_bytes: usize,
+    /// How long a request's texts may queue and run; past it, 504, and its texts that have not
+    /// started leave the queue.
+    pub request_timeout: Duration,
+    pub token_ids: TokenIds,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            api_key: None,
+            max_inputs: 2048,
+            max_body_bytes: 4 << 20,
+            request_timeout: Duration::from_secs(60),
+            token_ids: TokenIds::Cl100k,
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into()).filter(|k| !k.is_empty());
+        self
+    }
+    pub fn with_max_inputs(mut self, inputs: usize) -> Self {
+        self.max_inputs = inputs.max(1);
+        self
+    }
+    pub fn with_max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes.max(1);
+        self
+    }
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+    pub fn with_token_ids(mut self, reading: TokenIds) -> Self {
+        self.token_ids = reading;
+        self
+    }
+}
+
+/// The routes over `models`, which may still be loading: `/health` answers 503 and the
+/// embedding routes 503 "loading" until [`Models::set_loaded`] is called for each.
+pub fn router(models: Arc<Models>, config: ServerConfig) -> Router {
+    let app = Arc::new(api::App::new(models, config));
+    let tei_routes = || {
+        Router::new()
+            .route("/embed", post(tei::embed))
+            .route("/tokenize", post(tei::tokenize))
+            .route("/decode", post(tei::decode))
+            .route("/similarity", post(tei::similarity))
+            .route("/info", get(api::info))
+    };
+    Router::new()
+        .route("/v1/embeddings", post(openai::embeddings))
+        .route("/embeddings", post(openai::embeddings))
+        .route("/v1/models", get(openai::models))
+        .route("/models", get(openai::models))
+        .route("/", post(tei::embed))
+        .merge(tei_routes())
+        .nest("/models/{model}", tei_routes())
+        .route("/health", get(api::health))
+        .route("/metrics", get(metrics::metrics))
+        .with_state(app)
+}

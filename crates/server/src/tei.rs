@@ -1,0 +1,237 @@
+//! text-embeddings-inference's routes, with its field names and answer shapes: `POST /` and
+//! `/embed` (a bare `[[f32]]`), `/tokenize`, `/decode`, `/similarity`; each also under
+//! `/models/{name}/`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use nornir_vector::{CallOptions, Truncation};
+use serde::Deserialize;
+
+use crate::api::{ApiError, App, Flavour, Input};
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+enum Direction {
+    #[serde(alias = "left", alias = "LEFT")]
+    Left,
+    #[serde(alias = "right", alias = "RIGHT")]
+    Right,
+}
+
+/// The options TEI takes at the root of the body, or, from huggingface_hub 0.28 to 0.33, under
+/// `"parameters"`.
+#[derive(Debug, Default, Deserialize)]
+struct Params {
+    #[serde(default)]
+    normalize: Option<bool>,
+    #[serde(default)]
+    prompt_name: Option<String>,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Option<Direction>,
+    #[serde(default)]
+    dimensions: Option<i64>,
+}
+
+impl Params {
+    /// Root fields first, then the nested ones.
+    fn or(self, nested: Option<Params>) -> Params {
+        let n = nested.unwrap_or_default();
+        Params {
+            normalize: self.normalize.or(n.normalize),
+            prompt_name: self.prompt_name.or(n.prompt_name),
+            truncate: self.truncate.or(n.truncate),
+            truncation_direction: self.truncation_direction.or(n.truncation_direction),
+            dimensions: self.dimensions.or(n.dimensions),
+        }
+    }
+
+    /// As TEI reads them: a text longer than the model is refused unless `truncate` is true;
+    /// then it is cut on `truncation_direction`'s side (right by default).
+    fn call_options(self, width: usize) -> Result<CallOptions, ApiError> {
+        let mut o = CallOptions::new().with_truncation(match (self.truncate, self.truncation_direction) {
+            (Some(true), Some(Direction::Left)) => Truncation::Left,
+            (Some(true), _) => Truncation::Right,
+            _ => Truncation::Refuse,
+        });
+        if let Some(n) = self.normalize {
+            o = o.with_normalize(n);
+        }
+        if let Some(name) = self.prompt_name {
+            o = o.with_prompt_name(name);
+        }
+        if let Some(d) = self.dimensions {
+            let d = usize::try_from(d).map_err(|_| {
+                ApiError::bad(format!("dimensions must be between 1 and {width} for this model, not {d}"))
+            })?;
+            o = o.with_dimensions(d);
+        }
+        Ok(o)
+    }
+}
+
+/// TEI's `inputs`: a string or a list of strings (TEI's own token-id inputs are refused).
+fn tei_texts(inputs: Input) -> Result<Vec<String>, ApiError> {
+    match inputs {
+        Input::One(s) => Ok(vec![s]),
+        Input::Many(v) => Ok(v),
+        Input::Ids(_) | Input::ManyIds(_) => {
+            Err(ApiError::bad("inputs must be a string or a list of strings (token ids are not taken here)"))
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct EmbedRequest {
+    inputs: Input,
+    #[serde(flatten)]
+    root: Params,
+    #[serde(default)]
+    parameters: Option<Params>,
+}
+
+/// The model a TEI route names in its path, if any.
+type ModelPath = Option<Path<String>>;
+
+fn name(model: &ModelPath) -> Option<&str> {
+    model.as_ref().map(|p| p.0.as_str())
+}
+
+pub(crate) async fn embed(State(app): State<Arc<App>>, model: ModelPath, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let r = async {
+        let req: EmbedRequest = app.accept(&headers, body).await?;
+        let (entry, embedder) = app.model(name(&model))?;
+        let texts = tei_texts(req.inputs)?;
+        app.check_inputs(texts.len())?;
+        let options = req.root.or(req.parameters).call_options(embedder.model_info().model_dimension)?;
+        let rows = app.embed(entry, embedder, &texts, &options).await?;
+        let vectors: Vec<&[f32]> = rows.rows().collect();
+        Ok(axum::Json(vectors).into_response())
+    }
+    .await;
+    app.respond("/embed", Flavour::Tei, started, r)
+}
+
+#[derive(Deserialize)]
+struct TokenizeRequest {
+    inputs: Input,
+    #[serde(default)]
+    add_special_tokens: Option<bool>,
+    #[serde(default)]
+    prompt_name: Option<String>,
+}
+
+/// Every token of each text (not cut to the model's length), with the prompt when one is named.
+pub(crate) async fn tokenize(
+    State(app): State<Arc<App>>,
+    model: ModelPath,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let r = async {
+        let req: TokenizeRequest = app.accept(&headers, body).await?;
+        let (_, embedder) = app.model(name(&model))?;
+        let texts = tei_texts(req.inputs)?;
+        app.check_inputs(texts.len())?;
+        let mut options = CallOptions::new();
+        if let Some(p) = req.prompt_name {
+            options = options.with_prompt_name(p);
+        }
+        let special = req.add_special_tokens.unwrap_or(true);
+        let embedder = Arc::clone(embedder);
+        let tokens = tokio::task::spawn_blocking(move || {
+            texts.iter().map(|t| embedder.tokenize(t, &options, special)).collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(|e| {
+            ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, format!("tokenizing failed: {e}"))
+        })??;
+        Ok(axum::Json(tokens).into_response())
+    }
+    .await;
+    app.respond("/tokenize", Flavour::Tei, started, r)
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Ids {
+    One(Vec<u32>),
+    Many(Vec<Vec<u32>>),
+}
+
+#[derive(Deserialize)]
+struct DecodeRequest {
+    ids: Ids,
+    #[serde(default)]
+    skip_special_tokens: Option<bool>,
+}
+
+/// The text of each list of the model's token ids.
+pub(crate) async fn decode(State(app): State<Arc<App>>, model: ModelPath, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let r = async {
+        let req: DecodeRequest = app.accept(&headers, body).await?;
+        let (_, embedder) = app.model(name(&model))?;
+        let lists = match req.ids {
+            Ids::One(ids) => vec![ids],
+            Ids::Many(lists) => lists,
+        };
+        app.check_inputs(lists.len())?;
+        let skip = req.skip_special_tokens.unwrap_or(true);
+        let texts = lists.iter().map(|ids| embedder.decode(ids, skip)).collect::<Result<Vec<_>, _>>()?;
+        Ok(axum::Json(texts).into_response())
+    }
+    .await;
+    app.respond("/decode", Flavour::Tei, started, r)
+}
+
+#[derive(Deserialize)]
+struct SimilarityInputs {
+    source_sentence: String,
+    sentences: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct SimilarityRequest {
+    inputs: SimilarityInputs,
+    #[serde(default)]
+    parameters: Option<Params>,
+}
+
+/// The cosine similarity of the source sentence with each sentence, in order.
+pub(crate) async fn similarity(
+    State(app): State<Arc<App>>,
+    model: ModelPath,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let r = async {
+        let req: SimilarityRequest = app.accept(&headers, body).await?;
+        let (entry, embedder) = app.model(name(&model))?;
+        let SimilarityInputs { source_sentence, sentences } = req.inputs;
+        app.check_inputs(sentences.len())?;
+        let mut texts = Vec::with_capacity(sentences.len() + 1);
+        texts.push(source_sentence);
+        texts.extend(sentences);
+        let options = req
+            .parameters
+            .unwrap_or_default()
+            .call_options(embedder.model_info().model_dimension)?
+            .with_normalize(true);
+        let rows = app.embed(entry, embedder, &texts, &options).await?;
+        let source = rows.row(0);
+        let scores: Vec<f32> =
+            (1..rows.len()).map(|i| rows.row(i).iter().zip(source).map(|(a, b)| a * b).sum()).collect();
+        Ok(axum::Json(scores).into_response())
+    }
+    .await;
+    app.respond("/similarity", Flavour::Tei, started, r)
+}

@@ -1,0 +1,305 @@
+//! The router in-process (tower's `oneshot`, no socket), on the real default model, the
+//! paraphrase-MiniLM-L3 export and CPU ONNX Runtime: every TEI and OpenAI shape the common
+//! clients send, checked against the library's vectors; per-request prompts; token ids read as
+//! OpenAI's cl100k_base; several models, each answering for itself.
+
+#![cfg(feature = "embed-ort")]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use nornir_server::{Models, ServerConfig, TokenIds, router};
+use nornir_vector::{CallOptions, Device, Embedder, EmbedderOptions, Embeddings, Truncation};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+fn options() -> EmbedderOptions {
+    EmbedderOptions::default().with_device(Device::Cpu).with_threads(1)
+}
+
+fn default_model() -> PathBuf {
+    nornir_test_support::env_path("NORNIR_TEST_MODEL")
+}
+
+fn load(dir: &Path, o: &EmbedderOptions) -> Arc<Embedder> {
+    Arc::new(Embedder::new(dir, o).unwrap_or_else(|e| panic!("load {}: {e}", dir.display())))
+}
+
+/// A router over `models`, all loaded.
+fn serve(models: &[(&str, &Arc<Embedder>)], config: ServerConfig) -> Router {
+    let set = Arc::new(Models::new(models.iter().map(|(n, _)| (*n).to_owned())).expect("names"));
+    for (name, e) in models {
+        set.set_loaded(name, Arc::clone(e)).expect("set");
+    }
+    router(set, config)
+}
+
+async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+        .expect("request");
+    let response = app.clone().oneshot(request).await.expect("answer");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("body");
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, value)
+}
+
+async fn post(app: &Router, path: &str, body: Value) -> (StatusCode, Value) {
+    call(app, "POST", path, Some(body)).await
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_f64().expect("number") as f32)
+        .collect()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let n = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (n(a) * n(b))
+}
+
+/// Each vector of a bare `[[f32]]` answer against the library's rows, in width and direction.
+fn assert_vectors(answer: &Value, want: &Embeddings, what: &str) {
+    let rows = answer.as_array().unwrap_or_else(|| panic!("{what}: not a list of vectors: {answer}"));
+    assert_eq!(rows.len(), want.len(), "{what}: rows");
+    for (i, v) in rows.iter().enumerate() {
+        let v = floats(v);
+        assert_eq!(v.len(), want.dim(), "{what}: row {i} width");
+        let c = cosine(&v, want.row(i));
+        assert!(c >= 0.9999, "{what}: row {i} cosine {c}");
+        let (n, m) = (v.iter().map(|x| x * x).sum::<f32>(), want.row(i).iter().map(|x| x * x).sum::<f32>());
+        assert!((n - m).abs() <= 1e-3 * m, "{what}: row {i} length {n} against {m}");
+    }
+}
+
+/// The OpenAI answer's vectors as a bare list.
+fn openai_vectors(answer: &Value) -> Value {
+    Value::Array(
+        answer["data"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no data: {answer}"))
+            .iter()
+            .map(|d| d["embedding"].clone())
+            .collect(),
+    )
+}
+
+/// The default model with BGE-style prompts in its config_sentence_transformers.json.
+fn prompted_model(dir: &Path) {
+    let model = default_model();
+    for f in ["model.onnx", "tokenizer.json", "config.json", "modules.json", "sentence_bert_config.json", "1_Pooling"] {
+        std::os::unix::fs::symlink(model.join(f), dir.join(f)).expect("link");
+    }
+    std::fs::write(
+        dir.join("config_sentence_transformers.json"),
+        r#"{"prompts":{"query":"Represent this sentence for searching relevant passages: ","document":""}}"#,
+    )
+    .expect("prompts");
+}
+
+const TEXTS: [&str; 3] = ["A man is eating food.", "A plane is taking off.", "what is a fjord?"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tei_takes_the_root_and_the_nested_parameters_and_every_field() {
+    let t = tempfile::tempdir().expect("tempdir");
+    prompted_model(t.path());
+    let lib = load(t.path(), &options());
+    let app = serve(&[("bge-like", &lib)], ServerConfig::default());
+    let query = CallOptions::new().with_prompt_name("query").with_normalize(false).with_dimensions(128);
+    let want = lib.embed_with(&TEXTS, &query).expect("library");
+    let fields = json!({ "normalize": false, "prompt_name": "query", "dimensions": 128 });
+    // huggingface_hub from 1.0 (and 0.34 on): every field at the root, posted to the base URL.
+    let mut root = fields.clone();
+    root["inputs"] = json!(TEXTS);
+    for path in ["/", "/embed", "/models/bge-like/embed"] {
+        let (status, answer) = post(&app, path, root.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {answer}");
+        assert_vectors(&answer, &want, path);
+    }
+    // huggingface_hub 0.28 to 0.33: the same fields under "parameters".
+    let (status, answer) = post(&app, "/", json!({ "inputs": TEXTS, "parameters": fields })).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_vectors(&answer, &want, "nested parameters");
+    // A query's prompt by name gives what an embedder built with that prompt gives.
+    let built = load(t.path(), &options().with_prompt_name("query"));
+    let (_, answer) = post(&app, "/embed", json!({ "inputs": TEXTS, "prompt_name": "query" })).await;
+    assert_vectors(&answer, &built.embed(&TEXTS).expect("built"), "prompt_name");
+    let (status, e) = post(&app, "/embed", json!({ "inputs": "x", "prompt_name": "search" })).await;
+    assert_eq!((status, e["error_type"].as_str()), (StatusCode::BAD_REQUEST, Some("Validation")), "{e}");
+    assert!(e["error"].as_str().is_some_and(|m| m.contains("\"document\", \"query\"")), "{e}");
+
+    // A text longer than the model: 413 unless truncate, then cut on the side asked for.
+    let long = format!("start {} end", "river stone light ".repeat(300));
+    let (status, e) = post(&app, "/embed", json!({ "inputs": ["short", long] })).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{e}");
+    assert!(
+        e["error"].as_str().is_some_and(|m| m.contains("inputs[1] has 904 tokens") && m.contains("truncate")),
+        "{e}"
+    );
+    for (direction, truncation) in
+        [("Right", Truncation::Right), ("Left", Truncation::Left), ("left", Truncation::Left)]
+    {
+        let want = lib.embed_with(&[long.as_str()], &CallOptions::new().with_truncation(truncation)).expect("cut");
+        let body = json!({ "inputs": long, "truncate": true, "truncation_direction": direction });
+        let (status, answer) = post(&app, "/embed", body).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_vectors(&answer, &want, direction);
+    }
+    // llama-index's TextEmbeddingsInference sends exactly this.
+    let (status, answer) = post(&app, "/embed", json!({ "inputs": TEXTS, "truncate": true })).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_vectors(&answer, &lib.embed(&TEXTS).expect("plain"), "llama-index");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenize_decode_and_similarity_as_tei_answers_them() {
+    let lib = load(&default_model(), &options());
+    let app = serve(&[("minilm", &lib)], ServerConfig::default());
+    let (status, tokens) = post(&app, "/tokenize", json!({ "inputs": ["Hello, fjords!", "a b"] })).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    let first = tokens[0].as_array().expect("tokens");
+    let texts: Vec<&str> = first.iter().map(|t| t["text"].as_str().expect("text")).collect();
+    assert_eq!(texts, ["[CLS]", "Hello", ",", "fjord", "s", "!", "[SEP]"], "{tokens}");
+    assert_eq!((first[0]["special"].as_bool(), first[1]["special"].as_bool()), (Some(true), Some(false)));
+    assert_eq!((first[1]["start"].as_u64(), first[1]["stop"].as_u64()), (Some(0), Some(5)));
+    let ids: Vec<u64> = first.iter().map(|t| t["id"].as_u64().expect("id")).collect();
+    let (_, bare) = post(&app, "/tokenize", json!({ "inputs": "Hello, fjords!", "add_special_tokens": false })).await;
+    assert_eq!(bare[0].as_array().map(Vec::len), Some(5));
+
+    let (status, decoded) = post(&app, "/decode", json!({ "ids": ids })).await;
+    assert_eq!((status, decoded), (StatusCode::OK, json!(["hello, fjords!"])));
+    let (_, with_special) = post(&app, "/decode", json!({ "ids": [ids], "skip_special_tokens": false })).await;
+    assert_eq!(with_special, json!(["[CLS] hello, fjords! [SEP]"]));
+    let (status, e) = post(&app, "/decode", json!({ "ids": [1, 999_999] })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
+
+    let sentences = ["A man is eating a meal.", "A plane is taking off."];
+    let body = json!({ "inputs": { "source_sentence": TEXTS[0], "sentences": sentences } });
+    let (status, scores) = post(&app, "/similarity", body).await;
+    assert_eq!(status, StatusCode::OK, "{scores}");
+    let v = lib.embed(&[TEXTS[0], sentences[0], sentences[1]]).expect("library");
+    let scores = floats(&scores);
+    for (k, s) in scores.iter().enumerate() {
+        assert!((s - cosine(v.row(0), v.row(k + 1))).abs() < 1e-4, "sentence {k}: {s}");
+    }
+    assert!(scores[0] > scores[1], "the paraphrase scores higher: {scores:?}");
+}
+
+/// cl100k_base ids of `text`, as tiktoken (and so LangChain) makes them.
+fn cl100k(text: &str) -> Vec<u32> {
+    tiktoken_rs::cl100k_base_singleton().encode_ordinary(text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_token_ids_are_read_as_cl100k_base() {
+    let lib = load(&default_model(), &options());
+    let app = serve(&[("minilm", &lib)], ServerConfig::default());
+    let want = lib.embed(&TEXTS).expect("library");
+    let ids: Vec<Vec<u32>> = TEXTS.iter().map(|t| cl100k(t)).collect();
+    let (status, answer) = post(&app, "/v1/embeddings", json!({ "model": "minilm", "input": ids })).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_vectors(&openai_vectors(&answer), &want, "[[ids]]");
+    assert_eq!(answer["usage"]["prompt_tokens"].as_u64(), Some(want.total_tokens() as u64), "the model's tokens");
+    let (_, one) = post(&app, "/embeddings", json!({ "model": "minilm", "input": ids[0], "user": "u-1" })).await;
+    assert_vectors(&openai_vectors(&one), &lib.embed(&TEXTS[..1]).expect("one"), "[ids] on /embeddings");
+    // Read as the model's own ids, the same numbers are other words.
+    let misread = lib.decode(&ids[0], true).expect("decode as the model's ids");
+    assert_ne!(misread.to_lowercase(), TEXTS[0].to_lowercase(), "{misread}");
+
+    let (status, e) = post(&app, "/v1/embeddings", json!({ "input": [[1, 4_000_000]] })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
+    assert!(e["error"]["message"].as_str().is_some_and(|m| m.contains("4000000") && m.contains("cl100k_base")), "{e}");
+    let strict = serve(&[("minilm", &lib)], ServerConfig::default().with_token_ids(TokenIds::Refuse));
+    let (status, e) = post(&strict, "/v1/embeddings", json!({ "input": ids })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
+    assert!(e["error"]["message"].as_str().is_some_and(|m| m.contains("--token-ids refuse")), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_models_each_answer_for_the_name_they_are_asked_by() {
+    let minilm = load(&default_model(), &options());
+    let paraphrase = load(&nornir_test_support::env_path("NORNIR_TEST_PARAPHRASE_MODEL"), &options());
+    let app = serve(&[("minilm", &minilm), ("paraphrase", &paraphrase)], ServerConfig::default());
+    let want_minilm = minilm.embed(&TEXTS).expect("minilm");
+    let want_paraphrase = paraphrase.embed(&TEXTS).expect("paraphrase");
+    assert!(cosine(want_minilm.row(0), want_paraphrase.row(0)).abs() < 0.99, "the two models differ");
+
+    // Concurrent requests for both models, each checked against its own model.
+    let mut tasks = Vec::new();
+    for k in 0..16 {
+        let app = app.clone();
+        let name = if k % 2 == 0 { "minilm" } else { "paraphrase" };
+        tasks.push(tokio::spawn(async move {
+            let path = format!("/models/{name}/embed");
+            let (openai, tei) = tokio::join!(
+                post(&app, "/v1/embeddings", json!({ "model": name, "input": TEXTS })),
+                post(&app, &path, json!({ "inputs": TEXTS })),
+            );
+            (name, openai, tei)
+        }));
+    }
+    for task in tasks {
+        let (name, (s1, openai), (s2, tei)) = task.await.expect("task");
+        assert_eq!((s1, s2), (StatusCode::OK, StatusCode::OK), "{openai} {tei}");
+        assert_eq!(openai["model"].as_str(), Some(name));
+        let want = if name == "minilm" { &want_minilm } else { &want_paraphrase };
+        assert_vectors(&openai_vectors(&openai), want, name);
+        assert_vectors(&tei, want, name);
+    }
+    // TEI's bare routes use the first model.
+    let (_, first) = post(&app, "/embed", json!({ "inputs": TEXTS })).await;
+    assert_vectors(&first, &want_minilm, "the first model");
+
+    let (status, e) = post(&app, "/v1/embeddings", json!({ "model": "text-embedding-3-small", "input": "a" })).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("model_not_found")), "{e}");
+    assert!(e["error"]["message"].as_str().is_some_and(|m| m.contains("minilm, paraphrase")), "{e}");
+    assert_eq!(post(&app, "/models/nope/embed", json!({ "inputs": "a" })).await.0, StatusCode::NOT_FOUND);
+
+    let (status, list) = call(&app, "GET", "/v1/models", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let ids: Vec<&str> = list["data"].as_array().expect("data").iter().map(|m| m["id"].as_str().expect("id")).collect();
+    assert_eq!((list["object"].as_str(), ids), (Some("list"), vec!["minilm", "paraphrase"]));
+    let (_, info) = call(&app, "GET", "/models/paraphrase/info", None).await;
+    assert_eq!((info["model_id"].as_str(), info["model"]["dimension"].as_u64()), (Some("paraphrase"), Some(384)));
+    let (_, metrics) = call(&app, "GET", "/metrics", None).await;
+    let metrics = metrics.as_str().expect("text").to_owned();
+    for needle in [
+        "nornir_texts_total{model=\"minilm\"} 51",
+        "nornir_texts_total{model=\"paraphrase\"} 48",
+        "nornir_queue_texts{model=\"paraphrase\"} 0",
+        "nornir_active_provider{model=\"minilm\",provider=\"CPUExecutionProvider\",vendor=\"cpu\"} 1",
+        "nornir_requests_total{endpoint=\"/v1/embeddings\",status=\"404\"} 1",
+    ] {
+        assert!(metrics.contains(needle), "{needle} not in\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_still_loading_is_503_and_health_names_it() {
+    let lib = load(&default_model(), &options());
+    let models = Arc::new(Models::new(["ready".to_owned(), "later".to_owned()]).expect("names"));
+    models.set_loaded("ready", Arc::clone(&lib)).expect("set");
+    let app = router(Arc::clone(&models), ServerConfig::default());
+    let (status, health) = call(&app, "GET", "/health", None).await;
+    assert_eq!(
+        (status, health),
+        (StatusCode::SERVICE_UNAVAILABLE, json!({ "status": "loading", "loading": ["later"] }))
+    );
+    assert_eq!(post(&app, "/v1/embeddings", json!({ "model": "ready", "input": "a" })).await.0, StatusCode::OK);
+    let (status, e) = post(&app, "/v1/embeddings", json!({ "model": "later", "input": "a" })).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{e}");
+    models.set_loaded("later", lib).expect("set");
+    assert_eq!(call(&app, "GET", "/health", None).await.0, StatusCode::OK);
+}
