@@ -169,7 +169,11 @@ fn test_env(home: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
     Ok(vec![
         (
             "NORNIR_TEST_PYTHON",
-            compare::python_venv(home, "test-venv", TEST_PYTHON_PACKAGES, "the tests' OpenAI client")?,
+            compare::python_venv(home, "test-venv", TEST_PYTHON_PACKAGES, "the tests' client libraries")?,
+        ),
+        (
+            "NORNIR_TEST_PYTHON_HF_0_30",
+            compare::python_venv(home, "test-venv-hf-0.30", TEST_PYTHON_HF_0_30, "the tests' older huggingface_hub")?,
         ),
         ("NORNIR_TEST_HIP_DIR", ensure_debian_hip(home)?),
         ("NORNIR_TEST_CUDA_VENV", fetch::wheel_venv(home, "cuda-venv", assets::CUDA_VENV_WHEELS, "the CUDA pip test")?),
@@ -189,8 +193,13 @@ fn test_env(home: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
 /// The GPU check's bundle for its dry run (crates/cli/tests/gpu_check.rs), made from the debug build.
 const DRY_RUN_BUNDLE: &str = "target/gpu-bundle-dry-run";
 
-/// The official OpenAI Python client, for the server's compatibility test.
-const TEST_PYTHON_PACKAGES: &[&str] = &["openai==3.57.0"];
+/// The client libraries the server's compatibility tests drive: OpenAI's own, huggingface_hub's
+/// InferenceClient (numpy for its answers) and LangChain's OpenAIEmbeddings (with tiktoken).
+const TEST_PYTHON_PACKAGES: &[&str] =
+    &["openai==3.57.0", "huggingface_hub==2.4.0", "numpy==2.4.6", "langchain-openai==1.7.4", "tiktoken==0.14.0"];
+
+/// huggingface_hub from the releases (0.28 to 0.33) that nest TEI's options under "parameters".
+const TEST_PYTHON_HF_0_30: &[&str] = &["huggingface_hub==0.30.2", "numpy==2.4.6"];
 
 fn test(extra: &[String]) -> Result<()> {
     let home = fetch::fetch(&all_test_assets())?;

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use common::model;
-use nornir_vector::{Device, Embedder, EmbedderOptions};
+use nornir_vector::{CallOptions, Device, Embedder, EmbedderOptions};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 const KEY: &str = "test-key-0123456789";
 
@@ -281,6 +282,106 @@ fn the_official_openai_python_client() {
         let cut = floats(&got["dim64"][i]);
         assert!(cut.len() == 64 && cosine(&cut, &want.row(i)[..64]) > 0.9999, "row {i}, 64 dimensions");
     }
+}
+
+/// The default model with a BGE-style query prompt in its config_sentence_transformers.json.
+fn prompted_model(dir: &std::path::Path) {
+    for f in ["model.onnx", "tokenizer.json", "config.json", "modules.json", "sentence_bert_config.json", "1_Pooling"] {
+        std::os::unix::fs::symlink(model().join(f), dir.join(f)).expect("link");
+    }
+    std::fs::write(
+        dir.join("config_sentence_transformers.json"),
+        r#"{"prompts":{"query":"Represent this sentence for searching relevant passages: ","document":""}}"#,
+    )
+    .expect("prompts");
+}
+
+/// tiktoken's cl100k_base file, as tiktoken caches it (named after its download address), made
+/// from tiktoken-rs's copy of the same ranks: the tests fetch nothing from a CDN.
+fn tiktoken_cache(dir: &std::path::Path) {
+    let bpe = tiktoken_rs::cl100k_base_singleton();
+    let mut file = String::new();
+    for rank in 0..100_256u32 {
+        let bytes = bpe.decode_bytes(&[rank]).expect("a cl100k_base rank");
+        file.push_str(&format!("{} {rank}\n", base64::engine::general_purpose::STANDARD.encode(bytes)));
+    }
+    let sha = format!("{:x}", Sha256::digest(file.as_bytes()));
+    assert_eq!(sha, "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7", "tiktoken checks this hash");
+    std::fs::write(dir.join("9b5ad71b2ce5302211f9c61530b329a4922fc6a4"), file).expect("write the encoding");
+}
+
+/// Runs scripts/client_libraries_check.py with `python` for `client`; its JSON answer.
+fn run_client(
+    python: &std::path::Path,
+    client: &str,
+    server: &Server,
+    model: &str,
+    texts: &[String],
+    env: &[(&str, &std::path::Path)],
+) -> Value {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/client_libraries_check.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .args([client, server.url.as_str(), KEY, model])
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {client}: {e}"));
+    serde_json::to_writer(child.stdin.take().expect("stdin"), texts).expect("send texts");
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{client}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{client}'s JSON: {e}"))
+}
+
+fn assert_rows(got: &Value, want: &nornir_vector::Embeddings, what: &str) {
+    let rows = got.as_array().unwrap_or_else(|| panic!("{what}: no rows: {got}"));
+    assert_eq!(rows.len(), want.len(), "{what}");
+    for (i, r) in rows.iter().enumerate() {
+        let v = floats(r);
+        assert_eq!(v.len(), want.dim(), "{what}: row {i}");
+        let c = cosine(&v, want.row(i));
+        assert!(c >= 0.9999, "{what}: row {i} cosine {c}");
+    }
+}
+
+/// huggingface_hub's InferenceClient (a current release, and 0.30 for the nested "parameters")
+/// and LangChain's OpenAIEmbeddings at its defaults (cl100k_base token ids) against the server:
+/// every vector is the library's.
+#[test]
+fn the_client_libraries_people_point_at_a_server() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let folder = t.path().join("bge-like");
+    std::fs::create_dir(&folder).expect("dir");
+    prompted_model(&folder);
+    let server = Server::start_with(&folder, &[]);
+    let texts: Vec<String> = texts().into_iter().skip(30).take(6).collect();
+    let lib =
+        Embedder::new(&folder, &EmbedderOptions::default().with_device(Device::Cpu).with_threads(1)).expect("load");
+    let want = lib.embed(&texts).expect("library");
+    let query = lib.embed_with(&texts, &CallOptions::new().with_prompt_name("query").with_normalize(false)).expect("q");
+
+    let current = nornir_test_support::env_path("NORNIR_TEST_PYTHON");
+    let old = nornir_test_support::env_path("NORNIR_TEST_PYTHON_HF_0_30");
+    for (python, version) in [(&current, "2."), (&old, "0.30.")] {
+        let got = run_client(python, "huggingface_hub", &server, "bge-like", &texts, &[]);
+        assert!(got["version"].as_str().is_some_and(|v| v.starts_with(version)), "{}", got["version"]);
+        assert_rows(&got["vectors"], &want, &format!("huggingface_hub {version}"));
+        assert_rows(&got["query_vectors"], &query, &format!("huggingface_hub {version} prompt_name"));
+    }
+
+    let cache = tempfile::tempdir().expect("tiktoken cache");
+    tiktoken_cache(cache.path());
+    let got = run_client(&current, "langchain", &server, "bge-like", &texts, &[("TIKTOKEN_CACHE_DIR", cache.path())]);
+    assert_eq!(got["sent_token_ids"], true, "LangChain sends token ids at its defaults: {got}");
+    assert_rows(&got["vectors"], &want, "LangChain embed_documents");
+    assert_rows(
+        &Value::Array(vec![got["query"].clone()]),
+        &lib.embed(&texts[..1]).expect("one"),
+        "LangChain embed_query",
+    );
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! nornir's embedding server as a library: [`router`] turns one or several loaded
-//! [`Embedder`]s into an axum [`Router`] that speaks OpenAI's and text-embeddings-inference's
+//! [`Embedder`](nornir_vector::Embedder)s into an axum [`Router`] that speaks OpenAI's and text-embeddings-inference's
 //! (TEI) APIs, so a crate with its own server can mount these routes, and `nornir vector serve`
 //! only parses flags and runs it.
 //!

@@ -36,6 +36,9 @@ struct Params {
     truncation_direction: Option<Direction>,
     #[serde(default)]
     dimensions: Option<i64>,
+    /// huggingface_hub 1.x sends it when asked: only "float" is an answer its client can read.
+    #[serde(default)]
+    encoding_format: Option<String>,
 }
 
 impl Params {
@@ -48,12 +51,18 @@ impl Params {
             truncate: self.truncate.or(n.truncate),
             truncation_direction: self.truncation_direction.or(n.truncation_direction),
             dimensions: self.dimensions.or(n.dimensions),
+            encoding_format: self.encoding_format.or(n.encoding_format),
         }
     }
 
     /// As TEI reads them: a text longer than the model is refused unless `truncate` is true;
     /// then it is cut on `truncation_direction`'s side (right by default).
     fn call_options(self, width: usize) -> Result<CallOptions, ApiError> {
+        if let Some(f) = self.encoding_format.as_deref().filter(|f| *f != "float") {
+            return Err(ApiError::bad(format!(
+                "encoding_format {f:?}: TEI's routes answer float vectors only; ask /v1/embeddings for base64"
+            )));
+        }
         let mut o = CallOptions::new().with_truncation(match (self.truncate, self.truncation_direction) {
             (Some(true), Some(Direction::Left)) => Truncation::Left,
             (Some(true), _) => Truncation::Right,

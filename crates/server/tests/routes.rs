@@ -3,8 +3,6 @@
 //! clients send, checked against the library's vectors; per-request prompts; token ids read as
 //! OpenAI's cl100k_base; several models, each answering for itself.
 
-#![cfg(feature = "embed-ort")]
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -1,0 +1,68 @@
+"""The client libraries people point at an embedding server, against `nornir vector serve`:
+reads a JSON list of texts on stdin, embeds them with the client named on the command line,
+and prints {"vectors": [[...], ...], ...} as JSON, for crates/cli/tests/serve.rs.
+
+    echo '["hello"]' | python scripts/client_libraries_check.py CLIENT http://127.0.0.1:8080 KEY MODEL
+
+CLIENT is one of:
+- huggingface_hub: InferenceClient(base_url=URL).feature_extraction(texts), as TEI's Python
+  users call it (1.0 and later send the options at the body's root, 0.28 to 0.33 under
+  "parameters"); also with prompt_name="query" ("query_vectors");
+- langchain: LangChain's OpenAIEmbeddings at its defaults, which sends cl100k_base token ids, not
+  strings (tiktoken reads its encoding file from TIKTOKEN_CACHE_DIR; the test writes it there).
+"""
+
+import json
+import sys
+
+
+def huggingface_hub(url: str, key: str, model: str, texts: list) -> dict:
+    import huggingface_hub as hub
+    from huggingface_hub import InferenceClient
+
+    client = InferenceClient(base_url=url, api_key=key)
+    vectors = client.feature_extraction(texts)
+    query = client.feature_extraction(texts, prompt_name="query", normalize=False)
+    return {
+        "version": hub.__version__,
+        "vectors": vectors.tolist(),
+        "query_vectors": query.tolist(),
+    }
+
+
+def langchain(url: str, key: str, model: str, texts: list) -> dict:
+    from langchain_openai import OpenAIEmbeddings
+
+    sent = []
+
+    def log(request):
+        sent.append(json.loads(request.read()))
+
+    import httpx
+
+    embeddings = OpenAIEmbeddings(
+        model=model,
+        base_url=f"{url}/v1",
+        api_key=key,
+        max_retries=0,
+        http_client=httpx.Client(event_hooks={"request": [log]}),
+    )
+    vectors = embeddings.embed_documents(texts)
+    query = embeddings.embed_query(texts[0])
+    inputs = [s["input"] for s in sent]
+    return {
+        "vectors": vectors,
+        "query": query,
+        "sent_token_ids": all(isinstance(i, list) and all(isinstance(x, list) for x in i) for i in inputs),
+    }
+
+
+def main() -> None:
+    client, url, key, model = sys.argv[1:5]
+    texts = json.load(sys.stdin)
+    check = {"huggingface_hub": huggingface_hub, "langchain": langchain}[client]
+    json.dump(check(url, key, model, texts), sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
