@@ -1,7 +1,13 @@
 //! `cargo xtask serve-bench`: `nornir vector serve` (release build) under N concurrent HTTP
-//! clients, each sending one text per request from the corpus's first texts, beside the library
-//! on the same texts in the same run (`nornir vector bench --concurrency N --per-call 1`).
+//! clients, each sending K texts per request (`--per-request`, default 1) from the corpus's first
+//! texts, beside the library on the same texts in the same run (`nornir vector bench
+//! --concurrency N --per-call K`).
 //! Clients ask for base64 vectors, so that they cost the server's 2 cores little.
+//!
+//! `--mixed-prompts`: a copy of the model with a BGE-style query prompt; every other text is sent
+//! as a query (`prompt_name`), the rest as passages, so that requests with different options must
+//! share batches. The library's figures are then for the same token ids: the queries with the
+//! prompt written before them, in one bulk call.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
@@ -19,14 +25,26 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 pub fn serve_bench(args: &[String]) -> Result<()> {
     let clients = numeric_flag(args, "--clients", 16)? as usize;
     let count = numeric_flag(args, "--texts", 1500)? as usize;
+    let mixed = args.iter().any(|a| a == "--mixed-prompts");
+    let per_request = numeric_flag(args, "--per-request", 1)? as usize;
     let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
     run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
     let nornir = workspace_root().join("target/release/nornir");
-    let model = home.join(assets::DEFAULT_MODEL_DIR);
+    let mut model = home.join(assets::DEFAULT_MODEL_DIR);
     let corpus = std::fs::read_to_string(workspace_root().join("testdata/corpus.txt"))?;
     let texts: Vec<String> = corpus.lines().take(count).map(str::to_owned).collect();
+    // Request r carries texts r*K.. (r+1)*K; with --mixed-prompts every other request is a query.
+    let is_query = |request: usize| mixed && request % 2 == 0;
+    if mixed {
+        model = prompted_copy(&model)?;
+    }
     let input = workspace_root().join("target/serve-bench-texts.txt");
-    std::fs::write(&input, texts.join("\n") + "\n")?;
+    let library_texts: Vec<String> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| if is_query(i / per_request) { format!("{QUERY_PROMPT}{t}") } else { t.clone() })
+        .collect();
+    std::fs::write(&input, library_texts.join("\n") + "\n")?;
 
     let library = Command::new(&nornir)
         .args([
@@ -36,7 +54,7 @@ pub fn serve_bench(args: &[String]) -> Result<()> {
             "--device",
             "cpu",
             "--per-call",
-            "1",
+            &per_request.to_string(),
             "--concurrency",
             &clients.to_string(),
             "--model",
@@ -86,8 +104,15 @@ pub fn serve_bench(args: &[String]) -> Result<()> {
                 s.spawn(|| -> Result<Vec<f64>> {
                     let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(60)).build();
                     let mut mine = Vec::new();
-                    while let Some(text) = texts.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        let body = serde_json::json!({ "input": text, "encoding_format": "base64" }).to_string();
+                    let requests: Vec<&[String]> = texts.chunks(per_request).collect();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(text) = requests.get(i) else { break };
+                        let mut body = serde_json::json!({ "input": text, "encoding_format": "base64" });
+                        if is_query(i) {
+                            body["prompt_name"] = "query".into();
+                        }
+                        let body = body.to_string();
                         let t = Instant::now();
                         let resp = agent.post(&format!("{url}/v1/embeddings")).send_string(&body)?;
                         let mut sink = Vec::new();
@@ -114,6 +139,9 @@ pub fn serve_bench(args: &[String]) -> Result<()> {
         serde_json::to_string_pretty(&serde_json::json!({
             "texts": texts.len(),
             "clients": clients,
+            "mixed_prompts": mixed,
+            "texts_per_request": per_request,
+            "server_vs_library_bulk": texts.len() as f64 / seconds / library["bulk_texts_per_second"].as_f64().unwrap_or(f64::NAN),
             "server": {
                 "texts_per_second": texts.len() as f64 / seconds,
                 "latency_ms": { "p50": percentile(&all, 0.5), "p95": percentile(&all, 0.95), "p99": percentile(&all, 0.99) },
@@ -126,4 +154,22 @@ pub fn serve_bench(args: &[String]) -> Result<()> {
         }))?
     );
     Ok(())
+}
+
+/// The query prompt of the `--mixed-prompts` model (BGE's).
+const QUERY_PROMPT: &str = "Represent this sentence for searching relevant passages: ";
+
+/// `model` with a query prompt in its config_sentence_transformers.json, as links in target/.
+fn prompted_copy(model: &std::path::Path) -> Result<std::path::PathBuf> {
+    let dir = workspace_root().join("target/serve-bench-prompted-model");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    for entry in std::fs::read_dir(model)? {
+        let entry = entry?;
+        std::os::unix::fs::symlink(entry.path(), dir.join(entry.file_name()))?;
+    }
+    let prompts = serde_json::json!({ "prompts": { "query": QUERY_PROMPT, "passage": "" } });
+    std::fs::remove_file(dir.join("config_sentence_transformers.json")).ok();
+    std::fs::write(dir.join("config_sentence_transformers.json"), prompts.to_string())?;
+    Ok(dir)
 }
