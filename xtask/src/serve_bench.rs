@@ -34,7 +34,7 @@ pub fn serve_bench(args: &[String]) -> Result<()> {
     let corpus = std::fs::read_to_string(workspace_root().join("testdata/corpus.txt"))?;
     let texts: Vec<String> = corpus.lines().take(count).map(str::to_owned).collect();
     // Request r carries texts r*K.. (r+1)*K; with --mixed-prompts every other request is a query.
-    let is_query = |request: usize| mixed && request % 2 == 0;
+    let is_query = |request: usize| mixed && request.is_multiple_of(2);
     if mixed {
         model = prompted_copy(&model)?;
     }

@@ -189,6 +189,14 @@ impl Embedder {
         self.engine.tokens(text, options, special_tokens)
     }
 
+    /// The model's raw token vectors for `text` (its prompt and special tokens included, after
+    /// truncation), one row of `model_dimension` per token, for TEI's `/embed_all`. Runs in the
+    /// caller's thread on the first session, outside the queue; an error for a graph that pools.
+    pub fn token_vectors(&self, text: &str, options: &CallOptions) -> Result<Embeddings> {
+        let (data, width) = self.engine.token_vectors(text, options)?;
+        Ok(Embeddings::new(data, width).unwrap_or_default())
+    }
+
     /// The text of the model's token ids; an id outside the vocabulary is an error.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         self.engine.decode(ids, skip_special_tokens)

@@ -16,7 +16,7 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams};
 use crate::call::{CallOptions, CallPrompt, Truncation};
 use crate::embeddings::{Embeddings, TextTokens};
 use crate::error::{EmbedError, Result};
-use crate::graph_io::{GraphIo, Row, RowSettings, graph_io, run_batch};
+use crate::graph_io::{GraphIo, Row, RowSettings, forward, graph_io, run_batch};
 use crate::model::ModelFolder;
 use crate::options::EmbedderOptions;
 use crate::placement::parse_profile;
@@ -674,6 +674,30 @@ impl Engine {
                 Token { id, text, special, start, stop }
             })
             .collect())
+    }
+
+    /// The model's token vectors for one text (TEI's `/embed_all`): `tokens x width`, raw, with
+    /// the call's prompt and truncation. Runs on the first session, outside the queue.
+    pub(crate) fn token_vectors(&self, text: &str, options: &CallOptions) -> Result<(Vec<f32>, usize)> {
+        if self.io.pooled {
+            return Err(EmbedError::InvalidOption(format!(
+                "the model's output {:?} is one vector per text, so it has no token vectors",
+                self.info.output
+            )));
+        }
+        let plan = self.plan_call(options)?;
+        let enc = self.tokenize(&[text], &plan)?.remove(0);
+        if plan.truncation == Truncation::Refuse && !enc.get_overflowing().is_empty() {
+            return Err(self.too_long(0, text, &plan.prompt));
+        }
+        let row = Row { ids: enc.get_ids(), skip: 0 };
+        let mut out = Vec::new();
+        let mut slot = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+        let width =
+            forward(&mut slot.session, &self.io, self.settings, &[row], &self.counters.ort_nanos, |_, v, _| {
+                out.extend_from_slice(v)
+            })?;
+        Ok((out, width))
     }
 
     /// The text of token ids, special tokens left out when `skip_special`.

@@ -287,6 +287,29 @@ pub(crate) fn run_batch(
     ort_nanos: &AtomicU64,
     mut emit: impl FnMut(usize, &[f32]),
 ) -> Result<usize> {
+    let mut v = Vec::new();
+    forward(session, io, settings, rows, ort_nanos, |k, out, width| {
+        if io.pooled {
+            emit(k, out);
+        } else {
+            v.resize(width, 0.0);
+            pool_tokens(out, rows[k].ids.len(), width, settings.pooling, rows[k].skip, &mut v);
+            emit(k, &v);
+        }
+    })
+}
+
+/// Runs one padded batch and hands each text's output to `visit(k, values, width)`: its token
+/// vectors (`len x width`, padding left out), or its one vector when the graph pools. Returns
+/// the width.
+pub(crate) fn forward(
+    session: &mut Session,
+    io: &GraphIo,
+    settings: RowSettings,
+    rows: &[Row<'_>],
+    ort_nanos: &AtomicU64,
+    mut visit: impl FnMut(usize, &[f32], usize),
+) -> Result<usize> {
     let b = rows.len();
     let l = rows.iter().map(|r| r.ids.len()).max().unwrap_or(0).max(1);
     let fail = |e: ort::Error| EmbedError::inference_because("", e);
@@ -311,17 +334,14 @@ pub(crate) fn run_batch(
     if dims.len() != expect_rank || dims[0] != b || (!io.pooled && dims[1] != l) || width == 0 {
         return Err(EmbedError::inference(format!("the model returned shape {dims:?}; expected {expect}")));
     }
-    let mut v = vec![0f32; width];
     for (k, r) in rows.iter().enumerate() {
         if io.pooled {
-            v.copy_from_slice(&values[k * width..(k + 1) * width]);
+            visit(k, &values[k * width..(k + 1) * width], width);
         } else {
             let len = r.ids.len();
             let first = k * l + if settings.left_padding { l - len } else { 0 };
-            let hidden = &values[first * width..(first + len) * width];
-            pool_tokens(hidden, len, width, settings.pooling, r.skip, &mut v);
+            visit(k, &values[first * width..(first + len) * width], width);
         }
-        emit(k, &v);
     }
     Ok(width)
 }

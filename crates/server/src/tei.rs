@@ -1,6 +1,6 @@
 //! text-embeddings-inference's routes, with its field names and answer shapes: `POST /` and
-//! `/embed` (a bare `[[f32]]`), `/tokenize`, `/decode`, `/similarity`; each also under
-//! `/models/{name}/`.
+//! `/embed` (a bare `[[f32]]`), `/embed_all`, `/tokenize`, `/decode`, `/similarity`; each also
+//! under `/models/{name}/`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -125,6 +125,40 @@ pub(crate) async fn embed(State(app): State<Arc<App>>, model: ModelPath, headers
     }
     .await;
     app.respond("/embed", Flavour::Tei, started, r)
+}
+
+/// Every token's vector of each text, raw (TEI's `/embed_all`): `[[[f32]]]`, text by token.
+pub(crate) async fn embed_all(
+    State(app): State<Arc<App>>,
+    model: ModelPath,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let r = async {
+        let req: EmbedRequest = app.accept(&headers, body).await?;
+        let (_, embedder) = app.model(name(&model))?;
+        let texts = tei_texts(req.inputs)?;
+        app.check_inputs(texts.len())?;
+        let options = req.root.or(req.parameters).call_options(embedder.model_info().model_dimension)?;
+        let embedder = Arc::clone(embedder);
+        let vectors = tokio::task::spawn_blocking(move || {
+            texts
+                .iter()
+                .map(|t| {
+                    let rows = embedder.token_vectors(t, &options)?;
+                    Ok(rows.rows().map(<[f32]>::to_vec).collect::<Vec<_>>())
+                })
+                .collect::<Result<Vec<_>, nornir_vector::EmbedError>>()
+        })
+        .await
+        .map_err(|e| {
+            ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, format!("embed_all failed: {e}"))
+        })??;
+        Ok(axum::Json(vectors).into_response())
+    }
+    .await;
+    app.respond("/embed_all", Flavour::Tei, started, r)
 }
 
 #[derive(Deserialize)]

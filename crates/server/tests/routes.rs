@@ -193,6 +193,20 @@ async fn tokenize_decode_and_similarity_as_tei_answers_them() {
         assert!((s - cosine(v.row(0), v.row(k + 1))).abs() < 1e-4, "sentence {k}: {s}");
     }
     assert!(scores[0] > scores[1], "the paraphrase scores higher: {scores:?}");
+
+    // /embed_all: each token's raw vector; their mean is the text's mean-pooled vector.
+    let (status, all) = post(&app, "/embed_all", json!({ "inputs": [TEXTS[0]] })).await;
+    assert_eq!(status, StatusCode::OK, "{all}");
+    let tokens = all[0].as_array().expect("tokens");
+    let count = lib.embed(&TEXTS[..1]).expect("one").token_count(0).expect("count");
+    assert_eq!(tokens.len(), count);
+    let mut mean = vec![0f32; 384];
+    for t in tokens {
+        for (m, x) in mean.iter_mut().zip(floats(t)) {
+            *m += x / count as f32;
+        }
+    }
+    assert!(cosine(&mean, lib.embed(&TEXTS[..1]).expect("one").row(0)) >= 0.9999);
 }
 
 /// cl100k_base ids of `text`, as tiktoken (and so LangChain) makes them.
