@@ -47,6 +47,10 @@ pub struct CallOptions {
     /// width.
     pub dimensions: Option<usize>,
     pub truncation: Option<Truncation>,
+    /// Cut a text longer than the window into overlapping chunks instead of truncating it; the
+    /// row is then the document's vector, and [`Embeddings::chunks`](crate::Embeddings::chunks)
+    /// has each chunk's span and vector. `truncation` no longer applies.
+    pub chunking: Option<Chunking>,
 }
 
 impl CallOptions {
@@ -74,6 +78,76 @@ impl CallOptions {
     }
     pub fn with_truncation(mut self, truncation: Truncation) -> Self {
         self.truncation = Some(truncation);
+        self
+    }
+    /// Chunk long texts (see [`Chunking`]).
+    pub fn with_chunking(mut self, chunking: Chunking) -> Self {
+        self.chunking = Some(chunking);
+        self
+    }
+}
+
+/// How a document's vector is made from its chunks' vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum DocumentVector {
+    /// Their mean, each chunk weighted by its tokens, normalised if the call normalises.
+    #[default]
+    Mean,
+    /// Their element-wise maximum, normalised if the call normalises.
+    Max,
+}
+
+/// Cutting long texts into chunks of the model's token ids.
+///
+/// A text is cut into windows of at most `window` tokens (counted as the model's length is: with
+/// the special tokens and the call's prompt, which every chunk gets), overlapping by `overlap`
+/// tokens; a cut falls on the start of a word where the tokenizer knows words. A text that fits
+/// one window is one chunk, whose vector is the one it gets without chunking.
+///
+/// With `late`, each chunk's vector pools the token vectors of one run over as much of the
+/// document as the model reads (Jina AI's late chunking), so it keeps the context around it; a
+/// document that fits the model's length costs one run. It suits mean-pooled models with a long
+/// context (jina-embeddings-v2/v3, nomic-embed); a CLS-pooled model has no token to stand for a
+/// span, and a model whose graph pools (a `sentence_embedding` output) cannot do it at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Chunking {
+    /// Tokens per chunk; `None` = the model's length.
+    pub window: Option<usize>,
+    /// Tokens shared by neighbouring chunks.
+    pub overlap: usize,
+    pub late: bool,
+    pub document: DocumentVector,
+}
+
+impl Default for Chunking {
+    /// Windows of the model's length, overlapping by 32 tokens, each run on its own, and the
+    /// document as their token-weighted mean.
+    fn default() -> Self {
+        Self { window: None, overlap: 32, late: false, document: DocumentVector::Mean }
+    }
+}
+
+impl Chunking {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn with_window(mut self, tokens: usize) -> Self {
+        self.window = Some(tokens);
+        self
+    }
+    pub fn with_overlap(mut self, tokens: usize) -> Self {
+        self.overlap = tokens;
+        self
+    }
+    /// Late chunking (see above).
+    pub fn with_late(mut self, late: bool) -> Self {
+        self.late = late;
+        self
+    }
+    pub fn with_document(mut self, document: DocumentVector) -> Self {
+        self.document = document;
         self
     }
 }

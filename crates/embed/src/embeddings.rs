@@ -8,6 +8,28 @@ pub struct Embeddings {
     /// Per row: tokens fed to the model (after truncation), and whether the text was truncated.
     /// Empty when the rows did not come from an embedder.
     tokens: Vec<TextTokens>,
+    /// The chunks of a call that chunks long texts; `None` otherwise.
+    chunks: Option<Box<ChunkRows>>,
+}
+
+/// One chunk of a text: where it lies in the text, and how many tokens the model read for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Chunk {
+    /// Byte offsets of its first and past its last character in the text (char boundaries).
+    pub start: usize,
+    pub end: usize,
+    /// Tokens of the text in it (not counting the prompt and special tokens).
+    pub tokens: usize,
+}
+
+/// Every chunk of a call: their vectors (`dim` each), spans, and which belong to which text.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct ChunkRows {
+    pub(crate) data: Vec<f32>,
+    pub(crate) spans: Vec<Chunk>,
+    /// Per text, its chunks' range in `spans` (and in `data`, in rows).
+    pub(crate) ranges: Vec<std::ops::Range<usize>>,
 }
 
 /// What one text cost and whether it was cut to the model's length.
@@ -21,12 +43,17 @@ impl Embeddings {
     /// For the embedder, which writes whole rows only.
     pub(crate) fn from_whole_rows(data: Vec<f32>, dim: usize, tokens: Vec<TextTokens>) -> Self {
         debug_assert!(if dim == 0 { data.is_empty() } else { data.len().is_multiple_of(dim) });
-        Self { data, dim, tokens }
+        Self { data, dim, tokens, chunks: None }
+    }
+    /// With the chunks each row was made from.
+    pub(crate) fn with_chunks(mut self, chunks: ChunkRows) -> Self {
+        self.chunks = Some(Box::new(chunks));
+        self
     }
     /// `data` holds whole rows of `dim` floats (`dim` 0 only with no data); else `None`.
     pub fn new(data: Vec<f32>, dim: usize) -> Option<Self> {
         let whole = if dim == 0 { data.is_empty() } else { data.len().is_multiple_of(dim) };
-        whole.then_some(Self { data, dim, tokens: Vec::new() })
+        whole.then_some(Self { data, dim, tokens: Vec::new(), chunks: None })
     }
     /// Tokens the model read for row `i` (special tokens and prompt included, after truncation);
     /// `None` for rows not made by an embedder.
@@ -64,5 +91,19 @@ impl Embeddings {
     }
     pub fn rows(&self) -> std::slice::ChunksExact<'_, f32> {
         self.data.chunks_exact(self.dim.max(1))
+    }
+    /// The chunks of text `i` with their vectors, in order, when the call chunked long texts
+    /// (a text that fitted one window has one chunk); empty otherwise.
+    pub fn chunks(&self, i: usize) -> impl Iterator<Item = (&Chunk, &[f32])> + '_ {
+        let (spans, data, range): (&[Chunk], &[f32], _) = match self.chunks.as_deref() {
+            Some(c) => (&c.spans, &c.data, c.ranges.get(i).cloned().unwrap_or(0..0)),
+            None => (&[], &[], 0..0),
+        };
+        let dim = self.dim;
+        range.map(move |j| (&spans[j], &data[j * dim..(j + 1) * dim]))
+    }
+    /// Whether the call chunked long texts.
+    pub fn is_chunked(&self) -> bool {
+        self.chunks.is_some()
     }
 }

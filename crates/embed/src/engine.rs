@@ -13,8 +13,9 @@ use ort::session::Session;
 use serde::{Deserialize, Serialize};
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams};
 
-use crate::call::{CallOptions, CallPrompt, Truncation};
-use crate::embeddings::{Embeddings, TextTokens};
+use crate::call::{CallOptions, CallPrompt, Chunking, DocumentVector, Truncation};
+use crate::chunk::{late_passes, windows};
+use crate::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
 use crate::error::{EmbedError, Result};
 use crate::graph_io::{GraphIo, Row, RowSettings, forward, graph_io, run_batch};
 use crate::model::ModelFolder;
@@ -56,6 +57,16 @@ pub(crate) struct Call {
     /// The call's width and normalisation, applied to the model's raw rows.
     dim: usize,
     normalize: bool,
+    /// Per unique text, its chunks, when the call chunks long texts.
+    chunked: Option<Chunked>,
+}
+
+/// How a chunking call's texts were cut.
+#[derive(Debug)]
+struct Chunked {
+    /// Per unique text: its first row in the request and its chunks (a row each).
+    texts: Vec<(usize, Vec<Chunk>)>,
+    document: DocumentVector,
 }
 
 /// A call's options with the embedder's defaults filled in.
@@ -143,6 +154,32 @@ fn one_text_per_run(model: &[u8]) -> Option<String> {
         "the graph quantizes activations with one scale per tensor ({}), so a text's vector would depend on the other texts and the padding of its batch; each text runs alone. `nornir vector quantize` of the float32 model writes per-token scales, which batch",
         list.join(", ")
     ))
+}
+
+/// A document's vector from its chunks' (`dim` each, finished as the call asks): their mean
+/// weighted by each chunk's tokens, or their element-wise maximum.
+fn combine(vectors: &[f32], dim: usize, spans: &[Chunk], how: DocumentVector) -> Vec<f32> {
+    let mut out = vec![0f32; dim];
+    match how {
+        DocumentVector::Max => {
+            out.fill(f32::NEG_INFINITY);
+            for v in vectors.chunks_exact(dim.max(1)) {
+                for (o, x) in out.iter_mut().zip(v) {
+                    *o = o.max(*x);
+                }
+            }
+        }
+        _ => {
+            let total: usize = spans.iter().map(|c| c.tokens.max(1)).sum();
+            for (v, c) in vectors.chunks_exact(dim.max(1)).zip(spans) {
+                let w = c.tokens.max(1) as f32 / total.max(1) as f32;
+                for (o, x) in out.iter_mut().zip(v) {
+                    *o += w * x;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The number of CPU sessions from which they share one copy of the model's weights.
@@ -368,7 +405,7 @@ impl Engine {
         let mut ids = enc.get_ids().to_vec();
         let last = u32::try_from(vocab.saturating_sub(1)).unwrap_or(u32::MAX);
         ids.insert(ids.len().saturating_sub(1), last);
-        let dim = self.run_batch(&self.session, &[Row { ids: &ids, skip: 0 }], |_, _| {}).map_err(|e| match e {
+        let dim = self.run_batch(&self.session, &[Row { ids: &ids, skip: 0, spans: &[] }], |_, _| {}).map_err(|e| match e {
             EmbedError::ForcedDeviceFailed { .. } => e,
             e => EmbedError::Model {
                 dir: self.info.folder.dir.clone(),
@@ -514,11 +551,16 @@ impl Engine {
                 })
             })
             .collect();
+        let expand = (unique.len() < texts.len()).then_some(slot);
+        if let Some(chunking) = &options.chunking {
+            return self.prepare_chunks(&unique, expand, &plan, chunking);
+        }
+        let slot = expand.as_deref();
         let encodings = if unique.is_empty() { Vec::new() } else { self.tokenize(&unique, &plan)? };
         if plan.truncation == Truncation::Refuse
             && let Some(u) = encodings.iter().position(|e| !e.get_overflowing().is_empty())
         {
-            let index = slot.iter().position(|&s| s == u).unwrap_or(u);
+            let index = slot.and_then(|slot| slot.iter().position(|&s| s == u)).unwrap_or(u);
             return Err(self.too_long(index, unique[u], &plan.prompt));
         }
         let request = Request::new(unique.len(), self.info.model_dimension);
@@ -536,11 +578,109 @@ impl Engine {
                 // A prompt cut from the left is no longer whole at the start: pool every token.
                 let cut_left = plan.truncation == Truncation::Left && !e.get_overflowing().is_empty();
                 let skip = if cut_left { 0 } else { plan.skip };
-                Item { ids: e.get_ids().to_vec(), skip, request: Arc::clone(&request), index }
+                Item { ids: e.get_ids().to_vec(), skip, spans: Vec::new(), request: Arc::clone(&request), index }
             })
             .collect();
-        let expand = (unique.len() < texts.len()).then_some(slot);
-        Ok(Call { request, items, expand, tokens, dim: plan.dim, normalize: plan.normalize })
+        Ok(Call { request, items, expand, tokens, dim: plan.dim, normalize: plan.normalize, chunked: None })
+    }
+
+    /// A chunking call: each text's whole token ids cut into windows (see [`Chunking`]), a queue
+    /// item per window, or per pass of the model for late chunking.
+    fn prepare_chunks(
+        &self,
+        unique: &[&str],
+        expand: Option<Vec<usize>>,
+        plan: &CallPlan,
+        chunking: &Chunking,
+    ) -> Result<Call> {
+        let max = self.info.max_length;
+        let window = chunking.window.unwrap_or(max);
+        if window > max {
+            return Err(EmbedError::InvalidOption(format!(
+                "chunking window {window} is longer than the {max} tokens the model reads; give at most {max}"
+            )));
+        }
+        if chunking.late && self.io.pooled {
+            return Err(EmbedError::InvalidOption(format!(
+                "late chunking pools token vectors, but the model's output {:?} is one vector per text",
+                self.info.output
+            )));
+        }
+        let fail = |e: tokenizers::Error| EmbedError::inference_because("tokenization failed", e);
+        // Each queue item to be: its ids, the spans it pools (late chunking), its first row.
+        struct Piece(Vec<u32>, Vec<(usize, usize)>, usize);
+        let mut pieces: Vec<Piece> = Vec::new();
+        let mut chunked = Vec::with_capacity(unique.len());
+        let mut tokens = Vec::with_capacity(unique.len());
+        let mut rows = 0;
+        for (u, text) in unique.iter().enumerate() {
+            let prompted = with_prompt(&plan.prompt, text);
+            let enc = self.whole_tokenizer().encode(prompted.as_ref(), true).map_err(fail)?;
+            let (ids, mask, offsets) = (enc.get_ids(), enc.get_special_tokens_mask(), enc.get_offsets());
+            let lead = mask.iter().take_while(|&&m| m == 1).count();
+            let trail = mask[lead..].iter().rev().take_while(|&&m| m == 1).count();
+            let end = ids.len() - trail;
+            let prompt_bytes = plan.prompt.len();
+            let head = lead + (lead..end).take_while(|&i| offsets[i].0 < prompt_bytes).count();
+            let capacity = window.saturating_sub(head + trail);
+            if capacity <= chunking.overlap {
+                return Err(EmbedError::InvalidOption(format!(
+                    "a chunking window of {window} tokens leaves {capacity} for text {u}'s own tokens after the prompt and special tokens, no more than the overlap of {}: give a longer window or a shorter overlap",
+                    chunking.overlap
+                )));
+            }
+            let content = &ids[head..end];
+            let cuts = windows(&enc.get_word_ids()[head..end], capacity, chunking.overlap);
+            let span = |&(a, b): &(usize, usize)| Chunk {
+                start: offsets[head + a].0.saturating_sub(prompt_bytes),
+                end: offsets[head + b - 1].1.saturating_sub(prompt_bytes),
+                tokens: b - a,
+            };
+            let piece = |from: usize, to: usize| -> Vec<u32> {
+                ids[..head].iter().chain(&content[from..to]).chain(&ids[end..]).copied().collect()
+            };
+            let first = rows;
+            let before = pieces.len();
+            match cuts.len() {
+                // No tokens of its own, or few enough for one window: the text as it is.
+                0 | 1 => pieces.push(Piece(ids.to_vec(), Vec::new(), rows)),
+                _ if !chunking.late => {
+                    for (k, &(a, b)) in cuts.iter().enumerate() {
+                        pieces.push(Piece(piece(a, b), Vec::new(), rows + k));
+                    }
+                }
+                _ => {
+                    for (from, to, range) in late_passes(&cuts, content.len(), max - head - trail, chunking.overlap) {
+                        let spans =
+                            cuts[range.clone()].iter().map(|&(a, b)| (head + a - from, head + b - from)).collect();
+                        pieces.push(Piece(piece(from, to), spans, rows + range.start));
+                    }
+                }
+            }
+            let spans: Vec<Chunk> = if cuts.is_empty() {
+                vec![Chunk { start: 0, end: text.len(), tokens: 0 }]
+            } else {
+                cuts.iter().map(span).collect()
+            };
+            rows += spans.len();
+            let read: usize = pieces[before..].iter().map(|p| p.0.len()).sum();
+            tokens.push(TextTokens { count: u32::try_from(read).unwrap_or(u32::MAX), truncated: false });
+            chunked.push((first, spans));
+        }
+        let request = Request::new(rows, self.info.model_dimension);
+        let items = pieces
+            .into_iter()
+            .map(|Piece(ids, spans, index)| Item { ids, skip: plan.skip, spans, request: Arc::clone(&request), index })
+            .collect();
+        Ok(Call {
+            request,
+            items,
+            expand,
+            tokens,
+            dim: plan.dim,
+            normalize: plan.normalize,
+            chunked: Some(Chunked { texts: chunked, document: chunking.document }),
+        })
     }
 
     /// The error for text `index` of a call that refuses truncation, with its token count.
@@ -554,13 +694,42 @@ impl Engine {
 
     /// The call's embeddings from its request's rows, in the call's order, duplicates expanded,
     /// each cut to the call's width and normalised if it asks.
-    pub(crate) fn finish(&self, call: Call, rows: Vec<f32>) -> Embeddings {
+    pub(crate) fn finish(&self, mut call: Call, rows: Vec<f32>) -> Embeddings {
         let (width, dim) = (self.info.model_dimension, call.dim);
         let order: Vec<usize> = match &call.expand {
             Some(slot) => slot.clone(),
             None => (0..call.tokens.len()).collect(),
         };
         self.counters.texts.fetch_add(order.len() as u64, Ordering::Relaxed);
+        let tokens = order.iter().map(|&u| call.tokens[u]).collect();
+        let finish_row = |out: &mut Vec<f32>, raw: &[f32]| {
+            let start = out.len();
+            out.extend_from_slice(&raw[..dim]);
+            if call.normalize {
+                normalize(&mut out[start..]);
+            }
+        };
+        if let Some(chunked) = call.chunked.take() {
+            let mut chunks = ChunkRows::default();
+            let mut data = Vec::with_capacity(order.len() * dim);
+            for &u in &order {
+                let (first, spans) = &chunked.texts[u];
+                let from = chunks.spans.len();
+                for (j, span) in spans.iter().enumerate() {
+                    let row = first + j;
+                    finish_row(&mut chunks.data, &rows[row * width..(row + 1) * width]);
+                    chunks.spans.push(*span);
+                }
+                chunks.ranges.push(from..chunks.spans.len());
+                let vectors = &chunks.data[from * dim..];
+                if spans.len() == 1 {
+                    data.extend_from_slice(vectors);
+                } else {
+                    finish_row(&mut data, &combine(vectors, dim, spans, chunked.document));
+                }
+            }
+            return Embeddings::from_whole_rows(data, dim, tokens).with_chunks(chunks);
+        }
         let data = if call.expand.is_none() && dim == width {
             let mut rows = rows;
             if call.normalize {
@@ -570,15 +739,10 @@ impl Engine {
         } else {
             let mut data = Vec::with_capacity(order.len() * dim);
             for &u in &order {
-                let start = data.len();
-                data.extend_from_slice(&rows[u * width..u * width + dim]);
-                if call.normalize {
-                    normalize(&mut data[start..]);
-                }
+                finish_row(&mut data, &rows[u * width..(u + 1) * width]);
             }
             data
         };
-        let tokens = order.iter().map(|&u| call.tokens[u]).collect();
         Embeddings::from_whole_rows(data, dim, tokens)
     }
 
@@ -588,7 +752,7 @@ impl Engine {
     /// instead of leaving their callers waiting.
     pub(crate) fn run_items(&self, slot: &Mutex<Slot>, items: &[Item]) {
         let run = |batch: &[&Item]| -> Result<Vec<f32>> {
-            let rows: Vec<Row<'_>> = batch.iter().map(|i| Row { ids: &i.ids, skip: i.skip }).collect();
+            let rows: Vec<Row<'_>> = batch.iter().map(|i| Row { ids: &i.ids, skip: i.skip, spans: &i.spans }).collect();
             let mut out = Vec::with_capacity(batch.len() * self.info.model_dimension);
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.run_batch(slot, &rows, |_, v| out.extend_from_slice(v))
@@ -596,22 +760,27 @@ impl Engine {
             .unwrap_or_else(|_| Err(EmbedError::inference("a session worker panicked running this batch")))?;
             Ok(out)
         };
+        // The batch's vectors in order: each item's rows, one after another.
         let hand_over = |batch: &[&Item], rows: Vec<f32>| {
-            let dim = rows.len() / batch.len().max(1);
-            for (k, item) in batch.iter().enumerate() {
-                item.request.finish_row(item.index, Ok(&rows[k * dim..(k + 1) * dim]));
+            let dim = rows.len() / batch.iter().map(|i| i.rows()).sum::<usize>().max(1);
+            let mut vectors = rows.chunks_exact(dim.max(1));
+            for item in batch {
+                for j in 0..item.rows() {
+                    let v = vectors.next().unwrap_or(&[]);
+                    item.request.finish_row(item.index + j, Ok(v));
+                }
             }
         };
         let all: Vec<&Item> = items.iter().collect();
         match run(&all) {
             Ok(rows) => hand_over(&all, rows),
-            Err(e) if items.len() == 1 => items[0].request.finish_row(items[0].index, Err(e)),
+            Err(e) if items.len() == 1 => items[0].fail(e),
             Err(e) => {
                 tracing::warn!("a batch of {} texts failed ({e}); running each alone", items.len());
                 for item in items {
                     match run(&[item]) {
                         Ok(rows) => hand_over(&[item], rows),
-                        Err(e) => item.request.finish_row(item.index, Err(e)),
+                        Err(e) => item.fail(e),
                     }
                 }
             }
@@ -690,7 +859,7 @@ impl Engine {
         if plan.truncation == Truncation::Refuse && !enc.get_overflowing().is_empty() {
             return Err(self.too_long(0, text, &plan.prompt));
         }
-        let row = Row { ids: enc.get_ids(), skip: 0 };
+        let row = Row { ids: enc.get_ids(), skip: 0, spans: &[] };
         let mut out = Vec::new();
         let mut slot = self.session.lock().unwrap_or_else(PoisonError::into_inner);
         let width =
@@ -860,7 +1029,7 @@ impl Engine {
                 .encode("where does this run?", true)
                 .map(|e| e.get_ids().to_vec())
                 .unwrap_or_else(|_| vec![0, 0]);
-            let row = Row { ids: &ids, skip: 0 };
+            let row = Row { ids: &ids, skip: 0, spans: &[] };
             run_batch(&mut session, &self.io, self.settings, &[row], &AtomicU64::new(0), |_, _| {})?;
             let file = session.end_profiling().map_err(|e| EmbedError::inference_because("ending the profile", e))?;
             let text = std::fs::read_to_string(&file).map_err(|e| EmbedError::inference_because(&file, e))?;

@@ -190,6 +190,8 @@ pub(crate) struct RowSettings {
 pub(crate) struct Row<'a> {
     pub(crate) ids: &'a [u32],
     pub(crate) skip: usize,
+    /// Token ranges to pool into a vector each (late chunking); empty: the whole text.
+    pub(crate) spans: &'a [(usize, usize)],
 }
 
 /// A batch's ids, attention mask, token type ids and position ids, padded to `l`, in the graph's
@@ -277,8 +279,8 @@ fn output_values<'a>(value: &'a ort::value::DynValue, ty: OutputType) -> ort::Re
     })
 }
 
-/// Runs one padded batch and hands each text's pooled vector, at the model's full width and not
-/// normalised, to `emit(k, vector)`. Returns the model's vector width.
+/// Runs one padded batch and hands each text's pooled vector (or one per span), at the model's
+/// full width and not normalised, to `emit(k, vector)`, in order. Returns the model's width.
 pub(crate) fn run_batch(
     session: &mut Session,
     io: &GraphIo,
@@ -289,12 +291,18 @@ pub(crate) fn run_batch(
 ) -> Result<usize> {
     let mut v = Vec::new();
     forward(session, io, settings, rows, ort_nanos, |k, out, width| {
+        let row = &rows[k];
+        v.resize(width, 0.0);
         if io.pooled {
             emit(k, out);
-        } else {
-            v.resize(width, 0.0);
-            pool_tokens(out, rows[k].ids.len(), width, settings.pooling, rows[k].skip, &mut v);
+        } else if row.spans.is_empty() {
+            pool_tokens(out, row.ids.len(), width, settings.pooling, row.skip, &mut v);
             emit(k, &v);
+        } else {
+            for &(from, to) in row.spans {
+                pool_tokens(&out[from * width..to * width], to - from, width, settings.pooling, 0, &mut v);
+                emit(k, &v);
+            }
         }
     })
 }

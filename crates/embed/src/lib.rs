@@ -8,6 +8,7 @@
 
 mod batch;
 mod call;
+mod chunk;
 mod embedder;
 mod embeddings;
 mod engine;
@@ -26,9 +27,9 @@ mod stats;
 mod tokenize;
 mod weights;
 
-pub use call::{CallOptions, CallPrompt, Truncation};
+pub use call::{CallOptions, CallPrompt, Chunking, DocumentVector, Truncation};
 pub use embedder::{EmbedFuture, Embedder};
-pub use embeddings::Embeddings;
+pub use embeddings::{Chunk, Embeddings};
 pub use engine::{ModelInfo, Token};
 pub use error::{Cause, EmbedError, Result};
 pub use model::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};

@@ -49,14 +49,25 @@ impl Request {
 
     /// Row `index` is done (`Ok(vector)`) or failed.
     pub(crate) fn finish_row(&self, index: usize, row: Result<&[f32], EmbedError>) {
-        let mut s = self.lock();
         match row {
-            Ok(v) => s.rows[index * v.len()..(index + 1) * v.len()].copy_from_slice(v),
-            Err(e) => {
-                s.error.get_or_insert(e);
+            Ok(v) => {
+                let mut s = self.lock();
+                s.rows[index * v.len()..(index + 1) * v.len()].copy_from_slice(v);
+                self.count_done(&mut s, 1);
             }
+            Err(e) => self.fail_rows(1, e),
         }
-        s.remaining -= 1;
+    }
+
+    /// `count` rows failed with `e` (the first error a request meets is the one it returns).
+    pub(crate) fn fail_rows(&self, count: usize, e: EmbedError) {
+        let mut s = self.lock();
+        s.error.get_or_insert(e);
+        self.count_done(&mut s, count);
+    }
+
+    fn count_done(&self, s: &mut RequestState, count: usize) {
+        s.remaining -= count;
         if s.remaining == 0 {
             self.done.notify_all();
             if let Some(w) = s.waker.take() {
@@ -92,17 +103,30 @@ impl Request {
     }
 }
 
-/// One text waiting to run: its ids and where its row goes.
+/// One text waiting to run: its ids and where its rows go.
 #[derive(Debug)]
 pub(crate) struct Item {
     pub(crate) ids: Vec<u32>,
     /// Prompt tokens at its start that the pooling leaves out (see `graph_io::Row`).
     pub(crate) skip: usize,
+    /// Token ranges pooled into a row each (late chunking); empty: the whole text, one row.
+    pub(crate) spans: Vec<(usize, usize)>,
     pub(crate) request: Arc<Request>,
+    /// Its first row in the request.
     pub(crate) index: usize,
 }
 
 impl Item {
+    /// How many rows it fills.
+    pub(crate) fn rows(&self) -> usize {
+        self.spans.len().max(1)
+    }
+
+    /// Fails every row it fills with `e`.
+    pub(crate) fn fail(&self, e: EmbedError) {
+        self.request.fail_rows(self.rows(), e);
+    }
+
     /// Its length in the queue: its tokens, and at least 1 (an empty text still takes a row).
     fn length(&self) -> usize {
         self.ids.len().max(1)
@@ -435,7 +459,7 @@ impl Scheduler {
         q.by_call.clear();
         drop(q);
         for item in left {
-            item.request.finish_row(item.index, Err(EmbedError::inference("the embedder was dropped")));
+            item.fail(EmbedError::inference("the embedder was dropped"));
         }
         self.work.notify_all();
         self.room.notify_all();
@@ -449,7 +473,13 @@ mod tests {
     fn call(request: &Arc<Request>, texts: &[(usize, usize)]) -> Vec<Item> {
         texts
             .iter()
-            .map(|&(index, len)| Item { ids: vec![1; len], skip: 0, request: Arc::clone(request), index })
+            .map(|&(index, len)| Item {
+                ids: vec![1; len],
+                skip: 0,
+                spans: Vec::new(),
+                request: Arc::clone(request),
+                index,
+            })
             .collect()
     }
 

@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use nornir_embed::{Embedder, EmbedderOptions, Pooling};
+use nornir_embed::{CallOptions, Chunking, Embedder, EmbedderOptions, Pooling};
 use nornir_ep_select::Device;
 use nornir_test_support::fixtures::{self, DIM, Kind, POSITION_DIRECTION, TASKS, position_row, table_row, task_row};
 use serde_json::{Value, json};
@@ -274,8 +274,14 @@ fn matryoshka_dim_keeps_the_first_dimensions_then_normalises() {
 
 /// The jina-v2-like graph by hand: positions, then one head of attention over real tokens.
 fn attended(text: &str) -> Vec<f32> {
-    let h: Vec<[f32; DIM]> = ids(text)
-        .into_iter()
+    unit(mean(&attention(&ids(text))))
+}
+
+/// The jina-v2-like graph's token vectors for `ids` run alone.
+fn attention(ids: &[usize]) -> Vec<[f32; DIM]> {
+    let h: Vec<[f32; DIM]> = ids
+        .iter()
+        .copied()
         .enumerate()
         .map(|(p, id)| std::array::from_fn(|k| table_row(id)[k] + position_row(p)[k]))
         .collect();
@@ -290,7 +296,53 @@ fn attended(text: &str) -> Vec<f32> {
             std::array::from_fn(|k| h.iter().zip(&w).map(|(hj, wj)| wj * hj[k]).sum::<f32>() / total)
         })
         .collect();
-    unit(mean(&out))
+    out
+}
+
+/// Late chunking on the jina-v2-like graph: one run over the whole document, and each chunk's
+/// vector the mean of that run's token vectors over the chunk's tokens, computed here by hand;
+/// the tokens are found from each chunk's span, so the spans are checked too.
+#[test]
+fn late_chunks_pool_one_run_of_token_vectors_over_their_spans() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let no_truncation = |t: &mut Value| t["truncation"] = Value::Null;
+    let config = json!({ "max_position_embeddings": fixtures::POSITIONS, "hidden_size": DIM });
+    folder(t.path(), Kind::LongContext, no_truncation, &[("config.json", config), pooling_config("mean_tokens")]);
+    let e = Embedder::new(t.path(), &options()).expect("load");
+    let text: String = (0..300).map(|i| ["fjord ", "glacier ", "valley ", "ålesund ", "naïve "][i % 5]).collect();
+    let late = CallOptions::new()
+        .with_normalize(false)
+        .with_chunking(Chunking::new().with_window(40).with_overlap(6).with_late(true));
+    e.reset_stats();
+    let got = e.embed_with(&[text.as_str()], &late).expect("late chunks");
+    assert_eq!(e.stats().batches, 1, "a document that fits the model is one run");
+    let all = ids(&text);
+    let run = attention(&all);
+    let mut t = tokenizers::Tokenizer::from_file(common::model_dir().join("tokenizer.json")).expect("tokenizer");
+    t.with_truncation(None).expect("no truncation");
+    let offsets: Vec<(usize, usize)> = t.encode(text.as_str(), true).expect("encode").get_offsets().to_vec();
+    let chunks: Vec<_> = got.chunks(0).collect();
+    assert!(chunks.len() > 5, "{} chunks", chunks.len());
+    for (chunk, vector) in &chunks {
+        // The content tokens inside the span (position 0 is [CLS], the last [SEP]).
+        let inside: Vec<usize> =
+            (1..all.len() - 1).filter(|&p| offsets[p].0 >= chunk.start && offsets[p].1 <= chunk.end).collect();
+        assert_eq!(inside.len(), chunk.tokens, "{chunk:?}");
+        assert!(chunk.tokens <= 38, "40 tokens less [CLS] and [SEP]: {chunk:?}");
+        let want = mean(&inside.iter().map(|&p| run[p]).collect::<Vec<_>>());
+        assert_close(vector, &want, 1e-4);
+    }
+    // The document: the chunks' token-weighted mean.
+    let total: usize = chunks.iter().map(|(c, _)| c.tokens).sum();
+    let doc: Vec<f32> =
+        (0..DIM).map(|k| chunks.iter().map(|(c, v)| v[k] * c.tokens as f32).sum::<f32>() / total as f32).collect();
+    assert_close(got.row(0), &doc, 1e-4);
+    // Not late: each chunk runs alone, so its vector is its own text's.
+    let plain = CallOptions::new().with_chunking(Chunking::new().with_window(40).with_overlap(6));
+    let separate = e.embed_with(&[text.as_str()], &plain).expect("chunks");
+    for (chunk, vector) in separate.chunks(0) {
+        assert_close(vector, &attended(&text[chunk.start..chunk.end]), 1e-4);
+    }
 }
 
 #[test]
