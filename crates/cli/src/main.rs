@@ -190,6 +190,22 @@ struct EmbedArgs {
     output: Option<PathBuf>,
     #[command(flatten)]
     model: ModelArgs,
+    /// What to do with a text longer than the model reads: truncate (keep its first tokens; the
+    /// run says how many texts were cut), refuse (stop with an error naming the text), chunk
+    /// (overlapping windows of its tokens, each embedded alone; the row is the document's vector,
+    /// their token-weighted mean, and the chunks are written too: a "chunks" array per JSON line,
+    /// or OUTPUT.chunks.npy|f32 with OUTPUT.chunks.tsv), late (late chunking: the same chunks,
+    /// each pooled from one run over as much of the document as the model reads; for
+    /// mean-pooled long-context models).
+    #[arg(long, value_enum, default_value = "truncate")]
+    long: engine::LongText,
+    /// Tokens per chunk with --long chunk|late, special tokens and prompt included (default: the
+    /// model's length).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    window: Option<u32>,
+    /// Tokens shared by neighbouring chunks with --long chunk|late.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    overlap: u32,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -406,6 +422,9 @@ fn main() -> ExitCode {
                 format: a.format,
                 output: a.output,
                 model: a.model,
+                long: a.long,
+                window: a.window.map(|w| w as usize),
+                overlap: a.overlap as usize,
                 quiet: a.quiet,
                 verbose: a.verbose > 0,
             })

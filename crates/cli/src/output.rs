@@ -72,27 +72,97 @@ impl Drop for Sink {
     }
 }
 
+/// One chunk of a text as written: its span in characters (Unicode scalar values, as Python's
+/// `str` slices count), its tokens and its vector.
+#[derive(serde::Serialize)]
+pub struct ChunkOut<'a> {
+    pub start: usize,
+    pub end: usize,
+    pub tokens: usize,
+    pub embedding: &'a [f32],
+}
+
+/// The chunk files beside a .npy or .f32 output: the vectors and a TSV index.
+struct ChunkFiles {
+    vectors: RowWriter,
+    index: Sink,
+}
+
 /// Writes rows in the chosen format; `.npy` collects rows and writes at `finish`.
 pub struct RowWriter {
     format: OutputFormat,
     sink: Sink,
     npy_rows: Vec<f32>,
     dim: usize,
+    /// Texts written so far (their index in the chunk index).
+    texts: usize,
+    chunk_files: Option<Box<ChunkFiles>>,
+}
+
+/// `dir/name.chunks.ext` and `dir/name.chunks.tsv` beside `dir/name.ext`.
+pub fn chunk_paths(output: &Path) -> (PathBuf, PathBuf) {
+    let stem = output.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let ext = output.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
+    (output.with_file_name(format!("{stem}.chunks{ext}")), output.with_file_name(format!("{stem}.chunks.tsv")))
 }
 
 impl RowWriter {
     pub fn new(format: OutputFormat, sink: Sink) -> Self {
-        Self { format, sink, npy_rows: Vec::new(), dim: 0 }
+        Self { format, sink, npy_rows: Vec::new(), dim: 0, texts: 0, chunk_files: None }
+    }
+
+    /// Chunks of .npy and .f32 outputs go to two files beside `output` (see [`chunk_paths`]);
+    /// JSON lines carry them in each text's object.
+    pub fn with_chunk_files(mut self, output: Option<&Path>) -> Result<Self> {
+        if self.format == OutputFormat::Jsonl {
+            return Ok(self);
+        }
+        let output = output.context(
+            "chunks of .npy or .f32 output go to files beside it: give --output FILE (or --format jsonl for standard output)",
+        )?;
+        let (vectors, index) = chunk_paths(output);
+        let mut index = Sink::open(Some(&index))?;
+        index.writer().write_all(b"text\tchunk\tstart\tend\ttokens\n")?;
+        let vectors = RowWriter::new(self.format, Sink::open(Some(&vectors))?);
+        self.chunk_files = Some(Box::new(ChunkFiles { vectors, index }));
+        Ok(self)
     }
 
     pub fn write_row(&mut self, row: &[f32], id: Option<&serde_json::Value>) -> Result<()> {
+        self.write_text(row, id, None)
+    }
+
+    /// A text's row, and its chunks when the run chunks long texts.
+    pub fn write_text(
+        &mut self,
+        row: &[f32],
+        id: Option<&serde_json::Value>,
+        chunks: Option<&[ChunkOut<'_>]>,
+    ) -> Result<()> {
         self.dim = row.len();
+        let text = self.texts;
+        self.texts += 1;
+        if let (Some(files), Some(chunks)) = (self.chunk_files.as_deref_mut(), chunks) {
+            for (k, c) in chunks.iter().enumerate() {
+                files.vectors.write_row(c.embedding, None)?;
+                writeln!(files.index.writer(), "{text}\t{k}\t{}\t{}\t{}", c.start, c.end, c.tokens)?;
+            }
+        }
         let w = self.sink.writer();
         match self.format {
             OutputFormat::Jsonl => {
-                match id {
-                    Some(id) => serde_json::to_writer(&mut *w, &serde_json::json!({ "id": id, "embedding": row }))?,
-                    None => serde_json::to_writer(&mut *w, row)?,
+                match (id, chunks) {
+                    (_, Some(chunks)) => {
+                        let mut object = serde_json::json!({ "embedding": row, "chunks": chunks });
+                        if let Some(id) = id {
+                            object["id"] = id.clone();
+                        }
+                        serde_json::to_writer(&mut *w, &object)?;
+                    }
+                    (Some(id), None) => {
+                        serde_json::to_writer(&mut *w, &serde_json::json!({ "id": id, "embedding": row }))?
+                    }
+                    (None, None) => serde_json::to_writer(&mut *w, row)?,
                 }
                 w.write_all(b"\n")?;
             }
@@ -105,7 +175,14 @@ impl RowWriter {
         Ok(())
     }
 
+    /// Writes what is held and renames every file into place: the chunk files first, so that the
+    /// main output never appears without them.
     pub fn finish(mut self, dim: usize) -> Result<()> {
+        if let Some(files) = self.chunk_files.take() {
+            let ChunkFiles { vectors, index } = *files;
+            vectors.finish(dim)?;
+            index.finish()?;
+        }
         if self.format == OutputFormat::Npy {
             let dim = if self.dim == 0 { dim } else { self.dim };
             let rows = self.npy_rows.len().checked_div(dim).unwrap_or(0);

@@ -43,6 +43,56 @@ fn stdin_lines_keep_row_order_and_formats_agree() {
     assert_eq!(files_in(t.path()), ["v.npy"], "no temporary file left");
 }
 
+/// `--long`: chunk writes each text's chunks (JSON lines, or .chunks.npy and .chunks.tsv beside
+/// the output, with character spans that cut the right substrings of non-ASCII text); truncate
+/// says how many texts it cut; refuse stops with the text's number.
+#[test]
+fn long_texts_are_chunked_refused_or_counted_when_truncated() {
+    let m = model();
+    let m = m.to_str().expect("utf8");
+    let long = "Ålesund ligger på øyer, og fjordene skjærer inn i landet. ".repeat(60);
+    let input = format!("short text\n{long}\n");
+    let args = ["vector", "embed", "-q", "--model", m, "--long", "chunk", "--window", "64", "--overlap", "8"];
+    let o = Run { stdin: input.as_bytes(), ..Run::new(&args) }.output();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["chunks"].as_array().map(Vec::len), Some(1));
+    let chunks = rows[1]["chunks"].as_array().expect("chunks");
+    assert!(chunks.len() > 10, "{}", chunks.len());
+    let chars: Vec<char> = long.chars().collect();
+    let first: String = chars[..chunks[0]["end"].as_u64().expect("end") as usize].iter().collect();
+    assert!(first.starts_with("Ålesund ligger") && !first.ends_with(' '), "{first:?}");
+    let text_end = long.trim_end().chars().count() as u64;
+    assert_eq!(chunks.last().and_then(|c| c["end"].as_u64()), Some(text_end), "the last chunk ends the text");
+    assert_eq!(chunks[0]["embedding"].as_array().map(Vec::len), Some(384));
+
+    let t = tempfile::tempdir().expect("tempdir");
+    let npy = t.path().join("v.npy");
+    let npy_args = [&args[..], &["--format", "npy", "--output", npy.to_str().expect("utf8")]].concat();
+    let o = Run { stdin: input.as_bytes(), ..Run::new(&npy_args) }.output();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(files_in(t.path()), ["v.chunks.npy", "v.chunks.tsv", "v.npy"]);
+    let index = std::fs::read_to_string(t.path().join("v.chunks.tsv")).expect("index");
+    assert_eq!(index.lines().count(), 1 + 1 + chunks.len(), "a header and a line per chunk");
+    assert!(index.starts_with("text\tchunk\tstart\tend\ttokens\n0\t0\t0\t10\t"), "{index}");
+    let header =
+        String::from_utf8_lossy(&std::fs::read(t.path().join("v.chunks.npy")).expect("chunks")[..128]).into_owned();
+    assert!(header.contains(&format!("({}, 384,", 1 + chunks.len())), "{header}");
+
+    let o = Run { stdin: input.as_bytes(), ..Run::new(&["vector", "embed", "-q", "--model", m]) }.output();
+    assert!(o.status.success());
+    assert!(stderr(&o).contains("1 of 2 texts were longer than the model's 256 tokens"), "{}", stderr(&o));
+    let o =
+        Run { stdin: input.as_bytes(), ..Run::new(&["vector", "embed", "--model", m, "--long", "refuse"]) }.output();
+    common::assert_one_line_error(&o, "text 2 of the input has");
+    let o = nornir(&["vector", "embed", "--model", m, "--long", "chunk", "--format", "f32", "x"]);
+    common::assert_one_line_error(&o, "give --output FILE");
+    let o = nornir(&["vector", "embed", "--model", m, "--window", "64", "x"]);
+    common::assert_one_line_error(&o, "--long chunk");
+}
+
 #[test]
 fn jsonl_input_keeps_ids() {
     let m = model();

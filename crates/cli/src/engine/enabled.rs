@@ -9,12 +9,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use nornir_vector::gpu_probe::{ProbeContext, nornir_home};
 use nornir_vector::quantize::WeightType;
 use nornir_vector::{
-    Embedder, EmbedderOptions, MIN_ORT, ModelFolder, Plan, check_library, choose_library, plan_for_model,
+    CallOptions, Chunking, Embedder, EmbedderOptions, MIN_ORT, ModelFolder, Plan, Truncation, check_library,
+    choose_library, plan_for_model,
 };
 
-use super::{EmbedJob, OrtChoice, SessionDoc};
+use super::{EmbedJob, LongText, OrtChoice, SessionDoc};
 use crate::input::{InputFormat, Record, Records};
-use crate::output::{RowWriter, Sink};
+use crate::output::{ChunkOut, RowWriter, Sink};
 use crate::{BenchArgs, ModelArgs};
 
 /// Texts embedded per call when streaming: bounds memory whatever the input size.
@@ -125,17 +126,53 @@ fn progress(enabled: bool, total: Option<u64>) -> ProgressBar {
     }
 }
 
+/// The call options of `--long`.
+fn long_text_options(job: &EmbedJob) -> CallOptions {
+    let chunking = |late| {
+        let c = Chunking::new().with_overlap(job.overlap).with_late(late);
+        match job.window {
+            Some(w) => c.with_window(w),
+            None => c,
+        }
+    };
+    match job.long {
+        LongText::Truncate => CallOptions::new(),
+        LongText::Refuse => CallOptions::new().with_truncation(Truncation::Refuse),
+        LongText::Chunk => CallOptions::new().with_chunking(chunking(false)),
+        LongText::Late => CallOptions::new().with_chunking(chunking(true)),
+    }
+}
+
+/// Byte offsets of `text` (ascending) as character offsets, in one pass.
+fn char_offsets(text: &str, bytes: &[usize]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let (mut at, mut chars) = (0, 0);
+    for &b in bytes {
+        chars += text[at..b.max(at)].chars().count();
+        at = b.max(at);
+        out.push(chars);
+    }
+    out
+}
+
 pub fn embed(job: &EmbedJob) -> Result<()> {
+    let options = long_text_options(job);
+    if job.window.is_some() && options.chunking.is_none() {
+        bail!("--window sets the chunk size of --long chunk or --long late; add one of them");
+    }
     let (mut source, size) = open_source(job)?;
     let sink = Sink::open(job.output.as_deref())?;
+    let mut writer = RowWriter::new(job.format, sink);
+    if options.chunking.is_some() {
+        writer = writer.with_chunk_files(job.output.as_deref())?;
+    }
     let embedder = load(&job.model)?;
     if job.verbose {
         eprintln!("nornir: {}", provider_line(&embedder));
     }
-    let mut writer = RowWriter::new(job.format, sink);
     let bar = progress(!job.quiet && job.texts.is_empty(), size);
     let started = Instant::now();
-    let mut done = 0usize;
+    let (mut done, mut truncated, mut chunks) = (0usize, 0usize, 0usize);
     loop {
         let mut chunk: Vec<Record> = Vec::with_capacity(CHUNK);
         while chunk.len() < CHUNK {
@@ -148,9 +185,32 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
             break;
         }
         let texts: Vec<&str> = chunk.iter().map(|r| r.text.as_str()).collect();
-        let vectors = embedder.embed(&texts)?;
-        for (row, rec) in vectors.rows().zip(&chunk) {
-            writer.write_row(row, rec.id.as_ref())?;
+        let vectors = embedder.embed_with(&texts, &options).map_err(|e| match e {
+            nornir_vector::EmbedError::TooLong { index, tokens, exact, max_length, .. } => anyhow::anyhow!(
+                "text {} of the input has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or use --long truncate|chunk",
+                done + index + 1,
+                if exact { "" } else { "more than " }
+            ),
+            e => e.into(),
+        })?;
+        for (i, (row, rec)) in vectors.rows().zip(&chunk).enumerate() {
+            truncated += usize::from(vectors.truncated(i));
+            if vectors.is_chunked() {
+                let parts: Vec<_> = vectors.chunks(i).collect();
+                let bounds: Vec<usize> = parts.iter().flat_map(|(c, _)| [c.start, c.end]).collect();
+                let mut sorted = bounds.clone();
+                sorted.sort_unstable();
+                let chars = char_offsets(&rec.text, &sorted);
+                let at = |b: usize| chars[sorted.partition_point(|&x| x < b)];
+                let out: Vec<ChunkOut<'_>> = parts
+                    .iter()
+                    .map(|(c, v)| ChunkOut { start: at(c.start), end: at(c.end), tokens: c.tokens, embedding: v })
+                    .collect();
+                chunks += out.len();
+                writer.write_text(row, rec.id.as_ref(), Some(&out))?;
+            } else {
+                writer.write_row(row, rec.id.as_ref())?;
+            }
         }
         done += chunk.len();
         bar.set_position(source.bytes());
@@ -161,10 +221,17 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
     }
     bar.finish_and_clear();
     writer.finish(embedder.dimension())?;
+    if truncated > 0 {
+        eprintln!(
+            "nornir: {truncated} of {done} texts were longer than the model's {} tokens and were truncated to them; --long chunk keeps every token",
+            embedder.model_info().max_length
+        );
+    }
     if job.verbose {
         let seconds = started.elapsed().as_secs_f64();
+        let chunked = if chunks > 0 { format!(", {chunks} chunks") } else { String::new() };
         eprintln!(
-            "nornir: {done} texts in {seconds:.2} s ({:.1} texts/s) on {}; peak RSS {:.0} MiB",
+            "nornir: {done} texts{chunked} in {seconds:.2} s ({:.1} texts/s) on {}; {truncated} truncated; peak RSS {:.0} MiB",
             done as f64 / seconds.max(1e-9),
             embedder.report().active_provider,
             peak_rss_mib().unwrap_or(f64::NAN)
