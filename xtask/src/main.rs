@@ -8,6 +8,7 @@
 //! - `fuzz`: every cargo-fuzz target for a while (nightly), crashes kept as regression inputs.
 //! - `bench-compare`, `quality`: speed and STS Benchmark quality, float32 and int8, against peers.
 //! - `long-context`: peak memory on an 8,192-position fixture, one long text and eight.
+//! - `long-docs`: what chunking buys: retrieval of long corpus documents by sentences taken out of them.
 //! - `serve-bench`: the HTTP server under concurrent clients, beside the library.
 //! - `gpu-bundle`: what `scripts/gpu-check.sh` needs on a lent GPU machine, in transferable parts.
 
@@ -20,6 +21,7 @@ mod fetch;
 mod gpu_bundle;
 mod int8;
 mod long_context;
+mod long_docs;
 mod quality;
 mod serve_bench;
 
@@ -41,6 +43,9 @@ pub(crate) const USAGE: &str = "usage: cargo xtask <task> [options]
   quality STS Benchmark dev and test (Spearman x100) for the default model, nornir's int8 and ONNX
           Runtime's Python int8 of it, with each one's cosine to the float32 vectors
           (--model DIR, repeatable, instead; --split dev|test)
+  long-docs       retrieval on the corpus's long paragraphs by sentences taken out of them: recall@1
+          and MRR for truncation, chunk mean/max, late chunking and best chunk at windows 256 and
+          128; then chunking's speed against the same chunks as separate texts
   long-context    peak RSS of nornir on an 8,192-position fixture with real attention: one short
           text, one 8,192-token text, eight under a 65,536-token budget (attention-bounded batches)
   serve-bench     nornir vector serve under N HTTP clients sending one text each (--clients N,
@@ -90,6 +95,7 @@ fn run() -> Result<()> {
         Some("gpu-bundle") => gpu_bundle::gpu_bundle(&args[1..]),
         Some("quality") => quality::quality(&args[1..]),
         Some("long-context") => long_context::long_context(),
+        Some("long-docs") => long_docs::long_docs(),
         Some("serve-bench") => serve_bench::serve_bench(&args[1..]),
         Some("check-features") => features::check_features(&test_env(&fetch::fetch(&all_test_assets())?)?),
         Some("-h" | "--help" | "help") | None => {
