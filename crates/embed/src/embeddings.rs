@@ -23,6 +23,27 @@ pub struct Chunk {
     pub tokens: usize,
 }
 
+impl Chunk {
+    /// The spans of `chunks` of `text` in characters (Unicode scalar values, as Python's `str`
+    /// slices count), in one pass over the text: chunks come in order, each starting after the
+    /// one before starts.
+    pub fn char_spans(text: &str, chunks: &[Chunk]) -> Vec<(usize, usize)> {
+        let mut bounds: Vec<usize> = chunks.iter().flat_map(|c| [c.start, c.end]).collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        let mut chars = Vec::with_capacity(bounds.len());
+        let (mut at, mut count) = (0, 0);
+        for &b in &bounds {
+            let b = b.min(text.len()).max(at);
+            count += text.get(at..b).map_or(0, |t| t.chars().count());
+            at = b;
+            chars.push(count);
+        }
+        let find = |b: usize| chars[bounds.partition_point(|&x| x < b)];
+        chunks.iter().map(|c| (find(c.start), find(c.end))).collect()
+    }
+}
+
 /// Every chunk of a call: their vectors (`dim` each), spans, and which belong to which text.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct ChunkRows {

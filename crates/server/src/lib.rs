@@ -5,7 +5,8 @@
 //!
 //! Routes (the README documents every field and status):
 //! - OpenAI: `POST /v1/embeddings` and `/embeddings`, `GET /v1/models` and `/models`;
-//! - TEI: `POST /` and `/embed`, `/embed_all`, `/tokenize`, `/decode`, `/similarity`, on the first model, and
+//! - TEI: `POST /` and `/embed`, `/embed_all`, `/tokenize`, `/decode`, `/similarity`, and nornir's
+//!   `/embed_chunks` (with `"chunking"` on `/embed`, for long documents), on the first model, and
 //!   the same under `/models/{name}/...` for any model;
 //! - `GET /health` (200 once every model is loaded), `/info`, `/metrics` (Prometheus text).
 //!
@@ -130,6 +131,7 @@ pub fn router(models: Arc<Models>, config: ServerConfig) -> Router {
         Router::new()
             .route("/embed", post(tei::embed))
             .route("/embed_all", post(tei::embed_all))
+            .route("/embed_chunks", post(tei::embed_chunks))
             .route("/tokenize", post(tei::tokenize))
             .route("/decode", post(tei::decode))
             .route("/similarity", post(tei::similarity))

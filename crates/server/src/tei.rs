@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{CallOptions, Truncation};
+use nornir_vector::{CallOptions, Chunk, Chunking, DocumentVector, Truncation};
 use serde::Deserialize;
 
 use crate::api::{ApiError, App, Flavour, Input};
@@ -39,6 +39,44 @@ struct Params {
     /// huggingface_hub 1.x sends it when asked: only "float" is an answer its client can read.
     #[serde(default)]
     encoding_format: Option<String>,
+    /// nornir's extension: chunk texts longer than the window instead of truncating or refusing.
+    #[serde(default)]
+    chunking: Option<ChunkingParams>,
+}
+
+/// `"chunking": {"window", "overlap", "late", "document"}`, each optional.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChunkingParams {
+    #[serde(default)]
+    window: Option<usize>,
+    #[serde(default)]
+    overlap: Option<usize>,
+    #[serde(default)]
+    late: Option<bool>,
+    /// "mean" (default) or "max".
+    #[serde(default)]
+    document: Option<String>,
+}
+
+impl ChunkingParams {
+    fn chunking(&self) -> Result<Chunking, ApiError> {
+        let mut c = Chunking::new().with_late(self.late.unwrap_or(false));
+        if let Some(w) = self.window {
+            c = c.with_window(w);
+        }
+        if let Some(o) = self.overlap {
+            c = c.with_overlap(o);
+        }
+        match self.document.as_deref() {
+            None | Some("mean") => {}
+            Some("max") => c = c.with_document(DocumentVector::Max),
+            Some(other) => {
+                return Err(ApiError::bad(format!("chunking.document must be \"mean\" or \"max\", not {other:?}")));
+            }
+        }
+        Ok(c)
+    }
 }
 
 impl Params {
@@ -52,6 +90,7 @@ impl Params {
             truncation_direction: self.truncation_direction.or(n.truncation_direction),
             dimensions: self.dimensions.or(n.dimensions),
             encoding_format: self.encoding_format.or(n.encoding_format),
+            chunking: self.chunking.or(n.chunking),
         }
     }
 
@@ -68,6 +107,9 @@ impl Params {
             (Some(true), _) => Truncation::Right,
             _ => Truncation::Refuse,
         });
+        if let Some(c) = &self.chunking {
+            o = o.with_chunking(c.chunking()?);
+        }
         if let Some(n) = self.normalize {
             o = o.with_normalize(n);
         }
@@ -125,6 +167,59 @@ pub(crate) async fn embed(State(app): State<Arc<App>>, model: ModelPath, headers
     }
     .await;
     app.respond("/embed", Flavour::Tei, started, r)
+}
+
+#[derive(serde::Serialize)]
+struct ChunkAnswer<'a> {
+    start: usize,
+    end: usize,
+    tokens: usize,
+    embedding: &'a [f32],
+}
+
+#[derive(serde::Serialize)]
+struct DocumentAnswer<'a> {
+    embedding: &'a [f32],
+    chunks: Vec<ChunkAnswer<'a>>,
+}
+
+/// nornir's `/embed_chunks`: `/embed`'s request, chunked (by `chunking`, else windows of the
+/// model's length overlapping by 32 tokens); per input, the document's vector and each chunk's
+/// span (in characters), tokens and vector.
+pub(crate) async fn embed_chunks(
+    State(app): State<Arc<App>>,
+    model: ModelPath,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let r = async {
+        let req: EmbedRequest = app.accept(&headers, body).await?;
+        let (entry, embedder) = app.model(name(&model))?;
+        let texts = tei_texts(req.inputs)?;
+        app.check_inputs(texts.len())?;
+        let mut params = req.root.or(req.parameters);
+        params.chunking.get_or_insert_with(ChunkingParams::default);
+        let options = params.call_options(embedder.model_info().model_dimension)?;
+        let rows = app.embed(entry, embedder, &texts, &options).await?;
+        let answers: Vec<DocumentAnswer<'_>> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let parts: Vec<(&Chunk, &[f32])> = rows.chunks(i).collect();
+                let spans: Vec<Chunk> = parts.iter().map(|(c, _)| **c).collect();
+                let chunks = Chunk::char_spans(text, &spans)
+                    .into_iter()
+                    .zip(&parts)
+                    .map(|((start, end), (c, v))| ChunkAnswer { start, end, tokens: c.tokens, embedding: v })
+                    .collect();
+                DocumentAnswer { embedding: rows.row(i), chunks }
+            })
+            .collect();
+        Ok(axum::Json(answers).into_response())
+    }
+    .await;
+    app.respond("/embed_chunks", Flavour::Tei, started, r)
 }
 
 /// Every token's vector of each text, raw (TEI's `/embed_all`): `[[[f32]]]`, text by token.

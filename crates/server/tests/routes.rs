@@ -161,6 +161,36 @@ async fn tei_takes_the_root_and_the_nested_parameters_and_every_field() {
     assert_vectors(&answer, &lib.embed(&TEXTS).expect("plain"), "llama-index");
 }
 
+/// nornir's chunking extension: `/embed` with `"chunking"` answers the documents' vectors in
+/// TEI's shape instead of 413, and `/embed_chunks` adds each chunk's span (in characters) and vector.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_documents_are_chunked_on_request() {
+    let lib = load(&default_model(), &options());
+    let app = serve(&[("minilm", &lib)], ServerConfig::default());
+    let doc = "Ålesund ligger på øyer, og fjordene skjærer inn i landet. ".repeat(40);
+    let chunking = nornir_vector::Chunking::new().with_window(64).with_overlap(8);
+    let want = lib.embed_with(&[doc.as_str(), "short"], &CallOptions::new().with_chunking(chunking)).expect("library");
+    assert_eq!(post(&app, "/embed", json!({ "inputs": doc })).await.0, StatusCode::PAYLOAD_TOO_LARGE);
+    let body = json!({ "inputs": [doc, "short"], "chunking": { "window": 64, "overlap": 8 } });
+    let (status, answer) = post(&app, "/embed", body.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_vectors(&answer, &want, "documents");
+    let (status, answer) = post(&app, "/embed_chunks", body).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let chunks = answer[0]["chunks"].as_array().expect("chunks");
+    assert_eq!(chunks.len(), want.chunks(0).count());
+    let chars: Vec<char> = doc.chars().collect();
+    for ((got, (span, vector)), k) in chunks.iter().zip(want.chunks(0)).zip(0..) {
+        let (start, end) = (got["start"].as_u64().expect("start") as usize, got["end"].as_u64().expect("end") as usize);
+        let text: String = chars[start..end].iter().collect();
+        assert_eq!(text, doc[span.start..span.end], "chunk {k}: character span");
+        assert!(cosine(&floats(&got["embedding"]), vector) >= 0.9999, "chunk {k}");
+    }
+    assert_eq!(answer[1]["chunks"].as_array().map(Vec::len), Some(1));
+    let (status, e) = post(&app, "/embed_chunks", json!({ "inputs": "x", "chunking": { "windw": 9 } })).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokenize_decode_and_similarity_as_tei_answers_them() {
     let lib = load(&default_model(), &options());

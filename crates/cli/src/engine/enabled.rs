@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use nornir_vector::gpu_probe::{ProbeContext, nornir_home};
 use nornir_vector::quantize::WeightType;
 use nornir_vector::{
-    CallOptions, Chunking, Embedder, EmbedderOptions, MIN_ORT, ModelFolder, Plan, Truncation, check_library,
+    CallOptions, Chunk, Chunking, Embedder, EmbedderOptions, MIN_ORT, ModelFolder, Plan, Truncation, check_library,
     choose_library, plan_for_model,
 };
 
@@ -143,18 +143,6 @@ fn long_text_options(job: &EmbedJob) -> CallOptions {
     }
 }
 
-/// Byte offsets of `text` (ascending) as character offsets, in one pass.
-fn char_offsets(text: &str, bytes: &[usize]) -> Vec<usize> {
-    let mut out = Vec::with_capacity(bytes.len());
-    let (mut at, mut chars) = (0, 0);
-    for &b in bytes {
-        chars += text[at..b.max(at)].chars().count();
-        at = b.max(at);
-        out.push(chars);
-    }
-    out
-}
-
 pub fn embed(job: &EmbedJob) -> Result<()> {
     let options = long_text_options(job);
     if job.window.is_some() && options.chunking.is_none() {
@@ -197,14 +185,11 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
             truncated += usize::from(vectors.truncated(i));
             if vectors.is_chunked() {
                 let parts: Vec<_> = vectors.chunks(i).collect();
-                let bounds: Vec<usize> = parts.iter().flat_map(|(c, _)| [c.start, c.end]).collect();
-                let mut sorted = bounds.clone();
-                sorted.sort_unstable();
-                let chars = char_offsets(&rec.text, &sorted);
-                let at = |b: usize| chars[sorted.partition_point(|&x| x < b)];
-                let out: Vec<ChunkOut<'_>> = parts
-                    .iter()
-                    .map(|(c, v)| ChunkOut { start: at(c.start), end: at(c.end), tokens: c.tokens, embedding: v })
+                let spans: Vec<Chunk> = parts.iter().map(|(c, _)| **c).collect();
+                let out: Vec<ChunkOut<'_>> = Chunk::char_spans(&rec.text, &spans)
+                    .into_iter()
+                    .zip(&parts)
+                    .map(|((start, end), (c, v))| ChunkOut { start, end, tokens: c.tokens, embedding: v })
                     .collect();
                 chunks += out.len();
                 writer.write_text(row, rec.id.as_ref(), Some(&out))?;
