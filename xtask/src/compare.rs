@@ -64,7 +64,7 @@ pub(crate) fn python_venv(home: &Path, name: &str, packages: &[&str], purpose: &
     let py = venv.join("bin/python");
     let stamp = venv.join(".nornir-packages");
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(&packages.join(" ")) {
-        eprintln!("xtask: making {purpose}'s virtual environment ({})", packages.join(", "));
+        eprintln!("xtask: making the virtual environment for {purpose} ({})", packages.join(", "));
         run_checked(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         run_checked(
             Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(packages),

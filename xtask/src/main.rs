@@ -175,13 +175,15 @@ fn all_test_assets() -> Vec<&'static assets::Asset> {
 /// What the tests read to find the fetched assets and the OpenAI client's Python.
 fn test_env(home: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
     Ok(vec![
-        (
-            "NORNIR_TEST_PYTHON",
-            compare::python_venv(home, "test-venv", TEST_PYTHON_PACKAGES, "the tests' client libraries")?,
-        ),
+        ("NORNIR_TEST_PYTHON", compare::python_venv(home, "test-venv", TEST_PYTHON_PACKAGES, "the server tests")?),
         (
             "NORNIR_TEST_PYTHON_HF_0_30",
-            compare::python_venv(home, "test-venv-hf-0.30", TEST_PYTHON_HF_0_30, "the tests' older huggingface_hub")?,
+            compare::python_venv(
+                home,
+                "test-venv-hf-0.30",
+                TEST_PYTHON_HF_0_30,
+                "the server tests' older huggingface_hub",
+            )?,
         ),
         ("NORNIR_TEST_HIP_DIR", ensure_debian_hip(home)?),
         ("NORNIR_TEST_CUDA_VENV", fetch::wheel_venv(home, "cuda-venv", assets::CUDA_VENV_WHEELS, "the CUDA pip test")?),

@@ -39,6 +39,7 @@ pub struct EmbedJob {
     pub long: LongText,
     pub window: Option<usize>,
     pub overlap: usize,
+    pub json: bool,
     pub quiet: bool,
     pub verbose: bool,
 }

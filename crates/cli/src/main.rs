@@ -209,6 +209,10 @@ struct EmbedArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+    /// At the end, a JSON summary of the run on stderr (texts, truncated, chunks, seconds,
+    /// provider), one line, for scripts; the vectors still go to the output.
+    #[arg(long)]
+    json: bool,
     /// Say on stderr which provider really ran and why (-vv: debug log).
     #[arg(long, short, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -425,6 +429,7 @@ fn main() -> ExitCode {
                 long: a.long,
                 window: a.window.map(|w| w as usize),
                 overlap: a.overlap as usize,
+                json: a.json,
                 quiet: a.quiet,
                 verbose: a.verbose > 0,
             })

@@ -84,6 +84,9 @@ fn long_texts_are_chunked_refused_or_counted_when_truncated() {
     let o = Run { stdin: input.as_bytes(), ..Run::new(&["vector", "embed", "-q", "--model", m]) }.output();
     assert!(o.status.success());
     assert!(stderr(&o).contains("1 of 2 texts were longer than the model's 256 tokens"), "{}", stderr(&o));
+    let o = Run { stdin: input.as_bytes(), ..Run::new(&["vector", "embed", "-q", "--json", "--model", m]) }.output();
+    let summary: serde_json::Value = serde_json::from_str(stderr(&o).trim()).expect("one JSON line on stderr");
+    assert_eq!((summary["texts"].as_u64(), summary["truncated"].as_u64()), (Some(2), Some(1)), "{summary}");
     let o =
         Run { stdin: input.as_bytes(), ..Run::new(&["vector", "embed", "--model", m, "--long", "refuse"]) }.output();
     common::assert_one_line_error(&o, "text 2 of the input has");

@@ -96,9 +96,20 @@ fn tokenize(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJob>>) {
     }
 }
 
-/// Worker `k`: runs batches on session `k` until the embedder is dropped.
+/// Worker `k`: runs batches on session `k` until the embedder is dropped. A panic anywhere in
+/// it (building a session, running, handing rows over, taking work) fails the texts it holds,
+/// as they drop, and the worker starts again.
 fn work(engine: &Engine, k: usize) {
-    while let Some(items) = engine.scheduler.take(k) {
+    while std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_batches(engine, k))).is_err() {
+        tracing::error!("session worker {k} panicked; the texts it held failed, and it starts again");
+        engine.scheduler.worker_restarted(k);
+        // A fault that comes back at once is not run at full speed.
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+fn run_batches(engine: &Engine, k: usize) {
+    while let Some(mut items) = engine.scheduler.take(k) {
         // Session k, or the first when the extra ones could not be built.
         let slot = match k {
             0 => &engine.session,
@@ -106,7 +117,7 @@ fn work(engine: &Engine, k: usize) {
         };
         let fed = items.len() * items.iter().map(|i| i.ids.len()).max().unwrap_or(0);
         let started = std::time::Instant::now();
-        engine.run_items(slot, &items);
+        engine.run_items(slot, &mut items);
         engine.scheduler.done(k, fed, started.elapsed());
     }
 }

@@ -578,7 +578,7 @@ impl Engine {
                 // A prompt cut from the left is no longer whole at the start: pool every token.
                 let cut_left = plan.truncation == Truncation::Left && !e.get_overflowing().is_empty();
                 let skip = if cut_left { 0 } else { plan.skip };
-                Item { ids: e.get_ids().to_vec(), skip, spans: Vec::new(), request: Arc::clone(&request), index }
+                Item::new(e.get_ids().to_vec(), skip, Vec::new(), &request, index)
             })
             .collect();
         Ok(Call { request, items, expand, tokens, dim: plan.dim, normalize: plan.normalize, chunked: None })
@@ -613,7 +613,7 @@ impl Engine {
         let mut chunked = Vec::with_capacity(unique.len());
         let mut tokens = Vec::with_capacity(unique.len());
         let mut rows = 0;
-        for (u, text) in unique.iter().enumerate() {
+        for text in unique {
             let prompted = with_prompt(&plan.prompt, text);
             let enc = self.whole_tokenizer().encode(prompted.as_ref(), true).map_err(fail)?;
             let (ids, mask, offsets) = (enc.get_ids(), enc.get_special_tokens_mask(), enc.get_offsets());
@@ -625,7 +625,7 @@ impl Engine {
             let capacity = window.saturating_sub(head + trail);
             if capacity <= chunking.overlap {
                 return Err(EmbedError::InvalidOption(format!(
-                    "a chunking window of {window} tokens leaves {capacity} for text {u}'s own tokens after the prompt and special tokens, no more than the overlap of {}: give a longer window or a shorter overlap",
+                    "a chunking window of {window} tokens leaves {capacity} for a text's own tokens after the prompt and special tokens, no more than the overlap of {}: give a longer window or a shorter overlap",
                     chunking.overlap
                 )));
             }
@@ -670,7 +670,7 @@ impl Engine {
         let request = Request::new(rows, self.info.model_dimension);
         let items = pieces
             .into_iter()
-            .map(|Piece(ids, spans, index)| Item { ids, skip: plan.skip, spans, request: Arc::clone(&request), index })
+            .map(|Piece(ids, spans, index)| Item::new(ids, plan.skip, spans, &request, index))
             .collect();
         Ok(Call {
             request,
@@ -748,39 +748,39 @@ impl Engine {
 
     /// Runs a batch of queue items on `slot` and hands each row to its request, after the
     /// batch is counted in the stats. When the batch fails, each text runs again alone, so one
-    /// text (one caller's bad input) fails only its own call; a panic fails the batch's texts
-    /// instead of leaving their callers waiting.
-    pub(crate) fn run_items(&self, slot: &Mutex<Slot>, items: &[Item]) {
-        let run = |batch: &[&Item]| -> Result<Vec<f32>> {
+    /// text (one caller's bad input) fails only its own call; a panic while running fails the
+    /// batch's texts, and a panic anywhere else fails them as they drop (see `Item`).
+    pub(crate) fn run_items(&self, slot: &Mutex<Slot>, items: &mut [Item]) {
+        let run = |batch: &[Item]| -> Result<Vec<f32>> {
             let rows: Vec<Row<'_>> = batch.iter().map(|i| Row { ids: &i.ids, skip: i.skip, spans: &i.spans }).collect();
             let mut out = Vec::with_capacity(batch.len() * self.info.model_dimension);
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::fault::hit(crate::fault::Stage::Run);
                 self.run_batch(slot, &rows, |_, v| out.extend_from_slice(v))
             }))
             .unwrap_or_else(|_| Err(EmbedError::inference("a session worker panicked running this batch")))?;
             Ok(out)
         };
         // The batch's vectors in order: each item's rows, one after another.
-        let hand_over = |batch: &[&Item], rows: Vec<f32>| {
-            let dim = rows.len() / batch.iter().map(|i| i.rows()).sum::<usize>().max(1);
-            let mut vectors = rows.chunks_exact(dim.max(1));
+        let hand_over = |batch: &mut [Item], rows: Vec<f32>| {
+            crate::fault::hit(crate::fault::Stage::HandOver);
+            let dim = rows.len() / batch.iter().map(Item::rows).sum::<usize>().max(1);
+            let mut at = 0;
             for item in batch {
-                for j in 0..item.rows() {
-                    let v = vectors.next().unwrap_or(&[]);
-                    item.request.finish_row(item.index + j, Ok(v));
-                }
+                let n = item.rows() * dim;
+                item.finish(&rows[at..at + n]);
+                at += n;
             }
         };
-        let all: Vec<&Item> = items.iter().collect();
-        match run(&all) {
-            Ok(rows) => hand_over(&all, rows),
+        match run(items) {
+            Ok(rows) => hand_over(items, rows),
             Err(e) if items.len() == 1 => items[0].fail(e),
             Err(e) => {
                 tracing::warn!("a batch of {} texts failed ({e}); running each alone", items.len());
-                for item in items {
-                    match run(&[item]) {
-                        Ok(rows) => hand_over(&[item], rows),
-                        Err(e) => item.fail(e),
+                for k in 0..items.len() {
+                    match run(&items[k..=k]) {
+                        Ok(rows) => hand_over(&mut items[k..=k], rows),
+                        Err(e) => items[k].fail(e),
                     }
                 }
             }
@@ -912,6 +912,7 @@ impl Engine {
             let cfg = self.pooled_config();
             let mut extra = Vec::new();
             for _ in 1..self.sessions {
+                crate::fault::hit(crate::fault::Stage::Build);
                 let resident = resident_bytes();
                 match session::build(&self.runtime, &plan, &cfg) {
                     Ok((session, r)) => {

@@ -13,6 +13,7 @@ mod embedder;
 mod embeddings;
 mod engine;
 mod error;
+mod fault;
 mod graph_io;
 mod model;
 mod options;
@@ -53,4 +54,8 @@ pub mod internals {
     pub use crate::placement::parse_profile;
     pub use crate::pooling::pool_tokens;
     pub use crate::runtime::load_runtime;
+    /// Test-only fault injection at a worker's stages.
+    pub mod fault {
+        pub use crate::fault::{Stage, inject, pending};
+    }
 }

@@ -67,7 +67,10 @@ impl Request {
     }
 
     fn count_done(&self, s: &mut RequestState, count: usize) {
-        s.remaining -= count;
+        if s.remaining == 0 {
+            return;
+        }
+        s.remaining = s.remaining.saturating_sub(count);
         if s.remaining == 0 {
             self.done.notify_all();
             if let Some(w) = s.waker.take() {
@@ -103,7 +106,8 @@ impl Request {
     }
 }
 
-/// One text waiting to run: its ids and where its rows go.
+/// One text waiting to run: its ids and where its rows go. Dropped before its rows were handed
+/// over (a worker that panicked, at any stage), it fails them, so that no caller waits forever.
 #[derive(Debug)]
 pub(crate) struct Item {
     pub(crate) ids: Vec<u32>,
@@ -114,17 +118,50 @@ pub(crate) struct Item {
     pub(crate) request: Arc<Request>,
     /// Its first row in the request.
     pub(crate) index: usize,
+    /// Its rows were handed over (or failed, or nobody waits for them).
+    pub(crate) settled: bool,
+}
+
+impl Drop for Item {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.request.fail_rows(
+                self.rows(),
+                EmbedError::inference("a session worker failed (it panicked) before this text was done; retry"),
+            );
+        }
+    }
 }
 
 impl Item {
+    pub(crate) fn new(
+        ids: Vec<u32>,
+        skip: usize,
+        spans: Vec<(usize, usize)>,
+        request: &Arc<Request>,
+        index: usize,
+    ) -> Self {
+        Self { ids, skip, spans, request: Arc::clone(request), index, settled: false }
+    }
+
     /// How many rows it fills.
     pub(crate) fn rows(&self) -> usize {
         self.spans.len().max(1)
     }
 
+    /// Hands over its rows: `vectors` holds `rows()` vectors one after another.
+    pub(crate) fn finish(&mut self, vectors: &[f32]) {
+        let dim = vectors.len() / self.rows();
+        for (j, v) in vectors.chunks_exact(dim.max(1)).enumerate() {
+            self.request.finish_row(self.index + j, Ok(v));
+        }
+        self.settled = true;
+    }
+
     /// Fails every row it fills with `e`.
-    pub(crate) fn fail(&self, e: EmbedError) {
+    pub(crate) fn fail(&mut self, e: EmbedError) {
         self.request.fail_rows(self.rows(), e);
+        self.settled = true;
     }
 
     /// Its length in the queue: its tokens, and at least 1 (an empty text still takes a row).
@@ -366,6 +403,7 @@ impl Scheduler {
                     q.busy[k] = true;
                     q.running[k] = items.len();
                     drop(q);
+                    crate::fault::hit(crate::fault::Stage::Scheduler);
                     // Room for blocked callers; other workers may help with what is left.
                     self.room.notify_all();
                     for w in self.room_wakers.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
@@ -403,6 +441,11 @@ impl Scheduler {
     }
 
     /// Worker `k` finished its batch of `tokens` tokens fed (padding included) in `elapsed`.
+    /// Worker `k` panicked and starts again: it runs nothing now.
+    pub(crate) fn worker_restarted(&self, k: usize) {
+        self.done(k, 0, Duration::ZERO);
+    }
+
     pub(crate) fn done(&self, k: usize, tokens: usize, elapsed: Duration) {
         let mut q = self.lock();
         q.busy[k] = false;
@@ -416,8 +459,6 @@ impl Scheduler {
         self.work.notify_all();
     }
 
-    /// Tells the workers to stop once they finish what they run; texts still queued fail (no
-    /// call can be waiting on them: calls borrow the embedder).
     /// Takes the texts of `request` that are still waiting out of the queue (a dropped future's:
     /// nobody will read them) and returns how many. Texts already running finish, unread.
     pub(crate) fn cancel(&self, request: &Arc<Request>) -> usize {
@@ -437,7 +478,9 @@ impl Scheduler {
         for call in calls {
             for key in q.by_call.remove(&call).unwrap_or_default() {
                 q.by_length.remove(&key);
-                q.items.remove(&(u64::MAX - key.1));
+                if let Some((_, mut item)) = q.items.remove(&(u64::MAX - key.1)) {
+                    item.settled = true;
+                }
                 cancelled += 1;
             }
         }
@@ -451,6 +494,8 @@ impl Scheduler {
         cancelled
     }
 
+    /// Tells the workers to stop once they finish what they run; texts still queued fail (no
+    /// call can be waiting on them: calls borrow the embedder).
     pub(crate) fn shut_down(&self) {
         let mut q = self.lock();
         q.shutdown = true;
@@ -458,7 +503,7 @@ impl Scheduler {
         q.by_length.clear();
         q.by_call.clear();
         drop(q);
-        for item in left {
+        for mut item in left {
             item.fail(EmbedError::inference("the embedder was dropped"));
         }
         self.work.notify_all();
@@ -471,16 +516,7 @@ mod tests {
     use super::*;
 
     fn call(request: &Arc<Request>, texts: &[(usize, usize)]) -> Vec<Item> {
-        texts
-            .iter()
-            .map(|&(index, len)| Item {
-                ids: vec![1; len],
-                skip: 0,
-                spans: Vec::new(),
-                request: Arc::clone(request),
-                index,
-            })
-            .collect()
+        texts.iter().map(|&(index, len)| Item::new(vec![1; len], 0, Vec::new(), request, index)).collect()
     }
 
     fn indices(batch: Option<Vec<Item>>) -> Vec<usize> {

@@ -88,31 +88,37 @@ fn a_text_that_fails_its_batch_fails_only_its_own_call() {
     let (ok_a, ok_b, bad) = (words(8150, "apple"), words(8140, "pear"), words(8250, "plum"));
     let alone_a = e.embed(&[ok_a.as_str()]).expect("alone");
     let alone_b = e.embed(&[ok_b.as_str()]).expect("alone");
-    e.reset_stats();
-    // Keep the one session busy, so the three calls wait together and are cut into one batch.
-    let blocker = words(8000, "stone");
-    let results = std::thread::scope(|s| {
-        let busy = s.spawn(|| e.embed(&[blocker.as_str(), &words(7990, "sand")]));
-        // Once its pair runs (about a second), the three calls queue behind it together.
-        let started = std::time::Instant::now();
-        while e.stats().running_texts < 2 {
-            assert!(started.elapsed() < Duration::from_secs(60), "the blocker never started: {:?}", e.stats());
-            std::thread::sleep(Duration::from_millis(1));
+    // The three calls must reach the queue while the blocker runs, so that they share a batch;
+    // on a loaded machine the blocker can finish first, and the round is tried again.
+    for round in 0..5 {
+        e.reset_stats();
+        let blocker = words(8000, "stone");
+        let (results, shared) = std::thread::scope(|s| {
+            let busy = s.spawn(|| e.embed(&[blocker.as_str(), &words(7990, "sand")]));
+            let started = std::time::Instant::now();
+            while e.stats().running_texts < 2 {
+                assert!(started.elapsed() < Duration::from_secs(60), "the blocker never started: {:?}", e.stats());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let futures =
+                vec![e.embed_async(&[bad.as_str()]), e.embed_async(&[ok_a.as_str()]), e.embed_async(&[ok_b.as_str()])];
+            let results = join_all(futures);
+            busy.join().expect("join").expect("the blocker");
+            // Counted batches are those that ran: the blocker's pair, then the two good texts
+            // alone, rerun after the batch of three failed (apart, they would run as a pair).
+            let s = e.stats();
+            (results, (s.batches, s.batch_sizes[0], s.batch_sizes[1]) == (3, 2, 3))
+        });
+        let err = results[0].as_ref().expect_err("the 8,250-token text overruns the position table").to_string();
+        assert!(err.contains("inference failed"), "{err}");
+        assert!(cosine(results[1].as_ref().expect("its neighbour").row(0), alone_a.row(0)) > 0.99999);
+        assert!(cosine(results[2].as_ref().expect("its neighbour").row(0), alone_b.row(0)) > 0.99999);
+        if shared {
+            return;
         }
-        let futures =
-            vec![e.embed_async(&[bad.as_str()]), e.embed_async(&[ok_a.as_str()]), e.embed_async(&[ok_b.as_str()])];
-        let results = join_all(futures);
-        busy.join().expect("join").expect("the blocker");
-        results
-    });
-    let err = results[0].as_ref().expect_err("the 8,250-token text overruns the position table").to_string();
-    assert!(err.contains("inference failed"), "{err}");
-    assert!(cosine(results[1].as_ref().expect("its neighbour").row(0), alone_a.row(0)) > 0.99999);
-    assert!(cosine(results[2].as_ref().expect("its neighbour").row(0), alone_b.row(0)) > 0.99999);
-    // Counted batches are those that ran: the blocker's pair, then the two good texts alone,
-    // rerun after the batch of three failed (had they not shared it, they would have run as a pair).
-    let s = e.stats();
-    assert_eq!((s.batches, s.batch_sizes[0], s.batch_sizes[1]), (3, 2, 3), "{s:?}");
+        eprintln!("round {round}: the three calls did not share a batch ({:?}); again", e.stats());
+    }
+    panic!("in 5 rounds the three calls never shared a batch behind the blocker");
 }
 
 /// A dropped future takes its waiting texts out of the queue: behind a long call that keeps the

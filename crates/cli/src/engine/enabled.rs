@@ -206,7 +206,17 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
     }
     bar.finish_and_clear();
     writer.finish(embedder.dimension())?;
-    if truncated > 0 {
+    if job.json {
+        let summary = serde_json::json!({
+            "texts": done,
+            "truncated": truncated,
+            "chunks": chunks,
+            "seconds": started.elapsed().as_secs_f64(),
+            "max_length": embedder.model_info().max_length,
+            "provider": embedder.report().active_provider,
+        });
+        eprintln!("{summary}");
+    } else if truncated > 0 {
         eprintln!(
             "nornir: {truncated} of {done} texts were longer than the model's {} tokens and were truncated to them; --long chunk keeps every token",
             embedder.model_info().max_length
