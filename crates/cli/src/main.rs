@@ -316,7 +316,7 @@ pub struct ServeArgs {
     /// cl100k_base encoding, decoded and tokenized again by the model's tokenizer) or refuse (400).
     #[arg(long, value_name = "READING", default_value = "cl100k", value_parser = ["cl100k", "refuse"])]
     pub token_ids: String,
-    /// The models to serve, from a TOML file: one [[model]] table each, with name and folder,
+    /// The models to serve, from a TOML file: one `[[model]]` table each, with name and folder,
     /// and optionally device, threads, sessions, prompt_name, prompt and dim (relative folders
     /// are read from the file's folder). The other model flags apply to every model.
     #[arg(long, value_name = "FILE", conflicts_with = "model")]
