@@ -27,10 +27,12 @@ fn three_sessions_share_one_copy_of_the_weights_and_embed_correctly() {
     );
     let growth = &memory.session_growth_bytes;
     assert_eq!(growth.len(), 3, "{memory:?}");
+    // Unshared, a session grows by its weights again or more (1.0x and up); shared, measured 0.3x
+    // to 0.52x (the build's own allocations vary from run to run).
     for (k, &grew) in growth.iter().enumerate().skip(1) {
         assert!(
-            grew < memory.shared_weight_bytes / 2,
-            "session {k} grew the resident memory by {} MB, more than half the {} MB of weights it should share",
+            grew < memory.shared_weight_bytes / 4 * 3,
+            "session {k} grew the resident memory by {} MB, more than 3/4 of the {} MB of weights it should share",
             grew >> 20,
             memory.shared_weight_bytes >> 20
         );
