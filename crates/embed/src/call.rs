@@ -2,6 +2,8 @@
 //! dimensions, truncation) on an embedder built once. Calls with different options still share
 //! batches: what the model reads is token ids, and the rest happens to each call's own rows.
 
+use crate::scheduler::Request;
+
 /// The prompt of one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -51,6 +53,8 @@ pub struct CallOptions {
     /// row is then the document's vector, and [`Embeddings::chunks`](crate::Embeddings::chunks)
     /// has each chunk's span and vector. `truncation` no longer applies.
     pub chunking: Option<Chunking>,
+    /// Lets another thread stop this call (see [`CancelHandle`]).
+    pub cancel: Option<CancelHandle>,
 }
 
 impl CallOptions {
@@ -85,7 +89,86 @@ impl CallOptions {
         self.chunking = Some(chunking);
         self
     }
+    /// Let `handle` cancel this call (and every other call given a clone of it).
+    pub fn with_cancel(mut self, handle: &CancelHandle) -> Self {
+        self.cancel = Some(handle.clone());
+        self
+    }
 }
+
+/// Cancels, from any thread, the calls whose options carry a clone of it: a blocking
+/// [`embed_with`](crate::Embedder::embed_with) waiting in another thread, or a future (which a
+/// drop cancels too). The call returns [`EmbedError::Cancelled`](crate::EmbedError::Cancelled)
+/// at once; its texts still queued leave the queue (counted in
+/// [`EmbedStats::cancelled_texts`](crate::EmbedStats::cancelled_texts)), and those already
+/// running finish unread. A call given a handle that is already cancelled fails before it queues
+/// anything. A blocking call that waits for room in a full queue ([`QueueFull::Wait`](crate::QueueFull::Wait))
+/// sees the cancellation once it has queued.
+///
+/// ```no_run
+/// # use nornir_embed::{CallOptions, CancelHandle, EmbedError, Embedder, EmbedderOptions};
+/// # let embedder = Embedder::new("models/bge".as_ref(), &EmbedderOptions::default())?;
+/// let handle = CancelHandle::new();
+/// let texts = vec!["a long job".to_owned(); 10_000];
+/// std::thread::scope(|s| {
+///     let job = s.spawn(|| embedder.embed_with(&texts, &CallOptions::new().with_cancel(&handle)));
+///     handle.cancel(); // the user gave up
+///     assert!(matches!(job.join().unwrap(), Err(EmbedError::Cancelled) | Ok(_)));
+/// });
+/// # Ok::<(), EmbedError>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct CancelHandle(std::sync::Arc<std::sync::Mutex<CancelState>>);
+
+#[derive(Debug, Default)]
+struct CancelState {
+    cancelled: bool,
+    /// The calls waiting now.
+    requests: Vec<std::sync::Weak<Request>>,
+}
+
+impl CancelHandle {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Cancels every call given this handle, now and later.
+    pub fn cancel(&self) {
+        let mut s = self.lock();
+        s.cancelled = true;
+        for request in s.requests.drain(..).filter_map(|r| r.upgrade()) {
+            request.cancel();
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.lock().cancelled
+    }
+
+    /// Lets `cancel` reach `request`; `false` (and nothing kept) when it was already cancelled.
+    pub(crate) fn watch(&self, request: &std::sync::Arc<Request>) -> bool {
+        let mut s = self.lock();
+        if s.cancelled {
+            return false;
+        }
+        s.requests.retain(|r| r.strong_count() > 0);
+        s.requests.push(std::sync::Arc::downgrade(request));
+        true
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CancelState> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Handles are equal when they are clones of one another.
+impl PartialEq for CancelHandle {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for CancelHandle {}
 
 /// How a document's vector is made from its chunks' vectors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

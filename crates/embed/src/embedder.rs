@@ -171,8 +171,14 @@ impl Embedder {
     pub fn embed_with<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Embeddings> {
         let mut call = self.engine.prepare(texts, options)?;
         self.engine.scheduler.submit(std::mem::take(&mut call.items), self.engine.queue_full)?;
-        let rows = call.request.wait()?;
-        Ok(self.engine.finish(call, rows))
+        match call.request.wait() {
+            Ok(rows) => Ok(self.engine.finish(call, rows)),
+            Err(EmbedError::Cancelled) => {
+                self.engine.cancel_queued(&call.request);
+                Err(EmbedError::Cancelled)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// [`embed`](Self::embed) as a future that any executor can await; it needs no runtime.
@@ -329,10 +335,7 @@ enum State {
 impl Drop for EmbedFuture<'_> {
     fn drop(&mut self) {
         match &self.state {
-            State::Running(call) => {
-                let cancelled = self.engine.scheduler.cancel(&call.request);
-                self.engine.counters.cancelled_texts.fetch_add(cancelled as u64, std::sync::atomic::Ordering::Relaxed);
-            }
+            State::Running(call) => self.engine.cancel_queued(&call.request),
             // Its texts never reach the queue: a job still waiting is skipped.
             State::Tokenizing(slot, texts) => {
                 let mut s = slot.lock();
@@ -403,6 +406,10 @@ impl Future for EmbedFuture<'_> {
                     None => {
                         this.state = State::Running(call);
                         return Poll::Pending;
+                    }
+                    Some(Err(EmbedError::Cancelled)) => {
+                        this.engine.cancel_queued(&call.request);
+                        return Poll::Ready(Err(EmbedError::Cancelled));
                     }
                     Some(rows) => return Poll::Ready(rows.map(|rows| this.engine.finish(call, rows))),
                 },

@@ -539,6 +539,23 @@ impl Engine {
     /// A call's texts, tokenized as `options` say, as queue items with the request they fill.
     /// Identical texts are tokenized and run once.
     pub(crate) fn prepare<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Call> {
+        let call = self.prepare_texts(texts, options)?;
+        if let Some(handle) = &options.cancel
+            && !handle.watch(&call.request)
+        {
+            self.counters.cancelled_texts.fetch_add(call.items.len() as u64, Ordering::Relaxed);
+            return Err(EmbedError::Cancelled);
+        }
+        Ok(call)
+    }
+
+    /// Takes the texts of a call that nobody waits for any more out of the queue, and counts them.
+    pub(crate) fn cancel_queued(&self, request: &Arc<Request>) {
+        let cancelled = self.scheduler.cancel(request);
+        self.counters.cancelled_texts.fetch_add(cancelled as u64, Ordering::Relaxed);
+    }
+
+    fn prepare_texts<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Call> {
         let plan = self.plan_call(options)?;
         let mut first: HashMap<&str, usize> = HashMap::with_capacity(texts.len());
         let mut unique: Vec<&str> = Vec::with_capacity(texts.len());

@@ -127,6 +127,10 @@ pub enum EmbedError {
     )]
     #[non_exhaustive]
     Overloaded { queued: usize, limit: usize },
+
+    /// The call's [`CancelHandle`](crate::CancelHandle) was used before it finished.
+    #[error("the call was cancelled through its CancelHandle")]
+    Cancelled,
 }
 
 pub type Result<T, E = EmbedError> = std::result::Result<T, E>;

@@ -28,7 +28,7 @@ mod stats;
 mod tokenize;
 mod weights;
 
-pub use call::{CallOptions, CallPrompt, Chunking, DocumentVector, Truncation};
+pub use call::{CallOptions, CallPrompt, CancelHandle, Chunking, DocumentVector, Truncation};
 pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::{Chunk, Embeddings};
 pub use engine::{ModelInfo, Token};

@@ -25,6 +25,9 @@ struct RequestState {
     remaining: usize,
     error: Option<EmbedError>,
     waker: Option<Waker>,
+    /// Its [`CancelHandle`](crate::CancelHandle) was used: the caller stops waiting, and rows
+    /// still running land here unread.
+    cancelled: bool,
 }
 
 /// The outcome of a finished request: its rows, or the first error one of its texts met.
@@ -38,6 +41,7 @@ impl Request {
                 remaining: texts,
                 error: None,
                 waker: None,
+                cancelled: false,
             }),
             done: Condvar::new(),
         })
@@ -79,19 +83,20 @@ impl Request {
         }
     }
 
-    /// Blocks until every row is done.
+    /// Blocks until every row is done, or the call is cancelled.
     pub(crate) fn wait(&self) -> Finished {
         let mut s = self.lock();
-        while s.remaining > 0 {
+        while s.remaining > 0 && !s.cancelled {
             s = self.done.wait(s).unwrap_or_else(PoisonError::into_inner);
         }
         Self::take(&mut s)
     }
 
-    /// The result if every row is done, else remembers `waker` to be woken then.
+    /// The result if every row is done (or the call is cancelled), else remembers `waker` to be
+    /// woken then.
     pub(crate) fn poll(&self, waker: &Waker) -> Option<Finished> {
         let mut s = self.lock();
-        if s.remaining > 0 {
+        if s.remaining > 0 && !s.cancelled {
             s.waker = Some(waker.clone());
             return None;
         }
@@ -99,9 +104,23 @@ impl Request {
     }
 
     fn take(s: &mut RequestState) -> Finished {
+        if s.cancelled && s.remaining > 0 {
+            // The rows stay: texts still running write theirs.
+            return Err(EmbedError::Cancelled);
+        }
         match s.error.take() {
             Some(e) => Err(e),
             None => Ok(std::mem::take(&mut s.rows)),
+        }
+    }
+
+    /// Stops the wait of its caller, who then takes its texts out of the queue.
+    pub(crate) fn cancel(&self) {
+        let mut s = self.lock();
+        s.cancelled = true;
+        self.done.notify_all();
+        if let Some(w) = s.waker.take() {
+            w.wake();
         }
     }
 }

@@ -10,7 +10,7 @@ use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use common::{cosine, join_all, model_dir, parity_sample};
-use nornir_embed::{EmbedError, Embedder, EmbedderOptions, QueueFull};
+use nornir_embed::{CallOptions, CancelHandle, EmbedError, Embedder, EmbedderOptions, QueueFull};
 use nornir_ep_select::Device;
 use nornir_test_support::fixtures::{self, Kind};
 
@@ -154,4 +154,45 @@ fn a_dropped_future_leaves_the_queue() {
     });
     assert_eq!(e.stats().batched_texts, 64, "the cancelled texts never ran: {:?}", e.stats());
     assert_eq!(e.embed(&["served again"]).expect("after the cancel").len(), 1);
+}
+
+/// A blocking call's [`CancelHandle`] does what a drop does for a future: behind a long call that
+/// keeps the one session busy, a call of 500 texts blocks in another thread; cancelling it from
+/// here returns `Cancelled` to that thread at once, the 500 leave the queue without running, and
+/// a handle cancelled beforehand refuses the next call before it queues anything.
+#[test]
+fn a_cancelled_blocking_call_leaves_the_queue() {
+    let e = Embedder::new(&model_dir(), &options().with_sessions(1)).expect("load");
+    let long: Vec<String> =
+        (0..64).map(|i| format!("{i} {}", "a long text that keeps the session busy ".repeat(20))).collect();
+    let many: Vec<String> = (0..500).map(|i| format!("short text number {i}")).collect();
+    let handle = CancelHandle::new();
+    let options = CallOptions::new().with_cancel(&handle);
+    std::thread::scope(|s| {
+        let busy = s.spawn(|| e.embed(&long));
+        let started = Instant::now();
+        while e.stats().running_texts == 0 {
+            assert!(started.elapsed() < Duration::from_secs(60), "the long call never started");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let blocked = s.spawn(|| e.embed_with(&many, &options));
+        while e.stats().queued_texts < 500 {
+            assert!(!blocked.is_finished(), "queued behind the long call: {:?}", e.stats());
+            assert!(started.elapsed() < Duration::from_secs(60), "never queued: {:?}", e.stats());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        handle.cancel();
+        let result = blocked.join().expect("join");
+        assert!(matches!(result, Err(EmbedError::Cancelled)), "{:?}", result.map(|r| r.len()));
+        let s = e.stats();
+        assert_eq!(s.cancelled_texts, 500, "{s:?}");
+        assert!(s.queued_texts < 64, "only the long call's texts may still wait: {s:?}");
+        assert_eq!(busy.join().expect("join").expect("the long call").len(), 64);
+    });
+    assert_eq!(e.stats().batched_texts, 64, "the cancelled texts never ran: {:?}", e.stats());
+    let again = e.embed_with(&["after the cancel"], &options);
+    assert!(matches!(again, Err(EmbedError::Cancelled)), "a cancelled handle stays cancelled");
+    assert_eq!(e.stats().batched_texts, 64, "nothing of it ran");
+    let fresh = CallOptions::new().with_cancel(&CancelHandle::new());
+    assert_eq!(e.embed_with(&["served again"], &fresh).expect("a fresh handle").len(), 1);
 }
