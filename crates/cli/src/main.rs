@@ -312,6 +312,11 @@ pub struct ServeArgs {
     /// API's error shape, and its texts that have not started leave the queue.
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0, value_parser = parse_timeout)]
     pub request_timeout: f64,
+    /// Seconds a client has to send a request's head, and again its body; a client that
+    /// trickles them (slowloris) is disconnected (408 for a body), and so is a connection idle
+    /// that long.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0, value_parser = parse_timeout)]
+    pub read_timeout: f64,
     /// How OpenAI `input` given as token ids is read: cl100k (as OpenAI defines them: ids of its
     /// cl100k_base encoding, decoded and tokenized again by the model's tokenizer) or refuse (400).
     #[arg(long, value_name = "READING", default_value = "cl100k", value_parser = ["cl100k", "refuse"])]

@@ -31,6 +31,7 @@ pub(crate) struct App {
     pub(crate) max_inputs: usize,
     max_body_bytes: usize,
     request_timeout: Duration,
+    read_timeout: Duration,
     pub(crate) token_ids: TokenIds,
     pub(crate) metrics: Metrics,
     /// When the router was made, in Unix seconds: OpenAI's `created` of each model.
@@ -91,7 +92,7 @@ pub(crate) fn error_response(flavour: Flavour, e: ApiError) -> Response {
     let body = match flavour {
         Flavour::OpenAi => json!({ "error": {
             "message": e.message,
-            "type": match e.status.as_u16() { 401 => "authentication_error", 503 | 429 => "server_overloaded", 500 | 504 => "server_error", _ => "invalid_request_error" },
+            "type": match e.status.as_u16() { 401 => "authentication_error", 408 => "timeout", 503 | 429 => "server_overloaded", 500 | 504 => "server_error", _ => "invalid_request_error" },
             "param": Value::Null,
             "code": e.code,
         }}),
@@ -104,6 +105,10 @@ pub(crate) fn error_response(flavour: Flavour, e: ApiError) -> Response {
     let mut r = (e.status, axum::Json(body)).into_response();
     if e.status == StatusCode::SERVICE_UNAVAILABLE {
         r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if e.status == StatusCode::REQUEST_TIMEOUT {
+        // The rest of its body may still come: the connection cannot carry another request.
+        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     r
 }
@@ -126,6 +131,7 @@ impl App {
             max_inputs: config.max_inputs,
             max_body_bytes: config.max_body_bytes,
             request_timeout: config.request_timeout,
+            read_timeout: config.read_timeout,
             token_ids: config.token_ids,
             metrics: Metrics::default(),
             created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
@@ -201,7 +207,17 @@ impl App {
         body: Body,
     ) -> Result<T, ApiError> {
         self.authorize(headers)?;
-        let body = read_body(body, headers, self.max_body_bytes).await?;
+        let body = tokio::time::timeout(self.read_timeout, read_body(body, headers, self.max_body_bytes))
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the request body did not arrive within {} s (--read-timeout); send it at once",
+                        self.read_timeout.as_secs_f64()
+                    ),
+                )
+            })??;
         serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("invalid JSON request: {e}")))
     }
 

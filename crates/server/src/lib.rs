@@ -24,9 +24,11 @@
 //! let embedder = Embedder::new("models/bge-small".as_ref(), &EmbedderOptions::default())?;
 //! let models = Arc::new(Models::new(["bge-small".to_owned()])?);
 //! models.set_loaded("bge-small", Arc::new(embedder))?;
-//! let app = router(models, ServerConfig::default());
+//! let config = ServerConfig::default();
+//! let read_timeout = config.read_timeout;
+//! let app = router(models, config);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
-//! axum::serve(listener, app).await?;
+//! nornir_server::serve(listener, app, read_timeout, std::future::pending()).await?;
 //! # Ok(()) }
 //! ```
 
@@ -36,6 +38,7 @@ mod api;
 mod metrics;
 mod models;
 mod openai;
+mod serve;
 mod tei;
 
 use std::sync::Arc;
@@ -45,6 +48,7 @@ use axum::Router;
 use axum::routing::{get, post};
 
 pub use models::{Models, ModelsError};
+pub use serve::serve;
 
 /// How `input` given as token ids is read on the OpenAI routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -72,7 +76,8 @@ impl std::str::FromStr for TokenIds {
 }
 
 /// The server's limits and access, the same for every model. `Default`: no key, 2,048 inputs
-/// and 4 MiB per request, 60 s per request, token ids read as `cl100k_base`.
+/// and 4 MiB per request, 60 s per request, 30 s to send a request's head and again its body,
+/// token ids read as `cl100k_base`.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServerConfig {
@@ -85,6 +90,9 @@ pub struct ServerConfig {
     /// How long a request's texts may queue and run; past it, 504, and its texts that have not
     /// started leave the queue.
     pub request_timeout: Duration,
+    /// How long a client may take to send a request's head ([`serve`] closes the connection; an
+    /// idle connection is closed after it too), and again its body (408).
+    pub read_timeout: Duration,
     pub token_ids: TokenIds,
 }
 
@@ -95,6 +103,7 @@ impl Default for ServerConfig {
             max_inputs: 2048,
             max_body_bytes: 4 << 20,
             request_timeout: Duration::from_secs(60),
+            read_timeout: Duration::from_secs(30),
             token_ids: TokenIds::Cl100k,
         }
     }
@@ -115,6 +124,10 @@ impl ServerConfig {
     }
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+    pub fn with_read_timeout(mut self, timeout: Duration) -> Self {
+        self.read_timeout = timeout;
         self
     }
     pub fn with_token_ids(mut self, reading: TokenIds) -> Self {

@@ -345,3 +345,101 @@ async fn a_model_still_loading_is_503_and_health_names_it() {
     models.set_loaded("later", lib).expect("set");
     assert_eq!(call(&app, "GET", "/health", None).await.0, StatusCode::OK);
 }
+
+/// Reads from `tcp` until the server closes the connection (or it resets it), and returns what
+/// came and how long that took; a server that never closes fails after 10 s.
+async fn read_until_closed(
+    tcp: &mut (impl tokio::io::AsyncRead + Unpin),
+    started: std::time::Instant,
+) -> (String, f64) {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(10), tcp.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => panic!("the server kept the connection for 10 s: {}", String::from_utf8_lossy(&got)),
+        }
+    }
+    (String::from_utf8_lossy(&got).into_owned(), started.elapsed().as_secs_f64())
+}
+
+/// `nornir_server::serve` on a real socket with a 1 s read timeout, against the slow clients a
+/// server on the open network meets: one that trickles its request head a header every 200 ms
+/// (slowloris), one that trickles its body, and one that connects and says nothing. Each is cut
+/// off about 1 s in (the body with a 408), while `/health` keeps answering, and the shutdown
+/// signal ends `serve`. With `axum::serve` (no header deadline) the first and third were never
+/// cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_cut_off_and_the_server_keeps_serving() {
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
+    let models = Arc::new(Models::new(["m".to_owned()]).expect("names"));
+    let config = ServerConfig::default().with_read_timeout(std::time::Duration::from_secs(1));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(nornir_server::serve(
+        listener,
+        router(models, config.clone()),
+        config.read_timeout,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let trickle = |head: &'static str, drip: &'static [u8]| async move {
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        let started = std::time::Instant::now();
+        tcp.write_all(head.as_bytes()).await.expect("head");
+        let (mut reader, mut writer) = tcp.into_split();
+        let dripping = tokio::spawn(async move {
+            for _ in 0..50 {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                if writer.write_all(drip).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let answer = read_until_closed(&mut reader, started).await;
+        dripping.abort();
+        answer
+    };
+    let head = trickle("POST /embed HTTP/1.1\r\nhost: x\r\n", b"x-slow: y\r\n");
+    let body = trickle(
+        "POST /embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"inputs\": \"",
+        b"a",
+    );
+    let idle = async {
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        read_until_closed(&mut tcp, std::time::Instant::now()).await
+    };
+    let health = async {
+        let mut slowest = 0f64;
+        for _ in 0..10 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            let mut tcp = TcpStream::connect(addr).await.expect("connect");
+            let started = std::time::Instant::now();
+            tcp.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.expect("send");
+            let (answer, _) = read_until_closed(&mut tcp, started).await;
+            assert!(answer.starts_with("HTTP/1.1 503"), "loading, and answering: {answer}");
+            slowest = slowest.max(started.elapsed().as_secs_f64());
+        }
+        slowest
+    };
+    let ((head, head_s), (body, body_s), (idle, idle_s), health_s) = tokio::join!(head, body, idle, health);
+    assert!(head.is_empty() || head.starts_with("HTTP/1.1 408"), "a slow head gets nothing or 408: {head}");
+    assert!((0.9..4.0).contains(&head_s), "a trickled head is cut off after the 1 s read timeout: {head_s:.2} s");
+    assert!(body.starts_with("HTTP/1.1 408"), "a trickled body gets 408: {body}");
+    assert!(body.contains("--read-timeout"), "{body}");
+    assert!((0.9..4.0).contains(&body_s), "a trickled body is cut off after 1 s: {body_s:.2} s");
+    assert!(idle.is_empty() || idle.starts_with("HTTP/1.1 408"), "{idle}");
+    assert!((0.9..4.0).contains(&idle_s), "an idle connection is closed after 1 s: {idle_s:.2} s");
+    assert!(health_s < 1.0, "/health answered meanwhile, the slowest in {health_s:.2} s");
+    stop.send(()).expect("signal");
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("serve ends on its shutdown signal")
+        .expect("join")
+        .expect("serve");
+}

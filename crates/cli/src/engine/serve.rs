@@ -141,6 +141,7 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
         .with_max_inputs(a.max_inputs as usize)
         .with_max_body_bytes(a.max_body_bytes as usize)
         .with_request_timeout(Duration::from_secs_f64(a.request_timeout))
+        .with_read_timeout(Duration::from_secs_f64(a.read_timeout))
         .with_token_ids(token_ids);
     if let Some(key) = &a.api_key {
         config = config.with_api_key(key.clone());
@@ -172,9 +173,9 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
             }
             Ok(())
         });
+        let read_timeout = config.read_timeout;
         let router = nornir_server::router(models, config);
-        let server = axum::serve(listener, router).with_graceful_shutdown(shutdown_signal());
-        let server = tokio::spawn(async move { server.await });
+        let server = tokio::spawn(nornir_server::serve(listener, router, read_timeout, shutdown_signal()));
         match load.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(e.context("cannot load the model")),
