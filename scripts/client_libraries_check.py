@@ -9,7 +9,9 @@ CLIENT is one of:
   users call it (1.0 and later send the options at the body's root, 0.28 to 0.33 under
   "parameters"); also with prompt_name="query" ("query_vectors");
 - langchain: LangChain's OpenAIEmbeddings at its defaults, which sends cl100k_base token ids, not
-  strings (tiktoken reads its encoding file from TIKTOKEN_CACHE_DIR; the test writes it there).
+  strings (tiktoken reads its encoding file from TIKTOKEN_CACHE_DIR; the test writes it there);
+- urllib_large_body: Python's urllib, which writes a whole body before it reads the answer, sends
+  50 bodies of 64 MiB to /embed and reports each answer's status (or the transport error).
 """
 
 import json
@@ -57,10 +59,34 @@ def langchain(url: str, key: str, model: str, texts: list) -> dict:
     }
 
 
+def urllib_large_body(url: str, key: str, model: str, texts: list) -> dict:
+    import urllib.error
+    import urllib.request
+
+    text = texts[0] if texts else "x"
+    inputs = (text + " ") * (64 * 2**20 // (len(text) + 1) + 1)
+    body = json.dumps({"inputs": inputs}).encode()[: 64 * 2**20 - 2] + b'"}'
+    answers = []
+    for _ in range(50):
+        request = urllib.request.Request(
+            url + "/embed",
+            data=body,
+            headers={"content-type": "application/json", "authorization": "Bearer " + key},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=120) as r:
+                answers.append({"status": r.status})
+        except urllib.error.HTTPError as e:
+            answers.append({"status": e.code, "body": e.read().decode(errors="replace")[:200]})
+        except OSError as e:
+            answers.append({"status": None, "error": repr(e)})
+    return {"body_bytes": len(body), "answers": answers}
+
+
 def main() -> None:
     client, url, key, model = sys.argv[1:5]
     texts = json.load(sys.stdin)
-    check = {"huggingface_hub": huggingface_hub, "langchain": langchain}[client]
+    check = {"huggingface_hub": huggingface_hub, "langchain": langchain, "urllib_large_body": urllib_large_body}[client]
     json.dump(check(url, key, model, texts), sys.stdout)
 
 

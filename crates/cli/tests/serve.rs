@@ -445,6 +445,127 @@ fn bad_requests_get_their_status_and_the_server_keeps_serving() {
     assert_eq!(server.request("GET", "/nope", Some(KEY), None).0, 404);
 }
 
+/// Python's urllib writes a whole body before it reads the answer: 50 bodies of 64 MiB each get
+/// their 413 (read to their end, not a reset connection), and the server keeps serving.
+#[test]
+fn urllib_sending_64_mib_bodies_reads_413_every_time() {
+    let python = nornir_test_support::env_path("NORNIR_TEST_PYTHON");
+    let server = Server::start(&[]);
+    let r = run_client(&python, "urllib_large_body", &server, MODEL_NAME, &["a sentence to repeat".to_owned()], &[]);
+    assert_eq!(r["body_bytes"], 64 << 20, "{}", r["body_bytes"]);
+    let answers = r["answers"].as_array().expect("answers");
+    assert_eq!(answers.len(), 50);
+    for (i, a) in answers.iter().enumerate() {
+        assert_eq!(a["status"], 413, "try {i}: {a}");
+        assert!(a["body"].as_str().is_some_and(|b| b.contains("max-body-bytes")), "try {i}: {a}");
+    }
+    let (status, r) = server.post("/embed", &json!({ "inputs": "still serving" }));
+    assert_eq!(status, 200, "{r}");
+}
+
+/// What a client sees at NORNIR_SERVE_OVERLOAD_FACTOR (default 4) times the rate the server
+/// sustains, for NORNIR_SERVE_OVERLOAD_SECONDS (default 15; the note's figures use 60): requests
+/// arrive on a fixed schedule whatever the answers (open loop), each gets 200 with the right
+/// vectors or a quick 503 with Retry-After, none hangs or gets anything else, and memory stays
+/// flat. The rate is measured first, by 16 clients that each wait for their answer.
+#[test]
+fn overload_is_answered_200_or_503_and_nothing_hangs() {
+    let env = |name: &str, default: f64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let (factor, seconds) = (env("NORNIR_SERVE_OVERLOAD_FACTOR", 4.0), env("NORNIR_SERVE_OVERLOAD_SECONDS", 15.0));
+    let timeout = 4.0;
+    let server = Server::start(&["--request-timeout", &timeout.to_string()]);
+    let pool: Vec<String> = texts().into_iter().take(64).collect();
+    let want = library().embed(&pool).expect("library");
+    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs_f64(timeout + 30.0)).build();
+    // One request of 4 texts: its status, Retry-After, and whether its vectors are right.
+    let send = |k: usize| -> (u16, Option<String>, f64) {
+        let picks: Vec<usize> = (0..4).map(|j| (k * 7 + j * 13) % pool.len()).collect();
+        let inputs: Vec<&str> = picks.iter().map(|&i| pool[i].as_str()).collect();
+        let started = Instant::now();
+        let answer = agent
+            .post(&format!("{}/embed", server.url))
+            .set("authorization", &format!("Bearer {KEY}"))
+            .send_json(json!({ "inputs": inputs }));
+        let seconds = started.elapsed().as_secs_f64();
+        match answer {
+            Ok(r) => {
+                let rows: Value = r.into_json().expect("JSON");
+                let rows = rows.as_array().expect("vectors");
+                assert_eq!(rows.len(), 4);
+                for (row, &i) in rows.iter().zip(&picks) {
+                    assert!(cosine(&floats(row), want.row(i)) > 0.9999, "request {k}: text {i} has a wrong vector");
+                }
+                (200, None, seconds)
+            }
+            Err(ureq::Error::Status(code, r)) => (code, r.header("retry-after").map(str::to_owned), seconds),
+            Err(e) => panic!("request {k}: no answer after {seconds:.1} s: {e}"),
+        }
+    };
+    let measure = Instant::now();
+    let answered: usize = std::thread::scope(|s| {
+        let clients: Vec<_> = (0..16)
+            .map(|c| {
+                let send = &send;
+                s.spawn(move || {
+                    let mut n = 0;
+                    while measure.elapsed() < Duration::from_secs(5) {
+                        assert_eq!(send(c * 1000 + n).0, 200);
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        clients.into_iter().map(|c| c.join().expect("a client failed")).sum()
+    });
+    let capacity = answered as f64 / measure.elapsed().as_secs_f64();
+    let rate = capacity * factor;
+    let start = Instant::now();
+    let total = (rate * seconds) as usize;
+    let mut rss = Vec::new();
+    let outcomes: Vec<(u16, Option<String>, f64)> = std::thread::scope(|s| {
+        let requests: Vec<_> = (0..total)
+            .map(|k| {
+                let due = start + Duration::from_secs_f64(k as f64 / rate);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                if k % (rate as usize).max(1) == 0 {
+                    rss.push(server.rss_mib());
+                }
+                let send = &send;
+                s.spawn(move || send(k))
+            })
+            .collect();
+        requests.into_iter().map(|r| r.join().expect("a request failed")).collect()
+    });
+    let ok: Vec<f64> = outcomes.iter().filter(|o| o.0 == 200).map(|o| o.2).collect();
+    let refused: Vec<&(u16, Option<String>, f64)> = outcomes.iter().filter(|o| o.0 == 503).collect();
+    let other: Vec<&(u16, Option<String>, f64)> = outcomes.iter().filter(|o| o.0 != 200 && o.0 != 503).collect();
+    let slowest = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.last().copied().unwrap_or(0.0)
+    };
+    let mut refused_s: Vec<f64> = refused.iter().map(|o| o.2).collect();
+    let (slowest_ok, slowest_503) = (slowest(&mut ok.clone()), slowest(&mut refused_s));
+    let warm = rss[rss.len() / 3];
+    let end = server.rss_mib();
+    eprintln!(
+        "overload: capacity {capacity:.1} requests/s of 4 texts; {factor}x = {rate:.1}/s for {seconds} s: {total} requests, {} answered 200 ({:.1}/s, slowest {slowest_ok:.2} s), {} answered 503 (slowest {slowest_503:.3} s), {} other; RSS {warm:.0} MiB at a third, {end:.0} MiB at the end",
+        ok.len(),
+        ok.len() as f64 / seconds,
+        refused.len(),
+        other.len()
+    );
+    assert!(other.is_empty(), "only 200 or 503: {:?}", &other[..other.len().min(5)]);
+    assert!(refused.iter().all(|o| o.1.as_deref() == Some("1")), "every 503 says Retry-After: 1");
+    assert!(!ok.is_empty() && !refused.is_empty(), "some requests accepted, some refused");
+    assert!(slowest_ok < timeout, "an accepted request is answered within --request-timeout: {slowest_ok:.2} s");
+    assert!(end <= warm * 1.2 + 30.0, "memory grew from {warm:.0} MiB to {end:.0} MiB under overload");
+    let (status, r) = server.post("/embed", &json!({ "inputs": "served after the storm" }));
+    assert_eq!(status, 200, "{r}");
+}
+
 #[test]
 fn sigterm_finishes_the_requests_in_flight() {
     let mut server = Server::start(&[]);

@@ -55,6 +55,12 @@ pub struct CallOptions {
     pub chunking: Option<Chunking>,
     /// Lets another thread stop this call (see [`CancelHandle`]).
     pub cancel: Option<CancelHandle>,
+    /// Refuse the call at once with [`EmbedError::WaitTooLong`](crate::EmbedError::WaitTooLong)
+    /// when the texts queued ahead of it, with its own, are expected to take longer than this
+    /// (estimated from their tokens and the run time per token of recent batches; before the first
+    /// batch nothing is refused). What a server under overload wants: a quick 503 instead of a
+    /// request that queues past its timeout.
+    pub max_wait: Option<std::time::Duration>,
 }
 
 impl CallOptions {
@@ -87,6 +93,11 @@ impl CallOptions {
     /// Chunk long texts (see [`Chunking`]).
     pub fn with_chunking(mut self, chunking: Chunking) -> Self {
         self.chunking = Some(chunking);
+        self
+    }
+    /// Refuse the call when the queue would keep it longer than `wait` (see `max_wait`).
+    pub fn with_max_wait(mut self, wait: std::time::Duration) -> Self {
+        self.max_wait = Some(wait);
         self
     }
     /// Let `handle` cancel this call (and every other call given a clone of it).

@@ -170,6 +170,7 @@ impl Embedder {
     /// ```
     pub fn embed_with<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Embeddings> {
         let mut call = self.engine.prepare(texts, options)?;
+        self.engine.scheduler.admit(&call.items, call.max_wait)?;
         self.engine.scheduler.submit(std::mem::take(&mut call.items), self.engine.queue_full)?;
         match call.request.wait() {
             Ok(rows) => Ok(self.engine.finish(call, rows)),
@@ -387,6 +388,9 @@ impl Future for EmbedFuture<'_> {
                     }
                 }
                 State::Queueing(mut call) => {
+                    if let Err(e) = this.engine.scheduler.admit(&call.items, call.max_wait) {
+                        return Poll::Ready(Err(e));
+                    }
                     let items = std::mem::take(&mut call.items);
                     let queued = match this.engine.queue_full {
                         QueueFull::Refuse => this.engine.scheduler.submit(items, QueueFull::Refuse).map_err(Ok),

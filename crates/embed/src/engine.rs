@@ -59,6 +59,8 @@ pub(crate) struct Call {
     normalize: bool,
     /// Per unique text, its chunks, when the call chunks long texts.
     chunked: Option<Chunked>,
+    /// Refuse the call when the queue ahead of it would take longer (`CallOptions::max_wait`).
+    pub(crate) max_wait: Option<std::time::Duration>,
 }
 
 /// How a chunking call's texts were cut.
@@ -539,7 +541,8 @@ impl Engine {
     /// A call's texts, tokenized as `options` say, as queue items with the request they fill.
     /// Identical texts are tokenized and run once.
     pub(crate) fn prepare<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Call> {
-        let call = self.prepare_texts(texts, options)?;
+        let mut call = self.prepare_texts(texts, options)?;
+        call.max_wait = options.max_wait;
         if let Some(handle) = &options.cancel
             && !handle.watch(&call.request)
         {
@@ -598,7 +601,7 @@ impl Engine {
                 Item::new(e.get_ids().to_vec(), skip, Vec::new(), &request, index)
             })
             .collect();
-        Ok(Call { request, items, expand, tokens, dim: plan.dim, normalize: plan.normalize, chunked: None })
+        Ok(Call { request, items, expand, tokens, dim: plan.dim, normalize: plan.normalize, chunked: None, max_wait: None })
     }
 
     /// A chunking call: each text's whole token ids cut into windows (see [`Chunking`]), a queue
@@ -697,6 +700,7 @@ impl Engine {
             dim: plan.dim,
             normalize: plan.normalize,
             chunked: Some(Chunked { texts: chunked, document: chunking.document }),
+            max_wait: None,
         })
     }
 

@@ -128,6 +128,14 @@ pub enum EmbedError {
     #[non_exhaustive]
     Overloaded { queued: usize, limit: usize },
 
+    #[error(
+        "the embedder is overloaded: the texts queued ahead would take about {:.1} s, more than this call's max_wait of {:.1} s; retry shortly",
+        .expected.as_secs_f64(),
+        .max_wait.as_secs_f64()
+    )]
+    #[non_exhaustive]
+    WaitTooLong { expected: std::time::Duration, max_wait: std::time::Duration },
+
     /// The call's [`CancelHandle`](crate::CancelHandle) was used before it finished.
     #[error("the call was cancelled through its CancelHandle")]
     Cancelled,

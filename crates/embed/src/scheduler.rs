@@ -244,6 +244,8 @@ struct Queue {
     epoch: Instant,
     /// Run time per token fed, in microseconds, averaged over recent batches.
     micros_per_token: f64,
+    /// Tokens of the waiting texts.
+    tokens: usize,
     /// Workers running a batch now, by worker number.
     busy: Vec<bool>,
     /// Texts in the batch each worker runs now.
@@ -261,6 +263,7 @@ impl Queue {
             next_call: 0,
             epoch: Instant::now(),
             micros_per_token: 0.0,
+            tokens: 0,
             busy: vec![false; workers],
             running: vec![0; workers],
             shutdown: false,
@@ -298,6 +301,7 @@ impl Queue {
     fn remove(&mut self, id: u64) -> Option<Item> {
         let (call, item) = self.items.remove(&id)?;
         let len = item.length();
+        self.tokens -= len;
         self.by_length.remove(&(len, u64::MAX - id));
         if let Some(texts) = self.by_call.get_mut(&call) {
             texts.remove(&(len, u64::MAX - id));
@@ -319,6 +323,7 @@ impl Queue {
             self.next_id += 1;
             self.by_length.insert((len, u64::MAX - id));
             texts.insert((len, u64::MAX - id));
+            self.tokens += len;
             self.items.insert(id, (call, item));
         }
     }
@@ -373,6 +378,23 @@ impl Scheduler {
     /// limit runs alone rather than never).
     fn fits(&self, q: &Queue, n: usize) -> bool {
         q.items.is_empty() || q.items.len() + n <= self.max_queued
+    }
+
+    /// Refuses a call of `items` when the texts waiting, with its own, are expected to take
+    /// longer than `max_wait` on every worker together (at the recent run time per token). Only
+    /// an estimate: before the first batch, or with an empty queue, it admits.
+    pub(crate) fn admit(&self, items: &[Item], max_wait: Option<Duration>) -> Result<(), EmbedError> {
+        let Some(max_wait) = max_wait else { return Ok(()) };
+        let q = self.lock();
+        if q.items.is_empty() || q.micros_per_token == 0.0 {
+            return Ok(());
+        }
+        let tokens = q.tokens + items.iter().map(Item::length).sum::<usize>();
+        let expected = Duration::from_secs_f64(tokens as f64 * q.micros_per_token / 1e6 / q.busy.len() as f64);
+        if expected > max_wait {
+            return Err(EmbedError::WaitTooLong { expected, max_wait });
+        }
+        Ok(())
     }
 
     /// Queues `items` (one call), waiting for room or refusing as `full` says.
@@ -497,6 +519,7 @@ impl Scheduler {
         for call in calls {
             for key in q.by_call.remove(&call).unwrap_or_default() {
                 q.by_length.remove(&key);
+                q.tokens -= key.0;
                 if let Some((_, mut item)) = q.items.remove(&(u64::MAX - key.1)) {
                     item.settled = true;
                 }
@@ -521,6 +544,7 @@ impl Scheduler {
         let left: Vec<Item> = q.items.drain().map(|(_, (_, item))| item).collect();
         q.by_length.clear();
         q.by_call.clear();
+        q.tokens = 0;
         drop(q);
         for mut item in left {
             item.fail(EmbedError::inference("the embedder was dropped"));
@@ -617,6 +641,27 @@ mod tests {
         let s = Scheduler::new(1, 256, BatchPolicy::CPU, 3, Duration::ZERO);
         s.submit(call(&r, &[(0, 5), (1, 5), (2, 5), (3, 5), (4, 5)]), QueueFull::Refuse)
             .expect("alone, a large call runs");
+    }
+
+    /// A call is refused when the tokens waiting ahead, with its own, would take longer than its
+    /// max_wait on all workers at the measured rate; the count follows what leaves the queue.
+    #[test]
+    fn a_call_that_would_wait_too_long_is_refused() {
+        let s = Scheduler::new(2, 256, BatchPolicy::CPU, 1000, Duration::ZERO);
+        let r = Request::new(8, 1);
+        let wait = Some(Duration::from_millis(100));
+        s.admit(&call(&r, &[(0, 100)]), wait).expect("an empty queue admits");
+        s.submit(call(&r, &[(0, 100), (1, 100)]), QueueFull::Refuse).expect("room");
+        s.admit(&call(&r, &[(2, 100)]), wait).expect("no run time measured yet");
+        s.lock().micros_per_token = 500.0; // 300 tokens on 2 workers: 75 ms
+        s.admit(&call(&r, &[(2, 100)]), wait).expect("75 ms fits in 100");
+        s.admit(&call(&r, &[(2, 200)]), wait).expect("exactly 100 ms fits");
+        let e = s.admit(&call(&r, &[(2, 202)]), wait).unwrap_err();
+        assert!(matches!(e, EmbedError::WaitTooLong { expected, .. } if expected.as_micros() == 100_500), "{e}");
+        s.admit(&call(&r, &[(2, 202)]), None).expect("no max_wait, no estimate");
+        assert_eq!(s.cancel(&r), 2);
+        assert_eq!(s.lock().tokens, 0);
+        s.admit(&call(&r, &[(2, 10_000)]), wait).expect("an empty queue admits anything");
     }
 
     /// With another worker busy, a free one waits for a full budget of tokens, up to batch_wait;

@@ -20,7 +20,7 @@ use crate::{ServerConfig, TokenIds};
 /// Most bytes of a too-large body read and dropped before its 413 goes out: a client still
 /// writing it then reads the answer, not a reset connection. A larger body, or one announced with
 /// `Expect: 100-continue`, is answered at once, unread.
-const DRAIN_BYTES: u64 = 64 << 20;
+const DRAIN_BYTES: u64 = 128 << 20;
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -60,7 +60,7 @@ impl ApiError {
 /// queue (503, retry), or the server's own failure (500).
 fn status_of(e: &EmbedError) -> StatusCode {
     match e {
-        EmbedError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        EmbedError::Overloaded { .. } | EmbedError::WaitTooLong { .. } => StatusCode::SERVICE_UNAVAILABLE,
         EmbedError::InvalidOption(_) => StatusCode::BAD_REQUEST,
         EmbedError::TooLong { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -139,15 +139,19 @@ impl App {
     }
 
     /// Embeds `texts` with `options`, or answers 504 past the request timeout; the future is then
-    /// dropped, which takes the request's texts that have not started out of the queue.
+    /// dropped, which takes the request's texts that have not started out of the queue. Under
+    /// overload a request is admitted only while the texts queued ahead are expected to finish
+    /// within half the timeout, so an admitted request gets its answer, and the others a quick
+    /// 503 with Retry-After rather than a 504 after queueing in vain.
     pub(crate) async fn embed(
         &self,
         entry: &Entry,
         embedder: &Embedder,
         texts: &[String],
-        options: &CallOptions,
+        options: CallOptions,
     ) -> Result<Embeddings, ApiError> {
-        let rows = match tokio::time::timeout(self.request_timeout, embedder.embed_with_async(texts, options)).await {
+        let options = options.with_max_wait(self.request_timeout / 2);
+        let rows = match tokio::time::timeout(self.request_timeout, embedder.embed_with_async(texts, &options)).await {
             Ok(rows) => rows?,
             Err(_) => {
                 return Err(ApiError::new(

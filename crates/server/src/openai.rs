@@ -137,7 +137,7 @@ async fn embeddings_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<
     if let Some(name) = req.prompt_name {
         options = options.with_prompt_name(name);
     }
-    let rows = app.embed(entry, embedder, &texts, &options).await?;
+    let rows = app.embed(entry, embedder, &texts, options).await?;
     let data = rows
         .rows()
         .enumerate()

@@ -161,7 +161,7 @@ pub(crate) async fn embed(State(app): State<Arc<App>>, model: ModelPath, headers
         let texts = tei_texts(req.inputs)?;
         app.check_inputs(texts.len())?;
         let options = req.root.or(req.parameters).call_options(embedder.model_info().model_dimension)?;
-        let rows = app.embed(entry, embedder, &texts, &options).await?;
+        let rows = app.embed(entry, embedder, &texts, options).await?;
         let vectors: Vec<&[f32]> = rows.rows().collect();
         Ok(axum::Json(vectors).into_response())
     }
@@ -201,7 +201,7 @@ pub(crate) async fn embed_chunks(
         let mut params = req.root.or(req.parameters);
         params.chunking.get_or_insert_with(ChunkingParams::default);
         let options = params.call_options(embedder.model_info().model_dimension)?;
-        let rows = app.embed(entry, embedder, &texts, &options).await?;
+        let rows = app.embed(entry, embedder, &texts, options).await?;
         let answers: Vec<DocumentAnswer<'_>> = texts
             .iter()
             .enumerate()
@@ -364,7 +364,7 @@ pub(crate) async fn similarity(
             .unwrap_or_default()
             .call_options(embedder.model_info().model_dimension)?
             .with_normalize(true);
-        let rows = app.embed(entry, embedder, &texts, &options).await?;
+        let rows = app.embed(entry, embedder, &texts, options).await?;
         let source = rows.row(0);
         let scores: Vec<f32> =
             (1..rows.len()).map(|i| rows.row(i).iter().zip(source).map(|(a, b)| a * b).sum()).collect();
