@@ -290,7 +290,7 @@ fn write_memory(out: &mut String, m: &nornir_vector::Memory) -> std::fmt::Result
 /// What nornir read from the model folder and the graph, and why.
 #[cfg(feature = "embed-ort")]
 fn write_model(out: &mut String, m: &nornir_vector::ModelInfo) -> std::fmt::Result {
-    writeln!(out, "  model output: {:?}, {}", m.output, m.output_reason)?;
+    writeln!(out, "  model output: {:?}, {}", m.output, crate::as_flags(&m.output_reason))?;
     let dim = if m.dimension == m.model_dimension {
         m.dimension.to_string()
     } else {

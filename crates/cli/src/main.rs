@@ -466,22 +466,36 @@ fn main() -> ExitCode {
     }
 }
 
-/// An error and its causes on one line, outermost first (ONNX Runtime's messages can span lines).
-/// A cause whose text the line already holds is left out: the library's errors quote their cause,
-/// on one line, and also keep it as `source()`.
+/// The library's option names as this command's flags, for its messages (`dim` is `--dim`).
+const OPTION_FLAGS: &[(&str, &str)] = &[
+    ("`chunking.window`", "--window"),
+    ("`chunking.late`", "--long late"),
+    ("`dim`", "--dim"),
+    ("`device`", "--device"),
+    ("`max_length`", "--max-length"),
+    ("`max_queued_texts`", "--max-queued-texts"),
+    ("`model_file`", "--model-file"),
+    ("`ort_library`", "--ort-lib"),
+    ("`output_name`", "--output-name"),
+    ("`pooling`", "--pooling"),
+    ("`prompt_name`", "--prompt-name"),
+    ("`prompt`", "--prompt"),
+    ("`sessions`", "--sessions"),
+    ("`task`", "--task"),
+    ("`threads`", "--threads"),
+    ("`token_budget`", "--batch-tokens"),
+];
+
+/// An error and its causes on one line, outermost first, joined by `": "` (ONNX Runtime's
+/// messages can span lines). Each error says only what failed at its layer, so each cause appears
+/// once; the library's option names become this command's flags.
 pub(crate) fn error_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
-        if line.contains(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line
+    as_flags(&format!("{e:#}").split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// A library text with its option names written as this command's flags.
+pub(crate) fn as_flags(text: &str) -> String {
+    OPTION_FLAGS.iter().fold(text.to_owned(), |t, (option, flag)| t.replace(option, flag))
 }
 
 #[cfg(test)]
@@ -489,30 +503,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn error_line_quotes_each_cause_once() {
+    fn error_line_prints_each_cause_once_and_options_as_flags() {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
         let e = anyhow::Error::new(io).context("reading a.txt").context("loading the corpus");
         assert_eq!(error_line(&e), "loading the corpus: reading a.txt: no such file");
-        /// Stands in for an `EmbedError` that quotes its cause and keeps it as `source()`.
-        #[derive(Debug)]
-        struct Quoting(std::io::Error);
-        impl std::fmt::Display for Quoting {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                let cause = self.0.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
-                write!(f, "inference failed: {cause}")
-            }
-        }
-        impl std::error::Error for Quoting {
-            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-                Some(&self.0)
-            }
-        }
-        let quoted = Quoting(std::io::Error::other("out of memory"));
-        assert_eq!(error_line(&anyhow::Error::new(quoted)), "inference failed: out of memory");
-        // A cause over several lines, quoted on one: still one line, the cause once.
-        let quoted = Quoting(std::io::Error::other("out of\n  memory"));
-        assert_eq!(error_line(&anyhow::Error::new(quoted)), "inference failed: out of memory");
         let e = anyhow::Error::new(std::io::Error::other("line one\nline two")).context("reading");
         assert_eq!(error_line(&e), "reading: line one line two");
+        let e = anyhow::Error::msg("invalid `dim`: 500 is wider than 384; `prompt_name` and `prompt` are fine");
+        assert_eq!(error_line(&e), "invalid --dim: 500 is wider than 384; --prompt-name and --prompt are fine");
     }
 }

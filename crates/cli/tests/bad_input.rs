@@ -6,17 +6,17 @@
 //! | --- | --- |
 //! | missing model folder | `no such folder; pass a model folder with model.onnx and tokenizer.json` |
 //! | folder without tokenizer.json | `no tokenizer.json (export it with the model's tokenizer` |
-//! | model.onnx truncated | `Protobuf parsing failed. Check that it is a complete ONNX model` |
-//! | model.onnx empty | `No graph was found in the protobuf. Check that it is a complete ONNX model` |
-//! | model.onnx random bytes | `Check that it is a complete ONNX model (re-download or re-export it)` |
-//! | tokenizer.json invalid JSON | `EOF while parsing a value ... It must be the model's own Hugging Face tokenizer.json` |
+//! | model.onnx truncated | `check that it is a complete ONNX model (...): Load model from ... failed:Protobuf parsing failed` |
+//! | model.onnx empty | `check that it is a complete ONNX model (...): ... No graph was found in the protobuf` |
+//! | model.onnx random bytes | `check that it is a complete ONNX model (re-download or re-export it)` |
+//! | tokenizer.json invalid JSON | `it must be the model's own Hugging Face tokenizer.json (...): EOF while parsing a value` |
 //! | tokenizer larger than config.json's vocab_size | `it has 31522 tokens but config.json says the model has 30522 (vocab_size)` |
 //! | the same, no config.json | `the model fails on a first test text (...); is tokenizer.json (31522 tokens) the model's own?` |
 //! | an image model | `input "pixel_values" takes Float; a text model takes int64 or int32 token ids (is this an image or audio model?)` |
 //! | modules.json with a Dense module | `module "sentence_transformers.models.Dense" (2_Dense) is not one nornir applies` |
 //! | --prompt-name on a model without prompts | `unknown prompt name "query": the model has no prompts` |
 //! | --task on a model without tasks | `--task "retrieval.query": the model has no tasks` |
-//! | --dim wider than the model | `--dim 385 is wider than the model's 384-dimensional vectors` |
+//! | --dim wider than the model | `invalid --dim: 385 is wider than the model's 384-dimensional vectors` |
 //! | serve: a missing model folder | `no such folder` before anything listens |
 //! | serve: a --host that is not an address | `--host "nowhere" is not an IP address` |
 //! | --output-name that the graph lacks | `--output-name "pooled": the model has no such output; its outputs are "last_hidden_state" ...` |
@@ -66,7 +66,7 @@ fn cpu() -> EmbedderOptions {
 }
 
 fn library_error(dir: &Path, options: &EmbedderOptions, needle: &str) {
-    let e = Embedder::new(dir, options).expect_err("a load error").to_string();
+    let e = nornir_vector::error_chain(&Embedder::new(dir, options).expect_err("a load error"));
     assert!(e.contains(needle), "expected {needle:?} in {e}");
 }
 
@@ -113,18 +113,19 @@ fn broken_model_folders() {
     let model_bytes = std::fs::read(model().join("model.onnx")).expect("model");
     let truncated = model_copy(&t.path().join("b"), &[("model.onnx", &model_bytes[..model_bytes.len() / 3])]);
     library_error(&truncated, &cpu(), "Protobuf parsing failed");
-    embed_error(&truncated, "Protobuf parsing failed. Check that it is a complete ONNX model");
+    embed_error(&truncated, "check that it is a complete ONNX model (re-download or re-export it): Load model from");
+    embed_error(&truncated, "failed:Protobuf parsing failed");
     let e = stderr(&nornir(&["vector", "embed", "--model", s(&truncated), "x"]));
     assert!(!e.contains(".."), "{e}");
 
     let empty = model_copy(&t.path().join("c"), &[("model.onnx", b"")]);
     library_error(&empty, &cpu(), "No graph was found");
-    embed_error(&empty, "Check that it is a complete ONNX model");
+    embed_error(&empty, "check that it is a complete ONNX model");
 
     let noise: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     let random = model_copy(&t.path().join("d"), &[("model.onnx", &noise)]);
     library_error(&random, &cpu(), "complete ONNX model");
-    embed_error(&random, "Check that it is a complete ONNX model (re-download or re-export it)");
+    embed_error(&random, "check that it is a complete ONNX model (re-download or re-export it)");
 }
 
 #[test]
@@ -132,7 +133,10 @@ fn broken_or_foreign_tokenizers() {
     let t = tempfile::tempdir().expect("tempdir");
     let invalid = model_copy(&t.path().join("a"), &[("tokenizer.json", b"{\"version\": ")]);
     library_error(&invalid, &cpu(), "EOF while parsing");
-    embed_error(&invalid, "It must be the model's own Hugging Face tokenizer.json");
+    embed_error(
+        &invalid,
+        "it must be the model's own Hugging Face tokenizer.json (tokenizer.save_pretrained): re-download or re-export it: EOF while parsing",
+    );
 
     // Another model's tokenizer: the same one with 1,000 more tokens than the model has rows.
     let text = std::fs::read_to_string(model().join("tokenizer.json")).expect("tokenizer");
@@ -179,8 +183,8 @@ fn model_contract_mistakes() {
     };
     let cases: [(&[&str], &str); 4] = [
         (&["--prompt-name", "query"], "unknown prompt name \"query\": the model has no prompts"),
-        (&["--task", "retrieval.query"], "--task \"retrieval.query\": the model has no tasks"),
-        (&["--dim", "385"], "--dim 385 is wider than the model's 384-dimensional vectors"),
+        (&["--task", "retrieval.query"], "invalid --task: \"retrieval.query\": the model has no tasks"),
+        (&["--dim", "385"], "invalid --dim: 385 is wider than the model's 384-dimensional vectors"),
         (
             &["--output-name", "pooled"],
             "--output-name \"pooled\": the model has no such output; its outputs are \"last_hidden_state\"",
@@ -439,10 +443,10 @@ fn numeric_options_out_of_range() {
     let unknown = nornir(&["vector", "embed", "--no-such-flag"]);
     assert_eq!(unknown.status.code(), Some(2));
     assert!(stderr(&unknown).contains("unexpected argument"));
-    library_error(&m, &cpu().with_threads(0), "threads must be at least 1");
-    library_error(&m, &cpu().with_sessions(0), "sessions must be at least 1");
-    library_error(&m, &cpu().with_token_budget(0), "token budget must be at least 1");
-    library_error(&m, &cpu().with_max_length(0), "max length must be at least 1");
+    library_error(&m, &cpu().with_threads(0), "invalid `threads`: must be at least 1");
+    library_error(&m, &cpu().with_sessions(0), "invalid `sessions`: must be at least 1");
+    library_error(&m, &cpu().with_token_budget(0), "invalid `token_budget`: must be at least 1");
+    library_error(&m, &cpu().with_max_length(0), "invalid `max_length`: must be at least 1");
 
     // A budget smaller than any text: each text runs alone, with the same vectors.
     let texts = ["a short one", "", "a somewhat longer text than the first"];

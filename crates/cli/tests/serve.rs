@@ -677,7 +677,9 @@ fn a_request_past_its_timeout_gets_504_and_its_texts_leave_the_queue() {
 /// `/health` answers within 200 ms, 50 times in a row (before: up to 5 s in a release build).
 #[test]
 fn health_answers_while_heavy_requests_tokenize() {
-    let server = Server::start(&["--max-body-bytes", "67108864"]);
+    // A timeout long enough that the server admits all four at once (with the default 60 s, it
+    // answers 503 to those it expects to take more than 30 s, as it should).
+    let server = Server::start(&["--max-body-bytes", "67108864", "--request-timeout", "600"]);
     let long = long_texts(2048);
     let blob = "x".repeat(4 << 20);
     let bodies =

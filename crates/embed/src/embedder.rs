@@ -17,7 +17,7 @@ use nornir_ep_select::Vendor;
 use crate::call::CallOptions;
 use crate::embeddings::Embeddings;
 use crate::engine::{Call, Engine, ModelInfo, Token};
-use crate::error::{EmbedError, Result};
+use crate::error::{EmbedError, InferenceKind, Result};
 use crate::options::EmbedderOptions;
 use crate::scheduler::QueueFull;
 use crate::session::{Placement, SessionReport};
@@ -85,7 +85,9 @@ fn tokenize(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJob>>) {
         }
         let result =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.prepare(&job.texts, &job.options)))
-                .unwrap_or_else(|_| Err(EmbedError::inference("tokenizing the call's texts panicked")));
+                .unwrap_or_else(|_| {
+                    Err(EmbedError::inference(InferenceKind::WorkerFailed, "tokenizing the call's texts panicked"))
+                });
         let mut s = job.slot.lock();
         if !s.abandoned {
             s.result = Some(result);
@@ -136,7 +138,9 @@ impl Embedder {
             let thread = std::thread::Builder::new()
                 .name(format!("nornir-tokenize-{i}"))
                 .spawn(move || tokenize(&engine, &receiver))
-                .map_err(|e| EmbedError::inference_because("cannot start a tokenizing thread", e))?;
+                .map_err(|e| {
+                    EmbedError::inference_because(InferenceKind::WorkerFailed, "cannot start a tokenizing thread", e)
+                })?;
             embedder.tokenizers.push(thread);
         }
         for k in 0..embedder.engine.sessions {
@@ -144,7 +148,13 @@ impl Embedder {
             let worker = std::thread::Builder::new()
                 .name(format!("nornir-session-{k}"))
                 .spawn(move || work(&engine, k))
-                .map_err(|e| EmbedError::inference_because("cannot start a session worker thread", e))?;
+                .map_err(|e| {
+                    EmbedError::inference_because(
+                        InferenceKind::WorkerFailed,
+                        "cannot start a session worker thread",
+                        e,
+                    )
+                })?;
             embedder.workers.push(worker);
         }
         Ok(embedder)
@@ -365,6 +375,7 @@ impl Future for EmbedFuture<'_> {
                         .is_some_and(|jobs| jobs.send(TokenizeJob { texts, options, slot: Arc::clone(&slot) }).is_ok());
                     if !sent {
                         return Poll::Ready(Err(EmbedError::inference(
+                            InferenceKind::WorkerFailed,
                             "the embedder's tokenizing threads have stopped",
                         )));
                     }
@@ -418,7 +429,10 @@ impl Future for EmbedFuture<'_> {
                     Some(rows) => return Poll::Ready(rows.map(|rows| this.engine.finish(call, rows))),
                 },
                 State::Done => {
-                    return Poll::Ready(Err(EmbedError::inference("the embed future was polled after it finished")));
+                    return Poll::Ready(Err(EmbedError::inference(
+                        InferenceKind::Misuse,
+                        "the embed future was polled after it finished",
+                    )));
                 }
             }
         }

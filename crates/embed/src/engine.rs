@@ -16,7 +16,7 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams};
 use crate::call::{CallOptions, CallPrompt, Chunking, DocumentVector, Truncation};
 use crate::chunk::{late_passes, windows};
 use crate::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
-use crate::error::{EmbedError, Result};
+use crate::error::{EmbedError, InferenceKind, Result, error_chain};
 use crate::graph_io::{GraphIo, Row, RowSettings, forward, graph_io, run_batch};
 use crate::model::ModelFolder;
 use crate::options::EmbedderOptions;
@@ -233,24 +233,22 @@ impl Engine {
     /// Every mismatch between the folder and the graph is an error here, not at the first embed.
     pub(crate) fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
         if options.token_budget == 0 {
-            return Err(EmbedError::InvalidOption("token budget must be at least 1".to_owned()));
+            return Err(EmbedError::invalid("token_budget", "must be at least 1"));
         }
         if options.threads == Some(0) {
-            return Err(EmbedError::InvalidOption(
-                "threads must be at least 1 (or leave it unset for all cores)".to_owned(),
-            ));
+            return Err(EmbedError::invalid("threads", "must be at least 1 (or leave it unset for all cores)"));
         }
         if options.sessions == Some(0) {
-            return Err(EmbedError::InvalidOption("sessions must be at least 1 (or leave it unset)".to_owned()));
+            return Err(EmbedError::invalid("sessions", "must be at least 1 (or leave it unset)"));
         }
         if options.max_queued_texts == 0 {
-            return Err(EmbedError::InvalidOption("max_queued_texts must be at least 1".to_owned()));
+            return Err(EmbedError::invalid("max_queued_texts", "must be at least 1"));
         }
         if options.dim == Some(0) {
-            return Err(EmbedError::InvalidOption("--dim must be at least 1".to_owned()));
+            return Err(EmbedError::invalid("dim", "must be at least 1"));
         }
         let folder = ModelFolder::open(dir, options.model_file.as_deref())?;
-        let prompt = choose_prompt(&folder, options).map_err(EmbedError::InvalidOption)?;
+        let prompt = choose_prompt(&folder, options)?;
         let mut tokenizer = Tokenizer::from_file(&folder.tokenizer_file)
             .map_err(|e| EmbedError::tokenizer_because(&folder.tokenizer_file, e))?;
         let max_length = options
@@ -260,7 +258,7 @@ impl Engine {
             .or(folder.max_position_embeddings)
             .unwrap_or(512);
         if max_length == 0 {
-            return Err(EmbedError::InvalidOption("max length must be at least 1".to_owned()));
+            return Err(EmbedError::invalid("max_length", "must be at least 1"));
         }
         let vocab = tokenizer.get_vocab_size(true);
         if let Some(rows) = folder.vocab_size
@@ -282,7 +280,7 @@ impl Engine {
 
         let plan = plan_for_model(options.device, folder.quantization.as_ref().and_then(|q| q.cpu_only()));
         if let Some(why) = &plan.refusal {
-            return Err(EmbedError::DeviceRefused(why.clone()));
+            return Err(EmbedError::DeviceRefused { reason: why.clone() });
         }
         let runtime = load_runtime(&plan, options.ort_library.as_deref())?;
         let threads = options.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
@@ -407,16 +405,19 @@ impl Engine {
         let mut ids = enc.get_ids().to_vec();
         let last = u32::try_from(vocab.saturating_sub(1)).unwrap_or(u32::MAX);
         ids.insert(ids.len().saturating_sub(1), last);
-        let dim = self.run_batch(&self.session, &[Row { ids: &ids, skip: 0, spans: &[] }], |_, _| {}).map_err(|e| match e {
-            EmbedError::ForcedDeviceFailed { .. } => e,
-            e => EmbedError::Model {
-                dir: self.info.folder.dir.clone(),
-                reason: format!(
-                    "the model fails on a first test text ({e}); is tokenizer.json ({vocab} tokens) the model's own?"
-                ),
-                source: Some(e.into()),
-            },
-        })?;
+        let dim =
+            self.run_batch(&self.session, &[Row { ids: &ids, skip: 0, spans: &[] }], |_, _| {}).map_err(
+                |e| match e {
+                    EmbedError::ForcedDeviceFailed { .. } => e,
+                    e => EmbedError::Model {
+                        dir: self.info.folder.dir.clone(),
+                        reason: format!(
+                            "the model fails on a first test text; is tokenizer.json ({vocab} tokens) the model's own?"
+                        ),
+                        source: Some(e.into()),
+                    },
+                },
+            )?;
         if let Some(h) = self.info.folder.hidden_size
             && h != dim
         {
@@ -428,9 +429,10 @@ impl Engine {
         if let Some(d) = self.default_dim
             && d > dim
         {
-            return Err(EmbedError::InvalidOption(format!(
-                "--dim {d} is wider than the model's {dim}-dimensional vectors; give at most {dim}"
-            )));
+            return Err(EmbedError::invalid(
+                "dim",
+                format!("{d} is wider than the model's {dim}-dimensional vectors; give at most {dim}"),
+            ));
         }
         self.info.model_dimension = dim;
         self.info.dimension = self.default_dim.unwrap_or(dim);
@@ -508,9 +510,10 @@ impl Engine {
             None => self.info.dimension,
             Some(d) if (1..=model).contains(&d) => d,
             Some(d) => {
-                return Err(EmbedError::InvalidOption(format!(
-                    "dimensions must be between 1 and {model} for this model, not {d}"
-                )));
+                return Err(EmbedError::invalid(
+                    "dimensions",
+                    format!("must be between 1 and {model} for this model, not {d}"),
+                ));
             }
         };
         let (prompt, skip) = match &options.prompt {
@@ -518,13 +521,14 @@ impl Engine {
             Some(p) => {
                 let text = match p {
                     CallPrompt::Text(t) => t.as_str(),
-                    CallPrompt::Name(n) => named_prompt(&self.info.folder, n).map_err(EmbedError::InvalidOption)?,
+                    CallPrompt::Name(n) => named_prompt(&self.info.folder, n)?,
                 };
                 let skip = if self.include_prompt || text.is_empty() {
                     0
                 } else {
-                    prompt_token_count(&self.tokenizer, text)
-                        .map_err(|e| EmbedError::inference_because("tokenizing the prompt failed", e))?
+                    prompt_token_count(&self.tokenizer, text).map_err(|e| {
+                        EmbedError::inference_because(InferenceKind::Tokenizer, "tokenizing the prompt failed", e)
+                    })?
                 };
                 (text.to_owned(), skip)
             }
@@ -601,7 +605,16 @@ impl Engine {
                 Item::new(e.get_ids().to_vec(), skip, Vec::new(), &request, index)
             })
             .collect();
-        Ok(Call { request, items, expand, tokens, dim: plan.dim, normalize: plan.normalize, chunked: None, max_wait: None })
+        Ok(Call {
+            request,
+            items,
+            expand,
+            tokens,
+            dim: plan.dim,
+            normalize: plan.normalize,
+            chunked: None,
+            max_wait: None,
+        })
     }
 
     /// A chunking call: each text's whole token ids cut into windows (see [`Chunking`]), a queue
@@ -616,17 +629,22 @@ impl Engine {
         let max = self.info.max_length;
         let window = chunking.window.unwrap_or(max);
         if window > max {
-            return Err(EmbedError::InvalidOption(format!(
-                "chunking window {window} is longer than the {max} tokens the model reads; give at most {max}"
-            )));
+            return Err(EmbedError::invalid(
+                "chunking.window",
+                format!("{window} is longer than the {max} tokens the model reads; give at most {max}"),
+            ));
         }
         if chunking.late && self.io.pooled {
-            return Err(EmbedError::InvalidOption(format!(
-                "late chunking pools token vectors, but the model's output {:?} is one vector per text",
-                self.info.output
-            )));
+            return Err(EmbedError::invalid(
+                "chunking.late",
+                format!(
+                    "late chunking pools token vectors, but the model's output {:?} is one vector per text",
+                    self.info.output
+                ),
+            ));
         }
-        let fail = |e: tokenizers::Error| EmbedError::inference_because("tokenization failed", e);
+        let fail =
+            |e: tokenizers::Error| EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e);
         // Each queue item to be: its ids, the spans it pools (late chunking), its first row.
         struct Piece(Vec<u32>, Vec<(usize, usize)>, usize);
         let mut pieces: Vec<Piece> = Vec::new();
@@ -644,10 +662,13 @@ impl Engine {
             let head = lead + (lead..end).take_while(|&i| offsets[i].0 < prompt_bytes).count();
             let capacity = window.saturating_sub(head + trail);
             if capacity <= chunking.overlap {
-                return Err(EmbedError::InvalidOption(format!(
-                    "a chunking window of {window} tokens leaves {capacity} for a text's own tokens after the prompt and special tokens, no more than the overlap of {}: give a longer window or a shorter overlap",
-                    chunking.overlap
-                )));
+                return Err(EmbedError::invalid(
+                    "chunking.window",
+                    format!(
+                        "a window of {window} tokens leaves {capacity} for a text's own tokens after the prompt and special tokens, no more than the overlap of {}: give a longer window or a shorter overlap",
+                        chunking.overlap
+                    ),
+                ));
             }
             let content = &ids[head..end];
             let cuts = windows(&enc.get_word_ids()[head..end], capacity, chunking.overlap);
@@ -779,7 +800,9 @@ impl Engine {
                 crate::fault::hit(crate::fault::Stage::Run);
                 self.run_batch(slot, &rows, |_, v| out.extend_from_slice(v))
             }))
-            .unwrap_or_else(|_| Err(EmbedError::inference("a session worker panicked running this batch")))?;
+            .unwrap_or_else(|_| {
+                Err(EmbedError::inference(InferenceKind::WorkerFailed, "a session worker panicked running this batch"))
+            })?;
             Ok(out)
         };
         // The batch's vectors in order: each item's rows, one after another.
@@ -797,7 +820,7 @@ impl Engine {
             Ok(rows) => hand_over(items, rows),
             Err(e) if items.len() == 1 => items[0].fail(e),
             Err(e) => {
-                tracing::warn!("a batch of {} texts failed ({e}); running each alone", items.len());
+                tracing::warn!("a batch of {} texts failed ({}); running each alone", items.len(), error_chain(&e));
                 for k in 0..items.len() {
                     match run(&items[k..=k]) {
                         Ok(rows) => hand_over(&mut items[k..=k], rows),
@@ -814,7 +837,8 @@ impl Engine {
     /// otherwise cost seconds and a gigabyte); when that part yields fewer tokens than the limit,
     /// the whole text is tokenized instead, so the ids are always those of the whole text.
     fn tokenize(&self, texts: &[&str], plan: &CallPlan) -> Result<Vec<tokenizers::Encoding>> {
-        let fail = |e: tokenizers::Error| EmbedError::inference_because("tokenization failed", e);
+        let fail =
+            |e: tokenizers::Error| EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e);
         let max_length = self.info.max_length;
         let prompt = plan.prompt.as_str();
         let (tokenizer, part): (&Tokenizer, fn(&str, usize) -> &str) = match plan.truncation {
@@ -847,7 +871,7 @@ impl Engine {
         let enc = self
             .whole_tokenizer()
             .encode(prompted.as_ref(), special)
-            .map_err(|e| EmbedError::inference_because("tokenization failed", e))?;
+            .map_err(|e| EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e))?;
         let mask = enc.get_special_tokens_mask();
         Ok(enc
             .get_ids()
@@ -870,10 +894,10 @@ impl Engine {
     /// the call's prompt and truncation. Runs on the first session, outside the queue.
     pub(crate) fn token_vectors(&self, text: &str, options: &CallOptions) -> Result<(Vec<f32>, usize)> {
         if self.io.pooled {
-            return Err(EmbedError::InvalidOption(format!(
-                "the model's output {:?} is one vector per text, so it has no token vectors",
-                self.info.output
-            )));
+            return Err(EmbedError::invalid(
+                "output_name",
+                format!("the model's output {:?} is one vector per text, so it has no token vectors", self.info.output),
+            ));
         }
         let plan = self.plan_call(options)?;
         let enc = self.tokenize(&[text], &plan)?.remove(0);
@@ -894,11 +918,14 @@ impl Engine {
     pub(crate) fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         let vocab = self.tokenizer.get_vocab_size(true);
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
-            return Err(EmbedError::InvalidOption(format!(
-                "token id {id} is not in the model's vocabulary of {vocab} tokens"
-            )));
+            return Err(EmbedError::invalid(
+                "ids",
+                format!("token id {id} is not in the model's vocabulary of {vocab} tokens"),
+            ));
         }
-        self.tokenizer.decode(ids, skip_special).map_err(|e| EmbedError::inference_because("decoding failed", e))
+        self.tokenizer
+            .decode(ids, skip_special)
+            .map_err(|e| EmbedError::inference_because(InferenceKind::Tokenizer, "decoding failed", e))
     }
 
     /// The tokenizer that does not truncate, made on first use.
@@ -943,7 +970,11 @@ impl Engine {
                         extra.push(Mutex::new(Slot { session, vendor: r.gpu_vendor }));
                     }
                     Err(e) => {
-                        tracing::warn!("running with {} session(s): another could not be built: {e}", extra.len() + 1);
+                        tracing::warn!(
+                            "running with {} session(s): another could not be built: {}",
+                            extra.len() + 1,
+                            error_chain(&e)
+                        );
                         break;
                     }
                 }
@@ -996,10 +1027,7 @@ impl Engine {
         let dim = match run_batch(&mut slot.session, &self.io, settings, rows, nanos, &mut emit) {
             Ok(dim) => dim,
             Err(e) if slot.vendor != Vendor::Cpu => {
-                let e = match e {
-                    EmbedError::Inference { reason, .. } => reason,
-                    e => e.to_string(),
-                };
+                let e = error_chain(&e);
                 let active = &self.report.active_provider;
                 let hint = session::run_time_hint(&self.report.registrations, active);
                 let why = format!("running a batch on {active} failed: {e}{hint}");
@@ -1053,10 +1081,13 @@ impl Engine {
                 .unwrap_or_else(|_| vec![0, 0]);
             let row = Row { ids: &ids, skip: 0, spans: &[] };
             run_batch(&mut session, &self.io, self.settings, &[row], &AtomicU64::new(0), |_, _| {})?;
-            let file = session.end_profiling().map_err(|e| EmbedError::inference_because("ending the profile", e))?;
-            let text = std::fs::read_to_string(&file).map_err(|e| EmbedError::inference_because(&file, e))?;
+            let file = session
+                .end_profiling()
+                .map_err(|e| EmbedError::inference_because(InferenceKind::Runtime, "ending the profile", e))?;
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| EmbedError::inference_because(InferenceKind::Runtime, &file, e))?;
             Ok(parse_profile(&text))
         })();
-        result.unwrap_or_else(|e| Placement::Unknown { reason: e.to_string() })
+        result.unwrap_or_else(|e| Placement::Unknown { reason: error_chain(&e) })
     }
 }

@@ -1,9 +1,9 @@
 //! The embedder's errors. Every message is one line that says what went wrong and what to do.
 //!
-//! A variant caused by another error (ONNX Runtime's, the tokenizer's, a file's) keeps it as
-//! [`source`](std::error::Error::source), typed, and also quotes it in its message on one line, so
-//! `{e}` alone is whole. Printing the chain should skip a cause the message already quotes (the
-//! CLI does).
+//! A variant caused by another error (ONNX Runtime's, the tokenizer's, a file's) says only what
+//! failed at this layer; the cause comes through [`source`](std::error::Error::source), typed,
+//! never in the message too, so a printer that walks the chain (anyhow's `{:#}`, eyre, tracing,
+//! [`error_chain`]) prints each cause once.
 
 use std::path::{Path, PathBuf};
 
@@ -13,13 +13,22 @@ use nornir_ep_select::Vendor;
 #[non_exhaustive]
 pub enum EmbedError {
     #[error(
-        "no ONNX Runtime library found; searched: {searched}. Run `cargo xtask fetch`, or set ORT_DYLIB_PATH to a libonnxruntime.so"
+        "no ONNX Runtime library found; searched: {}. Run `cargo xtask fetch`, or set ORT_DYLIB_PATH to a libonnxruntime.so",
+        searched_list(.searched, .problems)
     )]
     #[non_exhaustive]
-    NoOrtLibrary { searched: String },
+    NoOrtLibrary {
+        /// The folders and files looked at, in order.
+        searched: Vec<PathBuf>,
+        /// Libraries found but not usable, each with why.
+        problems: Vec<String>,
+    },
 
-    #[error("{0}: point ORT_DYLIB_PATH (or --ort-lib) at a libonnxruntime.so file, or unset it to let nornir search")]
-    ExplicitOrtUnusable(String),
+    #[error(
+        "{reason}: point ORT_DYLIB_PATH (or `ort_library`) at a libonnxruntime.so file, or unset it to let nornir search"
+    )]
+    #[non_exhaustive]
+    ExplicitOrtUnusable { reason: String },
 
     #[error(
         "this process already loaded ONNX Runtime from {loaded}; it cannot load {requested} as well (one ONNX Runtime per process): use the same library for every embedder, or another process"
@@ -28,7 +37,7 @@ pub enum EmbedError {
     OrtAlreadyLoaded { loaded: PathBuf, requested: PathBuf },
 
     #[error(
-        "{path}: cannot be loaded as ONNX Runtime: {reason}. Point ORT_DYLIB_PATH / --ort-lib at a libonnxruntime.so (1.22 or newer)"
+        "{path}: cannot be loaded as ONNX Runtime: {reason}; point ORT_DYLIB_PATH or `ort_library` at a libonnxruntime.so (1.22 or newer)"
     )]
     #[non_exhaustive]
     OrtLoad {
@@ -45,11 +54,13 @@ pub enum EmbedError {
     #[non_exhaustive]
     OrtTooOld { path: PathBuf, version: String },
 
-    #[error("{0}")]
-    DeviceRefused(String),
+    /// The device asked for cannot be used here, and it was forced (see `reason`).
+    #[error("{reason}")]
+    #[non_exhaustive]
+    DeviceRefused { reason: String },
 
     #[error(
-        "the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Use --device auto to fall back to the CPU, or fix the cause above (`nornir vector doctor`)"
+        "the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Use `device` auto to fall back to the CPU, or fix the cause above (`nornir vector doctor`)"
     )]
     #[non_exhaustive]
     ForcedDeviceFailed {
@@ -72,40 +83,48 @@ pub enum EmbedError {
     },
 
     #[error(
-        "tokenizer {path}: {}. It must be the model's own Hugging Face tokenizer.json (tokenizer.save_pretrained); re-download or re-export it",
+        "tokenizer {path}: {}; it must be the model's own Hugging Face tokenizer.json (tokenizer.save_pretrained): re-download or re-export it",
         .reason.trim_end_matches('.')
     )]
     #[non_exhaustive]
     Tokenizer {
         path: PathBuf,
         reason: String,
+        /// The tokenizers crate's error (kept as a [`Cause`], so that its version is not part of
+        /// this type).
         #[source]
-        source: Option<tokenizers::Error>,
+        source: Option<Cause>,
     },
 
     #[error(
-        "ONNX Runtime could not create a session for {model}: {}. Check that it is a complete ONNX model (re-download or re-export it)",
-        .reason.trim_end_matches('.')
+        "ONNX Runtime could not create a session for {model}; check that it is a complete ONNX model (re-download or re-export it)"
     )]
     #[non_exhaustive]
     Session {
         model: PathBuf,
-        reason: String,
+        /// ONNX Runtime's error (downcast it to `ort::Error`; kept as a [`Cause`] so that an `ort`
+        /// upgrade does not change this type).
         #[source]
-        source: Option<ort::Error>,
+        source: Option<Cause>,
     },
 
-    #[error("inference failed: {reason}")]
+    #[error("inference failed{}{reason}", if .reason.is_empty() { "" } else { ": " })]
     #[non_exhaustive]
     Inference {
+        /// What failed, for a caller that answers differently (a server: 422 for a text the
+        /// tokenizer rejects, 500 for a failed run).
+        kind: InferenceKind,
         reason: String,
         /// ONNX Runtime's error running the graph, the tokenizer's, or the system's.
         #[source]
         source: Option<Cause>,
     },
 
-    #[error("invalid option: {0}")]
-    InvalidOption(String),
+    /// An option of the embedder or of the call (`option`, as the field is named) is out of
+    /// range or does not fit the model.
+    #[error("invalid `{option}`: {reason}")]
+    #[non_exhaustive]
+    InvalidOption { option: &'static str, reason: String },
 
     #[error(
         "text {index} has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or let the call truncate it",
@@ -141,6 +160,25 @@ pub enum EmbedError {
     Cancelled,
 }
 
+/// What part of an embedding failed ([`EmbedError::Inference`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum InferenceKind {
+    /// ONNX Runtime failed running the graph.
+    Runtime,
+    /// The tokenizer failed on a text (or on ids to decode): the input's fault.
+    Tokenizer,
+    /// The graph's output has a shape the embedder cannot read.
+    OutputShape,
+    /// A worker or tokenizing thread could not start, or panicked before the text was done.
+    WorkerFailed,
+    /// The embedder was dropped with the text still queued.
+    EmbedderDropped,
+    /// The API was misused (a future polled after it finished).
+    Misuse,
+}
+
 pub type Result<T, E = EmbedError> = std::result::Result<T, E>;
 
 /// The cause an [`EmbedError`] keeps when it can be of several types (downcast it to
@@ -152,19 +190,45 @@ pub(crate) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// `e` and each of its causes on one line, joined by `": "`, as anyhow's `{:#}` prints them: what
+/// a log line, a report or an HTTP answer should carry.
+///
+/// ```
+/// let e = nornir_embed::EmbedError::Cancelled;
+/// assert_eq!(nornir_embed::error_chain(&e), e.to_string());
+/// ```
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = one_line(&e.to_string());
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = one_line(&c.to_string());
+        if !text.is_empty() {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = c.source();
+    }
+    line
+}
+
+fn searched_list(searched: &[PathBuf], problems: &[String]) -> String {
+    let mut all: Vec<String> = searched.iter().map(|p| p.display().to_string()).collect();
+    all.extend(problems.iter().cloned());
+    if all.is_empty() { "nothing".to_owned() } else { all.join(", ") }
+}
+
 impl EmbedError {
+    pub(crate) fn invalid(option: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidOption { option, reason: reason.into() }
+    }
+
     pub(crate) fn model(dir: &Path, reason: impl Into<String>) -> Self {
         Self::Model { dir: dir.to_path_buf(), reason: reason.into(), source: None }
     }
 
-    /// `what` failed because of `cause`, quoted after it.
+    /// `what` failed because of `cause`.
     pub(crate) fn model_because(dir: &Path, what: &str, cause: impl Into<Cause>) -> Self {
-        let cause = cause.into();
-        Self::Model {
-            dir: dir.to_path_buf(),
-            reason: format!("{what}: {}", one_line(&cause.to_string())),
-            source: Some(cause),
-        }
+        Self::Model { dir: dir.to_path_buf(), reason: what.to_owned(), source: Some(cause.into()) }
     }
 
     pub(crate) fn tokenizer(path: &Path, reason: impl Into<String>) -> Self {
@@ -172,32 +236,27 @@ impl EmbedError {
     }
 
     pub(crate) fn tokenizer_because(path: &Path, cause: tokenizers::Error) -> Self {
-        Self::Tokenizer { path: path.to_path_buf(), reason: one_line(&cause.to_string()), source: Some(cause) }
+        Self::Tokenizer { path: path.to_path_buf(), reason: "cannot be read".to_owned(), source: Some(cause) }
     }
 
     pub(crate) fn session_because(model: &Path, cause: impl Into<ort::Error>) -> Self {
-        let cause = cause.into();
-        Self::Session { model: model.to_path_buf(), reason: one_line(&cause.to_string()), source: Some(cause) }
+        Self::Session { model: model.to_path_buf(), source: Some(Box::new(cause.into())) }
     }
 
     pub(crate) fn ort_load(path: &Path, reason: impl Into<String>) -> Self {
         Self::OrtLoad { path: path.to_path_buf(), reason: reason.into(), source: None }
     }
 
-    pub(crate) fn ort_load_because(path: &Path, cause: impl Into<Cause>) -> Self {
-        let cause = cause.into();
-        Self::OrtLoad { path: path.to_path_buf(), reason: one_line(&cause.to_string()), source: Some(cause) }
+    pub(crate) fn ort_load_because(path: &Path, what: &str, cause: impl Into<Cause>) -> Self {
+        Self::OrtLoad { path: path.to_path_buf(), reason: what.to_owned(), source: Some(cause.into()) }
     }
 
-    pub(crate) fn inference(reason: impl Into<String>) -> Self {
-        Self::Inference { reason: reason.into(), source: None }
+    pub(crate) fn inference(kind: InferenceKind, reason: impl Into<String>) -> Self {
+        Self::Inference { kind, reason: reason.into(), source: None }
     }
 
-    /// `what` failed because of `cause`, quoted after it (`what` empty: the cause alone).
-    pub(crate) fn inference_because(what: &str, cause: impl Into<Cause>) -> Self {
-        let cause = cause.into();
-        let text = one_line(&cause.to_string());
-        let reason = if what.is_empty() { text } else { format!("{what}: {text}") };
-        Self::Inference { reason, source: Some(cause) }
+    /// `what` failed because of `cause` (`what` empty: nothing to add to "inference failed").
+    pub(crate) fn inference_because(kind: InferenceKind, what: &str, cause: impl Into<Cause>) -> Self {
+        Self::Inference { kind, reason: what.to_owned(), source: Some(cause.into()) }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use ort::session::Session;
 use ort::value::{TensorElementType, TensorRef, ValueType};
 
-use crate::error::{EmbedError, Result};
+use crate::error::{EmbedError, InferenceKind, Result};
 use crate::model::ModelFolder;
 use crate::pooling::{Pooling, pool_tokens};
 
@@ -131,15 +131,15 @@ pub(crate) fn graph_io(session: &Session, folder: &ModelFolder, output_name: Opt
     let usable = |i: usize| float_output(outputs[i].dtype());
     let (output, output_reason) = if let Some(wanted) = output_name {
         let i = outputs.iter().position(|o| o.name() == wanted).ok_or_else(|| {
-            err(format!("--output-name {wanted:?}: the model has no such output; its outputs are {}", listing()))
+            err(format!("`output_name` {wanted:?}: the model has no such output; its outputs are {}", listing()))
         })?;
         if usable(i).is_none() {
             return Err(err(format!(
-                "--output-name {wanted:?} is {}; nornir needs a floating-point [batch, tokens, width] or [batch, width] output",
+                "`output_name` {wanted:?} is {}; nornir needs a floating-point [batch, tokens, width] or [batch, width] output",
                 outputs[i].dtype()
             )));
         }
-        (i, "chosen with --output-name".to_owned())
+        (i, "chosen with `output_name`".to_owned())
     } else if let Some((i, name)) = OUTPUT_NAMES
         .iter()
         .find_map(|n| (0..outputs.len()).find(|&i| outputs[i].name() == *n && usable(i).is_some()).map(|i| (i, n)))
@@ -320,7 +320,7 @@ pub(crate) fn forward(
 ) -> Result<usize> {
     let b = rows.len();
     let l = rows.iter().map(|r| r.ids.len()).max().unwrap_or(0).max(1);
-    let fail = |e: ort::Error| EmbedError::inference_because("", e);
+    let fail = |e: ort::Error| EmbedError::inference_because(InferenceKind::Runtime, "", e);
     let (wide, narrow);
     let positions = io.position_ids.is_some();
     let ids: Vec<&[u32]> = rows.iter().map(|r| r.ids).collect();
@@ -340,7 +340,10 @@ pub(crate) fn forward(
     let (expect_rank, expect) =
         if io.pooled { (2, format!("[{b}, width]")) } else { (3, format!("[{b}, {l}, width]")) };
     if dims.len() != expect_rank || dims[0] != b || (!io.pooled && dims[1] != l) || width == 0 {
-        return Err(EmbedError::inference(format!("the model returned shape {dims:?}; expected {expect}")));
+        return Err(EmbedError::inference(
+            InferenceKind::OutputShape,
+            format!("the model returned shape {dims:?}; expected {expect}"),
+        ));
     }
     for (k, r) in rows.iter().enumerate() {
         if io.pooled {

@@ -32,7 +32,7 @@ pub use call::{CallOptions, CallPrompt, CancelHandle, Chunking, DocumentVector, 
 pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::{Chunk, Embeddings};
 pub use engine::{ModelInfo, Token};
-pub use error::{Cause, EmbedError, Result};
+pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use model::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 pub use options::EmbedderOptions;
 pub use plan::{plan_for, plan_for_model};

@@ -190,11 +190,11 @@ pub fn parse_pooling_config(text: &str) -> Result<PoolingSpec, String> {
     .collect();
     let mode = match set.as_slice() {
         [one] => *one,
-        [] => return Err("no pooling_mode_* is true; override with --pooling".to_owned()),
+        [] => return Err("no pooling_mode_* is true; override with `pooling`".to_owned()),
         several => {
             return Err(format!(
                 "several pooling modes at once ({}, concatenated by sentence-transformers) are not supported; \
-                 override with --pooling",
+                 override with `pooling`",
                 several.iter().map(ToString::to_string).collect::<Vec<_>>().join(" + ")
             ));
         }
@@ -258,7 +258,7 @@ impl ModelFolder {
             }
             None => {
                 ["model.onnx", "onnx/model.onnx"].iter().map(|n| dir.join(n)).find(|p| p.is_file()).ok_or_else(
-                    || err("no model.onnx or onnx/model.onnx; name the file with --model-file".to_owned()),
+                    || err("no model.onnx or onnx/model.onnx; name the file with `model_file`".to_owned()),
                 )?
             }
         };

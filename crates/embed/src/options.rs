@@ -91,7 +91,7 @@ impl EmbedderOptions {
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         if let Ok(v) = std::env::var("NORNIR_DEVICE") {
-            o.device = v.parse().map_err(|e| EmbedError::InvalidOption(format!("NORNIR_DEVICE: {e}")))?;
+            o.device = v.parse().map_err(|e| EmbedError::invalid("device", format!("NORNIR_DEVICE: {e}")))?;
         }
         Ok(o)
     }

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::EmbedError;
 use crate::model::ModelFolder;
 use crate::options::EmbedderOptions;
 
@@ -12,7 +13,7 @@ use crate::options::EmbedderOptions;
 pub struct PromptChoice {
     /// Put before every text (empty: nothing).
     pub text: String,
-    /// Where the prompt came from: `--prompt`, `prompt "query"`, `default prompt "query"`, `task "..."`.
+    /// Where the prompt came from: `the prompt option`, `prompt "query"`, `default prompt "query"`, `task "..."`.
     pub source: Option<String>,
     /// The task and its index in `lora_adaptations` (fed to a `task_id` input).
     pub task: Option<(String, i64)>,
@@ -23,45 +24,63 @@ fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
 }
 
 /// The text of the folder's prompt `name`, or an error that lists the prompts there are.
-pub(crate) fn named_prompt<'a>(folder: &'a ModelFolder, name: &str) -> Result<&'a str, String> {
+pub(crate) fn named_prompt<'a>(folder: &'a ModelFolder, name: &str) -> Result<&'a str, EmbedError> {
     let prompts = &folder.prompts.prompts;
     match prompts.get(name) {
         Some(text) => Ok(text),
-        None if prompts.is_empty() => {
-            Err(format!("unknown prompt name {name:?}: the model has no prompts (config_sentence_transformers.json)"))
-        }
-        None => Err(format!("unknown prompt name {name:?}: the model's prompts are {}", names(prompts.keys()))),
+        None if prompts.is_empty() => Err(EmbedError::invalid(
+            "prompt_name",
+            format!("unknown prompt name {name:?}: the model has no prompts (config_sentence_transformers.json)"),
+        )),
+        None => Err(EmbedError::invalid(
+            "prompt_name",
+            format!("unknown prompt name {name:?}: the model's prompts are {}", names(prompts.keys())),
+        )),
     }
 }
 
 /// Resolves the prompt and task, as sentence-transformers does: an explicit prompt, else the
 /// named prompt, else the task's instruction, else the folder's default prompt.
-pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result<PromptChoice, String> {
+pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result<PromptChoice, EmbedError> {
     if o.prompt.is_some() && o.prompt_name.is_some() {
-        return Err("give a prompt text (--prompt) or a prompt name (--prompt-name), not both".to_owned());
+        return Err(EmbedError::invalid(
+            "prompt",
+            "give a prompt text (`prompt`) or a prompt name (`prompt_name`), not both",
+        ));
     }
     let task = match (&folder.tasks, &o.task) {
         (Some(tasks), Some(t)) => match tasks.iter().position(|x| x == t) {
             Some(i) => Some((t.clone(), i as i64)),
-            None => return Err(format!("unknown task {t:?}: the model's tasks are {}", names(tasks.iter()))),
+            None => {
+                return Err(EmbedError::invalid(
+                    "task",
+                    format!("unknown task {t:?}: the model's tasks are {}", names(tasks.iter())),
+                ));
+            }
         },
         (Some(tasks), None) => {
-            return Err(format!(
-                "the model has task adapters (config.json's lora_adaptations); choose one with --task: {}",
-                names(tasks.iter())
+            return Err(EmbedError::invalid(
+                "task",
+                format!(
+                    "the model has task adapters (config.json's lora_adaptations); choose one with `task`: {}",
+                    names(tasks.iter())
+                ),
             ));
         }
         (None, Some(t)) => {
-            return Err(format!("--task {t:?}: the model has no tasks (config.json has no lora_adaptations)"));
+            return Err(EmbedError::invalid(
+                "task",
+                format!("{t:?}: the model has no tasks (config.json has no lora_adaptations)"),
+            ));
         }
         (None, None) => None,
     };
     let prompts = &folder.prompts.prompts;
-    let named = |name: &str, source: String| -> Result<(String, Option<String>), String> {
+    let named = |name: &str, source: String| -> Result<(String, Option<String>), EmbedError> {
         Ok((named_prompt(folder, name)?.to_owned(), Some(source)))
     };
     let (text, source) = if let Some(p) = &o.prompt {
-        (p.clone(), Some("--prompt".to_owned()))
+        (p.clone(), Some("the prompt option".to_owned()))
     } else if let Some(name) = &o.prompt_name {
         named(name, format!("prompt {name:?}"))?
     } else if let Some((t, _)) = &task {
@@ -107,11 +126,11 @@ mod tests {
         assert_eq!(c.text, "Q: ");
         let c = choose_prompt(&f, &o.clone().with_prompt("")).expect("empty prompt turns the default off");
         assert_eq!((c.text.as_str(), c.source), ("", None));
-        let e = choose_prompt(&f, &o.clone().with_prompt_name("search")).unwrap_err();
+        let e = choose_prompt(&f, &o.clone().with_prompt_name("search")).unwrap_err().to_string();
         assert!(e.contains("\"passage\", \"query\""), "{e}");
-        let e = choose_prompt(&f, &o.clone().with_prompt("a").with_prompt_name("query")).unwrap_err();
+        let e = choose_prompt(&f, &o.clone().with_prompt("a").with_prompt_name("query")).unwrap_err().to_string();
         assert!(e.contains("not both"), "{e}");
-        let e = choose_prompt(&folder("{}", None), &o.with_prompt_name("query")).unwrap_err();
+        let e = choose_prompt(&folder("{}", None), &o.with_prompt_name("query")).unwrap_err().to_string();
         assert!(e.contains("no prompts"), "{e}");
     }
 
@@ -119,14 +138,14 @@ mod tests {
     fn tasks() {
         let f = folder("{}", Some(&["retrieval.query", "text-matching"]));
         let o = EmbedderOptions::default();
-        let e = choose_prompt(&f, &o).unwrap_err();
-        assert!(e.contains("--task") && e.contains("\"text-matching\""), "{e}");
+        let e = choose_prompt(&f, &o).unwrap_err().to_string();
+        assert!(e.contains("`task`") && e.contains("\"text-matching\""), "{e}");
         let c = choose_prompt(&f, &o.clone().with_task("retrieval.query")).expect("task");
         assert_eq!((c.text.as_str(), c.task), ("Represent the query: ", Some(("retrieval.query".to_owned(), 0))));
         let c = choose_prompt(&f, &o.clone().with_task("text-matching")).expect("task without instruction");
         assert_eq!((c.text.as_str(), c.task), ("", Some(("text-matching".to_owned(), 1))));
-        assert!(choose_prompt(&f, &o.clone().with_task("summarize")).unwrap_err().contains("unknown task"));
-        let e = choose_prompt(&folder("{}", None), &o.with_task("retrieval.query")).unwrap_err();
+        assert!(choose_prompt(&f, &o.clone().with_task("summarize")).unwrap_err().to_string().contains("unknown task"));
+        let e = choose_prompt(&folder("{}", None), &o.with_task("retrieval.query")).unwrap_err().to_string();
         assert!(e.contains("no tasks"), "{e}");
     }
 }

@@ -53,12 +53,13 @@ pub fn load_runtime(plan: &Plan, explicit: Option<&Path>) -> Result<Arc<OrtRunti
     }
     let (discovery, choice) = choose_library(plan, explicit);
     if let Some(why) = discovery.explicit_unusable() {
-        return Err(EmbedError::ExplicitOrtUnusable(why));
+        return Err(EmbedError::ExplicitOrtUnusable { reason: why });
     }
     let Some((candidate, reason)) = choice else {
-        let mut searched: Vec<String> = discovery.searched.iter().map(|p| p.display().to_string()).collect();
-        searched.extend(discovery.problems.iter().cloned());
-        return Err(EmbedError::NoOrtLibrary { searched: searched.join(", ") });
+        return Err(EmbedError::NoOrtLibrary {
+            searched: discovery.searched.clone(),
+            problems: discovery.problems.clone(),
+        });
     };
     let path = candidate.path.clone();
     let version = check_library(&path)?;
@@ -66,12 +67,12 @@ pub fn load_runtime(plan: &Plan, explicit: Option<&Path>) -> Result<Arc<OrtRunti
         return Err(EmbedError::OrtTooOld { path, version });
     }
     let env = ort::init_from(&path)
-        .map_err(|e| EmbedError::ort_load_because(&path, e))?
+        .map_err(|e| EmbedError::ort_load_because(&path, "initialising it failed", e))?
         .with_name("nornir")
         .with_telemetry(false)
         .with_logger(Arc::new(forward_ort_log))
         .build()
-        .map_err(|e| EmbedError::ort_load_because(&path, e))?;
+        .map_err(|e| EmbedError::ort_load_because(&path, "making its environment failed", e))?;
     tracing::debug!(path = %path.display(), %version, "loaded ONNX Runtime");
     let rt =
         Arc::new(OrtRuntime { info: OrtInfo { path, version, providers: candidate.providers.clone(), reason }, env });

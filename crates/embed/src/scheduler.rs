@@ -10,7 +10,7 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use crate::batch::ATTENTION_FREE_LENGTH;
-use crate::error::EmbedError;
+use crate::error::{EmbedError, InferenceKind};
 
 /// What a call waits on: its rows, filled in by the workers as batches finish.
 #[derive(Debug)]
@@ -146,7 +146,10 @@ impl Drop for Item {
         if !self.settled {
             self.request.fail_rows(
                 self.rows(),
-                EmbedError::inference("a session worker failed (it panicked) before this text was done; retry"),
+                EmbedError::inference(
+                    InferenceKind::WorkerFailed,
+                    "a session worker failed (it panicked) before this text was done; retry",
+                ),
             );
         }
     }
@@ -547,7 +550,7 @@ impl Scheduler {
         q.tokens = 0;
         drop(q);
         for mut item in left {
-            item.fail(EmbedError::inference("the embedder was dropped"));
+            item.fail(EmbedError::inference(InferenceKind::EmbedderDropped, "the embedder was dropped"));
         }
         self.work.notify_all();
         self.room.notify_all();
@@ -625,8 +628,8 @@ mod tests {
         r.finish_row(0, Ok(&[1.0, 2.0]));
         assert_eq!(r.wait().expect("rows"), [1.0, 2.0, 3.0, 4.0]);
         let r = Request::new(2, 2);
-        r.finish_row(0, Err(EmbedError::inference("first")));
-        r.finish_row(1, Err(EmbedError::inference("second")));
+        r.finish_row(0, Err(EmbedError::inference(InferenceKind::Runtime, "first")));
+        r.finish_row(1, Err(EmbedError::inference(InferenceKind::Runtime, "second")));
         assert!(r.wait().unwrap_err().to_string().contains("first"));
     }
 

@@ -99,7 +99,7 @@ pub(crate) struct SessionConfig<'a> {
 /// unless the plan is forced, in which case it is an error.
 pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Result<(Session, SessionReport)> {
     if let Some(why) = &plan.refusal {
-        return Err(EmbedError::DeviceRefused(why.clone()));
+        return Err(EmbedError::DeviceRefused { reason: why.clone() });
     }
     let cpu_only = plan.providers.iter().all(|p| p.vendor() == Vendor::Cpu);
     let mut builder = base_builder(rt, cfg, cpu_only)?;

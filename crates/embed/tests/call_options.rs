@@ -61,7 +61,11 @@ fn a_call_prompt_gives_the_vectors_of_an_embedder_built_with_it() {
     let none = built.embed_with(&texts, &CallOptions::new().with_prompt("")).expect("no prompt");
     assert_rows_match(&none, &plain.embed(&texts).expect("plain"), "empty prompt");
     let e = plain.embed_with(&texts, &CallOptions::new().with_prompt_name("search")).unwrap_err();
-    assert!(matches!(e, EmbedError::InvalidOption(_)) && e.to_string().contains("\"passage\", \"query\""), "{e}");
+    assert!(
+        matches!(e, EmbedError::InvalidOption { option: "prompt_name", .. })
+            && e.to_string().contains("\"passage\", \"query\""),
+        "{e}"
+    );
 }
 
 #[test]

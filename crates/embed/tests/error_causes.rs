@@ -1,4 +1,5 @@
-//! An error caused by another keeps that cause as `source()`, typed, and quotes it on one line:
+//! An error caused by another keeps that cause as `source()`, typed, and does not repeat it in its
+//! own message, so walking the chain (anyhow's `{:#}`, `error_chain`) prints each cause once:
 //! ONNX Runtime's error for a damaged graph, the tokenizer's for a damaged tokenizer.json, the
 //! system's for an unreadable config, and the first test run's for a tokenizer larger than the
 //! model's table (a fixture graph of 100 rows with the default model's 30,522-token tokenizer).
@@ -23,12 +24,31 @@ fn folder(dir: &Path, vocab: usize) {
     std::fs::copy(common::model_dir().join("tokenizer.json"), dir.join("tokenizer.json")).expect("tokenizer");
 }
 
-fn assert_quoted_once(e: &EmbedError) {
-    let text = e.to_string();
-    let cause = e.source().expect("a source").to_string();
-    let cause_line = cause.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(text.contains(&cause_line), "{text:?} quotes {cause_line:?}");
-    assert!(!text.contains('\n'), "one line: {text:?}");
+/// Each link of `e`'s chain appears exactly once in anyhow's `{:#}` and in `error_chain`, and
+/// no error's own message quotes its cause.
+fn assert_each_cause_once(e: EmbedError) {
+    let one_line = |t: String| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut links = vec![one_line(e.to_string())];
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = one_line(c.to_string());
+        assert!(
+            !links.last().is_some_and(|outer| outer.contains(&text)),
+            "{:?} repeats its cause {text:?}",
+            links.last()
+        );
+        links.push(text);
+        cause = c.source();
+    }
+    assert!(links.len() >= 2, "a cause: {links:?}");
+    let chain = nornir_embed::error_chain(&e);
+    assert!(!chain.contains('\n'), "one line: {chain:?}");
+    let walked = one_line(format!("{:#}", anyhow::Error::new(e)));
+    assert_eq!(walked, chain, "error_chain prints what anyhow's {{:#}} does");
+    assert_eq!(walked, links.join(": "));
+    for link in &links {
+        assert_eq!(walked.matches(link.as_str()).count(), 1, "{link:?} appears once in {walked:?}");
+    }
 }
 
 #[test]
@@ -39,7 +59,7 @@ fn a_damaged_graph_keeps_onnx_runtimes_error() {
     let e = load_error(t.path());
     assert!(matches!(e, EmbedError::Session { .. }), "{e:?}");
     assert!(e.source().and_then(|s| s.downcast_ref::<ort::Error>()).is_some(), "{e:?}");
-    assert_quoted_once(&e);
+    assert_each_cause_once(e);
 }
 
 #[test]
@@ -49,8 +69,8 @@ fn a_damaged_tokenizer_keeps_the_tokenizers_error() {
     std::fs::write(t.path().join("tokenizer.json"), b"{\"version\": ").expect("write");
     let e = load_error(t.path());
     assert!(matches!(e, EmbedError::Tokenizer { source: Some(_), .. }), "{e:?}");
-    assert!(e.to_string().contains("EOF while parsing"), "{e}");
-    assert_quoted_once(&e);
+    assert!(nornir_embed::error_chain(&e).contains("EOF while parsing"), "{e}");
+    assert_each_cause_once(e);
 }
 
 #[test]
@@ -62,8 +82,8 @@ fn an_unreadable_config_keeps_the_io_error() {
     let e = load_error(t.path());
     let io = e.source().and_then(|s| s.downcast_ref::<std::io::Error>()).expect("an io::Error source");
     assert_eq!(io.kind(), std::io::ErrorKind::IsADirectory, "{e:?}");
-    assert!(e.to_string().starts_with(&format!("model folder {}: config.json: ", t.path().display())), "{e}");
-    assert_quoted_once(&e);
+    assert_eq!(e.to_string(), format!("model folder {}: config.json", t.path().display()));
+    assert_each_cause_once(e);
 }
 
 #[test]
@@ -76,4 +96,7 @@ fn a_failing_first_run_keeps_the_run_error() {
     let run = e.source().and_then(|s| s.downcast_ref::<EmbedError>()).expect("the run's EmbedError");
     assert!(matches!(run, EmbedError::Inference { .. }), "{run:?}");
     assert!(run.source().and_then(|s| s.downcast_ref::<ort::Error>()).is_some(), "{run:?}");
+    let ort_text = run.source().expect("ort").to_string();
+    assert_each_cause_once(e);
+    assert!(!ort_text.is_empty());
 }

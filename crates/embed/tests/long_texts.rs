@@ -94,7 +94,9 @@ fn chunking_with_a_prompt_and_bad_windows() {
         (Chunking::new().with_window(10).with_overlap(8), "overlap of 8"),
     ] {
         match e.embed_with(&[doc.as_str()], &CallOptions::new().with_chunking(chunking)) {
-            Err(EmbedError::InvalidOption(m)) => assert!(m.contains(needle), "{m}"),
+            Err(EmbedError::InvalidOption { option: "chunking.window", reason, .. }) => {
+                assert!(reason.contains(needle), "{reason}")
+            }
             other => panic!("{chunking:?}: {other:?}"),
         }
     }

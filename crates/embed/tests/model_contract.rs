@@ -83,7 +83,7 @@ fn integer_outputs_are_passed_over_and_the_output_can_be_named() {
     }
 
     let pooled = Embedder::new(t.path(), &options().with_output_name("461")).expect("named output");
-    assert!(pooled.model_info().output_is_pooled && pooled.model_info().output_reason.contains("--output-name"));
+    assert!(pooled.model_info().output_is_pooled && pooled.model_info().output_reason.contains("`output_name`"));
     // The graph's own mean counts padding: one text per call.
     assert_close(pooled.embed(&["hello world"]).expect("embed").row(0), &unit(mean(&rows("hello world"))), 1e-5);
 
@@ -217,7 +217,7 @@ fn jina_v3_tasks_feed_task_id_and_their_instruction() {
     });
     folder(t.path(), Kind::TaskInput, |_| {}, &[("config.json", config), pooling_config("mean_tokens")]);
     let e = Embedder::new(t.path(), &options()).expect_err("no task").to_string();
-    assert!(e.contains("--task") && e.contains("\"text-matching\""), "{e}");
+    assert!(e.contains("invalid `task`") && e.contains("\"text-matching\""), "{e}");
     let with_task = |text: &str, task: usize| -> Vec<f32> {
         let r: Vec<[f32; DIM]> = rows(text).iter().map(|r| std::array::from_fn(|k| r[k] + task_row(task)[k])).collect();
         unit(mean(&r))

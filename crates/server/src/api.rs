@@ -8,7 +8,7 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{CallOptions, EmbedError, Embedder, Embeddings};
+use nornir_vector::{CallOptions, EmbedError, Embedder, Embeddings, InferenceKind, error_chain};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -56,13 +56,16 @@ impl ApiError {
     }
 }
 
-/// The status for an embedder error: the caller's input (400; a text too long, 413), a full
-/// queue (503, retry), or the server's own failure (500).
+/// The status for an embedder error: the caller's input (400; a text too long, 413; a text the
+/// tokenizer rejects, 422 as TEI answers it), a full queue or an embedder going away (503,
+/// retry), or the server's own failure (500).
 fn status_of(e: &EmbedError) -> StatusCode {
     match e {
         EmbedError::Overloaded { .. } | EmbedError::WaitTooLong { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        EmbedError::InvalidOption(_) => StatusCode::BAD_REQUEST,
+        EmbedError::InvalidOption { .. } => StatusCode::BAD_REQUEST,
         EmbedError::TooLong { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        EmbedError::Inference { kind: InferenceKind::Tokenizer, .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        EmbedError::Inference { kind: InferenceKind::EmbedderDropped, .. } => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -74,7 +77,7 @@ impl From<EmbedError> for ApiError {
                 "inputs[{index}] has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or send \"truncate\": true",
                 if *exact { "" } else { "more than " }
             ),
-            _ => e.to_string(),
+            _ => error_chain(&e),
         };
         Self::new(status_of(&e), message)
     }

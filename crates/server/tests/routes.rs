@@ -380,14 +380,10 @@ async fn slow_clients_are_cut_off_and_the_server_keeps_serving() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("address");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(nornir_server::serve(
-        listener,
-        router(models, config.clone()),
-        config.read_timeout,
-        async move {
+    let server =
+        tokio::spawn(nornir_server::serve(listener, router(models, config.clone()), config.read_timeout, async move {
             let _ = stopped.await;
-        },
-    ));
+        }));
     let trickle = |head: &'static str, drip: &'static [u8]| async move {
         let mut tcp = TcpStream::connect(addr).await.expect("connect");
         let started = std::time::Instant::now();

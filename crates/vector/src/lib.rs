@@ -11,10 +11,10 @@ pub use nornir_gpu_probe::{self as gpu_probe, ProbeReport, preflight, probe};
 
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
-    BATCH_SIZE_BOUNDS, CallOptions, CallPrompt, CancelHandle, Chunk, Chunking, DocumentVector, EmbedError, EmbedFuture, EmbedStats,
-    Embedder, EmbedderOptions, Embeddings, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement,
-    Pooling, PoolingSpec, PromptChoice, Prompts, Quantization, QueueFull, Registration, Result, SessionReport, Token,
-    Truncation, check_library, choose_library, normalize, plan_for, plan_for_model,
+    BATCH_SIZE_BOUNDS, CallOptions, CallPrompt, CancelHandle, Chunk, Chunking, DocumentVector, EmbedError, EmbedFuture,
+    EmbedStats, Embedder, EmbedderOptions, Embeddings, InferenceKind, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules,
+    OrtInfo, Placement, Pooling, PoolingSpec, PromptChoice, Prompts, Quantization, QueueFull, Registration, Result,
+    SessionReport, Token, Truncation, check_library, choose_library, error_chain, normalize, plan_for, plan_for_model,
 };
 
 /// The int8 rewrite for the CPU (feature `quantize`).

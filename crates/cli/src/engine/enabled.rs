@@ -400,7 +400,7 @@ pub fn ort_choice(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
                 }
                 c.version = Some(v);
             }
-            Err(e) => c.error = Some(e.to_string()),
+            Err(e) => c.error = Some(nornir_vector::error_chain(&e)),
         }
     }
     c
