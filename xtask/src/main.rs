@@ -51,7 +51,8 @@ pub(crate) const USAGE: &str = "usage: cargo xtask <task> [options]
   serve-bench     nornir vector serve under N HTTP clients sending one text each (--clients N,
           default 16; --texts N, default 1500), beside the library's bulk and concurrent figures;
           --per-request K: K texts per request (default 1); --mixed-prompts: every other request
-          a query with a prompt (prompt_name), the rest passages
+          a query with a prompt (prompt_name), the rest passages; --nornir PATH: that binary
+          instead of building this tree's (to compare commits side by side)
   check-features  clippy (-D warnings), tests and binary contents for every feature set; layering
   soak    one embedder shared by 8 threads x 500 calls of mixed sizes (--calls N): checks every
           row against the single-threaded result, prints calls/s and peak RSS; stops by itself

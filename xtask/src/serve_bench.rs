@@ -10,6 +10,7 @@
 //! prompt written before them, in one bulk call.
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -28,8 +29,14 @@ pub fn serve_bench(args: &[String]) -> Result<()> {
     let mixed = args.iter().any(|a| a == "--mixed-prompts");
     let per_request = numeric_flag(args, "--per-request", 1)? as usize;
     let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
-    run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
-    let nornir = workspace_root().join("target/release/nornir");
+    // `--nornir PATH`: measure that binary (another commit's, side by side) instead of building.
+    let nornir = match args.iter().position(|a| a == "--nornir") {
+        Some(i) => PathBuf::from(args.get(i + 1).context("--nornir needs a path")?),
+        None => {
+            run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
+            workspace_root().join("target/release/nornir")
+        }
+    };
     let mut model = home.join(assets::DEFAULT_MODEL_DIR);
     let corpus = std::fs::read_to_string(workspace_root().join("testdata/corpus.txt"))?;
     let texts: Vec<String> = corpus.lines().take(count).map(str::to_owned).collect();
