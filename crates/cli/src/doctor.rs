@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use nornir_vector::gpu_probe::write_vendor;
-use nornir_vector::{Plan, ProbeReport};
+use nornir_vector::diagnostics::write_vendor;
+use nornir_vector::diagnostics::{Plan, ProbeReport};
 use serde_json::{Value, json};
 
 use crate::DoctorArgs;
@@ -199,10 +199,9 @@ fn write_session(out: &mut String, s: &SessionDoc) -> std::fmt::Result {
     }
     #[cfg(feature = "embed-ort")]
     for r in &s.registrations {
-        if r.ok {
-            writeln!(out, "  {}: registered", r.provider)?;
-        } else {
-            writeln!(out, "  {}: failed: {}", r.provider, r.error.as_deref().unwrap_or("unknown error"))?;
+        match r.error() {
+            None => writeln!(out, "  {}: registered", r.provider)?,
+            Some(error) => writeln!(out, "  {}: failed: {error}", r.provider)?,
         }
         if let Some(p) = &r.preflight {
             write_preflight(out, p)?;
@@ -227,11 +226,11 @@ fn write_session(out: &mut String, s: &SessionDoc) -> std::fmt::Result {
             write_memory(out, m)?;
         }
         match &s.placement {
-            Some(nornir_vector::Placement::Known { nodes }) => {
+            Some(nornir_vector::diagnostics::Placement::Known { nodes }) => {
                 let nodes: Vec<String> = nodes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
                 writeln!(out, "  node placement: {}", nodes.join(", "))?;
             }
-            Some(nornir_vector::Placement::Unknown { reason }) => {
+            Some(nornir_vector::diagnostics::Placement::Unknown { reason }) => {
                 writeln!(out, "  node placement: unknown ({reason})")?
             }
             _ => writeln!(out, "  node placement: unknown")?,
@@ -242,8 +241,8 @@ fn write_session(out: &mut String, s: &SessionDoc) -> std::fmt::Result {
 
 /// Each library a GPU provider needs, and each it opens at run time, with where it was found.
 #[cfg(feature = "embed-ort")]
-fn write_preflight(out: &mut String, p: &nornir_vector::gpu_probe::ProviderRequirements) -> std::fmt::Result {
-    use nornir_vector::gpu_probe::{Opened, RequirementStatus};
+fn write_preflight(out: &mut String, p: &nornir_vector::diagnostics::ProviderRequirements) -> std::fmt::Result {
+    use nornir_vector::diagnostics::{Opened, RequirementStatus};
     for r in &p.requirements {
         let at = |p: &Option<std::path::PathBuf>| p.as_ref().map_or_else(String::new, |p| p.display().to_string());
         let status = match r.status {
@@ -268,7 +267,7 @@ fn write_preflight(out: &mut String, p: &nornir_vector::gpu_probe::ProviderRequi
 
 /// The weights the sessions share, and what building each session added to resident memory.
 #[cfg(feature = "embed-ort")]
-fn write_memory(out: &mut String, m: &nornir_vector::Memory) -> std::fmt::Result {
+fn write_memory(out: &mut String, m: &nornir_vector::diagnostics::Memory) -> std::fmt::Result {
     let mib = |b: u64| format!("{:.1}", b as f64 / (1024.0 * 1024.0));
     if m.shared_initializers > 0 {
         writeln!(
@@ -289,7 +288,7 @@ fn write_memory(out: &mut String, m: &nornir_vector::Memory) -> std::fmt::Result
 
 /// What nornir read from the model folder and the graph, and why.
 #[cfg(feature = "embed-ort")]
-fn write_model(out: &mut String, m: &nornir_vector::ModelInfo) -> std::fmt::Result {
+fn write_model(out: &mut String, m: &nornir_vector::diagnostics::ModelInfo) -> std::fmt::Result {
     writeln!(out, "  model output: {:?}, {}", m.output, crate::as_flags(&m.output_reason))?;
     let dim = if m.dimension == m.model_dimension {
         m.dimension.to_string()
@@ -337,8 +336,8 @@ fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session:
             return format!("nothing to do: the model runs on {active}");
         }
         #[cfg(feature = "embed-ort")]
-        if let Some(failed) = s.registrations.iter().find(|r| !r.ok) {
-            return format!("make {} work: {}", failed.provider, failed.error.as_deref().unwrap_or("see above"));
+        if let Some((provider, error)) = s.registrations.iter().find_map(|r| Some((&r.provider, r.error()?))) {
+            return format!("make {provider} work: {error}");
         }
     }
     if let Some(p) = plan {

@@ -40,7 +40,7 @@ pub use pooling::{Pooling, normalize};
 pub use prompt::PromptChoice;
 pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library};
 pub use scheduler::QueueFull;
-pub use session::{Memory, Placement, Registration, SessionReport};
+pub use session::{Memory, Placement, Registration, RegistrationOutcome, SessionReport};
 pub use stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.

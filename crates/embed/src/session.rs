@@ -14,17 +14,76 @@ use crate::error::{EmbedError, Result, one_line};
 use crate::runtime::{OrtInfo, OrtRuntime};
 use crate::weights::SharedWeights;
 
-/// The outcome of registering one provider.
+/// What registering one provider did. In JSON: `{"provider", "ok", "error", "preflight"}`, with
+/// `error` only when `ok` is false.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(into = "RegistrationJson", from = "RegistrationJson")]
 #[non_exhaustive]
 pub struct Registration {
     /// As ONNX Runtime names it (`CUDAExecutionProvider`).
     pub provider: String,
-    pub ok: bool,
-    /// ONNX Runtime's error text, with the preflight's finding where it explains it.
-    pub error: Option<String>,
+    pub outcome: RegistrationOutcome,
     /// The provider library's NEEDED list checked against this machine.
     pub preflight: Option<ProviderRequirements>,
+}
+
+/// Whether a provider registered, or why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegistrationOutcome {
+    Registered,
+    /// ONNX Runtime's error text, with the preflight's finding where it explains it.
+    Failed(String),
+}
+
+impl Registration {
+    fn failed(provider: Provider, why: String) -> Self {
+        Self { provider: provider.ort_name().to_owned(), outcome: RegistrationOutcome::Failed(why), preflight: None }
+    }
+
+    pub fn registered(&self) -> bool {
+        self.outcome == RegistrationOutcome::Registered
+    }
+
+    /// Why it did not register.
+    pub fn error(&self) -> Option<&str> {
+        match &self.outcome {
+            RegistrationOutcome::Registered => None,
+            RegistrationOutcome::Failed(why) => Some(why),
+        }
+    }
+}
+
+/// [`Registration`] as JSON has always had it.
+#[derive(Serialize, Deserialize)]
+struct RegistrationJson {
+    provider: String,
+    ok: bool,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    preflight: Option<ProviderRequirements>,
+}
+
+impl From<Registration> for RegistrationJson {
+    fn from(r: Registration) -> Self {
+        let (ok, error) = match r.outcome {
+            RegistrationOutcome::Registered => (true, None),
+            RegistrationOutcome::Failed(why) => (false, Some(why)),
+        };
+        Self { provider: r.provider, ok, error, preflight: r.preflight }
+    }
+}
+
+impl From<RegistrationJson> for Registration {
+    fn from(j: RegistrationJson) -> Self {
+        let outcome = if j.ok {
+            RegistrationOutcome::Registered
+        } else {
+            RegistrationOutcome::Failed(j.error.unwrap_or_else(|| "failed".to_owned()))
+        };
+        Self { provider: j.provider, outcome, preflight: j.preflight }
+    }
 }
 
 /// Which provider ran each node of the graph, from ONNX Runtime's own profiling record
@@ -107,7 +166,7 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
     for &p in &plan.providers {
         registrations.push(register(rt, p, &mut builder));
     }
-    let gpu_ok: Option<&Registration> = registrations.iter().find(|r| r.ok && r.provider != Provider::Cpu.ort_name());
+    let gpu_ok: Option<&Registration> = registrations.iter().find(|r| r.registered() && r.provider != Provider::Cpu.ort_name());
     if plan.forced && gpu_ok.is_none() {
         return Err(forced_failure(plan, &registrations));
     }
@@ -193,8 +252,7 @@ pub(crate) fn run_time_hint(registrations: &[Registration], provider: &str) -> S
 fn forced_failure(plan: &Plan, regs: &[Registration]) -> EmbedError {
     let details: Vec<String> = regs
         .iter()
-        .filter(|r| !r.ok)
-        .map(|r| format!("{}: {}", r.provider, r.error.as_deref().unwrap_or("failed")))
+        .filter_map(|r| Some(format!("{}: {}", r.provider, r.error()?)))
         .collect();
     EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: details.join("; "), registrations: regs.to_vec() }
 }
@@ -214,42 +272,45 @@ fn gpu_vendor_of(p: Provider) -> Option<GpuVendor> {
 }
 
 fn register(rt: &OrtRuntime, p: Provider, builder: &mut SessionBuilder) -> Registration {
-    let mut reg = Registration { provider: p.ort_name().to_owned(), ok: false, error: None, preflight: None };
     let (Some(lib_name), Some(vendor)) = (p.library_name(), gpu_vendor_of(p)) else {
-        reg.ok = true; // CPU is built into every ONNX Runtime and always registered last.
-        return reg;
+        // CPU is built into every ONNX Runtime and always registered last.
+        return Registration {
+            provider: p.ort_name().to_owned(),
+            outcome: RegistrationOutcome::Registered,
+            preflight: None,
+        };
     };
     let lib = provider_library(rt, lib_name);
     if !lib.is_file() {
-        reg.error = Some(format!(
-            "not in this build of ONNX Runtime ({} has no {}); use a build with it (`cargo xtask fetch` lists them) via ORT_DYLIB_PATH",
-            rt.info.path.display(),
-            lib.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-        ));
-        return reg;
+        return Registration::failed(
+            p,
+            format!(
+                "not in this build of ONNX Runtime ({} has no {}); use a build with it (`cargo xtask fetch` lists them) via ORT_DYLIB_PATH",
+                rt.info.path.display(),
+                lib.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+            ),
+        );
     }
     let dirs = search_path(&ProbeContext::from_process(), vendor).dirs;
     let preflight = preload_provider(&lib, &dirs);
-    if let Some(damaged) = &preflight.error {
+    let outcome = if let Some(damaged) = &preflight.error {
         // Handing a damaged library to the loader can kill the process (SIGBUS): not tried.
-        reg.error = Some(format!(
+        RegistrationOutcome::Failed(format!(
             "not loaded: {damaged}; reinstall this ONNX Runtime build (`cargo xtask fetch` verifies its files)"
-        ));
-        reg.preflight = Some(preflight);
-        return reg;
-    }
-    match append(p, builder) {
-        Ok(()) => reg.ok = true,
-        Err(e) => {
-            let mut text = one_line(&e.to_string());
-            if preflight.missing().next().is_some() || preflight.error.is_some() {
-                text = format!("{text} (preflight: {})", preflight.summary());
+        ))
+    } else {
+        match append(p, builder) {
+            Ok(()) => RegistrationOutcome::Registered,
+            Err(e) => {
+                let mut text = one_line(&e.to_string());
+                if preflight.missing().next().is_some() {
+                    text = format!("{text} (preflight: {})", preflight.summary());
+                }
+                RegistrationOutcome::Failed(text)
             }
-            reg.error = Some(text);
         }
-    }
-    reg.preflight = Some(preflight);
-    reg
+    };
+    Registration { provider: p.ort_name().to_owned(), outcome, preflight: Some(preflight) }
 }
 
 fn append(p: Provider, builder: &mut SessionBuilder) -> ort::Result<()> {
@@ -259,12 +320,13 @@ fn append(p: Provider, builder: &mut SessionBuilder) -> ort::Result<()> {
         Provider::MiGraphX => ort::ep::ExecutionProvider::register(&ort::ep::MIGraphX::default(), builder),
         #[cfg(feature = "rocm")]
         Provider::Rocm => ort::ep::ExecutionProvider::register(&ort::ep::ROCm::default(), builder),
+        // The policy never plans them in such a build; a caller that asks anyway is told why.
+        #[cfg(not(feature = "rocm"))]
+        Provider::MiGraphX | Provider::Rocm => Err(ort::Error::new(format!(
+            "{} is not compiled into this build of nornir's embedder (feature rocm)",
+            p.ort_name()
+        ))),
         Provider::Cpu => Ok(()),
-        // A provider the policy knows but this build of the embedder was compiled without (the
-        // policy crate's `rocm` feature on in a consumer's graph, the embedder's off).
-        other => {
-            Err(ort::Error::new(format!("{} is not compiled into this build of nornir's embedder", other.ort_name())))
-        }
     }
 }
 

@@ -74,7 +74,7 @@ fn child() {
         .iter()
         .find(|r| r.provider == "CUDAExecutionProvider")
         .expect("a simulated NVIDIA machine plans CUDA");
-    assert!(cuda.ok, "the real provider registers against the stubs: {:?}", cuda.error);
+    assert!(cuda.registered(), "the real provider registers against the stubs: {:?}", cuda.error());
     let preflight = cuda.preflight.as_ref().expect("the CUDA registration carries its preflight");
     let req = preflight.requirements.iter().find(|r| r.soname == "libcudnn.so.9").expect("cuDNN in the preflight");
     assert_eq!(req.opened, Opened::AtRunTime);

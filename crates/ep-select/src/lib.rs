@@ -74,14 +74,14 @@ impl fmt::Display for Vendor {
     }
 }
 
-/// An ONNX Runtime execution provider the plan can request.
+/// An ONNX Runtime execution provider the plan can request. Every variant exists in every build,
+/// as wgpu's backends do: a build without the `rocm` feature never plans the AMD ones
+/// ([`Compiled`]), and the embedder refuses to register them. It is exhaustive, so a match needs
+/// no catch-all arm (a new provider is a breaking change, which it is for the code behind it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
 pub enum Provider {
     Cuda,
-    #[cfg(feature = "rocm")]
     MiGraphX,
-    #[cfg(feature = "rocm")]
     Rocm,
     Cpu,
 }
@@ -91,9 +91,7 @@ impl Provider {
     pub fn ort_name(self) -> &'static str {
         match self {
             Self::Cuda => "CUDAExecutionProvider",
-            #[cfg(feature = "rocm")]
             Self::MiGraphX => "MIGraphXExecutionProvider",
-            #[cfg(feature = "rocm")]
             Self::Rocm => "ROCMExecutionProvider",
             Self::Cpu => "CPUExecutionProvider",
         }
@@ -103,9 +101,7 @@ impl Provider {
     pub fn library_name(self) -> Option<&'static str> {
         match self {
             Self::Cuda => Some("cuda"),
-            #[cfg(feature = "rocm")]
             Self::MiGraphX => Some("migraphx"),
-            #[cfg(feature = "rocm")]
             Self::Rocm => Some("rocm"),
             Self::Cpu => None,
         }
@@ -114,26 +110,26 @@ impl Provider {
     pub fn vendor(self) -> Vendor {
         match self {
             Self::Cuda => Vendor::Cuda,
-            #[cfg(feature = "rocm")]
             Self::MiGraphX | Self::Rocm => Vendor::Rocm,
             Self::Cpu => Vendor::Cpu,
         }
     }
 
-    /// The provider with this ONNX Runtime name, if this build knows it.
+    /// The provider with this ONNX Runtime name.
     pub fn from_ort_name(name: &str) -> Option<Self> {
         Self::ALL.iter().copied().find(|p| p.ort_name() == name)
     }
 
-    /// Every provider this build knows.
-    pub const ALL: &'static [Provider] = &[
-        Self::Cuda,
-        #[cfg(feature = "rocm")]
-        Self::MiGraphX,
-        #[cfg(feature = "rocm")]
-        Self::Rocm,
-        Self::Cpu,
-    ];
+    /// Every provider nornir knows, in every build.
+    pub const ALL: &'static [Provider] = &[Self::Cuda, Self::MiGraphX, Self::Rocm, Self::Cpu];
+
+    /// Whether this build can register it: the AMD ones need the `rocm` feature.
+    pub fn compiled(self) -> bool {
+        match self {
+            Self::Cuda | Self::Cpu => true,
+            Self::MiGraphX | Self::Rocm => cfg!(feature = "rocm"),
+        }
+    }
 }
 
 impl fmt::Display for Provider {
@@ -287,34 +283,21 @@ fn refused(vendor: Vendor, why: &str) -> Plan {
     Plan { vendor, providers: Vec::new(), reasons: vec![why.to_owned()], forced: true, refusal: Some(why.to_owned()) }
 }
 
-#[cfg(feature = "rocm")]
 fn amd_providers() -> Vec<Provider> {
     vec![Provider::MiGraphX, Provider::Rocm]
 }
 
-#[cfg(feature = "rocm")]
+/// Called only when `Compiled::rocm()` holds, which a build without the `rocm` feature never does.
 fn auto_amd(reasons: Vec<String>) -> Plan {
     gpu_plan(Vendor::Rocm, amd_providers(), reasons, false)
 }
 
-#[cfg(not(feature = "rocm"))]
-fn auto_amd(reasons: Vec<String>) -> Plan {
-    // Unreachable: `Compiled::rocm()` is false in this build.
-    cpu_plan(reasons)
-}
-
-#[cfg(feature = "rocm")]
 fn forced_amd(compiled: Compiled, rocm: &VendorState, mut reasons: Vec<String>) -> Plan {
     if !compiled.rocm() {
         return refused(Vendor::Rocm, AMD_NOT_COMPILED);
     }
     reasons.push(format!("ROCm: requested because the device is forced to rocm (probe: {})", rocm.summary));
     gpu_plan(Vendor::Rocm, amd_providers(), reasons, true)
-}
-
-#[cfg(not(feature = "rocm"))]
-fn forced_amd(_: Compiled, _: &VendorState, _: Vec<String>) -> Plan {
-    refused(Vendor::Rocm, AMD_NOT_COMPILED)
 }
 
 #[cfg(test)]

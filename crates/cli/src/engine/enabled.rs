@@ -6,12 +6,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use nornir_vector::gpu_probe::{ProbeContext, nornir_home};
+use nornir_vector::diagnostics::{ProbeContext, nornir_home};
 use nornir_vector::quantize::WeightType;
-use nornir_vector::{
-    CallOptions, Chunk, Chunking, Embedder, EmbedderOptions, MIN_ORT, ModelFolder, Plan, Truncation, check_library,
-    choose_library, plan_for_model,
-};
+use nornir_vector::diagnostics::{MIN_ORT, ModelFolder, Plan, check_library, choose_library, plan_for_model};
+use nornir_vector::{CallOptions, Chunk, Chunking, Embedder, EmbedderOptions, Truncation};
 
 use super::{EmbedJob, LongText, OrtChoice, SessionDoc};
 use crate::input::{InputFormat, Record, Records};
@@ -69,8 +67,10 @@ pub fn load(m: &ModelArgs) -> Result<Embedder> {
 pub fn provider_line(e: &Embedder) -> String {
     let r = e.report();
     let mut why: Vec<String> = r.plan.reasons.clone();
-    for reg in r.registrations.iter().filter(|g| !g.ok) {
-        why.push(format!("{} failed: {}", reg.provider, reg.error.as_deref().unwrap_or("unknown error")));
+    for reg in &r.registrations {
+        if let Some(error) = reg.error() {
+            why.push(format!("{} failed: {error}", reg.provider));
+        }
     }
     if let Some(f) = &r.fallback {
         why.push(f.clone());
@@ -392,7 +392,7 @@ pub fn ort_choice(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
     if let Some(path) = &c.path {
         match check_library(path) {
             Ok(v) => {
-                if nornir_vector::gpu_probe::version_at_least(&v, MIN_ORT) == Some(false) {
+                if nornir_vector::diagnostics::version_at_least(&v, MIN_ORT) == Some(false) {
                     c.error = Some(format!(
                         "ONNX Runtime {v} is older than {}.{}, the oldest nornir supports: `cargo xtask fetch` provides 1.31.1",
                         MIN_ORT.0, MIN_ORT.1
