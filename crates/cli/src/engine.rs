@@ -61,7 +61,7 @@ pub struct OrtChoice {
     pub version: Option<String>,
     pub providers: Vec<String>,
     pub reason: String,
-    pub candidates: Vec<nornir_vector::gpu_probe::OrtCandidate>,
+    pub candidates: Vec<nornir_vector::diagnostics::OrtCandidate>,
     pub searched: Vec<PathBuf>,
     pub error: Option<String>,
 }
@@ -80,7 +80,7 @@ pub struct SessionDoc {
     pub forced_vendor: Option<nornir_vector::Vendor>,
     /// Each provider's registration and preflight.
     #[cfg(feature = "embed-ort")]
-    pub registrations: Vec<nornir_vector::Registration>,
+    pub registrations: Vec<nornir_vector::diagnostics::Registration>,
     /// The provider running the model, as ONNX Runtime names it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub active_provider: Option<String>,
@@ -92,17 +92,17 @@ pub struct SessionDoc {
     pub fallback: Option<String>,
     #[cfg(feature = "embed-ort")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub placement: Option<nornir_vector::Placement>,
+    pub placement: Option<nornir_vector::diagnostics::Placement>,
     #[cfg(feature = "embed-ort")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ort: Option<nornir_vector::OrtInfo>,
+    pub ort: Option<nornir_vector::diagnostics::OrtInfo>,
     #[cfg(feature = "embed-ort")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<nornir_vector::ModelInfo>,
+    pub model: Option<nornir_vector::diagnostics::ModelInfo>,
     /// What the model's sessions hold in memory (every session built first).
     #[cfg(feature = "embed-ort")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<nornir_vector::Memory>,
+    pub memory: Option<nornir_vector::diagnostics::Memory>,
     /// ONNX Runtime's graph optimisation level for the session: `basic` or `all`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub graph_optimization: Option<String>,

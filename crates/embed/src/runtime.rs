@@ -106,6 +106,9 @@ fn forward_ort_log(level: ort::logging::LogLevel, category: &str, _id: &str, loc
     }
 }
 
+/// ONNX Runtime's `struct OrtApiBase` (onnxruntime_c_api.h): two function pointers, `GetApi`
+/// then `GetVersionString`, in C layout. The C API promises this struct never changes (it is how
+/// every version is asked for its API), so it is the same in 1.22 and later.
 #[repr(C)]
 struct OrtApiBase {
     get_api: unsafe extern "C" fn(u32) -> *const std::ffi::c_void,
@@ -123,7 +126,11 @@ pub fn check_library(path: &Path) -> Result<String> {
     // as ONNX Runtime, and `ort` is about to load it anyway.
     let lib = unsafe { libloading::Library::new(path) }
         .map_err(|e| fail(format!("not a loadable shared library ({})", nornir_gpu_probe::describe_dl_error(&e))))?;
-    // SAFETY: `OrtGetApiBase` is `const OrtApiBase* OrtGetApiBase(void)` in ONNX Runtime's C API.
+    tracing::debug!(path = %path.display(), "loaded to check that it is ONNX Runtime");
+    // SAFETY: `OrtGetApiBase` is `const OrtApiBase* OrtGetApiBase(void)` in ONNX Runtime's C API,
+    // and the pointer it returns (checked for null) points to a static `OrtApiBase`, whose layout
+    // the C API fixes for every version and `OrtApiBase` above mirrors with `repr(C)`; the
+    // version string it returns (checked for null) is a static, NUL-terminated C string.
     let version = unsafe {
         let get_base = lib
             .get::<unsafe extern "C" fn() -> *const OrtApiBase>("OrtGetApiBase")

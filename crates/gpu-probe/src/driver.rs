@@ -6,6 +6,7 @@ use crate::context::ProbeContext;
 
 /// What the filesystem says about one vendor's kernel driver.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DriverReport {
     pub present: bool,
     /// Kernel driver version, where the driver publishes it.

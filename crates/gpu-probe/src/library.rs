@@ -24,6 +24,7 @@ pub struct LibrarySpec {
 
 /// What the probe learned about one library.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LibraryReport {
     pub name: String,
     pub required: bool,

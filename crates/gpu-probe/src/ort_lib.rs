@@ -10,6 +10,7 @@ use crate::paths::{python_site_dirs, version_key};
 
 /// One ONNX Runtime library found on disk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct OrtCandidate {
     /// Absolute path of `libonnxruntime.so.<version>` (or `libonnxruntime.so`).
     pub path: PathBuf,
@@ -37,6 +38,7 @@ impl OrtCandidate {
 
 /// Every candidate, in search order, and the places searched.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct OrtDiscovery {
     pub candidates: Vec<OrtCandidate>,
     pub searched: Vec<PathBuf>,

@@ -11,6 +11,7 @@ use crate::context::ProbeContext;
 
 /// An environment-list entry that was not searched, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct RejectedEntry {
     pub variable: String,
     pub entry: String,
@@ -19,6 +20,7 @@ pub struct RejectedEntry {
 
 /// Ordered, de-duplicated folders to search, plus what was refused on the way.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SearchPath {
     pub dirs: Vec<PathBuf>,
     pub rejected: Vec<RejectedEntry>,

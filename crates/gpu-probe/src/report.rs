@@ -8,6 +8,7 @@ use crate::vendor::VendorReport;
 
 /// What the probe found on this machine for every vendor. Serialisable; field names are stable.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProbeReport {
     pub cuda: VendorReport,
     /// On a build without AMD support: `compiled: false` and a summary naming the feature to add.

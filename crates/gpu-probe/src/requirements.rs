@@ -43,6 +43,7 @@ pub enum Opened {
 /// One library the provider needs: a NEEDED soname of the provider (or of a library it needs that
 /// the probe found), or one the provider opens at run time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Requirement {
     pub soname: String,
     /// The library whose NEEDED entry this is, or that opens it at run time.
@@ -56,6 +57,7 @@ pub struct Requirement {
 
 /// The preflight of one provider library.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProviderRequirements {
     pub provider_library: PathBuf,
     pub requirements: Vec<Requirement>,

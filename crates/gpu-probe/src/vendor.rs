@@ -24,6 +24,7 @@ pub(crate) struct VendorSpec {
 
 /// A visible-devices variable in force (`CUDA_VISIBLE_DEVICES=0`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct VisibleDevices {
     pub variable: String,
     pub value: String,
@@ -31,6 +32,7 @@ pub struct VisibleDevices {
 
 /// Everything the probe knows about one vendor. Serialised as-is by `doctor --json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct VendorReport {
     pub vendor: String,
     /// Whether this build contains support for the vendor at all.

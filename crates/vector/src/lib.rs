@@ -1,21 +1,63 @@
-//! nornir's text-embedding facade: the one crate other nornir crates depend on. It re-exports the
-//! embedder, the probe and the policy, and owns the feature names (`embed-ort`, default,
-//! `embed-ort-rocm` and `quantize`); it has no logic of its own.
+//! nornir's text-embedding facade: the one crate other nornir crates depend on. It owns the
+//! feature names (`embed-ort`, default, `embed-ort-rocm` and `quantize`) and re-exports a chosen
+//! list; it has no logic of its own.
 //!
-//! The README's library example (compiled as a doctest) shows the whole API in use.
+//! - At the root: the embedder and what a call needs ([`Embedder`], [`EmbedderOptions`],
+//!   [`CallOptions`], [`Embeddings`], [`EmbedError`] and its kinds), the device and vendor types,
+//!   and the design note's [`preflight`] and [`probe`] (the embedder has `gpu_vendor()`,
+//!   `rocm_ready()` and `vendor()`).
+//! - [`diagnostics`]: the typed reports (probe, plan, registrations, placement, memory).
+//! - `quantize` (feature `quantize`): the int8 rewrite.
+//!
+//! Library loading with `RTLD_GLOBAL` and the probe's other building blocks stay inside their
+//! crates. The README's library example (compiled as a doctest) shows the API in use.
+#![cfg_attr(
+    feature = "embed-ort",
+    doc = r#"
+```no_run
+use nornir_vector::{CallOptions, Embedder, EmbedderOptions};
+
+let embedder = Embedder::new("models/all-MiniLM-L6-v2".as_ref(), &EmbedderOptions::default())?;
+let rows = embedder.embed_with(&["what is a fjord?"], &CallOptions::new().with_prompt_name("query"))?;
+println!("{} vectors of {} on {}", rows.len(), embedder.dimension(), embedder.gpu_vendor());
+# Ok::<(), nornir_vector::EmbedError>(())
+```
+"#
+)]
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
-pub use nornir_ep_select::{self as policy, Device, Plan, Provider, Vendor};
-pub use nornir_gpu_probe::{self as gpu_probe, ProbeReport, preflight, probe};
+pub use nornir_ep_select::{Device, Provider, Vendor};
+pub use nornir_gpu_probe::{preflight, probe};
 
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
-    BATCH_SIZE_BOUNDS, CallOptions, CallPrompt, CancelHandle, Chunk, Chunking, DocumentVector, EmbedError, EmbedFuture,
-    EmbedStats, Embedder, EmbedderOptions, Embeddings, InferenceKind, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules,
-    OrtInfo, Placement, Pooling, PoolingSpec, PromptChoice, Prompts, Quantization, QueueFull, Registration, Result,
-    SessionReport, Token, Truncation, check_library, choose_library, error_chain, normalize, plan_for, plan_for_model,
+    BATCH_SIZE_BOUNDS, CallOptions, CallPrompt, CancelHandle, Cause, Chunk, Chunking, DocumentVector, EmbedError,
+    EmbedFuture, EmbedStats, Embedder, EmbedderOptions, Embeddings, InferenceKind, Pooling, QueueFull, Result, Token,
+    Truncation, error_chain, normalize,
 };
+
+/// What nornir found on this machine and what it decided, as typed reports: the probe's
+/// (drivers, GPU runtimes, ONNX Runtime builds), the policy's plan, and, with an embedder, each
+/// provider's registration, the session that runs, where its nodes ran, its memory and the model
+/// folder it read. Each type is `#[non_exhaustive]` and (de)serialises as `nornir vector doctor
+/// --json` writes it.
+pub mod diagnostics {
+    pub use nornir_ep_select::{Compiled, Plan};
+    pub use nornir_gpu_probe::{
+        DriverReport, LibraryReport, Opened, OrtCandidate, OrtDiscovery, ProbeContext, ProbeReport,
+        ProviderRequirements, RejectedEntry, Requirement, RequirementStatus, SearchPath, VendorReport, VisibleDevices,
+        nornir_home, version_at_least, write_vendor,
+    };
+
+    #[cfg(feature = "embed-ort")]
+    pub use nornir_embed::{
+        MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PoolingSpec, PromptChoice, Prompts,
+        Quantization, Registration, RegistrationOutcome, SessionReport, check_library, choose_library, plan_for,
+        plan_for_model,
+    };
+}
 
 /// The int8 rewrite for the CPU (feature `quantize`).
 #[cfg(feature = "quantize")]

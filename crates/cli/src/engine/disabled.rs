@@ -25,15 +25,15 @@ pub fn quantize(_: &QuantizeArgs) -> Result<()> {
     bail!(NOT_COMPILED)
 }
 
-pub fn plan(_: &ModelArgs) -> Result<Option<nornir_vector::Plan>> {
+pub fn plan(_: &ModelArgs) -> Result<Option<nornir_vector::diagnostics::Plan>> {
     Ok(None)
 }
 
-pub fn ort_choice(_: Option<&nornir_vector::Plan>, _: &ModelArgs) -> OrtChoice {
+pub fn ort_choice(_: Option<&nornir_vector::diagnostics::Plan>, _: &ModelArgs) -> OrtChoice {
     OrtChoice { error: Some(NOT_COMPILED.to_owned()), ..OrtChoice::default() }
 }
 
-pub fn ort_pick(_: Option<&nornir_vector::Plan>, _: &ModelArgs) -> OrtChoice {
+pub fn ort_pick(_: Option<&nornir_vector::diagnostics::Plan>, _: &ModelArgs) -> OrtChoice {
     OrtChoice { error: Some(NOT_COMPILED.to_owned()), ..OrtChoice::default() }
 }
 

@@ -111,7 +111,7 @@ fn served_models(a: &ServeArgs) -> Result<Vec<Served>> {
     };
     // A folder that is not a model is one line and exit 2 before anything listens.
     for m in &served {
-        nornir_vector::ModelFolder::open(&m.dir, m.options.model_file.as_deref())
+        nornir_vector::diagnostics::ModelFolder::open(&m.dir, m.options.model_file.as_deref())
             .with_context(|| format!("model {:?}", m.name))?;
     }
     Ok(served)
