@@ -10,7 +10,7 @@ use nornir_vector::diagnostics::{Plan, ProbeReport};
 use serde_json::{Value, json};
 
 use crate::DoctorArgs;
-use crate::engine::{self, OrtChoice, SessionDoc};
+use crate::commands::{self, OrtChoice, SessionDoc};
 
 /// The parts of a child doctor's `--json` report that `--isolate` takes over.
 #[derive(serde::Deserialize)]
@@ -21,12 +21,12 @@ struct ChildReport {
 
 pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
     let probe = nornir_vector::probe();
-    let plan = engine::plan(&a.model)?;
+    let plan = commands::plan(&a.model)?;
     let wants_session = !a.model.model.is_empty() || a.expect.is_some();
     let (ort, session) = if a.isolate {
         isolated(a, plan.as_ref(), wants_session)
     } else {
-        (engine::ort_choice(plan.as_ref(), &a.model), wants_session.then(|| engine::session_doc(&a.model)))
+        (commands::ort_choice(plan.as_ref(), &a.model), wants_session.then(|| commands::session_doc(&a.model)))
     };
     let next = next_step(probe, plan.as_ref(), &ort, session.as_ref());
     let (show_cuda, show_rocm) = (a.cuda || !a.rocm, a.rocm || !a.cuda);
@@ -83,7 +83,7 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
 /// the ONNX Runtime check and the session from its report. A child killed by a signal becomes an
 /// error in both, naming the library that was being loaded.
 fn isolated(a: &DoctorArgs, plan: Option<&Plan>, wants_session: bool) -> (OrtChoice, Option<SessionDoc>) {
-    let ort = engine::ort_pick(plan, &a.model);
+    let ort = commands::ort_pick(plan, &a.model);
     let crashed = |why: String| -> (OrtChoice, Option<SessionDoc>) {
         let lib = ort.path.as_ref().map_or_else(|| "ONNX Runtime".to_owned(), |p| p.display().to_string());
         let text = format!(

@@ -2,7 +2,7 @@
 //! used (`nornir vector doctor`), and measure speed (`nornir vector bench`).
 
 mod doctor;
-mod engine;
+mod commands;
 // Without the embedder the embed options are still parsed (to say it is not compiled in), not used.
 #[cfg_attr(not(feature = "embed-ort"), allow(dead_code))]
 mod input;
@@ -198,7 +198,7 @@ struct EmbedArgs {
     /// each pooled from one run over as much of the document as the model reads; for
     /// mean-pooled long-context models).
     #[arg(long, value_enum, default_value = "truncate")]
-    long: engine::LongText,
+    long: commands::LongText,
     /// Tokens per chunk with --long chunk|late, special tokens and prompt included (default: the
     /// model's length).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -424,7 +424,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Top::Vector(VectorCommand::Embed(a)) => {
             init_tracing(a.verbose.saturating_sub(1));
-            engine::embed(&engine::EmbedJob {
+            commands::embed(&commands::EmbedJob {
                 texts: a.texts,
                 input: a.input,
                 input_format: a.input_format,
@@ -446,15 +446,15 @@ fn main() -> ExitCode {
         }
         Top::Vector(VectorCommand::Bench(a)) => {
             init_tracing(0);
-            engine::bench(&a).map(|()| ExitCode::SUCCESS)
+            commands::bench(&a).map(|()| ExitCode::SUCCESS)
         }
         Top::Vector(VectorCommand::Quantize(a)) => {
             init_tracing(0);
-            engine::quantize(&a).map(|()| ExitCode::SUCCESS)
+            commands::quantize(&a).map(|()| ExitCode::SUCCESS)
         }
         Top::Vector(VectorCommand::Serve(a)) => {
             init_tracing(1);
-            engine::serve(&a).map(|()| ExitCode::SUCCESS)
+            commands::serve(&a).map(|()| ExitCode::SUCCESS)
         }
     };
     match result {
