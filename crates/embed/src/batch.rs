@@ -11,6 +11,15 @@ pub struct Batch {
 /// cells too (see [`pack`]).
 pub const ATTENTION_FREE_LENGTH: usize = 512;
 
+/// Whether `texts` texts padded to `longest` tokens may run as one batch: `texts x longest`
+/// within `token_budget`, and the attention scores within what a full budget of
+/// [`ATTENTION_FREE_LENGTH`]-token texts holds. The one rule for [`pack`] and the scheduler.
+pub(crate) fn fits(texts: usize, longest: usize, token_budget: usize) -> bool {
+    texts.saturating_mul(longest) <= token_budget
+        && texts.saturating_mul(longest.saturating_mul(longest))
+            <= token_budget.saturating_mul(ATTENTION_FREE_LENGTH)
+}
+
 /// Sorts texts by token length (longest first) and packs them so that every batch's
 /// `texts x longest length` stays within `token_budget`, and its attention scores (texts x
 /// length², per head and layer, the only activations that grow with the square of the length)
@@ -18,7 +27,6 @@ pub const ATTENTION_FREE_LENGTH: usize = 512;
 /// model (8,192 tokens) gets batches no larger in memory than short texts do, whatever the budget;
 /// a text over either bound runs alone. Ties keep input order, so the packing is deterministic.
 pub fn pack(lengths: &[usize], token_budget: usize) -> Vec<Batch> {
-    let attention_cells = token_budget.saturating_mul(ATTENTION_FREE_LENGTH);
     let mut order: Vec<usize> = (0..lengths.len()).collect();
     order.sort_by(|&a, &b| lengths[b].cmp(&lengths[a]).then(a.cmp(&b)));
     let mut batches: Vec<Batch> = Vec::new();
@@ -26,12 +34,7 @@ pub fn pack(lengths: &[usize], token_budget: usize) -> Vec<Batch> {
         let len = lengths[i].max(1);
         match batches.last_mut() {
             // Sorted descending: the batch's first text is its longest.
-            Some(b)
-                if (b.indices.len() + 1) * b.max_len <= token_budget
-                    && (b.indices.len() + 1).saturating_mul(b.max_len * b.max_len) <= attention_cells =>
-            {
-                b.indices.push(i)
-            }
+            Some(b) if fits(b.indices.len() + 1, b.max_len, token_budget) => b.indices.push(i),
             _ => batches.push(Batch { indices: vec![i], max_len: len }),
         }
     }

@@ -111,7 +111,7 @@ fn work(engine: &Engine, k: usize) {
 }
 
 fn run_batches(engine: &Engine, k: usize) {
-    while let Some(mut items) = engine.scheduler.take(k) {
+    while let Some(mut items) = engine.scheduler.next_batch_for(k) {
         // Session k, or the first when the extra ones could not be built.
         let slot = match k {
             0 => &engine.session,

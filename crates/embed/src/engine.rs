@@ -17,7 +17,7 @@ use crate::call::{CallOptions, CallPrompt, Chunking, DocumentVector, Truncation}
 use crate::chunk::{late_passes, windows};
 use crate::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
 use crate::error::{EmbedError, InferenceKind, Result, error_chain};
-use crate::graph_io::{GraphIo, Row, RowSettings, forward, graph_io, run_batch};
+use crate::graph_io::{GraphIo, Row, RowSettings, forward, graph_io, run_and_pool};
 use crate::model::ModelFolder;
 use crate::options::EmbedderOptions;
 use crate::placement::parse_profile;
@@ -1024,7 +1024,7 @@ impl Engine {
     ) -> Result<usize> {
         let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (settings, nanos) = (self.settings, &self.counters.ort_nanos);
-        let dim = match run_batch(&mut slot.session, &self.io, settings, rows, nanos, &mut emit) {
+        let dim = match run_and_pool(&mut slot.session, &self.io, settings, rows, nanos, &mut emit) {
             Ok(dim) => dim,
             Err(e) if slot.vendor != Vendor::Cpu => {
                 let e = error_chain(&e);
@@ -1043,7 +1043,7 @@ impl Engine {
                 slot.vendor = Vendor::Cpu;
                 self.run_fallback()
                     .get_or_insert_with(|| format!("{why}; rebuilt on CPUExecutionProvider and ran that batch again"));
-                run_batch(&mut slot.session, &self.io, settings, rows, nanos, &mut emit)?
+                run_and_pool(&mut slot.session, &self.io, settings, rows, nanos, &mut emit)?
             }
             Err(e) => return Err(e),
         };
@@ -1080,7 +1080,7 @@ impl Engine {
                 .map(|e| e.get_ids().to_vec())
                 .unwrap_or_else(|_| vec![0, 0]);
             let row = Row { ids: &ids, skip: 0, spans: &[] };
-            run_batch(&mut session, &self.io, self.settings, &[row], &AtomicU64::new(0), |_, _| {})?;
+            run_and_pool(&mut session, &self.io, self.settings, &[row], &AtomicU64::new(0), |_, _| {})?;
             let file = session
                 .end_profiling()
                 .map_err(|e| EmbedError::inference_because(InferenceKind::Runtime, "ending the profile", e))?;

@@ -281,7 +281,7 @@ fn output_values<'a>(value: &'a ort::value::DynValue, ty: OutputType) -> ort::Re
 
 /// Runs one padded batch and hands each text's pooled vector (or one per span), at the model's
 /// full width and not normalised, to `emit(k, vector)`, in order. Returns the model's width.
-pub(crate) fn run_batch(
+pub(crate) fn run_and_pool(
     session: &mut Session,
     io: &GraphIo,
     settings: RowSettings,

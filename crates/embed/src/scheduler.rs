@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use crate::batch::ATTENTION_FREE_LENGTH;
+use crate::batch;
 use crate::error::{EmbedError, InferenceKind};
 
 /// What a call waits on: its rows, filled in by the workers as batches finish.
@@ -89,7 +89,7 @@ impl Request {
         while s.remaining > 0 && !s.cancelled {
             s = self.done.wait(s).unwrap_or_else(PoisonError::into_inner);
         }
-        Self::take(&mut s)
+        Self::outcome(&mut s)
     }
 
     /// The result if every row is done (or the call is cancelled), else remembers `waker` to be
@@ -100,10 +100,10 @@ impl Request {
             s.waker = Some(waker.clone());
             return None;
         }
-        Some(Self::take(&mut s))
+        Some(Self::outcome(&mut s))
     }
 
-    fn take(s: &mut RequestState) -> Finished {
+    fn outcome(s: &mut RequestState) -> Finished {
         if s.cancelled && s.remaining > 0 {
             // The rows stay: texts still running write theirs.
             return Err(EmbedError::Cancelled);
@@ -282,7 +282,6 @@ impl Queue {
         let anchor = u64::MAX - anchor_key;
         let horizon = due.saturating_add(policy.horizon_micros(self.micros_per_token, token_budget));
         let floor = longest.saturating_sub((policy.max_padding * longest as f32).min(longest as f32) as usize + 2);
-        let attention_cells = token_budget.saturating_mul(ATTENTION_FREE_LENGTH);
         let mut chosen = vec![anchor];
         for &(len, key) in self.by_length.range(..=(longest, u64::MAX)).rev() {
             let id = u64::MAX - key;
@@ -293,7 +292,7 @@ impl Queue {
                 continue;
             }
             let n = chosen.len() + 1;
-            if len < floor || n * longest > token_budget || n.saturating_mul(longest * longest) > attention_cells {
+            if len < floor || !batch::fits(n, longest, token_budget) {
                 break;
             }
             chosen.push(id);
@@ -435,7 +434,7 @@ impl Scheduler {
 
     /// The next batch for worker `k`, or `None` at shutdown. Worker 0 takes any work; the others
     /// only while worker 0 is busy, so a lone call never builds a second session.
-    pub(crate) fn take(&self, k: usize) -> Option<Vec<Item>> {
+    pub(crate) fn next_batch_for(&self, k: usize) -> Option<Vec<Item>> {
         let mut q = self.lock();
         loop {
             if q.shutdown {
