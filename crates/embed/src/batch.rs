@@ -3,7 +3,9 @@
 /// Indices of texts that run together, all padded to `max_len`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch {
+    /// The texts, by their index in the input.
     pub indices: Vec<usize>,
+    /// The longest text's token count: what every text is padded to.
     pub max_len: usize,
 }
 

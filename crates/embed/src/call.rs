@@ -42,12 +42,14 @@ pub enum Truncation {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CallOptions {
+    /// The prompt before each text (see [`CallPrompt`]).
     pub prompt: Option<CallPrompt>,
     /// L2-normalise each vector (after cutting it to `dimensions`).
     pub normalize: Option<bool>,
     /// Keep the first `dimensions` values of each vector (Matryoshka models); at most the model's
     /// width.
     pub dimensions: Option<usize>,
+    /// What to do with a text longer than the model reads.
     pub truncation: Option<Truncation>,
     /// Cut a text longer than the window into overlapping chunks instead of truncating it; the
     /// row is then the document's vector, and [`Embeddings::chunks`](crate::Embeddings::chunks)
@@ -78,14 +80,17 @@ impl CallOptions {
         self.prompt = Some(CallPrompt::Text(text.into()));
         self
     }
+    /// L2-normalise each vector, or not.
     pub fn with_normalize(mut self, normalize: bool) -> Self {
         self.normalize = Some(normalize);
         self
     }
+    /// Keep the first `dimensions` values of each vector.
     pub fn with_dimensions(mut self, dimensions: usize) -> Self {
         self.dimensions = Some(dimensions);
         self
     }
+    /// Truncate on this side, or refuse.
     pub fn with_truncation(mut self, truncation: Truncation) -> Self {
         self.truncation = Some(truncation);
         self
@@ -139,6 +144,7 @@ struct CancelState {
 }
 
 impl CancelHandle {
+    /// A handle that has cancelled nothing yet.
     pub fn new() -> Self {
         Self::default()
     }
@@ -152,6 +158,7 @@ impl CancelHandle {
         }
     }
 
+    /// Whether [`cancel`](Self::cancel) was called.
     pub fn is_cancelled(&self) -> bool {
         self.lock().cancelled
     }
@@ -211,7 +218,9 @@ pub struct Chunking {
     pub window: Option<usize>,
     /// Tokens shared by neighbouring chunks.
     pub overlap: usize,
+    /// Late chunking: each chunk pools one run over the whole document (see above).
     pub late: bool,
+    /// How the document's vector is made from its chunks'.
     pub document: DocumentVector,
 }
 
@@ -224,13 +233,16 @@ impl Default for Chunking {
 }
 
 impl Chunking {
+    /// The defaults (see `Default`).
     pub fn new() -> Self {
         Self::default()
     }
+    /// Chunks of at most `tokens` tokens, special tokens and prompt included.
     pub fn with_window(mut self, tokens: usize) -> Self {
         self.window = Some(tokens);
         self
     }
+    /// Neighbouring chunks share `tokens` tokens.
     pub fn with_overlap(mut self, tokens: usize) -> Self {
         self.overlap = tokens;
         self
@@ -240,6 +252,7 @@ impl Chunking {
         self.late = late;
         self
     }
+    /// The document's vector from its chunks' (mean or max).
     pub fn with_document(mut self, document: DocumentVector) -> Self {
         self.document = document;
         self

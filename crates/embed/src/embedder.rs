@@ -31,6 +31,18 @@ use crate::stats::EmbedStats;
 /// batches, and one large call's batches run on all sessions side by side. An idle embedder adds
 /// no wait. The sessions beyond the first are built when they first get work (a lone one-text
 /// call pays for one session). Dropping the embedder stops its workers.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use nornir_embed::{Embedder, EmbedderOptions};
+///
+/// let embedder = Arc::new(Embedder::new("models/all-MiniLM-L6-v2".as_ref(), &EmbedderOptions::default())?);
+/// let rows = embedder.embed(&["A man is eating food.", "A man is riding a horse."])?;
+/// assert_eq!((rows.len(), rows.row(0).len()), (2, embedder.dimension()));
+/// // Which provider really runs the model, and why (the design note's questions):
+/// println!("{} ({}), ROCm ready: {}", embedder.report().active_provider, embedder.gpu_vendor(), embedder.rocm_ready());
+/// # Ok::<(), nornir_embed::EmbedError>(())
+/// ```
 #[derive(Debug)]
 pub struct Embedder {
     engine: Arc<Engine>,
@@ -258,6 +270,7 @@ impl Embedder {
         self.engine.stats()
     }
 
+    /// Sets the counters of [`stats`](Self::stats) back to zero.
     pub fn reset_stats(&self) {
         self.engine.reset_stats()
     }
@@ -267,6 +280,7 @@ impl Embedder {
         self.engine.dimension()
     }
 
+    /// What the embedder read from the model folder and the graph, and decided from them.
     pub fn model_info(&self) -> &ModelInfo {
         self.engine.model_info()
     }

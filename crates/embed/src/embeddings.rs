@@ -18,6 +18,7 @@ pub struct Embeddings {
 pub struct Chunk {
     /// Byte offsets of its first and past its last character in the text (char boundaries).
     pub start: usize,
+    /// See `start`.
     pub end: usize,
     /// Tokens of the text in it (not counting the prompt and special tokens).
     pub tokens: usize,
@@ -101,15 +102,19 @@ impl Embeddings {
     pub fn into_vec(self) -> Vec<f32> {
         self.data
     }
+    /// How many rows (one per text).
     pub fn len(&self) -> usize {
         self.data.len().checked_div(self.dim).unwrap_or(0)
     }
+    /// No rows.
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
+    /// Row `i`, the vector of text `i`; panics past `len()`.
     pub fn row(&self, i: usize) -> &[f32] {
         &self.data[i * self.dim..(i + 1) * self.dim]
     }
+    /// Every row in order.
     pub fn rows(&self) -> std::slice::ChunksExact<'_, f32> {
         self.data.chunks_exact(self.dim.max(1))
     }

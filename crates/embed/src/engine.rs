@@ -103,12 +103,15 @@ fn prompt_token_count(tokenizer: &Tokenizer, prompt: &str) -> tokenizers::Result
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Token {
+    /// Its id in the model's vocabulary.
     pub id: u32,
     /// The text it stands for (the token's own spelling for a special token).
     pub text: String,
+    /// A special token ([CLS], [SEP], ...), not from the text.
     pub special: bool,
-    /// Byte offsets in the text with its prompt.
+    /// Byte offsets in the text with its prompt: its first byte, and past its last.
     pub start: usize,
+    /// See `start`.
     pub stop: usize,
 }
 
@@ -116,15 +119,19 @@ pub struct Token {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ModelInfo {
+    /// What the folder holds and says.
     pub folder: ModelFolder,
     /// The width of the vectors returned: `model_dimension`, or `--dim` when given.
     pub dimension: usize,
     /// The width of the model's own output.
     pub model_dimension: usize,
+    /// The most tokens of a text the model reads (longer ones are truncated or chunked).
     pub max_length: usize,
+    /// How token vectors become one vector (for a graph that does not pool itself).
     pub pooling: Pooling,
     /// Tokens of the prompt left out of the pooling (`include_prompt: false`).
     pub pooling_skips_prompt_tokens: usize,
+    /// Whether vectors are L2-normalised by default.
     pub normalize: bool,
     /// Why vectors are (or are not) normalised.
     pub normalize_reason: String,
@@ -132,8 +139,11 @@ pub struct ModelInfo {
     pub prompt: PromptChoice,
     /// Texts are padded on the left (the tokenizer's padding side).
     pub left_padding: bool,
+    /// The graph's inputs that nornir feeds.
     pub inputs: Vec<String>,
+    /// The graph output read.
     pub output: String,
+    /// That output is one vector per text (`sentence_embedding`), not per token.
     pub output_is_pooled: bool,
     /// Why this output was chosen.
     pub output_reason: String,

@@ -9,9 +9,12 @@ use std::path::{Path, PathBuf};
 
 use nornir_ep_select::Vendor;
 
+/// Everything the embedder can fail with; match on the variant (and on [`InferenceKind`]), not on
+/// the text.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EmbedError {
+    /// No ONNX Runtime library was found where nornir looks.
     #[error(
         "no ONNX Runtime library found; searched: {}. Run `cargo xtask fetch`, or set ORT_DYLIB_PATH to a libonnxruntime.so",
         searched_list(.searched, .problems)
@@ -27,21 +30,34 @@ pub enum EmbedError {
     #[error(
         "{reason}: point ORT_DYLIB_PATH (or `ort_library`) at a libonnxruntime.so file, or unset it to let nornir search"
     )]
+    /// The library named by `ORT_DYLIB_PATH` or `ort_library` cannot be used.
     #[non_exhaustive]
-    ExplicitOrtUnusable { reason: String },
+    ExplicitOrtUnusable {
+        /// Why not.
+        reason: String,
+    },
 
     #[error(
         "this process already loaded ONNX Runtime from {loaded}; it cannot load {requested} as well (one ONNX Runtime per process): use the same library for every embedder, or another process"
     )]
+    /// Another ONNX Runtime library is already loaded in this process.
     #[non_exhaustive]
-    OrtAlreadyLoaded { loaded: PathBuf, requested: PathBuf },
+    OrtAlreadyLoaded {
+        /// The library the process runs.
+        loaded: PathBuf,
+        /// The one this embedder asked for.
+        requested: PathBuf,
+    },
 
     #[error(
         "{path}: cannot be loaded as ONNX Runtime: {reason}; point ORT_DYLIB_PATH or `ort_library` at a libonnxruntime.so (1.22 or newer)"
     )]
+    /// The file is not a usable ONNX Runtime library.
     #[non_exhaustive]
     OrtLoad {
+        /// The file.
         path: PathBuf,
+        /// What failed.
         reason: String,
         /// `ort`'s error loading or initialising the library.
         #[source]
@@ -51,20 +67,32 @@ pub enum EmbedError {
     #[error(
         "{path} is ONNX Runtime {version}, older than 1.22, the oldest this build supports. Use a newer build (`cargo xtask fetch` provides 1.31.1)"
     )]
+    /// The ONNX Runtime library is older than this build supports.
     #[non_exhaustive]
-    OrtTooOld { path: PathBuf, version: String },
+    OrtTooOld {
+        /// The library.
+        path: PathBuf,
+        /// Its version.
+        version: String,
+    },
 
     /// The device asked for cannot be used here, and it was forced (see `reason`).
     #[error("{reason}")]
     #[non_exhaustive]
-    DeviceRefused { reason: String },
+    DeviceRefused {
+        /// The policy's reason.
+        reason: String,
+    },
 
     #[error(
         "the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Use `device` auto to fall back to the CPU, or fix the cause above (`nornir vector doctor`)"
     )]
+    /// A forced GPU could not run the model (an automatic choice falls back to the CPU instead).
     #[non_exhaustive]
     ForcedDeviceFailed {
+        /// The vendor the device was forced to.
         vendor: Vendor,
+        /// What each provider said.
         details: String,
         /// Each provider's registration and preflight, when the failure came while building a
         /// session (empty for a failure at run time): what `doctor --json` reports.
@@ -72,9 +100,12 @@ pub enum EmbedError {
     },
 
     #[error("model folder {dir}: {reason}")]
+    /// The model folder is missing something, or a file in it does not read or fit.
     #[non_exhaustive]
     Model {
+        /// The folder.
         dir: PathBuf,
+        /// What is wrong, at this layer (the cause is `source`).
         reason: String,
         /// A file that could not be read, a config that does not parse, or the embedder's error
         /// on the first test text.
@@ -86,9 +117,12 @@ pub enum EmbedError {
         "tokenizer {path}: {}; it must be the model's own Hugging Face tokenizer.json (tokenizer.save_pretrained): re-download or re-export it",
         .reason.trim_end_matches('.')
     )]
+    /// The folder's tokenizer.json cannot be used.
     #[non_exhaustive]
     Tokenizer {
+        /// The file.
         path: PathBuf,
+        /// What is wrong.
         reason: String,
         /// The tokenizers crate's error (kept as a [`Cause`], so that its version is not part of
         /// this type).
@@ -99,8 +133,10 @@ pub enum EmbedError {
     #[error(
         "ONNX Runtime could not create a session for {model}; check that it is a complete ONNX model (re-download or re-export it)"
     )]
+    /// ONNX Runtime could not build a session for the graph.
     #[non_exhaustive]
     Session {
+        /// The graph file.
         model: PathBuf,
         /// ONNX Runtime's error (downcast it to `ort::Error`; kept as a [`Cause`] so that an `ort`
         /// upgrade does not change this type).
@@ -109,11 +145,13 @@ pub enum EmbedError {
     },
 
     #[error("inference failed{}{reason}", if .reason.is_empty() { "" } else { ": " })]
+    /// Embedding failed after the embedder was built.
     #[non_exhaustive]
     Inference {
         /// What failed, for a caller that answers differently (a server: 422 for a text the
         /// tokenizer rejects, 500 for a failed run).
         kind: InferenceKind,
+        /// What failed, at this layer (empty when the cause says it all).
         reason: String,
         /// ONNX Runtime's error running the graph, the tokenizer's, or the system's.
         #[source]
@@ -124,12 +162,18 @@ pub enum EmbedError {
     /// range or does not fit the model.
     #[error("invalid `{option}`: {reason}")]
     #[non_exhaustive]
-    InvalidOption { option: &'static str, reason: String },
+    InvalidOption {
+        /// The option's field name (`dim`, `chunking.window`).
+        option: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
 
     #[error(
         "text {index} has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or let the call truncate it",
         if *.exact { "" } else { "more than " }
     )]
+    /// A text is longer than the model reads, and the call refuses truncation.
     #[non_exhaustive]
     TooLong {
         /// Its place in the call.
@@ -137,23 +181,37 @@ pub enum EmbedError {
         /// Its tokens with the prompt and the special tokens; a lower bound when `exact` is false
         /// (a text of megabytes is not tokenized whole to count them).
         tokens: usize,
+        /// Whether `tokens` is the exact count.
         exact: bool,
+        /// The most tokens the model reads.
         max_length: usize,
     },
 
     #[error(
         "the embedder is overloaded: {queued} texts are waiting (limit {limit}); retry shortly, or raise max_queued_texts"
     )]
+    /// The queue is full and the embedder refuses rather than waits (`QueueFull::Refuse`).
     #[non_exhaustive]
-    Overloaded { queued: usize, limit: usize },
+    Overloaded {
+        /// Texts waiting now.
+        queued: usize,
+        /// `max_queued_texts`.
+        limit: usize,
+    },
 
     #[error(
         "the embedder is overloaded: the texts queued ahead would take about {:.1} s, more than this call's max_wait of {:.1} s; retry shortly",
         .expected.as_secs_f64(),
         .max_wait.as_secs_f64()
     )]
+    /// The call would wait longer than its `max_wait` (see [`CallOptions`](crate::CallOptions)).
     #[non_exhaustive]
-    WaitTooLong { expected: std::time::Duration, max_wait: std::time::Duration },
+    WaitTooLong {
+        /// How long the texts queued ahead, with the call's own, are expected to take.
+        expected: std::time::Duration,
+        /// The call's bound.
+        max_wait: std::time::Duration,
+    },
 
     /// The call's [`CancelHandle`](crate::CancelHandle) was used before it finished.
     #[error("the call was cancelled through its CancelHandle")]
@@ -179,6 +237,7 @@ pub enum InferenceKind {
     Misuse,
 }
 
+/// The embedder's result type.
 pub type Result<T, E = EmbedError> = std::result::Result<T, E>;
 
 /// The cause an [`EmbedError`] keeps when it can be of several types (downcast it to

@@ -6,6 +6,8 @@
 //! messages say what to do. It never decides policy itself (that is `nornir-ep-select`) and never
 //! searches for libraries itself (that is `nornir-gpu-probe`).
 
+#![warn(missing_docs)]
+
 mod batch;
 mod call;
 mod chunk;

@@ -12,8 +12,11 @@ use crate::pooling::Pooling;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ModelFolder {
+    /// The folder.
     pub dir: PathBuf,
+    /// The ONNX graph (`model.onnx`, `onnx/model.onnx` or the one named).
     pub model_file: PathBuf,
+    /// `tokenizer.json`.
     pub tokenizer_file: PathBuf,
     /// `sentence_bert_config.json`'s `max_seq_length`.
     pub max_seq_length: Option<usize>,
@@ -45,6 +48,7 @@ pub struct Quantization {
     pub format: String,
     /// The hardware the int8 operators are for: `"cpu"`.
     pub target: String,
+    /// The int8 operator written (`MatMulIntegerToFloat`).
     pub operator: Option<String>,
     /// `"int8"` or `"uint8"`: how the weights are stored (absent before nornir recorded it: int8).
     #[serde(default)]
@@ -78,8 +82,11 @@ struct SentenceBertConfig {
 /// What nornir reads from a Hugging Face `config.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
 pub struct HfConfig {
+    /// The position table's length: an upper bound on the tokens the model reads.
     pub max_position_embeddings: Option<usize>,
+    /// The width of the token vectors.
     pub hidden_size: Option<usize>,
+    /// The embedding table's rows.
     pub vocab_size: Option<usize>,
     /// jina-embeddings-v3: the task adapters, in `task_id` order.
     pub lora_adaptations: Option<Vec<String>>,
@@ -168,7 +175,9 @@ impl Default for PoolingConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct PoolingSpec {
+    /// The `pooling_mode_*` that is true.
     pub mode: Pooling,
+    /// `word_embedding_dimension`.
     pub dimension: Option<usize>,
     /// `include_prompt`: `false` leaves the prompt's tokens out of the pooling.
     pub include_prompt: bool,

@@ -12,6 +12,22 @@ use crate::scheduler::QueueFull;
 /// How to build an [`Embedder`](crate::Embedder). `Default` is: device auto (a GPU when one really works), all cores, a
 /// 256-token budget per batch, and the model folder's own length limit, pooling, normalisation
 /// and default prompt.
+///
+/// ```
+/// use std::time::Duration;
+/// use nornir_embed::{EmbedderOptions, QueueFull};
+/// use nornir_ep_select::Device;
+///
+/// // A server's embedder: CPU, 4 threads in 2 sessions, refuse rather than queue past 10,000 texts.
+/// let options = EmbedderOptions::default()
+///     .with_device(Device::Cpu)
+///     .with_threads(4)
+///     .with_sessions(2)
+///     .with_max_queued_texts(10_000)
+///     .with_queue_full(QueueFull::Refuse)
+///     .with_batch_wait(Duration::from_millis(2));
+/// assert_eq!(options.threads, Some(4));
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EmbedderOptions {
@@ -106,6 +122,7 @@ impl EmbedderOptions {
         }
         self
     }
+    /// Where to run: `Auto` (a GPU that works, else the CPU), `Cpu`, or a forced GPU.
     pub fn with_device(mut self, device: Device) -> Self {
         self.device = device;
         self
@@ -130,6 +147,7 @@ impl EmbedderOptions {
         self.max_length = Some(tokens);
         self
     }
+    /// Pool this way instead of as the folder says.
     pub fn with_pooling(mut self, pooling: Pooling) -> Self {
         self.pooling = Some(pooling);
         self

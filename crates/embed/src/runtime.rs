@@ -24,6 +24,7 @@ pub struct OrtRuntime {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct OrtInfo {
+    /// The library file loaded.
     pub path: PathBuf,
     /// As the library itself reports it (`OrtGetApiBase()->GetVersionString()`).
     pub version: String,

@@ -22,6 +22,7 @@ use crate::weights::SharedWeights;
 pub struct Registration {
     /// As ONNX Runtime names it (`CUDAExecutionProvider`).
     pub provider: String,
+    /// Registered, or why not.
     pub outcome: RegistrationOutcome,
     /// The provider library's NEEDED list checked against this machine.
     pub preflight: Option<ProviderRequirements>,
@@ -31,6 +32,8 @@ pub struct Registration {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RegistrationOutcome {
+    /// ONNX Runtime accepted it (which does not yet mean it runs the model: see the report's
+    /// active provider).
     Registered,
     /// ONNX Runtime's error text, with the preflight's finding where it explains it.
     Failed(String),
@@ -41,6 +44,7 @@ impl Registration {
         Self { provider: provider.ort_name().to_owned(), outcome: RegistrationOutcome::Failed(why), preflight: None }
     }
 
+    /// Whether ONNX Runtime accepted it.
     pub fn registered(&self) -> bool {
         self.outcome == RegistrationOutcome::Registered
     }
@@ -92,8 +96,16 @@ impl From<RegistrationJson> for Registration {
 #[serde(tag = "status", rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Placement {
-    Known { nodes: std::collections::BTreeMap<String, usize> },
-    Unknown { reason: String },
+    /// From the profile of one run.
+    Known {
+        /// Nodes run, by provider.
+        nodes: std::collections::BTreeMap<String, usize>,
+    },
+    /// The profile could not be read.
+    Unknown {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// What the model's sessions hold in memory, so that an operator can size a process.
@@ -126,8 +138,11 @@ pub(crate) fn resident_bytes() -> Option<u64> {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct SessionReport {
+    /// The ONNX Runtime library loaded.
     pub ort: OrtInfo,
+    /// What the policy asked for, and why.
     pub plan: Plan,
+    /// Each provider tried, in order.
     pub registrations: Vec<Registration>,
     /// The provider running the model, as ONNX Runtime names it.
     pub active_provider: String,
@@ -135,6 +150,7 @@ pub struct SessionReport {
     pub gpu_vendor: Vendor,
     /// Set when the session had to be rebuilt on CPU after a GPU session failed to build or run.
     pub fallback: Option<String>,
+    /// What the sessions hold in memory.
     #[serde(default)]
     pub memory: Memory,
     /// ONNX Runtime's graph optimisation level for the session: `basic` on the CPU, `all` with

@@ -8,7 +8,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct EmbedStats {
+    /// Texts embedded (each unique text of a call once).
     pub texts: u64,
+    /// Batches run.
     pub batches: u64,
     /// Real tokens, after truncation.
     pub tokens: u64,
