@@ -1,8 +1,8 @@
 //! `nornir`: embed text files with ONNX sentence-embedding models, diagnose why a GPU is or is not
 //! used (`nornir vector doctor`), and measure speed (`nornir vector bench`).
 
-mod doctor;
 mod commands;
+mod doctor;
 // Without the embedder the embed options are still parsed (to say it is not compiled in), not used.
 #[cfg_attr(not(feature = "embed-ort"), allow(dead_code))]
 mod input;

@@ -72,8 +72,8 @@ impl Drop for Sink {
     }
 }
 
-/// One chunk of a text as written: its span in characters (Unicode scalar values, as Python's
-/// `str` slices count), its tokens and its vector.
+/// One chunk of a text as written (the library's `CharChunk`; this module also builds without
+/// the embedder): its span in characters, its tokens and its vector.
 #[derive(serde::Serialize)]
 pub struct ChunkOut<'a> {
     pub start: usize,

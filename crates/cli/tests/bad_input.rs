@@ -290,7 +290,11 @@ fn ort_libraries_that_are_not_usable() {
     let check = |p: &Path| nornir_vector::diagnostics::check_library(p).expect_err("not usable").to_string();
     assert!(check(&not_ort).contains("does not export OrtGetApiBase, so it is not ONNX Runtime"));
     assert!(check(&text).contains("cannot be loaded as ONNX Runtime"));
-    assert_eq!(nornir_vector::diagnostics::check_library(&old).ok().as_deref(), Some("1.20.0"), "it is ONNX Runtime, too old");
+    assert_eq!(
+        nornir_vector::diagnostics::check_library(&old).ok().as_deref(),
+        Some("1.20.0"),
+        "it is ONNX Runtime, too old"
+    );
 
     let embed = |lib: &Path| nornir(&["vector", "embed", "--model", s(&m), "--ort-lib", s(lib), "x"]);
     assert_one_line_error(&embed(&not_ort), "does not export OrtGetApiBase, so it is not ONNX Runtime");

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use common::model;
+use nornir_test_support::{cosine, floats, unit};
 use nornir_vector::{CallOptions, Device, Embedder, EmbedderOptions};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -164,21 +165,6 @@ fn texts() -> Vec<String> {
 
 fn library() -> Embedder {
     Embedder::new(&model(), &EmbedderOptions::default().with_device(Device::Cpu).with_threads(1)).expect("load")
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let n = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    dot / (n(a) * n(b))
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array().expect("an array").iter().map(|x| x.as_f64().expect("a number") as f32).collect()
-}
-
-fn unit(v: &[f32]) -> Vec<f32> {
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.iter().map(|x| x / n).collect()
 }
 
 #[test]

@@ -18,8 +18,7 @@ pub const ATTENTION_FREE_LENGTH: usize = 512;
 /// [`ATTENTION_FREE_LENGTH`]-token texts holds. The one rule for [`pack`] and the scheduler.
 pub(crate) fn fits(texts: usize, longest: usize, token_budget: usize) -> bool {
     texts.saturating_mul(longest) <= token_budget
-        && texts.saturating_mul(longest.saturating_mul(longest))
-            <= token_budget.saturating_mul(ATTENTION_FREE_LENGTH)
+        && texts.saturating_mul(longest.saturating_mul(longest)) <= token_budget.saturating_mul(ATTENTION_FREE_LENGTH)
 }
 
 /// Sorts texts by token length (longest first) and packs them so that every batch's

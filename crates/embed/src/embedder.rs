@@ -231,7 +231,8 @@ impl Embedder {
 
     /// The model's raw token vectors for `text` (its prompt and special tokens included, after
     /// truncation), one row of `model_dimension` per token, for TEI's `/embed_all`. Runs in the
-    /// caller's thread on the first session, outside the queue; an error for a graph that pools.
+    /// caller's thread on the first session, outside the queue (a GPU session that fails there
+    /// is replaced by a CPU session, as in a batch); an error for a graph that pools.
     pub fn token_vectors(&self, text: &str, options: &CallOptions) -> Result<Embeddings> {
         let (data, width) = self.engine.token_vectors(text, options)?;
         Ok(Embeddings::new(data, width).unwrap_or_default())

@@ -132,4 +132,33 @@ impl Embeddings {
     pub fn is_chunked(&self) -> bool {
         self.chunks.is_some()
     }
+
+    /// Text `i`'s chunks, as [`chunks`](Self::chunks) gives them, with their spans in characters
+    /// of `text` (its own text, as given to the call) instead of bytes: what a JSON answer
+    /// carries.
+    pub fn char_chunks<'a>(&'a self, i: usize, text: &str) -> Vec<CharChunk<'a>> {
+        let parts: Vec<(&Chunk, &[f32])> = self.chunks(i).collect();
+        let spans: Vec<Chunk> = parts.iter().map(|(c, _)| **c).collect();
+        Chunk::char_spans(text, &spans)
+            .into_iter()
+            .zip(parts)
+            .map(|((start, end), (c, embedding))| CharChunk { start, end, tokens: c.tokens, embedding })
+            .collect()
+    }
+}
+
+/// One chunk of a text with its span in characters (Unicode scalar values, as Python's `str`
+/// slices count), its tokens and its vector; serialises as
+/// `{"start", "end", "tokens", "embedding"}`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct CharChunk<'a> {
+    /// Its first character.
+    pub start: usize,
+    /// Past its last character.
+    pub end: usize,
+    /// Tokens of the text in it.
+    pub tokens: usize,
+    /// Its vector.
+    pub embedding: &'a [f32],
 }

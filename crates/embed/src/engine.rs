@@ -73,8 +73,9 @@ struct Chunked {
 
 /// A call's options with the embedder's defaults filled in.
 #[derive(Debug)]
-struct CallPlan {
-    prompt: String,
+struct CallPlan<'a> {
+    /// The call's prompt, or the embedder's (borrowed: no copy per call).
+    prompt: &'a str,
     /// Prompt tokens the pooling leaves out.
     skip: usize,
     normalize: bool,
@@ -514,7 +515,7 @@ impl Engine {
     }
 
     /// `options` with the embedder's defaults filled in, checked against the model.
-    fn plan_call(&self, options: &CallOptions) -> Result<CallPlan> {
+    fn plan_call<'a>(&'a self, options: &'a CallOptions) -> Result<CallPlan<'a>> {
         let model = self.info.model_dimension;
         let dim = match options.dimensions {
             None => self.info.dimension,
@@ -527,7 +528,7 @@ impl Engine {
             }
         };
         let (prompt, skip) = match &options.prompt {
-            None => (self.info.prompt.text.clone(), self.info.pooling_skips_prompt_tokens),
+            None => (self.info.prompt.text.as_str(), self.info.pooling_skips_prompt_tokens),
             Some(p) => {
                 let text = match p {
                     CallPrompt::Text(t) => t.as_str(),
@@ -540,7 +541,7 @@ impl Engine {
                         EmbedError::inference_because(InferenceKind::Tokenizer, "tokenizing the prompt failed", e)
                     })?
                 };
-                (text.to_owned(), skip)
+                (text, skip)
             }
         };
         Ok(CallPlan {
@@ -595,7 +596,7 @@ impl Engine {
             && let Some(u) = encodings.iter().position(|e| !e.get_overflowing().is_empty())
         {
             let index = slot.and_then(|slot| slot.iter().position(|&s| s == u)).unwrap_or(u);
-            return Err(self.too_long(index, unique[u], &plan.prompt));
+            return Err(self.too_long(index, unique[u], plan.prompt));
         }
         let request = Request::new(unique.len(), self.info.model_dimension);
         let tokens = encodings
@@ -662,7 +663,7 @@ impl Engine {
         let mut tokens = Vec::with_capacity(unique.len());
         let mut rows = 0;
         for text in unique {
-            let prompted = with_prompt(&plan.prompt, text);
+            let prompted = with_prompt(plan.prompt, text);
             let enc = self.whole_tokenizer().encode(prompted.as_ref(), true).map_err(fail)?;
             let (ids, mask, offsets) = (enc.get_ids(), enc.get_special_tokens_mask(), enc.get_offsets());
             let lead = mask.iter().take_while(|&&m| m == 1).count();
@@ -748,12 +749,12 @@ impl Engine {
     /// each cut to the call's width and normalised if it asks.
     pub(crate) fn finish(&self, mut call: Call, rows: Vec<f32>) -> Embeddings {
         let (width, dim) = (self.info.model_dimension, call.dim);
-        let order: Vec<usize> = match &call.expand {
-            Some(slot) => slot.clone(),
-            None => (0..call.tokens.len()).collect(),
-        };
-        self.counters.texts.fetch_add(order.len() as u64, Ordering::Relaxed);
-        let tokens = order.iter().map(|&u| call.tokens[u]).collect();
+        let chunked = call.chunked.take();
+        // Text i's row among the unique texts (the same when the call had no duplicates).
+        let texts = call.expand.as_ref().map_or(call.tokens.len(), Vec::len);
+        let unique = |i: usize| call.expand.as_ref().map_or(i, |slot| slot[i]);
+        self.counters.texts.fetch_add(texts as u64, Ordering::Relaxed);
+        let tokens = (0..texts).map(|i| call.tokens[unique(i)]).collect();
         let finish_row = |out: &mut Vec<f32>, raw: &[f32]| {
             let start = out.len();
             out.extend_from_slice(&raw[..dim]);
@@ -761,10 +762,10 @@ impl Engine {
                 normalize(&mut out[start..]);
             }
         };
-        if let Some(chunked) = call.chunked.take() {
+        if let Some(chunked) = chunked {
             let mut chunks = ChunkRows::default();
-            let mut data = Vec::with_capacity(order.len() * dim);
-            for &u in &order {
+            let mut data = Vec::with_capacity(texts * dim);
+            for u in (0..texts).map(unique) {
                 let (first, spans) = &chunked.texts[u];
                 let from = chunks.spans.len();
                 for (j, span) in spans.iter().enumerate() {
@@ -789,8 +790,8 @@ impl Engine {
             }
             rows
         } else {
-            let mut data = Vec::with_capacity(order.len() * dim);
-            for &u in &order {
+            let mut data = Vec::with_capacity(texts * dim);
+            for u in (0..texts).map(unique) {
                 finish_row(&mut data, &rows[u * width..(u + 1) * width]);
             }
             data
@@ -850,7 +851,7 @@ impl Engine {
         let fail =
             |e: tokenizers::Error| EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e);
         let max_length = self.info.max_length;
-        let prompt = plan.prompt.as_str();
+        let prompt = plan.prompt;
         let (tokenizer, part): (&Tokenizer, fn(&str, usize) -> &str) = match plan.truncation {
             Truncation::Left => (self.left_tokenizer(), suffix_for_tokens),
             Truncation::Right | Truncation::Refuse => (&self.tokenizer, prefix_for_tokens),
@@ -877,7 +878,7 @@ impl Engine {
     /// `/tokenize`), special tokens included when `special`. Offsets are bytes of the prompted text.
     pub(crate) fn tokens(&self, text: &str, options: &CallOptions, special: bool) -> Result<Vec<Token>> {
         let plan = self.plan_call(options)?;
-        let prompted = with_prompt(&plan.prompt, text);
+        let prompted = with_prompt(plan.prompt, text);
         let enc = self
             .whole_tokenizer()
             .encode(prompted.as_ref(), special)
@@ -912,15 +913,16 @@ impl Engine {
         let plan = self.plan_call(options)?;
         let enc = self.tokenize(&[text], &plan)?.remove(0);
         if plan.truncation == Truncation::Refuse && !enc.get_overflowing().is_empty() {
-            return Err(self.too_long(0, text, &plan.prompt));
+            return Err(self.too_long(0, text, plan.prompt));
         }
-        let row = Row { ids: enc.get_ids(), skip: 0, spans: &[] };
+        let rows = [Row { ids: enc.get_ids(), skip: 0, spans: &[] }];
         let mut out = Vec::new();
-        let mut slot = self.session.lock().unwrap_or_else(PoisonError::into_inner);
-        let width =
-            forward(&mut slot.session, &self.io, self.settings, &[row], &self.counters.ort_nanos, |_, v, _| {
+        let width = self.run_on(&self.session, &rows, |session| {
+            out.clear();
+            forward(session, &self.io, self.settings, &rows, &self.counters.ort_nanos, |_, v, _| {
                 out.extend_from_slice(v)
-            })?;
+            })
+        })?;
         Ok((out, width))
     }
 
@@ -1032,9 +1034,21 @@ impl Engine {
         rows: &[Row<'_>],
         mut emit: impl FnMut(usize, &[f32]),
     ) -> Result<usize> {
-        let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (settings, nanos) = (self.settings, &self.counters.ort_nanos);
-        let dim = match run_and_pool(&mut slot.session, &self.io, settings, rows, nanos, &mut emit) {
+        self.run_on(slot, rows, |session| run_and_pool(session, &self.io, settings, rows, nanos, &mut emit))
+    }
+
+    /// Runs `run` on the slot's session, and when a GPU session fails (and the device was not
+    /// forced), replaces it with a CPU session under the same lock and runs again there; then
+    /// counts the batch of `rows`. Pooled rows and token vectors both go this way.
+    fn run_on(
+        &self,
+        slot: &Mutex<Slot>,
+        rows: &[Row<'_>],
+        mut run: impl FnMut(&mut Session) -> Result<usize>,
+    ) -> Result<usize> {
+        let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let dim = match run(&mut slot.session) {
             Ok(dim) => dim,
             Err(e) if slot.vendor != Vendor::Cpu => {
                 let e = error_chain(&e);
@@ -1053,7 +1067,7 @@ impl Engine {
                 slot.vendor = Vendor::Cpu;
                 self.run_fallback()
                     .get_or_insert_with(|| format!("{why}; rebuilt on CPUExecutionProvider and ran that batch again"));
-                run_and_pool(&mut slot.session, &self.io, settings, rows, nanos, &mut emit)?
+                run(&mut slot.session)?
             }
             Err(e) => return Err(e),
         };

@@ -32,7 +32,7 @@ mod weights;
 
 pub use call::{CallOptions, CallPrompt, CancelHandle, Chunking, DocumentVector, Truncation};
 pub use embedder::{EmbedFuture, Embedder};
-pub use embeddings::{Chunk, Embeddings};
+pub use embeddings::{CharChunk, Chunk, Embeddings};
 pub use engine::{ModelInfo, Token};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use model::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};

@@ -182,7 +182,8 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
     for &p in &plan.providers {
         registrations.push(register(rt, p, &mut builder));
     }
-    let gpu_ok: Option<&Registration> = registrations.iter().find(|r| r.registered() && r.provider != Provider::Cpu.ort_name());
+    let gpu_ok: Option<&Registration> =
+        registrations.iter().find(|r| r.registered() && r.provider != Provider::Cpu.ort_name());
     if plan.forced && gpu_ok.is_none() {
         return Err(forced_failure(plan, &registrations));
     }
@@ -266,10 +267,7 @@ pub(crate) fn run_time_hint(registrations: &[Registration], provider: &str) -> S
 }
 
 fn forced_failure(plan: &Plan, regs: &[Registration]) -> EmbedError {
-    let details: Vec<String> = regs
-        .iter()
-        .filter_map(|r| Some(format!("{}: {}", r.provider, r.error()?)))
-        .collect();
+    let details: Vec<String> = regs.iter().filter_map(|r| Some(format!("{}: {}", r.provider, r.error()?))).collect();
     EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: details.join("; "), registrations: regs.to_vec() }
 }
 

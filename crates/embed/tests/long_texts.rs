@@ -7,14 +7,10 @@ mod common;
 use common::{cosine, model_dir};
 use nornir_embed::{CallOptions, Chunking, DocumentVector, EmbedError, Embedder, EmbedderOptions};
 use nornir_ep_select::Device;
+use nornir_test_support::unit;
 
 fn options() -> EmbedderOptions {
     EmbedderOptions::default().with_device(Device::Cpu).with_threads(2)
-}
-
-fn unit(v: &[f32]) -> Vec<f32> {
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.iter().map(|x| x / n).collect()
 }
 
 /// About 900 tokens of plain and accented words, with punctuation.

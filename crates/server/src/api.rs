@@ -116,6 +116,13 @@ pub(crate) fn error_response(flavour: Flavour, e: ApiError) -> Response {
     r
 }
 
+/// A request's `dimensions` as the call takes it: JSON allows a negative number, the library
+/// checks the rest (1 to the model's width).
+pub(crate) fn dimensions(d: i64, width: usize) -> Result<usize, ApiError> {
+    usize::try_from(d)
+        .map_err(|_| ApiError::bad(format!("dimensions must be between 1 and {width} for this model, not {d}")))
+}
+
 /// A string or a list of strings, or (OpenAI only) token ids.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]

@@ -12,7 +12,7 @@ use nornir_vector::CallOptions;
 use serde::{Deserialize, Serialize};
 
 use crate::TokenIds;
-use crate::api::{ApiError, App, Flavour, Input};
+use crate::api::{ApiError, App, Flavour, Input, dimensions};
 
 #[derive(Deserialize)]
 struct Request {
@@ -129,10 +129,7 @@ async fn embeddings_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<
     }
     let mut options = CallOptions::new();
     if let Some(d) = req.dimensions {
-        let width = embedder.model_info().model_dimension;
-        let d = usize::try_from(d)
-            .map_err(|_| ApiError::bad(format!("dimensions must be between 1 and {width} for this model, not {d}")))?;
-        options = options.with_dimensions(d);
+        options = options.with_dimensions(dimensions(d, embedder.model_info().model_dimension)?);
     }
     if let Some(name) = req.prompt_name {
         options = options.with_prompt_name(name);

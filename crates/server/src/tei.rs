@@ -9,10 +9,11 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{CallOptions, Chunk, Chunking, DocumentVector, Truncation};
+use nornir_vector::{CallOptions, CharChunk, Chunking, DocumentVector, Embedder, Truncation};
 use serde::Deserialize;
 
-use crate::api::{ApiError, App, Flavour, Input};
+use crate::api::{ApiError, App, Flavour, Input, dimensions};
+use crate::models::Entry;
 
 #[derive(Debug, Clone, Copy, Deserialize)]
 enum Direction {
@@ -117,10 +118,7 @@ impl Params {
             o = o.with_prompt_name(name);
         }
         if let Some(d) = self.dimensions {
-            let d = usize::try_from(d).map_err(|_| {
-                ApiError::bad(format!("dimensions must be between 1 and {width} for this model, not {d}"))
-            })?;
-            o = o.with_dimensions(d);
+            o = o.with_dimensions(dimensions(d, width)?);
         }
         Ok(o)
     }
@@ -153,14 +151,32 @@ fn name(model: &ModelPath) -> Option<&str> {
     model.as_ref().map(|p| p.0.as_str())
 }
 
+/// What `/embed`, `/embed_chunks` and `/embed_all` do first: read the request, find the model,
+/// check the texts, and turn the fields into the call's options (`chunked`: chunk long texts
+/// even without `"chunking"`).
+async fn embed_request<'a>(
+    app: &'a App,
+    model: &ModelPath,
+    headers: &HeaderMap,
+    body: Body,
+    chunked: bool,
+) -> Result<(&'a Entry, &'a Arc<Embedder>, Vec<String>, CallOptions), ApiError> {
+    let req: EmbedRequest = app.accept(headers, body).await?;
+    let (entry, embedder) = app.model(name(model))?;
+    let texts = tei_texts(req.inputs)?;
+    app.check_inputs(texts.len())?;
+    let mut params = req.root.or(req.parameters);
+    if chunked {
+        params.chunking.get_or_insert_with(ChunkingParams::default);
+    }
+    let options = params.call_options(embedder.model_info().model_dimension)?;
+    Ok((entry, embedder, texts, options))
+}
+
 pub(crate) async fn embed(State(app): State<Arc<App>>, model: ModelPath, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let r = async {
-        let req: EmbedRequest = app.accept(&headers, body).await?;
-        let (entry, embedder) = app.model(name(&model))?;
-        let texts = tei_texts(req.inputs)?;
-        app.check_inputs(texts.len())?;
-        let options = req.root.or(req.parameters).call_options(embedder.model_info().model_dimension)?;
+        let (entry, embedder, texts, options) = embed_request(&app, &model, &headers, body, false).await?;
         let rows = app.embed(entry, embedder, &texts, options).await?;
         let vectors: Vec<&[f32]> = rows.rows().collect();
         Ok(axum::Json(vectors).into_response())
@@ -170,17 +186,9 @@ pub(crate) async fn embed(State(app): State<Arc<App>>, model: ModelPath, headers
 }
 
 #[derive(serde::Serialize)]
-struct ChunkAnswer<'a> {
-    start: usize,
-    end: usize,
-    tokens: usize,
-    embedding: &'a [f32],
-}
-
-#[derive(serde::Serialize)]
 struct DocumentAnswer<'a> {
     embedding: &'a [f32],
-    chunks: Vec<ChunkAnswer<'a>>,
+    chunks: Vec<CharChunk<'a>>,
 }
 
 /// nornir's `/embed_chunks`: `/embed`'s request, chunked (by `chunking`, else windows of the
@@ -194,27 +202,12 @@ pub(crate) async fn embed_chunks(
 ) -> Response {
     let started = Instant::now();
     let r = async {
-        let req: EmbedRequest = app.accept(&headers, body).await?;
-        let (entry, embedder) = app.model(name(&model))?;
-        let texts = tei_texts(req.inputs)?;
-        app.check_inputs(texts.len())?;
-        let mut params = req.root.or(req.parameters);
-        params.chunking.get_or_insert_with(ChunkingParams::default);
-        let options = params.call_options(embedder.model_info().model_dimension)?;
+        let (entry, embedder, texts, options) = embed_request(&app, &model, &headers, body, true).await?;
         let rows = app.embed(entry, embedder, &texts, options).await?;
         let answers: Vec<DocumentAnswer<'_>> = texts
             .iter()
             .enumerate()
-            .map(|(i, text)| {
-                let parts: Vec<(&Chunk, &[f32])> = rows.chunks(i).collect();
-                let spans: Vec<Chunk> = parts.iter().map(|(c, _)| **c).collect();
-                let chunks = Chunk::char_spans(text, &spans)
-                    .into_iter()
-                    .zip(&parts)
-                    .map(|((start, end), (c, v))| ChunkAnswer { start, end, tokens: c.tokens, embedding: v })
-                    .collect();
-                DocumentAnswer { embedding: rows.row(i), chunks }
-            })
+            .map(|(i, text)| DocumentAnswer { embedding: rows.row(i), chunks: rows.char_chunks(i, text) })
             .collect();
         Ok(axum::Json(answers).into_response())
     }
@@ -231,11 +224,7 @@ pub(crate) async fn embed_all(
 ) -> Response {
     let started = Instant::now();
     let r = async {
-        let req: EmbedRequest = app.accept(&headers, body).await?;
-        let (_, embedder) = app.model(name(&model))?;
-        let texts = tei_texts(req.inputs)?;
-        app.check_inputs(texts.len())?;
-        let options = req.root.or(req.parameters).call_options(embedder.model_info().model_dimension)?;
+        let (_, embedder, texts, options) = embed_request(&app, &model, &headers, body, false).await?;
         let embedder = Arc::clone(embedder);
         let vectors = tokio::task::spawn_blocking(move || {
             texts

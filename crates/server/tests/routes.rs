@@ -10,6 +10,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use nornir_server::{Models, ServerConfig, TokenIds, router};
+use nornir_test_support::{cosine, floats};
 use nornir_vector::{CallOptions, Device, Embedder, EmbedderOptions, Embeddings, Truncation};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -52,20 +53,6 @@ async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (S
 
 async fn post(app: &Router, path: &str, body: Value) -> (StatusCode, Value) {
     call(app, "POST", path, Some(body)).await
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not an array: {v}"))
-        .iter()
-        .map(|x| x.as_f64().expect("number") as f32)
-        .collect()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let n = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    dot / (n(a) * n(b))
 }
 
 /// Each vector of a bare `[[f32]]` answer against the library's rows, in width and direction.

@@ -13,6 +13,28 @@ pub mod stubs;
 
 use std::path::PathBuf;
 
+/// The cosine of two vectors (1 for the same direction).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+/// `v` scaled to length 1.
+pub fn unit(v: &[f32]) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter().map(|x| x / n).collect()
+}
+
+/// A JSON array of numbers (a vector in an HTTP answer) as floats; anything else fails the test.
+pub fn floats(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap_or_else(|| panic!("not a number: {x}")) as f32)
+        .collect()
+}
+
 /// A path the test set-up (`cargo xtask test`) provides in `var`, which must exist.
 pub fn env_path(var: &str) -> PathBuf {
     let p = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| panic!("{var} unset: run `cargo xtask test`"));

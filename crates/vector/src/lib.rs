@@ -24,7 +24,6 @@ println!("{} vectors of {} on {}", rows.len(), embedder.dimension(), embedder.gp
 ```
 "#
 )]
-
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -33,9 +32,9 @@ pub use nornir_gpu_probe::{preflight, probe};
 
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
-    BATCH_SIZE_BOUNDS, CallOptions, CallPrompt, CancelHandle, Cause, Chunk, Chunking, DocumentVector, EmbedError,
-    EmbedFuture, EmbedStats, Embedder, EmbedderOptions, Embeddings, InferenceKind, Pooling, QueueFull, Result, Token,
-    Truncation, error_chain, normalize,
+    BATCH_SIZE_BOUNDS, CallOptions, CallPrompt, CancelHandle, Cause, CharChunk, Chunk, Chunking, DocumentVector,
+    EmbedError, EmbedFuture, EmbedStats, Embedder, EmbedderOptions, Embeddings, InferenceKind, Pooling, QueueFull,
+    Result, Token, Truncation, error_chain, normalize,
 };
 
 /// What nornir found on this machine and what it decided, as typed reports: the probe's

@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
+use nornir_vector::diagnostics::{MIN_ORT, ModelFolder, Plan, check_library, choose_library, plan_for_model};
 use nornir_vector::diagnostics::{ProbeContext, nornir_home};
 use nornir_vector::quantize::WeightType;
-use nornir_vector::diagnostics::{MIN_ORT, ModelFolder, Plan, check_library, choose_library, plan_for_model};
-use nornir_vector::{CallOptions, Chunk, Chunking, Embedder, EmbedderOptions, Truncation};
+use nornir_vector::{CallOptions, Chunking, Embedder, EmbedderOptions, Truncation};
 
 use super::{EmbedJob, LongText, OrtChoice, SessionDoc};
 use crate::input::{InputFormat, Record, Records};
@@ -184,12 +184,10 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
         for (i, (row, rec)) in vectors.rows().zip(&chunk).enumerate() {
             truncated += usize::from(vectors.truncated(i));
             if vectors.is_chunked() {
-                let parts: Vec<_> = vectors.chunks(i).collect();
-                let spans: Vec<Chunk> = parts.iter().map(|(c, _)| **c).collect();
-                let out: Vec<ChunkOut<'_>> = Chunk::char_spans(&rec.text, &spans)
+                let out: Vec<ChunkOut<'_>> = vectors
+                    .char_chunks(i, &rec.text)
                     .into_iter()
-                    .zip(&parts)
-                    .map(|((start, end), (c, v))| ChunkOut { start, end, tokens: c.tokens, embedding: v })
+                    .map(|c| ChunkOut { start: c.start, end: c.end, tokens: c.tokens, embedding: c.embedding })
                     .collect();
                 chunks += out.len();
                 writer.write_text(row, rec.id.as_ref(), Some(&out))?;

@@ -29,13 +29,8 @@ pub fn testdata(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata").join(name)
 }
 
-#[allow(dead_code)]
-pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
-    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
-    dot / (na * nb)
-}
+#[allow(unused_imports)]
+pub use nornir_test_support::cosine;
 
 /// The parity sample's texts and the default model's reference rows (raw little-endian float32,
 /// 384 per row).
