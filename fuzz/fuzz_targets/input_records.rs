@@ -2,11 +2,7 @@
 //! panic; as lines, the records are exactly the input's lines.
 #![no_main]
 
-#[path = "../../crates/cli/src/input.rs"]
-#[allow(dead_code)]
-mod input;
-
-use input::{InputFormat, Records};
+use nornir_cli::input::{InputFormat, Records};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     for format in [InputFormat::Lines, InputFormat::Jsonl] {

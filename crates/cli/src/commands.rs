@@ -24,7 +24,7 @@ pub use disabled::*;
 use std::path::PathBuf;
 
 use crate::ModelArgs;
-use crate::input::InputFormat;
+use nornir_cli::input::InputFormat;
 use crate::output::OutputFormat;
 
 /// One `nornir vector embed` run.

@@ -21,6 +21,7 @@ pub enum InputFormat {
 }
 
 /// Reads records one at a time from `reader`, counting lines for error messages.
+#[derive(Debug)]
 pub struct Records<R> {
     reader: R,
     format: InputFormat,

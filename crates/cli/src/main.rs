@@ -5,8 +5,6 @@ mod commands;
 mod doctor;
 // Without the embedder the embed options are still parsed (to say it is not compiled in), not used.
 #[cfg_attr(not(feature = "embed-ort"), allow(dead_code))]
-mod input;
-#[cfg_attr(not(feature = "embed-ort"), allow(dead_code))]
 mod output;
 
 use std::path::PathBuf;
@@ -27,7 +25,7 @@ fn parse_with_library<T: std::str::FromStr>(s: &str) -> Result<T, String> {
     s.parse().map_err(|_| format!("invalid value {s:?}"))
 }
 
-use crate::input::InputFormat;
+use nornir_cli::input::InputFormat;
 use crate::output::OutputFormat;
 
 #[derive(Parser)]

@@ -12,7 +12,7 @@ use nornir_vector::quantize::WeightType;
 use nornir_vector::{CallOptions, Chunking, Embedder, EmbedderOptions, Truncation};
 
 use super::{EmbedJob, LongText, OrtChoice, SessionDoc};
-use crate::input::{InputFormat, Record, Records};
+use nornir_cli::input::{InputFormat, Record, Records};
 use crate::output::{ChunkOut, RowWriter, Sink};
 use crate::{BenchArgs, ModelArgs};
 
