@@ -22,6 +22,7 @@ mod gpu_bundle;
 mod int8;
 mod long_context;
 mod long_docs;
+mod public_api;
 mod quality;
 mod serve_bench;
 
@@ -53,7 +54,10 @@ pub(crate) const USAGE: &str = "usage: cargo xtask <task> [options]
           --per-request K: K texts per request (default 1); --mixed-prompts: every other request
           a query with a prompt (prompt_name), the rest passages; --nornir PATH: that binary
           instead of building this tree's (to compare commits side by side)
-  check-features  clippy (-D warnings), tests and binary contents for every feature set; layering
+  check-features  clippy (-D warnings), tests and binary contents for every feature set; layering;
+          the API docs (-D warnings) and the public API against public-api.txt
+  public-api      list the public API (items, methods, fields, variants) from rustdoc and compare it
+          with public-api.txt; --bless writes it
   soak    one embedder shared by 8 threads x 500 calls of mixed sizes (--calls N): checks every
           row against the single-threaded result, prints calls/s and peak RSS; stops by itself
   fuzz    run each cargo-fuzz target (elf_deps, model_configs, input_records) for --seconds N
@@ -98,6 +102,7 @@ fn run() -> Result<()> {
         Some("long-context") => long_context::long_context(),
         Some("long-docs") => long_docs::long_docs(),
         Some("serve-bench") => serve_bench::serve_bench(&args[1..]),
+        Some("public-api") => public_api::public_api(&args[1..]),
         Some("check-features") => features::check_features(&test_env(&fetch::fetch(&all_test_assets())?)?),
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");

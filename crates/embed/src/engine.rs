@@ -108,7 +108,7 @@ pub struct Token {
     pub id: u32,
     /// The text it stands for (the token's own spelling for a special token).
     pub text: String,
-    /// A special token ([CLS], [SEP], ...), not from the text.
+    /// A special token (`[CLS]`, `[SEP]`, ...), not from the text.
     pub special: bool,
     /// Byte offsets in the text with its prompt: its first byte, and past its last.
     pub start: usize,

@@ -15,8 +15,9 @@ use tokio::net::TcpListener;
 
 /// Serves `router` on `listener` until `shutdown` resolves, then stops taking connections and
 /// waits for the requests in flight. A connection that has not sent a whole request head within
-/// `read_timeout` of being opened or of its last answer is closed; [`ServerConfig::read_timeout`]
-/// (crate::ServerConfig::read_timeout) bounds the body in the routes themselves (408).
+/// `read_timeout` of being opened or of its last answer is closed;
+/// [`ServerConfig::read_timeout`](crate::ServerConfig::read_timeout) bounds the body in the
+/// routes themselves (408).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
