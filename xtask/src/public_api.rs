@@ -68,7 +68,8 @@ pub fn check(bless: bool) -> Result<()> {
 
 fn list_crate(doc: &Path, krate: &str, lines: &mut BTreeSet<String>) -> Result<()> {
     let all = doc.join(krate).join("all.html");
-    let html = std::fs::read_to_string(&all).with_context(|| format!("read {} (build the docs first)", all.display()))?;
+    let html =
+        std::fs::read_to_string(&all).with_context(|| format!("read {} (build the docs first)", all.display()))?;
     for href in attribute_values(&html, "href=\"") {
         let (folder, file) = href.rsplit_once('/').unwrap_or(("", href));
         let Some((kind, rest)) = file.split_once('.') else { continue };
@@ -76,20 +77,23 @@ fn list_crate(doc: &Path, krate: &str, lines: &mut BTreeSet<String>) -> Result<(
         if !["struct", "enum", "trait", "fn", "constant", "type", "macro", "union", "static"].contains(&kind) {
             continue;
         }
-        let module = if folder.is_empty() { krate.to_owned() } else { format!("{krate}::{}", folder.replace('/', "::")) };
+        let module =
+            if folder.is_empty() { krate.to_owned() } else { format!("{krate}::{}", folder.replace('/', "::")) };
         let item = format!("{module}::{name} ({kind})");
         if ["struct", "enum", "trait", "union"].contains(&kind) {
             let page = doc.join(krate).join(href);
             let page = std::fs::read_to_string(&page).with_context(|| format!("read {}", page.display()))?;
             // Inherent items only: what follows belongs to trait implementations.
-            let own = ["id=\"trait-implementations\"", "id=\"synthetic-implementations\"", "id=\"blanket-implementations\""]
-                .iter()
-                .filter_map(|m| page.find(m))
-                .min()
-                .map_or(page.as_str(), |end| &page[..end]);
+            let own =
+                ["id=\"trait-implementations\"", "id=\"synthetic-implementations\"", "id=\"blanket-implementations\""]
+                    .iter()
+                    .filter_map(|m| page.find(m))
+                    .min()
+                    .map_or(page.as_str(), |end| &page[..end]);
             for id in attribute_values(own, "id=\"") {
                 let member = id.split('-').next().unwrap_or(id);
-                let known = ["method.", "tymethod.", "structfield.", "variant.", "associatedconstant.", "associatedtype."];
+                let known =
+                    ["method.", "tymethod.", "structfield.", "variant.", "associatedconstant.", "associatedtype."];
                 if known.iter().any(|k| member.starts_with(k)) {
                     lines.insert(format!("{item} {member}"));
                 }

@@ -24,8 +24,8 @@ pub use disabled::*;
 use std::path::PathBuf;
 
 use crate::ModelArgs;
-use nornir_cli::input::InputFormat;
 use crate::output::OutputFormat;
+use nornir_cli::input::InputFormat;
 
 /// One `nornir vector embed` run.
 #[cfg_attr(not(feature = "embed-ort"), allow(dead_code))]

@@ -25,8 +25,8 @@ fn parse_with_library<T: std::str::FromStr>(s: &str) -> Result<T, String> {
     s.parse().map_err(|_| format!("invalid value {s:?}"))
 }
 
-use nornir_cli::input::InputFormat;
 use crate::output::OutputFormat;
+use nornir_cli::input::InputFormat;
 
 #[derive(Parser)]
 #[command(name = "nornir", version, about = "nornir's tools", propagate_version = true)]

@@ -16,9 +16,10 @@ use nornir_ep_select::Vendor;
 
 use crate::call::CallOptions;
 use crate::embeddings::Embeddings;
-use crate::engine::{Call, Engine, ModelInfo, Token};
+use crate::engine::{Engine, ModelInfo, Token};
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::options::EmbedderOptions;
+use crate::prepare::Call;
 use crate::scheduler::QueueFull;
 use crate::session::{Placement, SessionReport};
 use crate::stats::EmbedStats;
@@ -110,32 +111,6 @@ fn tokenize(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJob>>) {
     }
 }
 
-/// Worker `k`: runs batches on session `k` until the embedder is dropped. A panic anywhere in
-/// it (building a session, running, handing rows over, taking work) fails the texts it holds,
-/// as they drop, and the worker starts again.
-fn work(engine: &Engine, k: usize) {
-    while std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_batches(engine, k))).is_err() {
-        tracing::error!("session worker {k} panicked; the texts it held failed, and it starts again");
-        engine.scheduler.worker_restarted(k);
-        // A fault that comes back at once is not run at full speed.
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-}
-
-fn run_batches(engine: &Engine, k: usize) {
-    while let Some(mut items) = engine.scheduler.next_batch_for(k) {
-        // Session k, or the first when the extra ones could not be built.
-        let slot = match k {
-            0 => &engine.session,
-            _ => engine.extra_sessions().get(k - 1).unwrap_or(&engine.session),
-        };
-        let fed = items.len() * items.iter().map(|i| i.ids.len()).max().unwrap_or(0);
-        let started = std::time::Instant::now();
-        engine.run_items(slot, &mut items);
-        engine.scheduler.done(k, fed, started.elapsed());
-    }
-}
-
 impl Embedder {
     /// Loads the model folder `dir`: probe -> plan -> ONNX Runtime -> session -> checks, then
     /// starts a worker thread per session. Every mismatch between the folder and the graph is an
@@ -159,7 +134,7 @@ impl Embedder {
             let engine = Arc::clone(&embedder.engine);
             let worker = std::thread::Builder::new()
                 .name(format!("nornir-session-{k}"))
-                .spawn(move || work(&engine, k))
+                .spawn(move || crate::worker::work(&engine, k))
                 .map_err(|e| {
                     EmbedError::inference_because(
                         InferenceKind::WorkerFailed,

@@ -1,103 +1,39 @@
-//! The engine behind an [`Embedder`](crate::Embedder): loading (probe, plan, ONNX Runtime,
-//! sessions, checks), tokenizing, and running one batch on a session with the GPU-to-CPU fallback.
-//! The session workers and the callers share it.
+//! The engine behind an [`Embedder`](crate::Embedder), and loading it: probe, plan, ONNX Runtime,
+//! sessions, checks. The callers and the session workers share it; a call's stages live in the
+//! modules a text meets in order: `prepare` (plan, dedup, tokenize), `scheduler` (the queue),
+//! `worker` (the run with its GPU-to-CPU fallback), `graph_io` (feed, run, widen, pool), and back
+//! in `prepare` (each call's own cut and normalisation).
 
-use std::borrow::Cow;
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use nornir_ep_select::{Plan, Provider, Vendor};
 use ort::session::Session;
 use serde::{Deserialize, Serialize};
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams};
+use tokenizers::{Tokenizer, TruncationParams};
 
-use crate::call::{CallOptions, CallPrompt, Chunking, DocumentVector, Truncation};
-use crate::chunk::{late_passes, windows};
-use crate::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
 use crate::error::{EmbedError, InferenceKind, Result, error_chain};
-use crate::graph_io::{GraphIo, Row, RowSettings, forward, graph_io, run_and_pool};
+use crate::graph_io::{GraphIo, Row, RowSettings, graph_io, run_and_pool};
 use crate::model::ModelFolder;
 use crate::options::EmbedderOptions;
 use crate::placement::parse_profile;
 use crate::plan::plan_for_model;
-use crate::pooling::{Pooling, normalize};
-use crate::prompt::{PromptChoice, choose_prompt, named_prompt};
+use crate::pooling::Pooling;
+use crate::prepare::prompt_token_count;
+use crate::prompt::{PromptChoice, choose_prompt};
 use crate::runtime::{OrtRuntime, load_runtime};
-use crate::scheduler::{BatchPolicy, Item, QueueFull, Request, Scheduler};
+use crate::scheduler::{BatchPolicy, QueueFull, Scheduler};
 use crate::session::{self, Placement, SessionConfig, SessionReport, resident_bytes};
 use crate::stats::{Counters, EmbedStats};
-use crate::tokenize::{prefix_for_tokens, suffix_for_tokens};
 use crate::weights::{self, SharedWeights};
-
-/// `text` with `prompt` before it; the text itself, not a copy, when there is no prompt (a text
-/// can be a 10 MB line).
-fn with_prompt<'a>(prompt: &str, text: &'a str) -> Cow<'a, str> {
-    if prompt.is_empty() { Cow::Borrowed(text) } else { Cow::Owned(format!("{prompt}{text}")) }
-}
-
-/// Calls of at most this many texts are tokenized serially, in the thread that prepares the call.
-const SERIAL_TOKENIZE: usize = 16;
-
-/// Texts longer than this many bytes are not tokenized whole just to count their tokens for
-/// [`EmbedError::TooLong`]: the count is then a lower bound.
-const COUNT_WHOLE_BYTES: usize = 1 << 20;
-
-/// A call on its way: the request its rows go to, its items until they are queued, and how to
-/// lay its rows out again and finish them.
-#[derive(Debug)]
-pub(crate) struct Call {
-    pub(crate) request: Arc<Request>,
-    pub(crate) items: Vec<Item>,
-    /// For each text of the call, its row among the unique texts; `None` when all are unique.
-    expand: Option<Vec<usize>>,
-    /// Per unique text.
-    tokens: Vec<TextTokens>,
-    /// The call's width and normalisation, applied to the model's raw rows.
-    dim: usize,
-    normalize: bool,
-    /// Per unique text, its chunks, when the call chunks long texts.
-    chunked: Option<Chunked>,
-    /// Refuse the call when the queue ahead of it would take longer (`CallOptions::max_wait`).
-    pub(crate) max_wait: Option<std::time::Duration>,
-}
-
-/// How a chunking call's texts were cut.
-#[derive(Debug)]
-struct Chunked {
-    /// Per unique text: its first row in the request and its chunks (a row each).
-    texts: Vec<(usize, Vec<Chunk>)>,
-    document: DocumentVector,
-}
-
-/// A call's options with the embedder's defaults filled in.
-#[derive(Debug)]
-struct CallPlan<'a> {
-    /// The call's prompt, or the embedder's (borrowed: no copy per call).
-    prompt: &'a str,
-    /// Prompt tokens the pooling leaves out.
-    skip: usize,
-    normalize: bool,
-    dim: usize,
-    truncation: Truncation,
-}
 
 /// A session and the vendor it runs on; a GPU session that fails at run time is replaced here
 /// by a CPU session, under the same lock, before the failed batch is run again.
 #[derive(Debug)]
 pub(crate) struct Slot {
-    session: Session,
-    vendor: Vendor,
-}
-
-/// The tokens of `prompt` as sentence-transformers counts them for `include_prompt: false`: the
-/// prompt tokenized with the special tokens, less a special token at its end (the `[SEP]` or
-/// end-of-text that closes it alone, not the text it goes before).
-fn prompt_token_count(tokenizer: &Tokenizer, prompt: &str) -> tokenizers::Result<usize> {
-    let enc = tokenizer.encode(prompt, true)?;
-    let ends_special = enc.get_special_tokens_mask().last() == Some(&1);
-    Ok(enc.len() - usize::from(ends_special))
+    pub(crate) session: Session,
+    pub(crate) vendor: Vendor,
 }
 
 /// One token of a text, as TEI's `/tokenize` reports it.
@@ -169,32 +105,6 @@ fn one_text_per_run(model: &[u8]) -> Option<String> {
     ))
 }
 
-/// A document's vector from its chunks' (`dim` each, finished as the call asks): their mean
-/// weighted by each chunk's tokens, or their element-wise maximum.
-fn combine(vectors: &[f32], dim: usize, spans: &[Chunk], how: DocumentVector) -> Vec<f32> {
-    let mut out = vec![0f32; dim];
-    match how {
-        DocumentVector::Max => {
-            out.fill(f32::NEG_INFINITY);
-            for v in vectors.chunks_exact(dim.max(1)) {
-                for (o, x) in out.iter_mut().zip(v) {
-                    *o = o.max(*x);
-                }
-            }
-        }
-        _ => {
-            let total: usize = spans.iter().map(|c| c.tokens.max(1)).sum();
-            for (v, c) in vectors.chunks_exact(dim.max(1)).zip(spans) {
-                let w = c.tokens.max(1) as f32 / total.max(1) as f32;
-                for (o, x) in out.iter_mut().zip(v) {
-                    *o += w * x;
-                }
-            }
-        }
-    }
-    out
-}
-
 /// The number of CPU sessions from which they share one copy of the model's weights.
 const SHARE_WEIGHTS_FROM: usize = 3;
 
@@ -209,31 +119,31 @@ fn growth_since(before: Option<u64>) -> Option<u64> {
 pub(crate) struct Engine {
     pub(crate) session: Mutex<Slot>,
     /// More sessions like the first, built on first need; empty on a GPU or when `sessions` is 1.
-    extra_sessions: std::sync::OnceLock<Vec<Mutex<Slot>>>,
+    pub(crate) extra_sessions: std::sync::OnceLock<Vec<Mutex<Slot>>>,
     /// Set once a GPU session failed at run time and was replaced by a CPU session.
-    run_fallback: Mutex<Option<String>>,
+    pub(crate) run_fallback: Mutex<Option<String>>,
     pub(crate) sessions: usize,
-    prepacked: ort::session::builder::PrepackedWeights,
+    pub(crate) prepacked: ort::session::builder::PrepackedWeights,
     /// The model's initializers, read once for three CPU sessions or more; `None` otherwise.
-    weights: Option<SharedWeights>,
+    pub(crate) weights: Option<SharedWeights>,
     /// Resident memory growth while each session was built, in bytes (see `Memory`).
-    session_growth: Mutex<Vec<u64>>,
+    pub(crate) session_growth: Mutex<Vec<u64>>,
     /// Truncates on the right, to the model's length.
     pub(crate) tokenizer: Tokenizer,
     /// Truncates on the left; made at the first call that asks for it.
-    left_tokenizer: std::sync::OnceLock<Tokenizer>,
+    pub(crate) left_tokenizer: std::sync::OnceLock<Tokenizer>,
     /// Does not truncate: counts a refused text's tokens, and tokenizes for `tokens`.
-    whole_tokenizer: std::sync::OnceLock<Tokenizer>,
+    pub(crate) whole_tokenizer: std::sync::OnceLock<Tokenizer>,
     /// The pooling config's `include_prompt`: false leaves a call's prompt tokens out.
-    include_prompt: bool,
+    pub(crate) include_prompt: bool,
     /// `dim` of the options: the width of a call that does not choose one.
-    default_dim: Option<usize>,
-    io: GraphIo,
-    settings: RowSettings,
+    pub(crate) default_dim: Option<usize>,
+    pub(crate) io: GraphIo,
+    pub(crate) settings: RowSettings,
     pub(crate) info: ModelInfo,
-    report: SessionReport,
-    runtime: Arc<OrtRuntime>,
-    intra_threads: usize,
+    pub(crate) report: SessionReport,
+    pub(crate) runtime: Arc<OrtRuntime>,
+    pub(crate) intra_threads: usize,
     pub(crate) counters: Counters,
     pub(crate) scheduler: Scheduler,
     pub(crate) queue_full: QueueFull,
@@ -405,7 +315,7 @@ impl Engine {
 
     /// Runs one short text: finds the output width, checks it against the configs, and makes a
     /// graph that fails on real input (wrong vocabulary, wrong inputs) fail at load time.
-    fn check_with_a_first_run(&mut self) -> Result<()> {
+    pub(crate) fn check_with_a_first_run(&mut self) -> Result<()> {
         let vocab = self.tokenizer.get_vocab_size(true);
         let probe_text = "nornir checks the model";
         let enc = self
@@ -499,7 +409,7 @@ impl Engine {
     }
 
     /// Why a GPU session was replaced at run time, if one was.
-    fn run_fallback(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+    pub(crate) fn run_fallback(&self) -> std::sync::MutexGuard<'_, Option<String>> {
         self.run_fallback.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -512,456 +422,6 @@ impl Engine {
     /// True when an AMD provider is running the model.
     pub(crate) fn rocm_ready(&self) -> bool {
         self.vendor() == Vendor::Rocm
-    }
-
-    /// `options` with the embedder's defaults filled in, checked against the model.
-    fn plan_call<'a>(&'a self, options: &'a CallOptions) -> Result<CallPlan<'a>> {
-        let model = self.info.model_dimension;
-        let dim = match options.dimensions {
-            None => self.info.dimension,
-            Some(d) if (1..=model).contains(&d) => d,
-            Some(d) => {
-                return Err(EmbedError::invalid(
-                    "dimensions",
-                    format!("must be between 1 and {model} for this model, not {d}"),
-                ));
-            }
-        };
-        let (prompt, skip) = match &options.prompt {
-            None => (self.info.prompt.text.as_str(), self.info.pooling_skips_prompt_tokens),
-            Some(p) => {
-                let text = match p {
-                    CallPrompt::Text(t) => t.as_str(),
-                    CallPrompt::Name(n) => named_prompt(&self.info.folder, n)?,
-                };
-                let skip = if self.include_prompt || text.is_empty() {
-                    0
-                } else {
-                    prompt_token_count(&self.tokenizer, text).map_err(|e| {
-                        EmbedError::inference_because(InferenceKind::Tokenizer, "tokenizing the prompt failed", e)
-                    })?
-                };
-                (text, skip)
-            }
-        };
-        Ok(CallPlan {
-            prompt,
-            skip,
-            normalize: options.normalize.unwrap_or(self.info.normalize),
-            dim,
-            truncation: options.truncation.unwrap_or_default(),
-        })
-    }
-
-    /// A call's texts, tokenized as `options` say, as queue items with the request they fill.
-    /// Identical texts are tokenized and run once.
-    pub(crate) fn prepare<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Call> {
-        let mut call = self.prepare_texts(texts, options)?;
-        call.max_wait = options.max_wait;
-        if let Some(handle) = &options.cancel
-            && !handle.watch(&call.request)
-        {
-            self.counters.cancelled_texts.fetch_add(call.items.len() as u64, Ordering::Relaxed);
-            return Err(EmbedError::Cancelled);
-        }
-        Ok(call)
-    }
-
-    /// Takes the texts of a call that nobody waits for any more out of the queue, and counts them.
-    pub(crate) fn cancel_queued(&self, request: &Arc<Request>) {
-        let cancelled = self.scheduler.cancel(request);
-        self.counters.cancelled_texts.fetch_add(cancelled as u64, Ordering::Relaxed);
-    }
-
-    fn prepare_texts<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Call> {
-        let plan = self.plan_call(options)?;
-        let mut first: HashMap<&str, usize> = HashMap::with_capacity(texts.len());
-        let mut unique: Vec<&str> = Vec::with_capacity(texts.len());
-        let slot: Vec<usize> = texts
-            .iter()
-            .map(|t| {
-                *first.entry(t.as_ref()).or_insert_with(|| {
-                    unique.push(t.as_ref());
-                    unique.len() - 1
-                })
-            })
-            .collect();
-        let expand = (unique.len() < texts.len()).then_some(slot);
-        if let Some(chunking) = &options.chunking {
-            return self.prepare_chunks(&unique, expand, &plan, chunking);
-        }
-        let slot = expand.as_deref();
-        let encodings = if unique.is_empty() { Vec::new() } else { self.tokenize(&unique, &plan)? };
-        if plan.truncation == Truncation::Refuse
-            && let Some(u) = encodings.iter().position(|e| !e.get_overflowing().is_empty())
-        {
-            let index = slot.and_then(|slot| slot.iter().position(|&s| s == u)).unwrap_or(u);
-            return Err(self.too_long(index, unique[u], plan.prompt));
-        }
-        let request = Request::new(unique.len(), self.info.model_dimension);
-        let tokens = encodings
-            .iter()
-            .map(|e| TextTokens {
-                count: u32::try_from(e.len()).unwrap_or(u32::MAX),
-                truncated: !e.get_overflowing().is_empty(),
-            })
-            .collect();
-        let items = encodings
-            .into_iter()
-            .enumerate()
-            .map(|(index, e)| {
-                // A prompt cut from the left is no longer whole at the start: pool every token.
-                let cut_left = plan.truncation == Truncation::Left && !e.get_overflowing().is_empty();
-                let skip = if cut_left { 0 } else { plan.skip };
-                Item::new(e.get_ids().to_vec(), skip, Vec::new(), &request, index)
-            })
-            .collect();
-        Ok(Call {
-            request,
-            items,
-            expand,
-            tokens,
-            dim: plan.dim,
-            normalize: plan.normalize,
-            chunked: None,
-            max_wait: None,
-        })
-    }
-
-    /// A chunking call: each text's whole token ids cut into windows (see [`Chunking`]), a queue
-    /// item per window, or per pass of the model for late chunking.
-    fn prepare_chunks(
-        &self,
-        unique: &[&str],
-        expand: Option<Vec<usize>>,
-        plan: &CallPlan,
-        chunking: &Chunking,
-    ) -> Result<Call> {
-        let max = self.info.max_length;
-        let window = chunking.window.unwrap_or(max);
-        if window > max {
-            return Err(EmbedError::invalid(
-                "chunking.window",
-                format!("{window} is longer than the {max} tokens the model reads; give at most {max}"),
-            ));
-        }
-        if chunking.late && self.io.pooled {
-            return Err(EmbedError::invalid(
-                "chunking.late",
-                format!(
-                    "late chunking pools token vectors, but the model's output {:?} is one vector per text",
-                    self.info.output
-                ),
-            ));
-        }
-        let fail =
-            |e: tokenizers::Error| EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e);
-        // Each queue item to be: its ids, the spans it pools (late chunking), its first row.
-        struct Piece(Vec<u32>, Vec<(usize, usize)>, usize);
-        let mut pieces: Vec<Piece> = Vec::new();
-        let mut chunked = Vec::with_capacity(unique.len());
-        let mut tokens = Vec::with_capacity(unique.len());
-        let mut rows = 0;
-        for text in unique {
-            let prompted = with_prompt(plan.prompt, text);
-            let enc = self.whole_tokenizer().encode(prompted.as_ref(), true).map_err(fail)?;
-            let (ids, mask, offsets) = (enc.get_ids(), enc.get_special_tokens_mask(), enc.get_offsets());
-            let lead = mask.iter().take_while(|&&m| m == 1).count();
-            let trail = mask[lead..].iter().rev().take_while(|&&m| m == 1).count();
-            let end = ids.len() - trail;
-            let prompt_bytes = plan.prompt.len();
-            let head = lead + (lead..end).take_while(|&i| offsets[i].0 < prompt_bytes).count();
-            let capacity = window.saturating_sub(head + trail);
-            if capacity <= chunking.overlap {
-                return Err(EmbedError::invalid(
-                    "chunking.window",
-                    format!(
-                        "a window of {window} tokens leaves {capacity} for a text's own tokens after the prompt and special tokens, no more than the overlap of {}: give a longer window or a shorter overlap",
-                        chunking.overlap
-                    ),
-                ));
-            }
-            let content = &ids[head..end];
-            let cuts = windows(&enc.get_word_ids()[head..end], capacity, chunking.overlap);
-            let span = |&(a, b): &(usize, usize)| Chunk {
-                start: offsets[head + a].0.saturating_sub(prompt_bytes),
-                end: offsets[head + b - 1].1.saturating_sub(prompt_bytes),
-                tokens: b - a,
-            };
-            let piece = |from: usize, to: usize| -> Vec<u32> {
-                ids[..head].iter().chain(&content[from..to]).chain(&ids[end..]).copied().collect()
-            };
-            let first = rows;
-            let before = pieces.len();
-            match cuts.len() {
-                // No tokens of its own, or few enough for one window: the text as it is.
-                0 | 1 => pieces.push(Piece(ids.to_vec(), Vec::new(), rows)),
-                _ if !chunking.late => {
-                    for (k, &(a, b)) in cuts.iter().enumerate() {
-                        pieces.push(Piece(piece(a, b), Vec::new(), rows + k));
-                    }
-                }
-                _ => {
-                    for (from, to, range) in late_passes(&cuts, content.len(), max - head - trail, chunking.overlap) {
-                        let spans =
-                            cuts[range.clone()].iter().map(|&(a, b)| (head + a - from, head + b - from)).collect();
-                        pieces.push(Piece(piece(from, to), spans, rows + range.start));
-                    }
-                }
-            }
-            let spans: Vec<Chunk> = if cuts.is_empty() {
-                vec![Chunk { start: 0, end: text.len(), tokens: 0 }]
-            } else {
-                cuts.iter().map(span).collect()
-            };
-            rows += spans.len();
-            let read: usize = pieces[before..].iter().map(|p| p.0.len()).sum();
-            tokens.push(TextTokens { count: u32::try_from(read).unwrap_or(u32::MAX), truncated: false });
-            chunked.push((first, spans));
-        }
-        let request = Request::new(rows, self.info.model_dimension);
-        let items = pieces
-            .into_iter()
-            .map(|Piece(ids, spans, index)| Item::new(ids, plan.skip, spans, &request, index))
-            .collect();
-        Ok(Call {
-            request,
-            items,
-            expand,
-            tokens,
-            dim: plan.dim,
-            normalize: plan.normalize,
-            chunked: Some(Chunked { texts: chunked, document: chunking.document }),
-            max_wait: None,
-        })
-    }
-
-    /// The error for text `index` of a call that refuses truncation, with its token count.
-    fn too_long(&self, index: usize, text: &str, prompt: &str) -> EmbedError {
-        let max_length = self.info.max_length;
-        let counted = (text.len() <= COUNT_WHOLE_BYTES)
-            .then(|| self.whole_tokenizer().encode(with_prompt(prompt, text).as_ref(), true).ok().map(|e| e.len()))
-            .flatten();
-        EmbedError::TooLong { index, tokens: counted.unwrap_or(max_length), exact: counted.is_some(), max_length }
-    }
-
-    /// The call's embeddings from its request's rows, in the call's order, duplicates expanded,
-    /// each cut to the call's width and normalised if it asks.
-    pub(crate) fn finish(&self, mut call: Call, rows: Vec<f32>) -> Embeddings {
-        let (width, dim) = (self.info.model_dimension, call.dim);
-        let chunked = call.chunked.take();
-        // Text i's row among the unique texts (the same when the call had no duplicates).
-        let texts = call.expand.as_ref().map_or(call.tokens.len(), Vec::len);
-        let unique = |i: usize| call.expand.as_ref().map_or(i, |slot| slot[i]);
-        self.counters.texts.fetch_add(texts as u64, Ordering::Relaxed);
-        let tokens = (0..texts).map(|i| call.tokens[unique(i)]).collect();
-        let finish_row = |out: &mut Vec<f32>, raw: &[f32]| {
-            let start = out.len();
-            out.extend_from_slice(&raw[..dim]);
-            if call.normalize {
-                normalize(&mut out[start..]);
-            }
-        };
-        if let Some(chunked) = chunked {
-            let mut chunks = ChunkRows::default();
-            let mut data = Vec::with_capacity(texts * dim);
-            for u in (0..texts).map(unique) {
-                let (first, spans) = &chunked.texts[u];
-                let from = chunks.spans.len();
-                for (j, span) in spans.iter().enumerate() {
-                    let row = first + j;
-                    finish_row(&mut chunks.data, &rows[row * width..(row + 1) * width]);
-                    chunks.spans.push(*span);
-                }
-                chunks.ranges.push(from..chunks.spans.len());
-                let vectors = &chunks.data[from * dim..];
-                if spans.len() == 1 {
-                    data.extend_from_slice(vectors);
-                } else {
-                    finish_row(&mut data, &combine(vectors, dim, spans, chunked.document));
-                }
-            }
-            return Embeddings::from_whole_rows(data, dim, tokens).with_chunks(chunks);
-        }
-        let data = if call.expand.is_none() && dim == width {
-            let mut rows = rows;
-            if call.normalize {
-                rows.chunks_exact_mut(width.max(1)).for_each(normalize);
-            }
-            rows
-        } else {
-            let mut data = Vec::with_capacity(texts * dim);
-            for u in (0..texts).map(unique) {
-                finish_row(&mut data, &rows[u * width..(u + 1) * width]);
-            }
-            data
-        };
-        Embeddings::from_whole_rows(data, dim, tokens)
-    }
-
-    /// Runs a batch of queue items on `slot` and hands each row to its request, after the
-    /// batch is counted in the stats. When the batch fails, each text runs again alone, so one
-    /// text (one caller's bad input) fails only its own call; a panic while running fails the
-    /// batch's texts, and a panic anywhere else fails them as they drop (see `Item`).
-    pub(crate) fn run_items(&self, slot: &Mutex<Slot>, items: &mut [Item]) {
-        let run = |batch: &[Item]| -> Result<Vec<f32>> {
-            let rows: Vec<Row<'_>> = batch.iter().map(|i| Row { ids: &i.ids, skip: i.skip, spans: &i.spans }).collect();
-            let mut out = Vec::with_capacity(batch.len() * self.info.model_dimension);
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                crate::fault::hit(crate::fault::Stage::Run);
-                self.run_batch(slot, &rows, |_, v| out.extend_from_slice(v))
-            }))
-            .unwrap_or_else(|_| {
-                Err(EmbedError::inference(InferenceKind::WorkerFailed, "a session worker panicked running this batch"))
-            })?;
-            Ok(out)
-        };
-        // The batch's vectors in order: each item's rows, one after another.
-        let hand_over = |batch: &mut [Item], rows: Vec<f32>| {
-            crate::fault::hit(crate::fault::Stage::HandOver);
-            let dim = rows.len() / batch.iter().map(Item::rows).sum::<usize>().max(1);
-            let mut at = 0;
-            for item in batch {
-                let n = item.rows() * dim;
-                item.finish(&rows[at..at + n]);
-                at += n;
-            }
-        };
-        match run(items) {
-            Ok(rows) => hand_over(items, rows),
-            Err(e) if items.len() == 1 => items[0].fail(e),
-            Err(e) => {
-                tracing::warn!("a batch of {} texts failed ({}); running each alone", items.len(), error_chain(&e));
-                for k in 0..items.len() {
-                    match run(&items[k..=k]) {
-                        Ok(rows) => hand_over(&mut items[k..=k], rows),
-                        Err(e) => items[k].fail(e),
-                    }
-                }
-            }
-        }
-    }
-
-    /// Token ids of each text with the call's prompt, truncated to the model's length on the side
-    /// the call says (`Refuse` truncates on the right; the caller refuses what was cut). A very
-    /// long text is tokenized from the part that is kept, cut at whitespace (a 10 MB line would
-    /// otherwise cost seconds and a gigabyte); when that part yields fewer tokens than the limit,
-    /// the whole text is tokenized instead, so the ids are always those of the whole text.
-    fn tokenize(&self, texts: &[&str], plan: &CallPlan) -> Result<Vec<tokenizers::Encoding>> {
-        let fail =
-            |e: tokenizers::Error| EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e);
-        let max_length = self.info.max_length;
-        let prompt = plan.prompt;
-        let (tokenizer, part): (&Tokenizer, fn(&str, usize) -> &str) = match plan.truncation {
-            Truncation::Left => (self.left_tokenizer(), suffix_for_tokens),
-            Truncation::Right | Truncation::Refuse => (&self.tokenizer, prefix_for_tokens),
-        };
-        let parts: Vec<&str> = texts.iter().map(|t| part(t, max_length)).collect();
-        let inputs: Vec<Cow<'_, str>> = parts.iter().map(|t| with_prompt(prompt, t)).collect();
-        // A few texts are tokenized right here: the tokenizer's parallel batch would wake a thread
-        // pool for microseconds of work, and many concurrent callers would fight over it.
-        let mut encodings = if inputs.len() <= SERIAL_TOKENIZE {
-            inputs.iter().map(|t| tokenizer.encode(t.as_ref(), true)).collect::<tokenizers::Result<Vec<_>>>()
-        } else {
-            tokenizer.encode_batch(inputs.iter().map(|t| t.as_ref()).collect(), true)
-        }
-        .map_err(fail)?;
-        for (i, enc) in encodings.iter_mut().enumerate() {
-            if parts[i].len() < texts[i].len() && enc.len() < max_length {
-                *enc = tokenizer.encode(with_prompt(prompt, texts[i]).as_ref(), true).map_err(fail)?;
-            }
-        }
-        Ok(encodings)
-    }
-
-    /// Every token of `text` with the call's prompt, not cut to the model's length (TEI's
-    /// `/tokenize`), special tokens included when `special`. Offsets are bytes of the prompted text.
-    pub(crate) fn tokens(&self, text: &str, options: &CallOptions, special: bool) -> Result<Vec<Token>> {
-        let plan = self.plan_call(options)?;
-        let prompted = with_prompt(plan.prompt, text);
-        let enc = self
-            .whole_tokenizer()
-            .encode(prompted.as_ref(), special)
-            .map_err(|e| EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e))?;
-        let mask = enc.get_special_tokens_mask();
-        Ok(enc
-            .get_ids()
-            .iter()
-            .zip(enc.get_tokens())
-            .zip(enc.get_offsets())
-            .enumerate()
-            .map(|(k, ((&id, token), &(start, stop)))| {
-                let special = mask.get(k) == Some(&1);
-                let text = match prompted.get(start..stop) {
-                    Some(t) if !special => t.to_owned(),
-                    _ => token.clone(),
-                };
-                Token { id, text, special, start, stop }
-            })
-            .collect())
-    }
-
-    /// The model's token vectors for one text (TEI's `/embed_all`): `tokens x width`, raw, with
-    /// the call's prompt and truncation. Runs on the first session, outside the queue.
-    pub(crate) fn token_vectors(&self, text: &str, options: &CallOptions) -> Result<(Vec<f32>, usize)> {
-        if self.io.pooled {
-            return Err(EmbedError::invalid(
-                "output_name",
-                format!("the model's output {:?} is one vector per text, so it has no token vectors", self.info.output),
-            ));
-        }
-        let plan = self.plan_call(options)?;
-        let enc = self.tokenize(&[text], &plan)?.remove(0);
-        if plan.truncation == Truncation::Refuse && !enc.get_overflowing().is_empty() {
-            return Err(self.too_long(0, text, plan.prompt));
-        }
-        let rows = [Row { ids: enc.get_ids(), skip: 0, spans: &[] }];
-        let mut out = Vec::new();
-        let width = self.run_on(&self.session, &rows, |session| {
-            out.clear();
-            forward(session, &self.io, self.settings, &rows, &self.counters.ort_nanos, |_, v, _| {
-                out.extend_from_slice(v)
-            })
-        })?;
-        Ok((out, width))
-    }
-
-    /// The text of token ids, special tokens left out when `skip_special`.
-    pub(crate) fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        let vocab = self.tokenizer.get_vocab_size(true);
-        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
-            return Err(EmbedError::invalid(
-                "ids",
-                format!("token id {id} is not in the model's vocabulary of {vocab} tokens"),
-            ));
-        }
-        self.tokenizer
-            .decode(ids, skip_special)
-            .map_err(|e| EmbedError::inference_because(InferenceKind::Tokenizer, "decoding failed", e))
-    }
-
-    /// The tokenizer that does not truncate, made on first use.
-    fn whole_tokenizer(&self) -> &Tokenizer {
-        self.whole_tokenizer.get_or_init(|| {
-            let mut t = self.tokenizer.clone();
-            let _ = t.with_truncation(None);
-            t
-        })
-    }
-
-    /// The tokenizer that truncates on the left, made on first use.
-    fn left_tokenizer(&self) -> &Tokenizer {
-        self.left_tokenizer.get_or_init(|| {
-            let mut t = self.tokenizer.clone();
-            let params = TruncationParams {
-                max_length: self.info.max_length,
-                direction: TruncationDirection::Left,
-                ..TruncationParams::default()
-            };
-            // Only a stride of max_length or more is refused, and the stride is 0.
-            let _ = t.with_truncation(Some(params));
-            t
-        })
     }
 
     /// The sessions beyond the first, built on first use with the plan that is really running
@@ -997,12 +457,12 @@ impl Engine {
 
     /// The plan as it really ran: CPU only when the first session ended on the CPU, so that a
     /// further session is built the same way instead of trying the GPU again.
-    fn running_plan(&self) -> Plan {
+    pub(crate) fn running_plan(&self) -> Plan {
         if self.vendor() == Vendor::Cpu { self.cpu_plan() } else { self.report.plan.clone() }
     }
 
     /// The plan without its GPU providers: what a CPU session is built from.
-    fn cpu_plan(&self) -> Plan {
+    pub(crate) fn cpu_plan(&self) -> Plan {
         let mut plan = self.report.plan.clone();
         plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
         plan.forced = false;
@@ -1010,7 +470,7 @@ impl Engine {
     }
 
     /// How every session of the pool is built: the same threads, one set of pre-packed weights.
-    fn pooled_config(&self) -> SessionConfig<'_> {
+    pub(crate) fn pooled_config(&self) -> SessionConfig<'_> {
         SessionConfig {
             model: &self.info.folder.model_file,
             intra_threads: self.intra_threads,
@@ -1025,63 +485,8 @@ impl Engine {
         self.sessions
     }
 
-    /// Runs one batch on `slot` (locked for the run only). When a GPU session fails, and the
-    /// device was not forced, the slot's session is replaced by a CPU session and the same batch
-    /// runs again: `emit` sees each text once, from the run that succeeded.
-    pub(crate) fn run_batch(
-        &self,
-        slot: &Mutex<Slot>,
-        rows: &[Row<'_>],
-        mut emit: impl FnMut(usize, &[f32]),
-    ) -> Result<usize> {
-        let (settings, nanos) = (self.settings, &self.counters.ort_nanos);
-        self.run_on(slot, rows, |session| run_and_pool(session, &self.io, settings, rows, nanos, &mut emit))
-    }
-
-    /// Runs `run` on the slot's session, and when a GPU session fails (and the device was not
-    /// forced), replaces it with a CPU session under the same lock and runs again there; then
-    /// counts the batch of `rows`. Pooled rows and token vectors both go this way.
-    fn run_on(
-        &self,
-        slot: &Mutex<Slot>,
-        rows: &[Row<'_>],
-        mut run: impl FnMut(&mut Session) -> Result<usize>,
-    ) -> Result<usize> {
-        let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let dim = match run(&mut slot.session) {
-            Ok(dim) => dim,
-            Err(e) if slot.vendor != Vendor::Cpu => {
-                let e = error_chain(&e);
-                let active = &self.report.active_provider;
-                let hint = session::run_time_hint(&self.report.registrations, active);
-                let why = format!("running a batch on {active} failed: {e}{hint}");
-                if self.report.plan.forced {
-                    return Err(EmbedError::ForcedDeviceFailed {
-                        vendor: self.report.plan.vendor,
-                        details: why,
-                        registrations: Vec::new(),
-                    });
-                }
-                tracing::warn!("{why}; running it and the rest on CPU");
-                slot.session = self.cpu_session()?;
-                slot.vendor = Vendor::Cpu;
-                self.run_fallback()
-                    .get_or_insert_with(|| format!("{why}; rebuilt on CPUExecutionProvider and ran that batch again"));
-                run(&mut slot.session)?
-            }
-            Err(e) => return Err(e),
-        };
-        let c = &self.counters;
-        let longest = rows.iter().map(|r| r.ids.len()).max().unwrap_or(0).max(1);
-        c.batches.fetch_add(1, Ordering::Relaxed);
-        c.count_batch(rows.len());
-        c.tokens.fetch_add(rows.iter().map(|r| r.ids.len() as u64).sum(), Ordering::Relaxed);
-        c.padded_tokens.fetch_add((rows.len() * longest) as u64, Ordering::Relaxed);
-        Ok(dim)
-    }
-
     /// A CPU session like the others, to replace a GPU session that failed at run time.
-    fn cpu_session(&self) -> Result<Session> {
+    pub(crate) fn cpu_session(&self) -> Result<Session> {
         Ok(session::build(&self.runtime, &self.cpu_plan(), &self.pooled_config())?.0)
     }
 

@@ -22,6 +22,7 @@ mod options;
 mod placement;
 mod plan;
 mod pooling;
+mod prepare;
 mod prompt;
 mod runtime;
 mod scheduler;
@@ -29,6 +30,7 @@ mod session;
 mod stats;
 mod tokenize;
 mod weights;
+mod worker;
 
 pub use call::{CallOptions, CallPrompt, CancelHandle, Chunking, DocumentVector, Truncation};
 pub use embedder::{EmbedFuture, Embedder};

@@ -12,9 +12,9 @@ use nornir_vector::quantize::WeightType;
 use nornir_vector::{CallOptions, Chunking, Embedder, EmbedderOptions, Truncation};
 
 use super::{EmbedJob, LongText, OrtChoice, SessionDoc};
-use nornir_cli::input::{InputFormat, Record, Records};
 use crate::output::{ChunkOut, RowWriter, Sink};
 use crate::{BenchArgs, ModelArgs};
+use nornir_cli::input::{InputFormat, Record, Records};
 
 /// Texts embedded per call when streaming: bounds memory whatever the input size.
 const CHUNK: usize = 4096;
