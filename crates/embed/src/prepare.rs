@@ -52,6 +52,19 @@ pub(crate) struct Call {
     pub(crate) max_wait: Option<std::time::Duration>,
 }
 
+impl Call {
+    fn new(
+        request: Arc<Request>,
+        items: Vec<Item>,
+        expand: Option<Vec<usize>>,
+        tokens: Vec<TextTokens>,
+        plan: &CallPlan<'_>,
+        chunked: Option<Chunked>,
+    ) -> Self {
+        Self { request, items, expand, tokens, dim: plan.dim, normalize: plan.normalize, chunked, max_wait: None }
+    }
+}
+
 /// How a chunking call's texts were cut.
 #[derive(Debug)]
 pub(crate) struct Chunked {
@@ -210,16 +223,7 @@ impl Engine {
                 Item::new(e.get_ids().to_vec(), skip, Vec::new(), &request, index)
             })
             .collect();
-        Ok(Call {
-            request,
-            items,
-            expand,
-            tokens,
-            dim: plan.dim,
-            normalize: plan.normalize,
-            chunked: None,
-            max_wait: None,
-        })
+        Ok(Call::new(request, items, expand, tokens, &plan, None))
     }
 
     /// A chunking call: each text's whole token ids cut into windows (see [`Chunking`]), a queue
@@ -318,16 +322,8 @@ impl Engine {
             .into_iter()
             .map(|Piece(ids, spans, index)| Item::new(ids, plan.skip, spans, &request, index))
             .collect();
-        Ok(Call {
-            request,
-            items,
-            expand,
-            tokens,
-            dim: plan.dim,
-            normalize: plan.normalize,
-            chunked: Some(Chunked { texts: chunked, document: chunking.document }),
-            max_wait: None,
-        })
+        let chunked = Chunked { texts: chunked, document: chunking.document };
+        Ok(Call::new(request, items, expand, tokens, plan, Some(chunked)))
     }
 
     /// The error for text `index` of a call that refuses truncation, with its token count.
