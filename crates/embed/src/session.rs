@@ -135,6 +135,21 @@ pub(crate) fn resident_bytes() -> Option<u64> {
 }
 
 /// What really happened when the session was built.
+///
+/// ```no_run
+/// # use nornir_embed::{Embedder, EmbedderOptions};
+/// let embedder = Embedder::new("models/all-MiniLM-L6-v2".as_ref(), &EmbedderOptions::default())?;
+/// let report = embedder.report();
+/// for r in &report.registrations {
+///     match r.error() {
+///         None => println!("{}: registered", r.provider),
+///         Some(why) => println!("{}: failed: {why}", r.provider),
+///     }
+/// }
+/// // What runs, not what was asked for; and why the CPU took over, if it did.
+/// println!("running on {} ({:?})", report.active_provider, report.fallback);
+/// # Ok::<(), nornir_embed::EmbedError>(())
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct SessionReport {

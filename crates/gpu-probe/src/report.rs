@@ -7,6 +7,13 @@ use serde::{Deserialize, Serialize};
 use crate::vendor::VendorReport;
 
 /// What the probe found on this machine for every vendor. Serialisable; field names are stable.
+///
+/// ```
+/// let report = nornir_gpu_probe::probe();
+/// let (ready, why) = report.preflight();
+/// println!("GPU ready: {ready} ({why}); probed in {} µs", report.probe_micros);
+/// println!("{}", serde_json::to_string(report).expect("a report serialises"));
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ProbeReport {
