@@ -25,8 +25,9 @@ const EMBED_COMBINATIONS: &[(&str, &[&str])] = &[
     ("nornir-embed without cuda", &["-p", "nornir-embed", "--no-default-features"]),
 ];
 
-/// Strings only the AMD path puts into a binary.
-const AMD_MARKERS: &[&str] = &["MIGraphXExecutionProvider", "ROCMExecutionProvider", "libmigraphx_c.so"];
+/// Strings only the AMD path's code puts into a binary: the AMD probe's libraries and its kfd
+/// reader. (The provider names are in every build: `Provider` has its AMD variants everywhere.)
+const AMD_MARKERS: &[&str] = &["libmigraphx_c.so", "libamdhip64.so", "gfx_target_version"];
 
 pub fn check_features(test_env: &[(&str, std::path::PathBuf)]) -> Result<()> {
     let started = Instant::now();
