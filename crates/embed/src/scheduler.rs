@@ -519,13 +519,15 @@ impl Scheduler {
             .collect();
         let mut cancelled = 0;
         for call in calls {
-            for key in q.by_call.remove(&call).unwrap_or_default() {
-                q.by_length.remove(&key);
-                q.tokens -= key.0;
-                if let Some((_, mut item)) = q.items.remove(&(u64::MAX - key.1)) {
+            let ids: Vec<u64> = q
+                .by_call
+                .get(&call)
+                .map_or_else(Vec::new, |texts| texts.iter().map(|&(_, rev)| u64::MAX - rev).collect());
+            for id in ids {
+                if let Some(mut item) = q.remove(id) {
                     item.settled = true;
+                    cancelled += 1;
                 }
-                cancelled += 1;
             }
         }
         drop(q);
