@@ -61,7 +61,8 @@ impl Call {
         plan: &CallPlan<'_>,
         chunked: Option<Chunked>,
     ) -> Self {
-        Self { request, items, expand, tokens, dim: plan.dim, normalize: plan.normalize, chunked, max_wait: None }
+        let (dim, normalize, max_wait) = (plan.dim, plan.normalize, plan.max_wait);
+        Self { request, items, expand, tokens, dim, normalize, chunked, max_wait }
     }
 }
 
@@ -83,6 +84,8 @@ pub(crate) struct CallPlan<'a> {
     pub(crate) normalize: bool,
     pub(crate) dim: usize,
     pub(crate) truncation: Truncation,
+    /// Refuse the call when the queue ahead would keep it longer.
+    pub(crate) max_wait: Option<std::time::Duration>,
 }
 
 /// The tokens of `prompt` as sentence-transformers counts them for `include_prompt: false`: the
@@ -157,14 +160,14 @@ impl Engine {
             normalize: options.normalize.unwrap_or(self.info.normalize),
             dim,
             truncation: options.truncation.unwrap_or_default(),
+            max_wait: options.max_wait,
         })
     }
 
     /// A call's texts, tokenized as `options` say, as queue items with the request they fill.
     /// Identical texts are tokenized and run once.
     pub(crate) fn prepare<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Call> {
-        let mut call = self.prepare_texts(texts, options)?;
-        call.max_wait = options.max_wait;
+        let call = self.prepare_texts(texts, options)?;
         if let Some(handle) = &options.cancel
             && !handle.watch(&call.request)
         {
