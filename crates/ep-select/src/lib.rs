@@ -122,14 +122,6 @@ impl Provider {
 
     /// Every provider nornir knows, in every build.
     pub const ALL: &'static [Provider] = &[Self::Cuda, Self::MiGraphX, Self::Rocm, Self::Cpu];
-
-    /// Whether this build can register it: the AMD ones need the `rocm` feature.
-    pub fn compiled(self) -> bool {
-        match self {
-            Self::Cuda | Self::Cpu => true,
-            Self::MiGraphX | Self::Rocm => cfg!(feature = "rocm"),
-        }
-    }
 }
 
 impl fmt::Display for Provider {
