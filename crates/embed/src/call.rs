@@ -125,7 +125,7 @@ impl CallOptions {
 /// # use nornir_embed::{CallOptions, CancelHandle, EmbedError, Embedder, EmbedderOptions};
 /// # let embedder = Embedder::new("models/bge".as_ref(), &EmbedderOptions::default())?;
 /// let handle = CancelHandle::new();
-/// let texts = vec!["a long job".to_owned(); 10_000];
+/// let texts: Vec<String> = (0..10_000).map(|i| format!("text number {i} of a long job")).collect();
 /// std::thread::scope(|s| {
 ///     let job = s.spawn(|| embedder.embed_with(&texts, &CallOptions::new().with_cancel(&handle)));
 ///     handle.cancel(); // the user gave up
