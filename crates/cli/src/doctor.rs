@@ -265,23 +265,22 @@ fn write_preflight(out: &mut String, p: &nornir_vector::diagnostics::ProviderReq
     Ok(())
 }
 
-/// The weights the sessions share, and what building each session added to resident memory.
+/// How the workers share the sessions, and what building each session added to resident memory.
 #[cfg(feature = "embed-ort")]
 fn write_memory(out: &mut String, m: &nornir_vector::diagnostics::Memory) -> std::fmt::Result {
     let mib = |b: u64| format!("{:.1}", b as f64 / (1024.0 * 1024.0));
-    if m.shared_initializers > 0 {
-        writeln!(
+    let each: Vec<String> = m.session_growth_bytes.iter().map(|&b| mib(b)).collect();
+    match m.session_growth_bytes.len() {
+        0 => {}
+        1 => writeln!(
             out,
-            "  weights: {} initializers, {} MiB, one copy shared by every CPU session",
-            m.shared_initializers,
-            mib(m.shared_weight_bytes)
-        )?;
-    } else {
-        writeln!(out, "  weights: each session has its own (shared from three CPU sessions on)")?;
+            "  memory: 1 session ({} MiB of weights, pre-packed kernels and graph), run by {} worker(s) at once",
+            each[0], m.workers_per_session
+        )?,
+        n => writeln!(out, "  memory: {n} sessions, one per worker, each added {} MiB", each.join(", "))?,
     }
-    if !m.session_growth_bytes.is_empty() {
-        let each: Vec<String> = m.session_growth_bytes.iter().map(|&b| mib(b)).collect();
-        writeln!(out, "  resident memory added by each session as it was built: {} MiB", each.join(", "))?;
+    if let (Some(now), Some(peak)) = (m.resident_bytes, m.peak_resident_bytes) {
+        writeln!(out, "  process resident memory: {} MiB now, {} MiB at most", mib(now), mib(peak))?;
     }
     Ok(())
 }

@@ -163,8 +163,10 @@ fn bench_json_on_the_builtin_sample() {
     assert!(b["texts_per_second"].as_f64().is_some_and(|x| x > 0.0));
     assert!(b["ort_seconds"].as_f64().is_some_and(|x| x > 0.0));
     assert_eq!(b["active_provider"], "CPUExecutionProvider");
-    // Two threads: two CPU sessions, each with its own weights (sharing starts at three).
-    assert_eq!(b["memory"]["shared_weight_bytes"], 0, "{}", b["memory"]);
+    // Two threads: two CPU workers on one session.
+    assert_eq!(b["memory"]["workers_per_session"], 2, "{}", b["memory"]);
+    assert_eq!(b["memory"]["session_growth_bytes"].as_array().map(Vec::len), Some(1), "{}", b["memory"]);
+    assert!(b["memory"]["peak_resident_bytes"].as_u64().is_some_and(|x| x > 0), "{}", b["memory"]);
     assert!(b["memory"]["resident_bytes"].as_u64().is_some_and(|x| x > 0), "{}", b["memory"]);
 
     let args =

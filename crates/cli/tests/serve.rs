@@ -221,10 +221,12 @@ fn openai_and_tei_answers_match_the_library() {
         (info["active_provider"].as_str(), info["model"]["dimension"].as_u64()),
         (Some("CPUExecutionProvider"), Some(384))
     );
-    // Every session is built before the server says ready, each with what it added to memory.
+    // The session is built before the server says ready, with what it added to memory; on the
+    // CPU every worker runs it.
     let sessions = info["sessions"].as_u64().expect("sessions");
     let memory = &info["memory"];
-    assert_eq!(memory["session_growth_bytes"].as_array().map(|g| g.len() as u64), Some(sessions), "{info}");
+    assert_eq!(memory["session_growth_bytes"].as_array().map(Vec::len), Some(1), "{info}");
+    assert_eq!(memory["workers_per_session"].as_u64(), Some(sessions), "{info}");
     let (_, metrics) = server.get("/metrics");
     for needle in [
         "nornir_requests_total{endpoint=\"/v1/embeddings\",status=\"200\"} 3",
@@ -234,7 +236,8 @@ fn openai_and_tei_answers_match_the_library() {
         "nornir_request_duration_seconds_count",
         "nornir_active_provider{model=\"all-MiniLM-L6-v2-int8\",provider=\"CPUExecutionProvider\",vendor=\"cpu\"} 1",
         "nornir_resident_memory_bytes ",
-        "nornir_shared_weight_bytes{model=\"all-MiniLM-L6-v2-int8\"} ",
+        "nornir_workers_per_session{model=\"all-MiniLM-L6-v2-int8\"} ",
+        "nornir_peak_resident_memory_bytes ",
         "nornir_session_memory_bytes{model=\"all-MiniLM-L6-v2-int8\",session=\"0\"} ",
     ] {
         assert!(metrics.contains(needle), "{needle} not in\n{metrics}");

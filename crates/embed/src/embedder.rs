@@ -234,8 +234,9 @@ impl Embedder {
     }
 
     /// Builds every session now instead of at its first work, so that the first calls do not
-    /// wait for it and `report().memory` counts each; returns how many sessions are ready (fewer
-    /// than asked for when one could not be built: the report's log says why).
+    /// wait for it and `report().memory` counts each; returns how many sessions the workers run
+    /// on: one on the CPU, which every worker shares, and on a GPU one per worker (fewer when one
+    /// could not be built: the log says why).
     pub fn warm_up(&self) -> usize {
         1 + self.engine.extra_sessions().len()
     }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use nornir_ep_select::{Plan, Provider, Vendor};
 use ort::session::Session;
@@ -15,6 +15,7 @@ use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::error::{EmbedError, InferenceKind, Result, error_chain};
 use crate::graph_io::{GraphIo, Row, RowSettings, graph_io, run_and_pool};
+use crate::graph_scan;
 use crate::model::ModelFolder;
 use crate::options::EmbedderOptions;
 use crate::placement::parse_profile;
@@ -26,10 +27,10 @@ use crate::runtime::{OrtRuntime, load_runtime};
 use crate::scheduler::{BatchPolicy, QueueFull, Scheduler};
 use crate::session::{self, Placement, SessionConfig, SessionReport, resident_bytes};
 use crate::stats::{Counters, EmbedStats};
-use crate::weights::{self, SharedWeights};
 
-/// A session and the vendor it runs on; a GPU session that fails at run time is replaced here
-/// by a CPU session, under the same lock, before the failed batch is run again.
+/// A session and the vendor it runs on. A CPU session is run by every worker at once, each
+/// holding the read lock (see `shared_run`); a GPU session is run under the write lock, and when
+/// it fails at run time it is replaced here by a CPU session before the failed batch runs again.
 #[derive(Debug)]
 pub(crate) struct Slot {
     pub(crate) session: Session,
@@ -94,7 +95,7 @@ pub struct ModelInfo {
 /// activations with one scale per tensor (a third-party dynamic-int8 export, or
 /// `nornir vector quantize --activations per-tensor`).
 fn one_text_per_run(model: &[u8]) -> Option<String> {
-    let ops = weights::per_tensor_activation_ops(model);
+    let ops = graph_scan::per_tensor_activation_ops(model);
     if ops.is_empty() {
         return None;
     }
@@ -105,27 +106,30 @@ fn one_text_per_run(model: &[u8]) -> Option<String> {
     ))
 }
 
-/// The number of CPU sessions from which they share one copy of the model's weights.
-const SHARE_WEIGHTS_FROM: usize = 3;
+/// ONNX Runtime's intra-op threads for a session that `workers` run at once, out of `threads`
+/// in all: each running worker's own thread computes too, so the pool has the rest. A lone run
+/// then uses `threads - workers + 1` threads, and runs side by side share the pool.
+fn intra_threads(threads: usize, workers: usize) -> usize {
+    (threads + 1).saturating_sub(workers).max(1)
+}
 
 /// How much the resident memory grew since `before` (taken with `resident_bytes`).
 fn growth_since(before: Option<u64>) -> Option<u64> {
     Some(resident_bytes()?.saturating_sub(before?))
 }
 
-/// Everything the callers and the session workers share. `Session::run` needs `&mut`, so each
-/// session sits behind a mutex; worker k runs session k.
+/// Everything the callers and the session workers share. On the CPU every worker runs the one
+/// session; on a GPU worker k runs session k (see `slot_for`).
 #[derive(Debug)]
 pub(crate) struct Engine {
-    pub(crate) session: Mutex<Slot>,
-    /// More sessions like the first, built on first need; empty on a GPU or when `sessions` is 1.
-    pub(crate) extra_sessions: std::sync::OnceLock<Vec<Mutex<Slot>>>,
+    pub(crate) session: RwLock<Slot>,
+    /// More sessions like the first for the other workers, built on first need; only on a GPU,
+    /// whose sessions run one batch at a time.
+    pub(crate) extra_sessions: std::sync::OnceLock<Vec<RwLock<Slot>>>,
     /// Set once a GPU session failed at run time and was replaced by a CPU session.
     pub(crate) run_fallback: Mutex<Option<String>>,
+    /// Workers running batches side by side (`EmbedderOptions::sessions`).
     pub(crate) sessions: usize,
-    pub(crate) prepacked: ort::session::builder::PrepackedWeights,
-    /// The model's initializers, read once for three CPU sessions or more; `None` otherwise.
-    pub(crate) weights: Option<SharedWeights>,
     /// Resident memory growth while each session was built, in bytes (see `Memory`).
     pub(crate) session_growth: Mutex<Vec<u64>>,
     /// Truncates on the right, to the model's length.
@@ -205,31 +209,14 @@ impl Engine {
         }
         let runtime = load_runtime(&plan, options.ort_library.as_deref())?;
         let threads = options.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-        // Two CPU sessions side by side by default: small batches leave one session's threads idle.
+        // Two CPU workers side by side by default: small batches leave one run's threads idle.
         let default_sessions = if plan.vendor == Vendor::Cpu && threads >= 2 { 2 } else { 1 };
         let cpu_sessions = options.sessions.unwrap_or(default_sessions);
-        let intra_threads = (threads / cpu_sessions).max(1);
-        let prepacked = ort::session::builder::PrepackedWeights::new();
+        let intra_threads = intra_threads(threads, cpu_sessions);
         let resident = resident_bytes();
-        // From three CPU sessions on, they use one copy of the weights. With two, sharing only
-        // swaps the second session's pre-packed copy for the shared original (measured: the
-        // same peak, plus reading the file), so each session keeps its own.
-        let share_weights = plan.vendor == Vendor::Cpu && cpu_sessions >= SHARE_WEIGHTS_FROM;
-        let model_bytes = match std::fs::read(&folder.model_file) {
-            Ok(b) => Some(b),
-            Err(e) if share_weights => return Err(EmbedError::model_because(&folder.dir, "model.onnx", e)),
-            // ONNX Runtime says what is wrong with a file that cannot be read.
-            Err(_) => None,
-        };
-        let one_text_per_run = model_bytes.as_deref().and_then(one_text_per_run);
-        let weights = model_bytes.filter(|_| share_weights).map(|b| weights::from_model_bytes(&b, &folder.model_file));
-        let cfg = SessionConfig {
-            model: &folder.model_file,
-            intra_threads,
-            profile_to: None,
-            prepacked: Some(&prepacked),
-            weights: weights.as_ref(),
-        };
+        // ONNX Runtime says what is wrong with a file that cannot be read.
+        let one_text_per_run = std::fs::read(&folder.model_file).ok().as_deref().and_then(one_text_per_run);
+        let cfg = SessionConfig { model: &folder.model_file, intra_threads, profile_to: None };
         let (session, report) = session::build(&runtime, &plan, &cfg)?;
         let session_growth = Mutex::new(growth_since(resident).into_iter().collect());
         let sessions = if report.gpu_vendor == Vendor::Cpu { cpu_sessions } else { options.sessions.unwrap_or(1) };
@@ -280,12 +267,10 @@ impl Engine {
         let policy = if report.gpu_vendor == Vendor::Cpu { BatchPolicy::CPU } else { BatchPolicy::GPU };
         let info_alone = info.one_text_per_run.is_some();
         let mut engine = Self {
-            session: Mutex::new(Slot { session, vendor: report.gpu_vendor }),
+            session: RwLock::new(Slot { session, vendor: report.gpu_vendor }),
             extra_sessions: std::sync::OnceLock::new(),
             run_fallback: Mutex::new(None),
             sessions,
-            prepacked,
-            weights,
             session_growth,
             tokenizer,
             left_tokenizer: std::sync::OnceLock::new(),
@@ -389,12 +374,10 @@ impl Engine {
             r.gpu_vendor = Vendor::Cpu;
             r.graph_optimization = "basic".to_owned();
         }
-        if let Some(w) = &self.weights {
-            r.memory.shared_initializers = w.values.len();
-            r.memory.shared_weight_bytes = w.bytes;
-        }
+        r.memory.workers_per_session = if self.vendor() == Vendor::Cpu { self.sessions } else { 1 };
         r.memory.session_growth_bytes = self.session_growth.lock().unwrap_or_else(PoisonError::into_inner).clone();
         r.memory.resident_bytes = resident_bytes();
+        r.memory.peak_resident_bytes = session::peak_resident_bytes();
         r
     }
 
@@ -424,10 +407,23 @@ impl Engine {
         self.vendor() == Vendor::Rocm
     }
 
-    /// The sessions beyond the first, built on first use with the plan that is really running
-    /// (CPU only, if the first session fell back). A failure to build them leaves one session.
-    pub(crate) fn extra_sessions(&self) -> &[Mutex<Slot>] {
+    /// The session worker `k` runs: on the CPU the first, for every worker at once; on a GPU
+    /// session `k`, or the first when the others could not be built.
+    pub(crate) fn slot_for(&self, k: usize) -> &RwLock<Slot> {
+        if k == 0 || self.vendor() == Vendor::Cpu {
+            return &self.session;
+        }
+        self.extra_sessions().get(k - 1).unwrap_or(&self.session)
+    }
+
+    /// The sessions beyond the first, for the other workers on a GPU, built on first use with
+    /// the plan that is really running. None on the CPU, where the workers share the first. A
+    /// failure to build them leaves one session.
+    pub(crate) fn extra_sessions(&self) -> &[RwLock<Slot>] {
         self.extra_sessions.get_or_init(|| {
+            if self.vendor() == Vendor::Cpu {
+                return Vec::new();
+            }
             let plan = self.running_plan();
             let cfg = self.pooled_config();
             let mut extra = Vec::new();
@@ -439,7 +435,7 @@ impl Engine {
                         if let Some(grew) = growth_since(resident) {
                             self.session_growth.lock().unwrap_or_else(PoisonError::into_inner).push(grew);
                         }
-                        extra.push(Mutex::new(Slot { session, vendor: r.gpu_vendor }));
+                        extra.push(RwLock::new(Slot { session, vendor: r.gpu_vendor }));
                     }
                     Err(e) => {
                         tracing::warn!(
@@ -469,18 +465,12 @@ impl Engine {
         plan
     }
 
-    /// How every session of the pool is built: the same threads, one set of pre-packed weights.
+    /// How every session of the model is built.
     pub(crate) fn pooled_config(&self) -> SessionConfig<'_> {
-        SessionConfig {
-            model: &self.info.folder.model_file,
-            intra_threads: self.intra_threads,
-            profile_to: None,
-            prepacked: Some(&self.prepacked),
-            weights: self.weights.as_ref(),
-        }
+        SessionConfig { model: &self.info.folder.model_file, intra_threads: self.intra_threads, profile_to: None }
     }
 
-    /// How many sessions embed in parallel (on a GPU, one).
+    /// How many workers embed in parallel.
     pub(crate) fn sessions(&self) -> usize {
         self.sessions
     }
@@ -499,7 +489,7 @@ impl Engine {
             Err(e) => return Placement::Unknown { reason: format!("no temporary folder for the profile: {e}") },
         };
         let prefix = dir.path().join("nornir-placement");
-        let cfg = SessionConfig { profile_to: Some(&prefix), prepacked: None, ..self.pooled_config() };
+        let cfg = SessionConfig { profile_to: Some(&prefix), ..self.pooled_config() };
         let plan = self.running_plan();
         let result = (|| -> Result<Placement> {
             let (mut session, _) = session::build(&self.runtime, &plan, &cfg)?;
@@ -509,7 +499,7 @@ impl Engine {
                 .map(|e| e.get_ids().to_vec())
                 .unwrap_or_else(|_| vec![0, 0]);
             let row = Row { ids: &ids, skip: 0, spans: &[] };
-            run_and_pool(&mut session, &self.io, self.settings, &[row], &AtomicU64::new(0), |_, _| {})?;
+            run_and_pool(&session, &self.io, self.settings, &[row], &AtomicU64::new(0), |_, _| {})?;
             let file = session
                 .end_profiling()
                 .map_err(|e| EmbedError::inference_because(InferenceKind::Runtime, "ending the profile", e))?;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Stage {
-    /// Building a session beyond the first.
+    /// Building a session beyond the first (on a GPU, where each worker has its own).
     Build = 1,
     /// Running a batch on ONNX Runtime.
     Run = 2,

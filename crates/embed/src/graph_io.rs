@@ -282,7 +282,7 @@ fn output_values<'a>(value: &'a ort::value::DynValue, ty: OutputType) -> ort::Re
 /// Runs one padded batch and hands each text's pooled vector (or one per span), at the model's
 /// full width and not normalised, to `emit(k, vector)`, in order. Returns the model's width.
 pub(crate) fn run_and_pool(
-    session: &mut Session,
+    session: &Session,
     io: &GraphIo,
     settings: RowSettings,
     rows: &[Row<'_>],
@@ -311,7 +311,7 @@ pub(crate) fn run_and_pool(
 /// vectors (`len x width`, padding left out), or its one vector when the graph pools. Returns
 /// the width.
 pub(crate) fn forward(
-    session: &mut Session,
+    session: &Session,
     io: &GraphIo,
     settings: RowSettings,
     rows: &[Row<'_>],
@@ -332,9 +332,9 @@ pub(crate) fn forward(
         wide.feed(io, [b, l]).map_err(fail)?
     };
     let started = Instant::now();
-    let outputs = session.run(feed).map_err(fail)?;
+    let output = crate::shared_run::run(session, &feed, io.output).map_err(fail)?;
     ort_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    let (shape, values) = output_values(&outputs[io.output], io.output_type).map_err(fail)?;
+    let (shape, values) = output_values(&output, io.output_type).map_err(fail)?;
     let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
     let width = *dims.last().unwrap_or(&0);
     let (expect_rank, expect) =

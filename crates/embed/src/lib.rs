@@ -17,6 +17,7 @@ mod engine;
 mod error;
 mod fault;
 mod graph_io;
+mod graph_scan;
 mod model;
 mod options;
 mod placement;
@@ -27,9 +28,9 @@ mod prompt;
 mod runtime;
 mod scheduler;
 mod session;
+mod shared_run;
 mod stats;
 mod tokenize;
-mod weights;
 mod worker;
 
 pub use call::{CallOptions, CallPrompt, CancelHandle, Chunking, DocumentVector, Truncation};

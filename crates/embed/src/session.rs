@@ -2,7 +2,6 @@
 //! what each registration did and which provider ended up running the model.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use nornir_ep_select::{Plan, Provider, Vendor};
 use nornir_gpu_probe::{GpuVendor, ProbeContext, ProviderRequirements, preload_provider, search_path};
@@ -12,7 +11,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EmbedError, Result, one_line};
 use crate::runtime::{OrtInfo, OrtRuntime};
-use crate::weights::SharedWeights;
 
 /// What registering one provider did. In JSON: `{"provider", "ok", "error", "preflight"}`, with
 /// `error` only when `ok` is false.
@@ -112,25 +110,38 @@ pub enum Placement {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Memory {
-    /// Initializers that every CPU session of the model uses from one copy (ONNX Runtime's shared
-    /// initializers; the kernels' pre-packed forms of them are kept once too): those the graph
-    /// reads while it runs, from three CPU sessions on.
-    pub shared_initializers: usize,
-    /// Their bytes.
-    pub shared_weight_bytes: u64,
+    /// How many workers run each ONNX Runtime session at once. On the CPU every worker
+    /// (`EmbedderOptions::sessions`) runs the model's one session, so its weights and the
+    /// kernels' pre-packed forms of them are in memory once; each further worker adds only the
+    /// activations of the batch it runs. A GPU session runs one batch at a time.
+    pub workers_per_session: usize,
     /// How much the process's resident memory grew while each session was built, in build order,
-    /// in bytes; the first includes reading the shared weights. Sessions beyond the first are
-    /// built at their first work (or `Embedder::warm_up`). Read from `/proc/self/status`, so
-    /// other threads' allocations at the same moment count as well.
+    /// in bytes: the weights as the session holds them (an int8-stored model's are folded to
+    /// float32 at load), their pre-packed forms, and the graph. One entry on the CPU. Further GPU
+    /// sessions are built at their first work (or `Embedder::warm_up`). Read from
+    /// `/proc/self/status`, so other threads' allocations at the same moment count as well.
     pub session_growth_bytes: Vec<u64>,
     /// The process's resident memory when the report was made, in bytes.
     pub resident_bytes: Option<u64>,
+    /// The most resident memory the process has held so far (`VmHWM`), in bytes: the model with
+    /// the activations and ONNX Runtime's arena of the largest batches run so far.
+    #[serde(default)]
+    pub peak_resident_bytes: Option<u64>,
 }
 
 /// The process's resident memory in bytes (`VmRSS`), where `/proc` tells it.
 pub(crate) fn resident_bytes() -> Option<u64> {
+    proc_status_bytes("VmRSS:")
+}
+
+/// The process's peak resident memory in bytes (`VmHWM`), where `/proc` tells it.
+pub(crate) fn peak_resident_bytes() -> Option<u64> {
+    proc_status_bytes("VmHWM:")
+}
+
+fn proc_status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()?;
+    let kib: u64 = status.lines().find_map(|l| l.strip_prefix(field))?.split_whitespace().next()?.parse().ok()?;
     Some(kib * 1024)
 }
 
@@ -178,11 +189,6 @@ pub(crate) struct SessionConfig<'a> {
     pub model: &'a Path,
     pub intra_threads: usize,
     pub profile_to: Option<&'a Path>,
-    /// Shared by every session of one embedder: ONNX Runtime keeps there what its kernels
-    /// pre-pack from the shared initializers below, once for all sessions.
-    pub prepacked: Option<&'a ort::session::builder::PrepackedWeights>,
-    /// The model's initializers, one copy for every CPU session of the model.
-    pub weights: Option<&'a SharedWeights>,
 }
 
 /// Builds the session for `plan`. A GPU failure at registration or at commit falls through to CPU,
@@ -258,14 +264,6 @@ fn base_builder(rt: &OrtRuntime, cfg: &SessionConfig<'_>, cpu_only: bool) -> Res
         .map_err(|e| EmbedError::session_because(model, e))?;
     if let Some(p) = cfg.profile_to {
         b = b.with_profiling(p).map_err(|e| EmbedError::session_because(model, e))?;
-    }
-    if let Some(w) = cfg.prepacked {
-        b = b.with_prepacked_weights(w).map_err(|e| EmbedError::session_because(model, e))?;
-    }
-    if let Some(weights) = cfg.weights.filter(|_| cpu_only) {
-        for (name, value) in &weights.values {
-            b = b.with_initializer(name, Arc::clone(value)).map_err(|e| EmbedError::session_because(model, e))?;
-        }
     }
     Ok(b)
 }

@@ -1,9 +1,10 @@
-//! The session workers: worker `k` takes the next batch for session `k` from the queue, runs it
-//! (with the GPU-to-CPU fallback), and hands each row to its call's request. Also TEI's token
-//! vectors, which run on the first session outside the queue through the same fallback.
+//! The session workers: worker `k` takes its next batch from the queue, runs it (on the CPU on
+//! the one session all workers share, on a GPU on session `k`, with the GPU-to-CPU fallback), and
+//! hands each row to its call's request. Also TEI's token vectors, which run on the first session
+//! outside the queue through the same fallback.
 
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
+use std::sync::{PoisonError, RwLock};
 
 use nornir_ep_select::Vendor;
 use ort::session::Session;
@@ -15,7 +16,7 @@ use crate::graph_io::{Row, forward, run_and_pool};
 use crate::scheduler::Item;
 use crate::session;
 
-/// Worker `k`: runs batches on session `k` until the embedder is dropped. A panic anywhere in
+/// Worker `k`: runs batches until the embedder is dropped. A panic anywhere in
 /// it (building a session, running, handing rows over, taking work) fails the texts it holds,
 /// as they drop, and the worker starts again.
 pub(crate) fn work(engine: &Engine, k: usize) {
@@ -29,11 +30,7 @@ pub(crate) fn work(engine: &Engine, k: usize) {
 
 fn run_batches(engine: &Engine, k: usize) {
     while let Some(mut items) = engine.scheduler.next_batch_for(k) {
-        // Session k, or the first when the extra ones could not be built.
-        let slot = match k {
-            0 => &engine.session,
-            _ => engine.extra_sessions().get(k - 1).unwrap_or(&engine.session),
-        };
+        let slot = engine.slot_for(k);
         let fed = items.len() * items.iter().map(|i| i.ids.len()).max().unwrap_or(0);
         let started = std::time::Instant::now();
         engine.run_items(slot, &mut items);
@@ -46,7 +43,7 @@ impl Engine {
     /// batch is counted in the stats. When the batch fails, each text runs again alone, so one
     /// text (one caller's bad input) fails only its own call; a panic while running fails the
     /// batch's texts, and a panic anywhere else fails them as they drop (see `Item`).
-    pub(crate) fn run_items(&self, slot: &Mutex<Slot>, items: &mut [Item]) {
+    pub(crate) fn run_items(&self, slot: &RwLock<Slot>, items: &mut [Item]) {
         let run = |batch: &[Item]| -> Result<Vec<f32>> {
             let rows: Vec<Row<'_>> = batch.iter().map(|i| Row { ids: &i.ids, skip: i.skip, spans: &i.spans }).collect();
             // The batch's rows are copied out of ONNX Runtime's output here, and handed over only
@@ -87,12 +84,12 @@ impl Engine {
         }
     }
 
-    /// Runs one batch on `slot` (locked for the run only). When a GPU session fails, and the
-    /// device was not forced, the slot's session is replaced by a CPU session and the same batch
-    /// runs again: `emit` sees each text once, from the run that succeeded.
+    /// Runs one batch on `slot`. When a GPU session fails, and the device was not forced, the
+    /// slot's session is replaced by a CPU session and the same batch runs again: `emit` sees
+    /// each text once, from the run that succeeded.
     pub(crate) fn run_batch(
         &self,
-        slot: &Mutex<Slot>,
+        slot: &RwLock<Slot>,
         rows: &[Row<'_>],
         mut emit: impl FnMut(usize, &[f32]),
     ) -> Result<usize> {
@@ -100,18 +97,36 @@ impl Engine {
         self.run_on(slot, rows, |session| run_and_pool(session, &self.io, settings, rows, nanos, &mut emit))
     }
 
-    /// Runs `run` on the slot's session, and when a GPU session fails (and the device was not
-    /// forced), replaces it with a CPU session under the same lock and runs again there; then
-    /// counts the batch of `rows`. Pooled rows and token vectors both go this way.
+    /// Runs `run` on the slot's session, then counts the batch of `rows`. Pooled rows and token
+    /// vectors both go this way. A CPU session runs under the read lock, beside the other
+    /// workers' runs; a GPU session under the write lock (see `run_exclusive`).
     pub(crate) fn run_on(
         &self,
-        slot: &Mutex<Slot>,
+        slot: &RwLock<Slot>,
         rows: &[Row<'_>],
-        mut run: impl FnMut(&mut Session) -> Result<usize>,
+        mut run: impl FnMut(&Session) -> Result<usize>,
     ) -> Result<usize> {
-        let mut slot = slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let dim = match run(&mut slot.session) {
-            Ok(dim) => dim,
+        let shared = slot.read().unwrap_or_else(PoisonError::into_inner);
+        let dim = if shared.vendor == Vendor::Cpu {
+            run(&shared.session)?
+        } else {
+            drop(shared);
+            self.run_exclusive(slot, &mut run)?
+        };
+        let c = &self.counters;
+        let longest = rows.iter().map(|r| r.ids.len()).max().unwrap_or(0).max(1);
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.count_batch(rows.len());
+        c.tokens.fetch_add(rows.iter().map(|r| r.ids.len() as u64).sum(), Ordering::Relaxed);
+        c.padded_tokens.fetch_add((rows.len() * longest) as u64, Ordering::Relaxed);
+        Ok(dim)
+    }
+
+    /// Runs `run` on the slot's session alone, and when a GPU session fails (and the device was
+    /// not forced), replaces it with a CPU session under the same lock and runs again there.
+    fn run_exclusive(&self, slot: &RwLock<Slot>, run: &mut impl FnMut(&Session) -> Result<usize>) -> Result<usize> {
+        let mut slot = slot.write().unwrap_or_else(PoisonError::into_inner);
+        match run(&slot.session) {
             Err(e) if slot.vendor != Vendor::Cpu => {
                 let e = error_chain(&e);
                 let active = &self.report.active_provider;
@@ -129,17 +144,10 @@ impl Engine {
                 slot.vendor = Vendor::Cpu;
                 self.run_fallback()
                     .get_or_insert_with(|| format!("{why}; rebuilt on CPUExecutionProvider and ran that batch again"));
-                run(&mut slot.session)?
+                run(&slot.session)
             }
-            Err(e) => return Err(e),
-        };
-        let c = &self.counters;
-        let longest = rows.iter().map(|r| r.ids.len()).max().unwrap_or(0).max(1);
-        c.batches.fetch_add(1, Ordering::Relaxed);
-        c.count_batch(rows.len());
-        c.tokens.fetch_add(rows.iter().map(|r| r.ids.len() as u64).sum(), Ordering::Relaxed);
-        c.padded_tokens.fetch_add((rows.len() * longest) as u64, Ordering::Relaxed);
-        Ok(dim)
+            other => other,
+        }
     }
 
     /// The model's token vectors for one text (TEI's `/embed_all`): `tokens x width`, raw, with

@@ -1,6 +1,6 @@
-//! A panic injected at each stage of a session worker (building a second session, taking work
-//! from the queue, running a batch, handing rows over), on the real default model and CPU ONNX
-//! Runtime: the call whose texts the worker held gets an error (or, for a failed run, its texts
+//! A panic injected at each stage of a session worker that runs on the CPU (taking work from the
+//! queue, running a batch, handing rows over; building a further session happens only on a GPU),
+//! on the real default model and CPU ONNX Runtime: the call whose texts the worker held gets an error (or, for a failed run, its texts
 //! run again alone), nobody waits, and the next calls work and match. One test, in a process of
 //! its own: the injected fault is process-wide.
 
@@ -28,8 +28,7 @@ fn assert_same(got: &Embeddings, want: &Embeddings, what: &str) {
 fn a_panic_at_any_stage_fails_what_the_worker_held_and_the_embedder_goes_on() {
     let (texts, _) = parity_sample();
     let want = Embedder::new(&model_dir(), &options()).expect("load").embed(&texts).expect("reference");
-    for stage in [Stage::Build, Stage::Scheduler, Stage::Run, Stage::HandOver] {
-        // A fresh embedder each time, so that its second session is still to be built.
+    for stage in [Stage::Scheduler, Stage::Run, Stage::HandOver] {
         let e = Embedder::new(&model_dir(), &options()).expect("load");
         fault::inject(stage);
         let started = Instant::now();

@@ -97,11 +97,25 @@ fn render(app: &App, out: &mut String) {
         family(out, "nornir_resident_memory_bytes", "gauge", "The process's resident memory.");
         let _ = writeln!(out, "nornir_resident_memory_bytes {rss}");
     }
-    family(out, "nornir_shared_weight_bytes", "gauge", "Model weights held once for all CPU sessions.");
-    for (name, r, _) in &reports {
-        let _ = writeln!(out, "nornir_shared_weight_bytes{{model=\"{name}\"}} {}", r.memory.shared_weight_bytes);
+    if let Some(peak) = reports.first().and_then(|(_, r, _)| r.memory.peak_resident_bytes) {
+        family(out, "nornir_peak_resident_memory_bytes", "gauge", "The most resident memory the process has held.");
+        let _ = writeln!(out, "nornir_peak_resident_memory_bytes {peak}");
     }
-    family(out, "nornir_session_memory_bytes", "gauge", "Resident memory each session added when it was built.");
+    family(
+        out,
+        "nornir_workers_per_session",
+        "gauge",
+        "Workers running each session at once (all of them on the CPU).",
+    );
+    for (name, r, _) in &reports {
+        let _ = writeln!(out, "nornir_workers_per_session{{model=\"{name}\"}} {}", r.memory.workers_per_session);
+    }
+    family(
+        out,
+        "nornir_session_memory_bytes",
+        "gauge",
+        "Resident memory each session added when it was built (weights, pre-packed kernels, graph).",
+    );
     for (name, r, _) in &reports {
         for (k, grew) in r.memory.session_growth_bytes.iter().enumerate() {
             let _ = writeln!(out, "nornir_session_memory_bytes{{model=\"{name}\",session=\"{k}\"}} {grew}");

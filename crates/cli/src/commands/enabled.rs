@@ -366,9 +366,9 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         let mib = |b: u64| format!("{:.0}", b as f64 / (1024.0 * 1024.0));
         let each: Vec<String> = memory.session_growth_bytes.iter().map(|&b| mib(b)).collect();
         println!(
-            "memory           weights shared by the sessions {} MiB; added by each session built {} MiB",
-            mib(memory.shared_weight_bytes),
-            each.join(", ")
+            "memory           added by each session built {} MiB; {} worker(s) per session",
+            each.join(", "),
+            memory.workers_per_session
         );
     }
     Ok(())
