@@ -18,7 +18,8 @@ use crate::scheduler::QueueFull;
 /// use nornir_embed::{EmbedderOptions, QueueFull};
 /// use nornir_ep_select::Device;
 ///
-/// // A server's embedder: CPU, 4 threads in 2 sessions, refuse rather than queue past 10,000 texts.
+/// // A server's embedder: CPU, 4 threads for 2 batches at once, refuse rather than queue past
+/// // 10,000 texts.
 /// let options = EmbedderOptions::default()
 ///     .with_device(Device::Cpu)
 ///     .with_threads(4)
@@ -33,13 +34,17 @@ use crate::scheduler::QueueFull;
 pub struct EmbedderOptions {
     /// Where to run: auto (a GPU that works, else the CPU), the CPU, or a forced GPU vendor.
     pub device: Device,
-    /// Threads for the model in all; `None` = the machine's cores. On the CPU they are split
-    /// over `sessions` sessions that run different batches side by side.
+    /// Threads for the model in all; `None` = the machine's cores. On the CPU the `sessions`
+    /// batches running at once share them.
     pub threads: Option<usize>,
-    /// ONNX Runtime sessions running batches side by side on the CPU, sharing `threads`;
-    /// `None` = two on the CPU when there are two threads or more, else one (one on a GPU).
-    /// On two cores two single-threaded sessions measured about 20% faster than one with two
-    /// threads, at about 120 MB more; the second is built on the first call with several batches.
+    /// Batches run side by side, each by a worker of its own. On the CPU every worker runs the
+    /// model's one ONNX Runtime session (its weights are in memory once; each worker adds the
+    /// activations of its batch), and the workers share `threads`: a batch running alone gets
+    /// all but one thread per other worker. On a GPU each worker has a session of its own.
+    /// `None` = on the CPU, half the threads and at least two (1 thread: one); on a GPU, one.
+    /// Measured on two cores: two workers of one thread each ran 1.07x faster than one with two
+    /// threads, for 17 MB more; a second thread made one batch 1.79x faster. See
+    /// `docs/performance.md` for the rule on more cores.
     pub sessions: Option<usize>,
     /// Most tokens (texts x longest length) in one batch.
     pub token_budget: usize,
@@ -132,7 +137,7 @@ impl EmbedderOptions {
         self.threads = Some(threads);
         self
     }
-    /// Sessions running batches side by side (at least 1).
+    /// Batches run side by side (at least 1): see [`sessions`](Self::sessions).
     pub fn with_sessions(mut self, sessions: usize) -> Self {
         self.sessions = Some(sessions);
         self
