@@ -27,11 +27,12 @@ use crate::stats::EmbedStats;
 /// A sentence embedder over a small pool of ONNX Runtime sessions. `Send + Sync`: share it with
 /// `Arc`.
 ///
-/// Every call's texts go into one queue; one worker thread per session packs what is waiting by
-/// length under the token budget and runs it, so many small concurrent calls fill the same
-/// batches, and one large call's batches run on all sessions side by side. An idle embedder adds
-/// no wait. The sessions beyond the first are built when they first get work (a lone one-text
-/// call pays for one session). Dropping the embedder stops its workers.
+/// Every call's texts go into one queue; each worker thread packs what is waiting by length under
+/// the token budget and runs it, so many small concurrent calls fill the same batches, and one
+/// large call's batches run on all workers side by side. On the CPU the workers run one ONNX
+/// Runtime session at once, so the weights are in memory once; on a GPU each has its own, built
+/// when it first gets work. An idle embedder adds no wait. Dropping the embedder stops its
+/// workers.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -113,7 +114,7 @@ fn tokenize(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJob>>) {
 
 impl Embedder {
     /// Loads the model folder `dir`: probe -> plan -> ONNX Runtime -> session -> checks, then
-    /// starts a worker thread per session. Every mismatch between the folder and the graph is an
+    /// starts its worker threads (`EmbedderOptions::sessions`). Every mismatch between the folder and the graph is an
     /// error here, not at the first embed.
     pub fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
         let engine = Arc::new(Engine::new(dir, options)?);
@@ -288,7 +289,8 @@ impl Embedder {
         self.engine.rocm_ready()
     }
 
-    /// How many sessions embed in parallel (on a GPU, one).
+    /// How many workers embed batches side by side (`EmbedderOptions::sessions`; on the CPU they
+    /// share one session).
     pub fn sessions(&self) -> usize {
         self.engine.sessions()
     }

@@ -346,12 +346,12 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             s.texts as f64 / seconds,
             s.tokens as f64 / seconds
         );
-        let sessions = embedder.sessions() as f64;
+        let workers = embedder.sessions() as f64;
         println!(
-            "inside ORT       {:.2} s per session ({:.0}%) on {sessions} session(s), outside {:.2} s",
-            s.ort_seconds / sessions,
-            100.0 * s.ort_seconds / sessions / seconds,
-            (seconds - s.ort_seconds / sessions).max(0.0)
+            "inside ORT       {:.2} s per worker ({:.0}%) with {workers} worker(s), outside {:.2} s",
+            s.ort_seconds / workers,
+            100.0 * s.ort_seconds / workers / seconds,
+            (seconds - s.ort_seconds / workers).max(0.0)
         );
         println!(
             "padding          {:.1}% of {} tokens fed",
