@@ -101,11 +101,7 @@ pub fn calibration_model(model: &[u8], options: &QuantizeOptions) -> Result<Cali
     }
     let inputs: Vec<&str> = magnitudes.iter().map(String::as_str).collect();
     let mut concat = new_node("Concat", "", "nornir_calibration_concat".to_owned(), &inputs, &[CALIBRATION_OUTPUT]);
-    let mut axis = AttributeProto::new();
-    axis.name = Some("axis".to_owned());
-    axis.i = Some(-1);
-    axis.type_ = Some(2);
-    concat.attribute.push(axis);
+    concat.attribute.push(int_attribute("axis", -1));
     graph.node.push(concat);
     let mut tensor_type = type_proto::Tensor::new();
     tensor_type.elem_type = Some(FLOAT);
@@ -166,12 +162,26 @@ fn new_node(op_type: &str, domain: &str, name: String, inputs: &[&str], outputs:
 
 fn cast_to_float(name: String, input: &str, output: &str) -> NodeProto {
     let mut n = new_node("Cast", "", name, &[input], &[output]);
-    let mut to = AttributeProto::new();
-    to.name = Some("to".to_owned());
-    to.i = Some(i64::from(FLOAT));
-    to.type_ = Some(2);
-    n.attribute.push(to);
+    n.attribute.push(int_attribute("to", i64::from(FLOAT)));
     n
+}
+
+/// A node attribute holding one integer (`AttributeProto.type` INT, 2).
+fn int_attribute(name: &str, value: i64) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = Some(name.to_owned());
+    a.i = Some(value);
+    a.type_ = Some(2);
+    a
+}
+
+/// A node attribute holding a list of integers (`AttributeProto.type` INTS, 7).
+fn ints_attribute(name: &str, values: Vec<i64>) -> AttributeProto {
+    let mut a = AttributeProto::new();
+    a.name = Some(name.to_owned());
+    a.ints = values;
+    a.type_ = Some(7);
+    a
 }
 
 /// How many times each value is read: by a node of the graph or of any subgraph, or as a graph
@@ -725,18 +735,10 @@ impl<'g> Rewriter<'g> {
             new_node("ReduceMax", "", self.fresh(&format!("{name}_row_max")), &[&abs, &c.last_axis], &[&max])
         } else {
             let mut r = new_node("ReduceMax", "", self.fresh(&format!("{name}_row_max")), &[&abs], &[&max]);
-            let mut axes = AttributeProto::new();
-            axes.name = Some("axes".to_owned());
-            axes.ints = vec![-1];
-            axes.type_ = Some(7);
-            r.attribute.push(axes);
+            r.attribute.push(ints_attribute("axes", vec![-1]));
             r
         };
-        let mut keepdims = AttributeProto::new();
-        keepdims.name = Some("keepdims".to_owned());
-        keepdims.i = Some(1);
-        keepdims.type_ = Some(2);
-        reduce.attribute.push(keepdims);
+        reduce.attribute.push(int_attribute("keepdims", 1));
         nodes.push(reduce);
         nodes.extend([
             new_node("Max", "", self.fresh(&format!("{name}_row_floor")), &[&max, &c.floor], &[&floored]),
