@@ -780,10 +780,12 @@ impl<'g> Rewriter<'g> {
         let mut readers = Vec::new();
         for &j in self.consumers.get(x).into_iter().flatten() {
             let n = &self.g.node[j];
+            // A Gemm with transA reads x transposed, and the rewrite keeps it in float.
             let reads_x = matches!(op(n), "MatMul" | "Gemm")
                 && default_domain(n)
                 && n.input.first().map(String::as_str) == Some(x)
-                && n.input.len() > 1;
+                && n.input.len() > 1
+                && !(op(n) == "Gemm" && attr_i(n, "transA", 0) != 0);
             if !reads_x || self.kept_by_pattern(&node_name(n, j), &n.input[1]).is_some() {
                 continue;
             }
