@@ -513,3 +513,39 @@ fn smoothing_a_layernorm_output_with_calibrated_maxima() {
     let (e_plain, e_smoothed) = (error(&plain), error(&smoothed));
     assert!(e_smoothed < 0.7 * e_plain, "smoothed error {e_smoothed} against {e_plain} without");
 }
+
+/// A Gemm with `transA` that also reads the LayerNorm's output reads it transposed, so the rewrite
+/// keeps it in float and smoothing leaves it out: the MatMul beside it is still smoothed (its
+/// weight rows, not the Gemm's, set the factors).
+#[test]
+fn smoothing_leaves_out_a_gemm_that_reads_its_input_transposed() {
+    let gamma: Vec<f32> = (0..K).map(|j| if j % 12 == 5 { 40.0 } else { 1.0 }).collect();
+    let bytes = model_at(
+        17,
+        vec![
+            node("LayerNormalization", &["x", "gamma"], &["ln"], &[("axis", -1)]),
+            node("MatMul", &["ln", "w"], &["y1"], &[]),
+            node("Gemm", &["ln", "v"], &["g"], &[("transA", 1)]),
+            node("MatMul", &["ln", "g"], &["y2"], &[]),
+            node("Add", &["y1", "y2"], &["y"], &[]),
+        ],
+        vec![
+            f32_tensor("gamma", &[K as i64], &gamma),
+            f32_tensor("w", &[K as i64, N as i64], &values(16, K * N)),
+            f32_tensor("v", &[ROWS as i64, N as i64], &values(17, ROWS * N)),
+        ],
+        vec![value("x", 1, &[ROWS as i64, K as i64])],
+        &[ROWS as i64, N as i64],
+    );
+    let (int8, report) = quantize(&bytes, &QuantizeOptions::default()).expect("quantize");
+    let kept: Vec<&str> = report.kept_fp32.iter().map(|k| k.reason.as_str()).collect();
+    assert!(kept.contains(&"Gemm with transA"), "{kept:?}");
+    let m = ModelProto::parse_from_bytes(int8.as_slice()).expect("decode");
+    let names: Vec<&str> = m.graph.node.iter().filter_map(|n| n.name.as_deref()).collect();
+    assert!(names.iter().any(|n| n.ends_with("_smooth")), "the MatMul's input is smoothed: {names:?}");
+    let (x, fp32) = (x(), run(&bytes, &x()));
+    let got = run(&int8, &x);
+    let worst = fp32.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let largest = fp32.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    assert!(worst < 0.05 * largest, "int8 within 5% of the largest output: {worst} of {largest}");
+}
