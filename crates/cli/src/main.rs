@@ -125,8 +125,8 @@ pub struct ModelArgs {
     pub threads: Option<u32>,
     /// Batches run side by side. On the CPU they share the threads and one ONNX Runtime session,
     /// so the weights are in memory once (default: half the threads, at least 2; 1 for 1 thread;
-    /// on two cores 2 measured 1.07x faster than 1, for 17 MB more). On a GPU each has a session
-    /// of its own (default 1).
+    /// on two cores 2 measured 1.07x faster than 1, for 11 MB more peak memory). On a GPU each
+    /// has a session of its own (default 1).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub sessions: Option<u32>,
     /// The libonnxruntime.so to load, instead of searching for one.

@@ -43,8 +43,8 @@ pub struct EmbedderOptions {
     /// all but one thread per other worker. On a GPU each worker has a session of its own.
     /// `None` = on the CPU, half the threads and at least two (1 thread: one); on a GPU, one.
     /// Measured on two cores: two workers of one thread each ran 1.07x faster than one with two
-    /// threads, for 17 MB more; a second thread made one batch 1.79x faster. See
-    /// `docs/performance.md` for the rule on more cores.
+    /// threads, for 11 MB more peak memory (the default model); a second thread made one batch
+    /// 1.79x faster. See `docs/performance.md` for the rule on more cores.
     pub sessions: Option<usize>,
     /// Most tokens (texts x longest length) in one batch.
     pub token_budget: usize,
