@@ -140,9 +140,6 @@ pub(crate) struct Engine {
     pub(crate) run_fallback: Mutex<Option<String>>,
     /// Workers running batches side by side (`EmbedderOptions::sessions`).
     pub(crate) sessions: usize,
-    /// The first session was built on the CPU, so every worker runs it; otherwise each worker
-    /// has a GPU session of its own, which falls back to the CPU on its own.
-    pub(crate) workers_share_session: bool,
     /// Resident memory growth while each session was built, in bytes (see `Memory`).
     pub(crate) session_growth: Mutex<Vec<u64>>,
     /// Truncates on the right, to the model's length.
@@ -283,7 +280,6 @@ impl Engine {
             extra_sessions: std::sync::OnceLock::new(),
             run_fallback: Mutex::new(None),
             sessions,
-            workers_share_session: report.gpu_vendor == Vendor::Cpu,
             session_growth,
             tokenizer,
             left_tokenizer: std::sync::OnceLock::new(),
@@ -387,7 +383,7 @@ impl Engine {
             r.gpu_vendor = Vendor::Cpu;
             r.graph_optimization = "basic".to_owned();
         }
-        r.memory.workers_per_session = if self.workers_share_session { self.sessions } else { 1 };
+        r.memory.workers_per_session = if self.workers_share_session() { self.sessions } else { 1 };
         r.memory.session_growth_bytes = self.session_growth.lock().unwrap_or_else(PoisonError::into_inner).clone();
         r.memory.resident_bytes = resident_bytes();
         r.memory.peak_resident_bytes = session::peak_resident_bytes();
@@ -420,10 +416,16 @@ impl Engine {
         self.vendor() == Vendor::Rocm
     }
 
+    /// The first session was built on the CPU, so every worker runs it; otherwise each worker
+    /// has a GPU session of its own, which falls back to the CPU on its own.
+    fn workers_share_session(&self) -> bool {
+        self.report.gpu_vendor == Vendor::Cpu
+    }
+
     /// The session worker `k` runs: on the CPU the first, for every worker at once; on a GPU
     /// session `k`, or the first when the others could not be built.
     pub(crate) fn slot_for(&self, k: usize) -> &RwLock<Slot> {
-        if k == 0 || self.workers_share_session {
+        if k == 0 || self.workers_share_session() {
             return &self.session;
         }
         self.extra_sessions().get(k - 1).unwrap_or(&self.session)
@@ -434,7 +436,7 @@ impl Engine {
     /// failure to build them leaves one session.
     pub(crate) fn extra_sessions(&self) -> &[RwLock<Slot>] {
         self.extra_sessions.get_or_init(|| {
-            if self.workers_share_session {
+            if self.workers_share_session() {
                 return Vec::new();
             }
             let plan = self.running_plan();
