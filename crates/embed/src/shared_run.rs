@@ -27,16 +27,13 @@ pub(crate) fn run(
     inputs: &[(String, SessionInputValue<'_>)],
     output: usize,
 ) -> ort::Result<DynValue> {
-    let c_names = |names: &mut dyn Iterator<Item = &str>| -> ort::Result<Vec<CString>> {
-        names.map(|n| CString::new(n).map_err(|_| ort::Error::new(format!("a name with a NUL byte: {n:?}")))).collect()
-    };
-    let input_names = c_names(&mut inputs.iter().map(|(n, _)| n.as_str()))?;
+    let input_names = inputs.iter().map(|(n, _)| c_string(n)).collect::<ort::Result<Vec<CString>>>()?;
     let Some(outlet) = session.outputs().get(output) else {
         return Err(ort::Error::new(format!("the session has no output {output}")));
     };
-    let output_names = c_names(&mut std::iter::once(outlet.name()))?;
+    let output_name = c_string(outlet.name())?;
     let input_name_ptrs: Vec<*const c_char> = input_names.iter().map(|n| n.as_ptr()).collect();
-    let output_name_ptrs: Vec<*const c_char> = output_names.iter().map(|n| n.as_ptr()).collect();
+    let output_name_ptrs = [output_name.as_ptr()];
     let input_ptrs: Vec<*const ort::sys::OrtValue> = inputs.iter().map(|(_, v)| v.ptr()).collect();
     let mut out: *mut ort::sys::OrtValue = ptr::null_mut();
     // SAFETY: the session, the input values and the name strings outlive the call; the arrays
@@ -63,4 +60,9 @@ pub(crate) fn run(
     // returned value releases it when dropped. Its buffer comes from the session's CPU
     // allocator; the default CPU allocator stands for it (`ort` asks one of every tensor).
     Ok(unsafe { DynValue::from_ptr(out, Some(&Allocator::default())) })
+}
+
+/// `name` as C wants it; an error for a name with a NUL byte.
+fn c_string(name: &str) -> ort::Result<CString> {
+    CString::new(name).map_err(|_| ort::Error::new(format!("a name with a NUL byte: {name:?}")))
 }
