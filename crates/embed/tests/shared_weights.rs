@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{cosine, parity_sample_with, testdata};
+use common::{cosine, parity_sample_with, status_kib, testdata};
 use nornir_embed::{Embedder, EmbedderOptions};
 use nornir_ep_select::Device;
 use nornir_test_support::env_path;
@@ -19,7 +19,7 @@ fn two_cpu_workers_share_one_session_and_embed_correctly() {
     let embedder = Embedder::new(&dir, &options).expect("load paraphrase-MiniLM-L3-v2");
     let session = embedder.report().memory.session_growth_bytes[0];
     assert!(session as f64 >= 0.5 * file_bytes as f64, "the first session holds the weights: {session} bytes");
-    let start = resident_bytes();
+    let start = status_kib("VmRSS:") * 1024;
 
     // Both workers run batches side by side, on the one session, and give the reference vectors
     // (the sample, then 400 corpus texts to keep both busy).
@@ -37,7 +37,7 @@ fn two_cpu_workers_share_one_session_and_embed_correctly() {
 
     // What running both workers added: the activations of their batches (measured: 16 MB). A
     // session of its own for the second worker, built at its first batch, added 95 MB.
-    let grew = resident_bytes().saturating_sub(start);
+    let grew = (status_kib("VmRSS:") * 1024).saturating_sub(start);
     eprintln!("session {} MB; running both workers added {} MB", session >> 20, grew >> 20);
     assert!(
         grew < file_bytes / 2,
@@ -48,11 +48,4 @@ fn two_cpu_workers_share_one_session_and_embed_correctly() {
     let memory = embedder.report().memory;
     assert_eq!((memory.session_growth_bytes.len(), memory.workers_per_session), (1, 2), "{memory:?}");
     assert_eq!(embedder.warm_up(), 1, "one session for both workers");
-}
-
-/// The process's resident memory (`VmRSS`) in bytes.
-fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next());
-    kib.and_then(|k| k.parse::<u64>().ok()).expect("VmRSS") * 1024
 }

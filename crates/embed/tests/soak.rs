@@ -12,23 +12,13 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{cosine, model_dir, testdata};
+use common::{cosine, model_dir, status_kib, testdata};
 use nornir_embed::{Embedder, EmbedderOptions};
 use nornir_ep_select::Device;
 
 const THREADS: usize = 8;
 /// Texts per call, cycled: single texts, small and large batches.
 const SIZES: [usize; 6] = [1, 3, 8, 1, 32, 64];
-
-fn rss_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .expect("a memory field")
-}
 
 #[test]
 fn eight_threads_share_one_embedder() {
@@ -78,7 +68,7 @@ fn eight_threads_share_one_embedder() {
     }
     drop(done_tx);
     barrier.wait();
-    let warm_rss = rss_kib("VmRSS:");
+    let warm_rss = status_kib("VmRSS:");
     let deadline = Duration::from_secs(60 + calls as u64 * 2);
     let mut texts = 0usize;
     for _ in 0..THREADS {
@@ -89,8 +79,8 @@ fn eight_threads_share_one_embedder() {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    let end_rss = rss_kib("VmRSS:");
-    let peak = rss_kib("VmHWM:");
+    let end_rss = status_kib("VmRSS:");
+    let peak = status_kib("VmHWM:");
     println!(
         "soak: {THREADS} threads x {calls} calls = {} calls, {texts} texts in {seconds:.1} s: {:.1} calls/s, {:.1} texts/s; \
          RSS after warm-up {} MiB, at the end {} MiB, peak {} MiB",
