@@ -227,7 +227,7 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
             "nornir: {done} texts{chunked} in {seconds:.2} s ({:.1} texts/s) on {}; {truncated} truncated; peak RSS {:.0} MiB",
             done as f64 / seconds.max(1e-9),
             embedder.report().active_provider,
-            peak_rss_mib().unwrap_or(f64::NAN)
+            peak_rss_mib(&embedder).unwrap_or(f64::NAN)
         );
     }
     Ok(())
@@ -236,11 +236,9 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
 /// The built-in benchmark sample: the parity sample's 99 texts.
 pub(super) const SAMPLE: &str = include_str!("../../../../testdata/parity-sample.txt");
 
-fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
+/// The process's peak resident memory in MiB, as the embedder's memory report gives it.
+fn peak_rss_mib(embedder: &Embedder) -> Option<f64> {
+    embedder.report().memory.peak_resident_bytes.map(|b| b as f64 / (1024.0 * 1024.0))
 }
 
 pub fn bench(a: &BenchArgs) -> Result<()> {
@@ -268,7 +266,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             j["active_provider"] = serde_json::json!(embedder.report().active_provider);
             j["sessions"] = serde_json::json!(embedder.sessions());
             j["batch_tokens"] = serde_json::json!(a.model.batch_tokens);
-            j["peak_rss_mib"] = serde_json::json!(peak_rss_mib());
+            j["peak_rss_mib"] = serde_json::json!(peak_rss_mib(&embedder));
             println!("{}", serde_json::to_string_pretty(&j)?);
         } else {
             println!("input            {source} ({} texts)", texts.len());
@@ -317,7 +315,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         "ort_seconds_per_session": s.ort_seconds / embedder.sessions() as f64,
         "outside_ort_seconds": (seconds - s.ort_seconds / embedder.sessions() as f64).max(0.0),
         "load_seconds": load_seconds,
-        "peak_rss_mib": peak_rss_mib(),
+        "peak_rss_mib": peak_rss_mib(&embedder),
         "memory": session.memory,
         "active_provider": session.active_provider,
         "gpu_vendor": embedder.gpu_vendor(),
@@ -359,7 +357,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             s.padded_tokens
         );
         println!("model load       {load_seconds:.2} s");
-        if let Some(m) = peak_rss_mib() {
+        if let Some(m) = peak_rss_mib(&embedder) {
             println!("peak RSS         {m:.0} MiB");
         }
         let memory = &session.memory;
