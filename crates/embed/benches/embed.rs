@@ -1,10 +1,10 @@
-//! The embedder's parts on the benchmark corpus: tokenization, packing, pooling, one small
+//! The embedder's parts on the benchmark corpus: tokenization, pooling, one small
 //! end-to-end batch, and the scheduler (one call against 16 concurrent callers). Needs the default model: `cargo xtask fetch`, then `cargo bench -p nornir-embed`.
 
 use std::path::PathBuf;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use nornir_embed::internals::{pack, pool_tokens};
+use nornir_embed::internals::pool_tokens;
 use nornir_embed::{Embedder, EmbedderOptions, Pooling};
 use nornir_ep_select::Device;
 
@@ -33,17 +33,6 @@ fn bench(c: &mut Criterion) {
     g.bench_function("encode_batch 256 texts", |b| {
         b.iter(|| tokenizer.encode_batch(sample.clone(), true).expect("encode"))
     });
-    g.finish();
-
-    let lengths: Vec<usize> = tokenizer
-        .encode_batch(texts.iter().map(String::as_str).collect::<Vec<_>>(), true)
-        .expect("encode")
-        .iter()
-        .map(|e| e.get_ids().len().min(256))
-        .collect();
-    let mut g = c.benchmark_group("pack");
-    g.throughput(Throughput::Elements(lengths.len() as u64));
-    g.bench_function("corpus, budget 512", |b| b.iter(|| pack(&lengths, 512)));
     g.finish();
 
     let (len, dim) = (128, 384);

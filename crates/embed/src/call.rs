@@ -2,7 +2,7 @@
 //! dimensions, truncation) on an embedder built once. Calls with different options still share
 //! batches: what the model reads is token ids, and the rest happens to each call's own rows.
 
-use crate::scheduler::Request;
+use crate::request::Request;
 
 /// The prompt of one call.
 #[derive(Debug, Clone, PartialEq, Eq)]

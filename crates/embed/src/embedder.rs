@@ -16,12 +16,12 @@ use nornir_ep_select::Vendor;
 
 use crate::call::CallOptions;
 use crate::embeddings::Embeddings;
-use crate::engine::{Engine, ModelInfo, Token};
+use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::options::EmbedderOptions;
-use crate::prepare::Call;
-use crate::scheduler::QueueFull;
-use crate::session::{Placement, SessionReport};
+use crate::options::QueueFull;
+use crate::prepare::{self, Call};
+use crate::report::{ModelInfo, Placement, SessionReport, Token};
 use crate::stats::EmbedStats;
 
 /// A sentence embedder over a small pool of ONNX Runtime sessions. `Send + Sync`: share it with
@@ -97,11 +97,12 @@ fn tokenize(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJob>>) {
         if job.slot.lock().abandoned {
             continue;
         }
-        let result =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.prepare(&job.texts, &job.options)))
-                .unwrap_or_else(|_| {
-                    Err(EmbedError::inference(InferenceKind::WorkerFailed, "tokenizing the call's texts panicked"))
-                });
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            prepare::prepare(&engine, &job.texts, &job.options)
+        }))
+        .unwrap_or_else(|_| {
+            Err(EmbedError::inference(InferenceKind::WorkerFailed, "tokenizing the call's texts panicked"))
+        });
         let mut s = job.slot.lock();
         if !s.abandoned {
             s.result = Some(result);
@@ -167,13 +168,13 @@ impl Embedder {
     /// # Ok::<(), nornir_embed::EmbedError>(())
     /// ```
     pub fn embed_with<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Embeddings> {
-        let mut call = self.engine.prepare(texts, options)?;
+        let mut call = prepare::prepare(&self.engine, texts, options)?;
         self.engine.scheduler.admit(&call.items, call.max_wait)?;
         self.engine.scheduler.submit(std::mem::take(&mut call.items), self.engine.queue_full)?;
         match call.request.wait() {
-            Ok(rows) => Ok(self.engine.finish(call, rows)),
+            Ok(rows) => Ok(prepare::finish(&self.engine, call, rows)),
             Err(EmbedError::Cancelled) => {
-                self.engine.cancel_queued(&call.request);
+                prepare::cancel_queued(&self.engine, &call.request);
                 Err(EmbedError::Cancelled)
             }
             Err(e) => Err(e),
@@ -202,7 +203,7 @@ impl Embedder {
     /// than the model gets all its tokens), special tokens included when `special_tokens`. Runs
     /// in the caller's thread.
     pub fn tokenize(&self, text: &str, options: &CallOptions, special_tokens: bool) -> Result<Vec<Token>> {
-        self.engine.tokens(text, options, special_tokens)
+        prepare::tokens(&self.engine, text, options, special_tokens)
     }
 
     /// The model's raw token vectors for `text` (its prompt and special tokens included, after
@@ -210,13 +211,13 @@ impl Embedder {
     /// caller's thread on the first session, outside the queue (a GPU session that fails there
     /// is replaced by a CPU session, as in a batch); an error for a graph that pools.
     pub fn token_vectors(&self, text: &str, options: &CallOptions) -> Result<Embeddings> {
-        let (data, width) = self.engine.token_vectors(text, options)?;
+        let (data, width) = prepare::token_vectors(&self.engine, text, options)?;
         Ok(Embeddings::new(data, width).unwrap_or_default())
     }
 
     /// The text of the model's token ids; an id outside the vocabulary is an error.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
-        self.engine.decode(ids, skip_special_tokens)
+        self.engine.tokenizer.decode(ids, skip_special_tokens)
     }
 
     /// Embeds a stream of texts `chunk` at a time, yielding each chunk's rows in input order.
@@ -298,7 +299,7 @@ impl Embedder {
     /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh
     /// session built the same way. Costs a session build; call it on demand (`doctor`).
     pub fn placement(&self) -> Placement {
-        self.engine.placement()
+        crate::placement::profile(&self.engine)
     }
 }
 
@@ -339,7 +340,7 @@ enum State {
 impl Drop for EmbedFuture<'_> {
     fn drop(&mut self) {
         match &self.state {
-            State::Running(call) => self.engine.cancel_queued(&call.request),
+            State::Running(call) => prepare::cancel_queued(&self.engine, &call.request),
             // Its texts never reach the queue: a job still waiting is skipped.
             State::Tokenizing(slot, texts) => {
                 let mut s = slot.lock();
@@ -416,10 +417,10 @@ impl Future for EmbedFuture<'_> {
                         return Poll::Pending;
                     }
                     Some(Err(EmbedError::Cancelled)) => {
-                        this.engine.cancel_queued(&call.request);
+                        prepare::cancel_queued(this.engine, &call.request);
                         return Poll::Ready(Err(EmbedError::Cancelled));
                     }
-                    Some(rows) => return Poll::Ready(rows.map(|rows| this.engine.finish(call, rows))),
+                    Some(rows) => return Poll::Ready(rows.map(|rows| prepare::finish(this.engine, call, rows))),
                 },
                 State::Done => {
                     return Poll::Ready(Err(EmbedError::inference(

@@ -5,128 +5,26 @@
 //! in `prepare` (each call's own cut and normalisation).
 
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use nornir_ep_select::{Plan, Provider, Vendor};
 use ort::session::Session;
-use serde::{Deserialize, Serialize};
-use tokenizers::{Tokenizer, TruncationParams};
 
-use crate::error::{EmbedError, InferenceKind, Result, error_chain};
+use crate::error::{EmbedError, Result, error_chain};
 use crate::graph_io::{GraphIo, Row, RowSettings, graph_io, run_and_pool};
-use crate::graph_scan;
-use crate::model::ModelFolder;
-use crate::options::EmbedderOptions;
-use crate::placement::parse_profile;
+use crate::graph_scan::one_text_per_run;
+use crate::options::{EmbedderOptions, QueueFull, default_cpu_workers, intra_threads};
 use crate::plan::plan_for_model;
 use crate::pooling::Pooling;
-use crate::prepare::prompt_token_count;
-use crate::prompt::{PromptChoice, choose_prompt};
+use crate::prompt::choose_prompt;
+use crate::queue::BatchPolicy;
+use crate::report::{ModelFolder, ModelInfo, SessionReport};
 use crate::runtime::{OrtRuntime, load_runtime};
-use crate::scheduler::{BatchPolicy, QueueFull, Scheduler};
-use crate::session::{self, Placement, SessionConfig, SessionReport, resident_bytes};
+use crate::scheduler::Scheduler;
+use crate::session::{self, SessionConfig, Slot, growth_since, resident_bytes};
 use crate::stats::{Counters, EmbedStats};
-
-/// A session and the vendor it runs on. A CPU session is run by every worker at once, each
-/// holding the read lock (see `shared_run`); a GPU session is run under the write lock, and when
-/// it fails at run time it is replaced here by a CPU session before the failed batch runs again.
-#[derive(Debug)]
-pub(crate) struct Slot {
-    pub(crate) session: Session,
-    pub(crate) vendor: Vendor,
-}
-
-/// One token of a text, as TEI's `/tokenize` reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Token {
-    /// Its id in the model's vocabulary.
-    pub id: u32,
-    /// The text it stands for (the token's own spelling for a special token).
-    pub text: String,
-    /// A special token (`[CLS]`, `[SEP]`, ...), not from the text.
-    pub special: bool,
-    /// Byte offsets in the text with its prompt: its first byte, and past its last.
-    pub start: usize,
-    /// See `start`.
-    pub stop: usize,
-}
-
-/// Facts about the loaded model, for reports.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct ModelInfo {
-    /// What the folder holds and says.
-    pub folder: ModelFolder,
-    /// The width of the vectors returned: `model_dimension`, or `--dim` when given.
-    pub dimension: usize,
-    /// The width of the model's own output.
-    pub model_dimension: usize,
-    /// The most tokens of a text the model reads (longer ones are truncated or chunked).
-    pub max_length: usize,
-    /// How token vectors become one vector (for a graph that does not pool itself).
-    pub pooling: Pooling,
-    /// Tokens of the prompt left out of the pooling (`include_prompt: false`).
-    pub pooling_skips_prompt_tokens: usize,
-    /// Whether vectors are L2-normalised by default.
-    pub normalize: bool,
-    /// Why vectors are (or are not) normalised.
-    pub normalize_reason: String,
-    /// The prompt put before every text, and the task.
-    pub prompt: PromptChoice,
-    /// Texts are padded on the left (the tokenizer's padding side).
-    pub left_padding: bool,
-    /// The graph's inputs that nornir feeds.
-    pub inputs: Vec<String>,
-    /// The graph output read.
-    pub output: String,
-    /// That output is one vector per text (`sentence_embedding`), not per token.
-    pub output_is_pooled: bool,
-    /// Why this output was chosen.
-    pub output_reason: String,
-    /// Set when every text runs alone, without neighbours or padding, and why: the graph
-    /// quantizes activations with one scale per batch, so batching would change the vectors.
-    #[serde(default)]
-    pub one_text_per_run: Option<String>,
-}
-
-/// Why texts of this model must run one at a time, if they must: the graph quantizes its
-/// activations with one scale per tensor (a third-party dynamic-int8 export, or
-/// `nornir vector quantize --activations per-tensor`).
-fn one_text_per_run(model: &[u8]) -> Option<String> {
-    let ops = graph_scan::per_tensor_activation_ops(model);
-    if ops.is_empty() {
-        return None;
-    }
-    let list: Vec<String> = ops.iter().map(|(op, n)| format!("{op} x{n}")).collect();
-    Some(format!(
-        "the graph quantizes activations with one scale per tensor ({}), so a text's vector would depend on the other texts and the padding of its batch; each text runs alone. `nornir vector quantize` of the float32 model writes per-token scales, which batch",
-        list.join(", ")
-    ))
-}
-
-/// How many batches run side by side on the CPU with `threads` threads by default: half the
-/// threads, at least two (one for one thread). Measured on two cores (first 3,000 corpus texts):
-/// two workers of one thread each ran 1.92x one thread's speed, one worker with two threads
-/// 1.79x; so two threads per batch keep 90% of their speed, and more workers would add a little
-/// throughput (96% per worker) at the cost of each batch's latency. On 4, 8 and 16 cores: 2, 4
-/// and 8 workers, each batch with at least two threads.
-fn default_cpu_workers(threads: usize) -> usize {
-    if threads >= 2 { (threads / 2).max(2) } else { 1 }
-}
-
-/// ONNX Runtime's intra-op threads for a session that `workers` run at once, out of `threads`
-/// in all: each running worker's own thread computes too, so the pool has the rest. A lone run
-/// then uses `threads - workers + 1` threads, and runs side by side share the pool.
-fn intra_threads(threads: usize, workers: usize) -> usize {
-    (threads + 1).saturating_sub(workers).max(1)
-}
-
-/// How much the resident memory grew since `before` (taken with `resident_bytes`).
-fn growth_since(before: Option<u64>) -> Option<u64> {
-    Some(resident_bytes()?.saturating_sub(before?))
-}
+use crate::tokenize::ModelTokenizer;
 
 /// Everything the callers and the session workers share. On the CPU every worker runs the one
 /// session; on a GPU worker k runs session k (see `slot_for`).
@@ -142,12 +40,7 @@ pub(crate) struct Engine {
     pub(crate) sessions: usize,
     /// Resident memory growth while each session was built, in bytes (see `Memory`).
     pub(crate) session_growth: Mutex<Vec<u64>>,
-    /// Truncates on the right, to the model's length.
-    pub(crate) tokenizer: Tokenizer,
-    /// Truncates on the left; made at the first call that asks for it.
-    pub(crate) left_tokenizer: std::sync::OnceLock<Tokenizer>,
-    /// Does not truncate: counts a refused text's tokens, and tokenizes for `tokens`.
-    pub(crate) whole_tokenizer: std::sync::OnceLock<Tokenizer>,
+    pub(crate) tokenizer: ModelTokenizer,
     /// The pooling config's `include_prompt`: false leaves a call's prompt tokens out.
     pub(crate) include_prompt: bool,
     /// `dim` of the options: the width of a call that does not choose one.
@@ -184,35 +77,8 @@ impl Engine {
         }
         let folder = ModelFolder::open(dir, options.model_file.as_deref())?;
         let prompt = choose_prompt(&folder, options)?;
-        let mut tokenizer = Tokenizer::from_file(&folder.tokenizer_file)
-            .map_err(|e| EmbedError::tokenizer_because(&folder.tokenizer_file, e))?;
-        let max_length = options
-            .max_length
-            .or(folder.max_seq_length)
-            .or_else(|| tokenizer.get_truncation().map(|t| t.max_length))
-            .or(folder.max_position_embeddings)
-            .unwrap_or(512);
-        if max_length == 0 {
-            return Err(EmbedError::invalid("max_length", "must be at least 1"));
-        }
-        let vocab = tokenizer.get_vocab_size(true);
-        if let Some(rows) = folder.vocab_size
-            && vocab > rows
-        {
-            return Err(EmbedError::tokenizer(
-                &folder.tokenizer_file,
-                format!(
-                    "it has {vocab} tokens but config.json says the model has {rows} (vocab_size), so it is not this model's tokenizer"
-                ),
-            ));
-        }
-        let left_padding =
-            tokenizer.get_padding().is_some_and(|p| matches!(p.direction, tokenizers::PaddingDirection::Left));
-        tokenizer.with_padding(None);
-        tokenizer
-            .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
-            .map_err(|e| EmbedError::tokenizer_because(&folder.tokenizer_file, e))?;
-
+        let tokenizer = ModelTokenizer::load(&folder, options.max_length)?;
+        let (max_length, left_padding) = (tokenizer.max_length(), tokenizer.left_padding());
         let plan = plan_for_model(options.device, folder.quantization.as_ref().and_then(|q| q.cpu_only()));
         if let Some(why) = &plan.refusal {
             return Err(EmbedError::DeviceRefused { reason: why.clone() });
@@ -245,7 +111,8 @@ impl Engine {
         let skip = if include_prompt || prompt.text.is_empty() {
             0
         } else {
-            prompt_token_count(&tokenizer, &prompt.text)
+            tokenizer
+                .prompt_token_count(&prompt.text)
                 .map_err(|e| EmbedError::tokenizer_because(&folder.tokenizer_file, e))?
         };
         let (normalize, normalize_reason) = match options.normalize {
@@ -282,8 +149,6 @@ impl Engine {
             sessions,
             session_growth,
             tokenizer,
-            left_tokenizer: std::sync::OnceLock::new(),
-            whole_tokenizer: std::sync::OnceLock::new(),
             include_prompt,
             default_dim: options.dim,
             io,
@@ -310,10 +175,11 @@ impl Engine {
     /// Runs one short text: finds the output width, checks it against the configs, and makes a
     /// graph that fails on real input (wrong vocabulary, wrong inputs) fail at load time.
     pub(crate) fn check_with_a_first_run(&mut self) -> Result<()> {
-        let vocab = self.tokenizer.get_vocab_size(true);
+        let vocab = self.tokenizer.truncating().get_vocab_size(true);
         let probe_text = "nornir checks the model";
         let enc = self
             .tokenizer
+            .truncating()
             .encode(probe_text, true)
             .map_err(|e| EmbedError::tokenizer_because(&self.info.folder.tokenizer_file, e))?;
         // The vocabulary's last id goes in too: a model with a smaller embedding table fails here.
@@ -495,50 +361,69 @@ impl Engine {
         Ok(session::build(&self.runtime, &self.cpu_plan(), &self.pooled_config())?.0)
     }
 
-    /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh
-    /// session built the same way. Costs a session build; call it on demand (`doctor`).
-    pub(crate) fn placement(&self) -> Placement {
-        // A private folder with an unpredictable name, removed when `dir` drops.
-        let dir = match tempfile::Builder::new().prefix("nornir-placement-").tempdir() {
-            Ok(d) => d,
-            Err(e) => return Placement::Unknown { reason: format!("no temporary folder for the profile: {e}") },
-        };
-        let prefix = dir.path().join("nornir-placement");
-        let cfg = SessionConfig { profile_to: Some(&prefix), ..self.pooled_config() };
-        let plan = self.running_plan();
-        let result = (|| -> Result<Placement> {
-            let (mut session, _) = session::build(&self.runtime, &plan, &cfg)?;
-            let ids = self
-                .tokenizer
-                .encode("where does this run?", true)
-                .map(|e| e.get_ids().to_vec())
-                .unwrap_or_else(|_| vec![0, 0]);
-            let row = Row { ids: &ids, skip: 0, spans: &[] };
-            run_and_pool(&session, &self.io, self.settings, &[row], &AtomicU64::new(0), |_, _| {})?;
-            let file = session
-                .end_profiling()
-                .map_err(|e| EmbedError::inference_because(InferenceKind::Runtime, "ending the profile", e))?;
-            let text = std::fs::read_to_string(&file)
-                .map_err(|e| EmbedError::inference_because(InferenceKind::Runtime, &file, e))?;
-            Ok(parse_profile(&text))
-        })();
-        result.unwrap_or_else(|e| Placement::Unknown { reason: error_chain(&e) })
+    /// Runs one batch on `slot`. When a GPU session fails, and the device was not forced, the
+    /// slot's session is replaced by a CPU session and the same batch runs again: `emit` sees
+    /// each text once, from the run that succeeded.
+    pub(crate) fn run_batch(
+        &self,
+        slot: &RwLock<Slot>,
+        rows: &[Row<'_>],
+        mut emit: impl FnMut(usize, &[f32]),
+    ) -> Result<usize> {
+        let (settings, nanos) = (self.settings, &self.counters.ort_nanos);
+        self.run_on(slot, rows, |session| run_and_pool(session, &self.io, settings, rows, nanos, &mut emit))
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    /// Runs `run` on the slot's session, then counts the batch of `rows`. Pooled rows and token
+    /// vectors both go this way. A CPU session runs under the read lock, beside the other
+    /// workers' runs; a GPU session under the write lock (see `run_exclusive`).
+    pub(crate) fn run_on(
+        &self,
+        slot: &RwLock<Slot>,
+        rows: &[Row<'_>],
+        mut run: impl FnMut(&Session) -> Result<usize>,
+    ) -> Result<usize> {
+        let shared = slot.read().unwrap_or_else(PoisonError::into_inner);
+        let dim = if shared.vendor == Vendor::Cpu {
+            run(&shared.session)?
+        } else {
+            drop(shared);
+            self.run_exclusive(slot, &mut run)?
+        };
+        let c = &self.counters;
+        let longest = rows.iter().map(|r| r.ids.len()).max().unwrap_or(0).max(1);
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.count_batch(rows.len());
+        c.tokens.fetch_add(rows.iter().map(|r| r.ids.len() as u64).sum(), Ordering::Relaxed);
+        c.padded_tokens.fetch_add((rows.len() * longest) as u64, Ordering::Relaxed);
+        Ok(dim)
+    }
 
-    #[test]
-    fn cpu_workers_and_their_threads_follow_the_core_count() {
-        // (threads, default workers, ONNX Runtime intra-op threads of the shared session)
-        for (threads, workers, intra) in [(1, 1, 1), (2, 2, 1), (3, 2, 2), (4, 2, 3), (8, 4, 5), (16, 8, 9)] {
-            assert_eq!(default_cpu_workers(threads), workers, "{threads} threads");
-            assert_eq!(intra_threads(threads, workers), intra, "{threads} threads");
-            // Every worker's own thread and the pool's together are the threads asked for.
-            assert_eq!(workers + intra - 1, threads, "{threads} threads");
+    /// Runs `run` on the slot's session alone, and when a GPU session fails (and the device was
+    /// not forced), replaces it with a CPU session under the same lock and runs again there.
+    fn run_exclusive(&self, slot: &RwLock<Slot>, run: &mut impl FnMut(&Session) -> Result<usize>) -> Result<usize> {
+        let mut slot = slot.write().unwrap_or_else(PoisonError::into_inner);
+        match run(&slot.session) {
+            Err(e) if slot.vendor != Vendor::Cpu => {
+                let e = error_chain(&e);
+                let active = &self.report.active_provider;
+                let hint = session::run_time_hint(&self.report.registrations, active);
+                let why = format!("running a batch on {active} failed: {e}{hint}");
+                if self.report.plan.forced {
+                    return Err(EmbedError::ForcedDeviceFailed {
+                        vendor: self.report.plan.vendor,
+                        details: why,
+                        registrations: Vec::new(),
+                    });
+                }
+                tracing::warn!("{why}; running it and the rest on CPU");
+                slot.session = self.cpu_session()?;
+                slot.vendor = Vendor::Cpu;
+                self.run_fallback()
+                    .get_or_insert_with(|| format!("{why}; rebuilt on CPUExecutionProvider and ran that batch again"));
+                run(&slot.session)
+            }
+            other => other,
         }
-        assert_eq!(intra_threads(2, 8), 1, "more workers than threads: one thread each");
     }
 }

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use nornir_ep_select::Vendor;
 
+use crate::report::Registration;
+
 /// Everything the embedder can fail with; match on the variant (and on [`InferenceKind`]), not on
 /// the text.
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +98,7 @@ pub enum EmbedError {
         details: String,
         /// Each provider's registration and preflight, when the failure came while building a
         /// session (empty for a failure at run time): what `doctor --json` reports.
-        registrations: Vec<crate::session::Registration>,
+        registrations: Vec<Registration>,
     },
 
     #[error("model folder {dir}: {reason}")]

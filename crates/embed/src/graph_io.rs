@@ -9,8 +9,8 @@ use ort::session::Session;
 use ort::value::{TensorElementType, TensorRef, ValueType};
 
 use crate::error::{EmbedError, InferenceKind, Result};
-use crate::model::ModelFolder;
 use crate::pooling::{Pooling, pool_tokens};
+use crate::report::ModelFolder;
 
 /// Outputs chosen by name before any other, in this order (sentence-transformers' and the
 /// common exporters' names).

@@ -103,6 +103,21 @@ fn take<'a>(buf: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
     Some(head)
 }
 
+/// Why texts of this model must run one at a time, if they must: the graph quantizes its
+/// activations with one scale per tensor (a third-party dynamic-int8 export, or
+/// `nornir vector quantize --activations per-tensor`).
+pub(crate) fn one_text_per_run(model: &[u8]) -> Option<String> {
+    let ops = per_tensor_activation_ops(model);
+    if ops.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = ops.iter().map(|(op, n)| format!("{op} x{n}")).collect();
+    Some(format!(
+        "the graph quantizes activations with one scale per tensor ({}), so a text's vector would depend on the other texts and the padding of its batch; each text runs alone. `nornir vector quantize` of the float32 model writes per-token scales, which batch",
+        list.join(", ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,6 @@
 
 #![warn(missing_docs)]
 
-mod batch;
 mod call;
 mod chunk;
 mod embedder;
@@ -25,6 +24,9 @@ mod plan;
 mod pooling;
 mod prepare;
 mod prompt;
+mod queue;
+mod report;
+mod request;
 mod runtime;
 mod scheduler;
 mod session;
@@ -36,22 +38,20 @@ mod worker;
 pub use call::{CallOptions, CallPrompt, CancelHandle, Chunking, DocumentVector, Truncation};
 pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::{CharChunk, Chunk, Embeddings};
-pub use engine::{ModelInfo, Token};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
-pub use model::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
-pub use options::EmbedderOptions;
+pub use options::{EmbedderOptions, QueueFull};
 pub use plan::{plan_for, plan_for_model};
 pub use pooling::{Pooling, normalize};
-pub use prompt::PromptChoice;
-pub use runtime::{MIN_ORT, OrtInfo, check_library, choose_library};
-pub use scheduler::QueueFull;
-pub use session::{Memory, Placement, Registration, RegistrationOutcome, SessionReport};
+pub use report::{
+    Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PoolingSpec, PromptChoice, Prompts, Quantization,
+    Registration, RegistrationOutcome, SessionReport, Token,
+};
+pub use runtime::{MIN_ORT, check_library, choose_library};
 pub use stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::batch::{ATTENTION_FREE_LENGTH, Batch, pack};
     pub use crate::model::{
         HfConfig, parse_hf_config, parse_modules, parse_pooling_config, parse_prompts, parse_quantization,
         parse_sentence_bert_config,

@@ -1,62 +1,13 @@
 //! The model folder in the Hugging Face / sentence-transformers layout, read and checked up front.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::error::{EmbedError, Result};
 use crate::pooling::Pooling;
-
-/// Where a model's files are and what its configs say.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct ModelFolder {
-    /// The folder.
-    pub dir: PathBuf,
-    /// The ONNX graph (`model.onnx`, `onnx/model.onnx` or the one named).
-    pub model_file: PathBuf,
-    /// `tokenizer.json`.
-    pub tokenizer_file: PathBuf,
-    /// `sentence_bert_config.json`'s `max_seq_length`.
-    pub max_seq_length: Option<usize>,
-    /// `config.json`'s `max_position_embeddings`.
-    pub max_position_embeddings: Option<usize>,
-    /// `config.json`'s `hidden_size`, or the pooling config's `word_embedding_dimension`.
-    pub hidden_size: Option<usize>,
-    /// `config.json`'s `vocab_size`: the rows of the model's token embedding table.
-    pub vocab_size: Option<usize>,
-    /// The pooling module's config, if the folder has one.
-    pub pooling: Option<PoolingSpec>,
-    /// `modules.json`, if the folder has one: it decides whether vectors are normalised.
-    pub modules: Option<Modules>,
-    /// `config_sentence_transformers.json`'s prompts (empty without that file).
-    pub prompts: Prompts,
-    /// `config.json`'s `lora_adaptations`: the tasks a jina-embeddings-v3 graph takes as `task_id`.
-    pub tasks: Option<Vec<String>>,
-    /// `config.json`'s `task_instructions`: the text put before a text for each task.
-    pub task_instructions: BTreeMap<String, String>,
-    /// `quantization.json`, written by `nornir vector quantize`: the model is int8 for that target.
-    pub quantization: Option<Quantization>,
-}
-
-/// What `quantization.json` says about how the model was made.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Quantization {
-    /// `"nornir int8"`.
-    pub format: String,
-    /// The hardware the int8 operators are for: `"cpu"`.
-    pub target: String,
-    /// The int8 operator written (`MatMulIntegerToFloat`).
-    pub operator: Option<String>,
-    /// `"int8"` or `"uint8"`: how the weights are stored (absent before nornir recorded it: int8).
-    #[serde(default)]
-    pub weights: Option<String>,
-    /// `"per-token"` or `"per-tensor"`: how activations are scaled (absent: per-tensor).
-    #[serde(default)]
-    pub activations: Option<String>,
-}
+use crate::report::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 
 impl Quantization {
     /// Why this model runs only on the CPU, if it does.
@@ -106,16 +57,6 @@ struct Module {
     path: String,
     #[serde(rename = "type", default)]
     kind: String,
-}
-
-/// What `modules.json` lists, as far as nornir applies it.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Modules {
-    /// The pooling module's folder, if one is listed.
-    pub pooling_dir: Option<String>,
-    /// Whether a Normalize module is listed.
-    pub normalize: bool,
 }
 
 /// Parses `modules.json`. The transformer (the ONNX graph), Pooling and Normalize modules are
@@ -170,19 +111,6 @@ impl Default for PoolingConfig {
     }
 }
 
-/// A sentence-transformers pooling config: the mode, the embedding width, and whether prompt
-/// tokens are pooled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct PoolingSpec {
-    /// The `pooling_mode_*` that is true.
-    pub mode: Pooling,
-    /// `word_embedding_dimension`.
-    pub dimension: Option<usize>,
-    /// `include_prompt`: `false` leaves the prompt's tokens out of the pooling.
-    pub include_prompt: bool,
-}
-
 /// Parses a sentence-transformers pooling config.
 pub fn parse_pooling_config(text: &str) -> Result<PoolingSpec, String> {
     let c: PoolingConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
@@ -215,17 +143,6 @@ pub fn parse_pooling_config(text: &str) -> Result<PoolingSpec, String> {
 pub fn parse_sentence_bert_config(text: &str) -> Result<Option<usize>, String> {
     let c: SentenceBertConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
     Ok(c.max_seq_length)
-}
-
-/// `config_sentence_transformers.json`'s prompts.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct Prompts {
-    /// Prompt name -> the text put before each input.
-    pub prompts: BTreeMap<String, String>,
-    /// The prompt used when none is asked for.
-    pub default_prompt_name: Option<String>,
 }
 
 /// Parses `config_sentence_transformers.json` (other keys are ignored).

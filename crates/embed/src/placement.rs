@@ -2,9 +2,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::sync::atomic::AtomicU64;
+
 use serde::Deserialize;
 
-use crate::session::Placement;
+use crate::engine::Engine;
+use crate::error::{EmbedError, InferenceKind, Result, error_chain};
+use crate::graph_io::{Row, run_and_pool};
+use crate::report::Placement;
+use crate::session::{self, SessionConfig};
 
 #[derive(Deserialize)]
 struct Event {
@@ -41,6 +47,37 @@ pub fn parse_profile(text: &str) -> Placement {
         *nodes.entry(provider).or_default() += 1;
     }
     Placement::Known { nodes }
+}
+
+/// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh
+/// session built the same way. Costs a session build; call it on demand (`doctor`).
+pub(crate) fn profile(engine: &Engine) -> Placement {
+    // A private folder with an unpredictable name, removed when `dir` drops.
+    let dir = match tempfile::Builder::new().prefix("nornir-placement-").tempdir() {
+        Ok(d) => d,
+        Err(e) => return Placement::Unknown { reason: format!("no temporary folder for the profile: {e}") },
+    };
+    let prefix = dir.path().join("nornir-placement");
+    let cfg = SessionConfig { profile_to: Some(&prefix), ..engine.pooled_config() };
+    let plan = engine.running_plan();
+    let result = (|| -> Result<Placement> {
+        let (mut session, _) = session::build(&engine.runtime, &plan, &cfg)?;
+        let ids = engine
+            .tokenizer
+            .truncating()
+            .encode("where does this run?", true)
+            .map(|e| e.get_ids().to_vec())
+            .unwrap_or_else(|_| vec![0, 0]);
+        let row = Row { ids: &ids, skip: 0, spans: &[] };
+        run_and_pool(&session, &engine.io, engine.settings, &[row], &AtomicU64::new(0), |_, _| {})?;
+        let file = session
+            .end_profiling()
+            .map_err(|e| EmbedError::inference_because(InferenceKind::Runtime, "ending the profile", e))?;
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| EmbedError::inference_because(InferenceKind::Runtime, &file, e))?;
+        Ok(parse_profile(&text))
+    })();
+    result.unwrap_or_else(|e| Placement::Unknown { reason: error_chain(&e) })
 }
 
 #[cfg(test)]

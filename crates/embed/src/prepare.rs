@@ -3,35 +3,21 @@
 //! rows come back, each call's own finishing (cut to its width, normalised, chunks combined).
 //! Calls with different options share batches because everything per call happens here.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams};
-
 use crate::call::{CallOptions, CallPrompt, Chunking, DocumentVector, Truncation};
 use crate::chunk::{late_passes, windows};
 use crate::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
-use crate::engine::{Engine, Token};
+use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
+use crate::graph_io::{Row, forward};
 use crate::pooling::normalize;
 use crate::prompt::named_prompt;
-use crate::scheduler::{Item, Request};
-use crate::tokenize::{prefix_for_tokens, suffix_for_tokens};
-
-/// `text` with `prompt` before it; the text itself, not a copy, when there is no prompt (a text
-/// can be a 10 MB line).
-pub(crate) fn with_prompt<'a>(prompt: &str, text: &'a str) -> Cow<'a, str> {
-    if prompt.is_empty() { Cow::Borrowed(text) } else { Cow::Owned(format!("{prompt}{text}")) }
-}
-
-/// Calls of at most this many texts are tokenized serially, in the thread that prepares the call.
-pub(crate) const SERIAL_TOKENIZE: usize = 16;
-
-/// Texts longer than this many bytes are not tokenized whole just to count their tokens for
-/// [`EmbedError::TooLong`]: the count is then a lower bound.
-pub(crate) const COUNT_WHOLE_BYTES: usize = 1 << 20;
+use crate::report::Token;
+use crate::request::{Item, Request};
+use crate::tokenize::with_prompt;
 
 /// A call on its way: the request its rows go to, its items until they are queued, and how to
 /// lay its rows out again and finish them.
@@ -88,15 +74,6 @@ pub(crate) struct CallPlan<'a> {
     pub(crate) max_wait: Option<std::time::Duration>,
 }
 
-/// The tokens of `prompt` as sentence-transformers counts them for `include_prompt: false`: the
-/// prompt tokenized with the special tokens, less a special token at its end (the `[SEP]` or
-/// end-of-text that closes it alone, not the text it goes before).
-pub(crate) fn prompt_token_count(tokenizer: &Tokenizer, prompt: &str) -> tokenizers::Result<usize> {
-    let enc = tokenizer.encode(prompt, true)?;
-    let ends_special = enc.get_special_tokens_mask().last() == Some(&1);
-    Ok(enc.len() - usize::from(ends_special))
-}
-
 /// A document's vector from its chunks' (`dim` each, finished as the call asks): their mean
 /// weighted by each chunk's tokens, or their element-wise maximum.
 pub(crate) fn combine(vectors: &[f32], dim: usize, spans: &[Chunk], how: DocumentVector) -> Vec<f32> {
@@ -123,369 +100,297 @@ pub(crate) fn combine(vectors: &[f32], dim: usize, spans: &[Chunk], how: Documen
     out
 }
 
-impl Engine {
-    /// `options` with the embedder's defaults filled in, checked against the model.
-    pub(crate) fn plan_call<'a>(&'a self, options: &'a CallOptions) -> Result<CallPlan<'a>> {
-        let model = self.info.model_dimension;
-        let dim = match options.dimensions {
-            None => self.info.dimension,
-            Some(d) if (1..=model).contains(&d) => d,
-            Some(d) => {
-                return Err(EmbedError::invalid(
-                    "dimensions",
-                    format!("must be between 1 and {model} for this model, not {d}"),
-                ));
-            }
-        };
-        let (prompt, skip) = match &options.prompt {
-            None => (self.info.prompt.text.as_str(), self.info.pooling_skips_prompt_tokens),
-            Some(p) => {
-                let text = match p {
-                    CallPrompt::Text(t) => t.as_str(),
-                    CallPrompt::Name(n) => named_prompt(&self.info.folder, n)?,
-                };
-                let skip = if self.include_prompt || text.is_empty() {
-                    0
-                } else {
-                    prompt_token_count(&self.tokenizer, text).map_err(|e| {
-                        EmbedError::inference_because(InferenceKind::Tokenizer, "tokenizing the prompt failed", e)
-                    })?
-                };
-                (text, skip)
-            }
-        };
-        Ok(CallPlan {
-            prompt,
-            skip,
-            normalize: options.normalize.unwrap_or(self.info.normalize),
-            dim,
-            truncation: options.truncation.unwrap_or_default(),
-            max_wait: options.max_wait,
-        })
-    }
-
-    /// A call's texts, tokenized as `options` say, as queue items with the request they fill.
-    /// Identical texts are tokenized and run once.
-    pub(crate) fn prepare<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Call> {
-        let call = self.prepare_texts(texts, options)?;
-        if let Some(handle) = &options.cancel
-            && !handle.watch(&call.request)
-        {
-            self.counters.cancelled_texts.fetch_add(call.items.len() as u64, Ordering::Relaxed);
-            return Err(EmbedError::Cancelled);
-        }
-        Ok(call)
-    }
-
-    /// Takes the texts of a call that nobody waits for any more out of the queue, and counts them.
-    pub(crate) fn cancel_queued(&self, request: &Arc<Request>) {
-        let cancelled = self.scheduler.cancel(request);
-        self.counters.cancelled_texts.fetch_add(cancelled as u64, Ordering::Relaxed);
-    }
-
-    pub(crate) fn prepare_texts<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Call> {
-        let plan = self.plan_call(options)?;
-        let mut first: HashMap<&str, usize> = HashMap::with_capacity(texts.len());
-        let mut unique: Vec<&str> = Vec::with_capacity(texts.len());
-        let slot: Vec<usize> = texts
-            .iter()
-            .map(|t| {
-                *first.entry(t.as_ref()).or_insert_with(|| {
-                    unique.push(t.as_ref());
-                    unique.len() - 1
-                })
-            })
-            .collect();
-        let expand = (unique.len() < texts.len()).then_some(slot);
-        if let Some(chunking) = &options.chunking {
-            return self.prepare_chunks(&unique, expand, &plan, chunking);
-        }
-        let slot = expand.as_deref();
-        let encodings = if unique.is_empty() { Vec::new() } else { self.tokenize(&unique, &plan)? };
-        if plan.truncation == Truncation::Refuse
-            && let Some(u) = encodings.iter().position(|e| !e.get_overflowing().is_empty())
-        {
-            let index = slot.and_then(|slot| slot.iter().position(|&s| s == u)).unwrap_or(u);
-            return Err(self.too_long(index, unique[u], plan.prompt));
-        }
-        let request = Request::new(unique.len(), self.info.model_dimension);
-        let tokens = encodings
-            .iter()
-            .map(|e| TextTokens {
-                count: u32::try_from(e.len()).unwrap_or(u32::MAX),
-                truncated: !e.get_overflowing().is_empty(),
-            })
-            .collect();
-        let items = encodings
-            .into_iter()
-            .enumerate()
-            .map(|(index, e)| {
-                // A prompt cut from the left is no longer whole at the start: pool every token.
-                let cut_left = plan.truncation == Truncation::Left && !e.get_overflowing().is_empty();
-                let skip = if cut_left { 0 } else { plan.skip };
-                Item::new(e.get_ids().to_vec(), skip, Vec::new(), &request, index)
-            })
-            .collect();
-        Ok(Call::new(request, items, expand, tokens, &plan, None))
-    }
-
-    /// A chunking call: each text's whole token ids cut into windows (see [`Chunking`]), a queue
-    /// item per window, or per pass of the model for late chunking.
-    pub(crate) fn prepare_chunks(
-        &self,
-        unique: &[&str],
-        expand: Option<Vec<usize>>,
-        plan: &CallPlan,
-        chunking: &Chunking,
-    ) -> Result<Call> {
-        let max = self.info.max_length;
-        let window = chunking.window.unwrap_or(max);
-        if window > max {
+/// `options` with the embedder's defaults filled in, checked against the model.
+pub(crate) fn plan_call<'a>(engine: &'a Engine, options: &'a CallOptions) -> Result<CallPlan<'a>> {
+    let model = engine.info.model_dimension;
+    let dim = match options.dimensions {
+        None => engine.info.dimension,
+        Some(d) if (1..=model).contains(&d) => d,
+        Some(d) => {
             return Err(EmbedError::invalid(
-                "chunking.window",
-                format!("{window} is longer than the {max} tokens the model reads; give at most {max}"),
+                "dimensions",
+                format!("must be between 1 and {model} for this model, not {d}"),
             ));
         }
-        if chunking.late && self.io.pooled {
+    };
+    let (prompt, skip) = match &options.prompt {
+        None => (engine.info.prompt.text.as_str(), engine.info.pooling_skips_prompt_tokens),
+        Some(p) => {
+            let text = match p {
+                CallPrompt::Text(t) => t.as_str(),
+                CallPrompt::Name(n) => named_prompt(&engine.info.folder, n)?,
+            };
+            let skip = if engine.include_prompt || text.is_empty() {
+                0
+            } else {
+                engine.tokenizer.prompt_token_count(text).map_err(|e| {
+                    EmbedError::inference_because(InferenceKind::Tokenizer, "tokenizing the prompt failed", e)
+                })?
+            };
+            (text, skip)
+        }
+    };
+    Ok(CallPlan {
+        prompt,
+        skip,
+        normalize: options.normalize.unwrap_or(engine.info.normalize),
+        dim,
+        truncation: options.truncation.unwrap_or_default(),
+        max_wait: options.max_wait,
+    })
+}
+
+/// A call's texts, tokenized as `options` say, as queue items with the request they fill.
+/// Identical texts are tokenized and run once.
+pub(crate) fn prepare<S: AsRef<str>>(engine: &Engine, texts: &[S], options: &CallOptions) -> Result<Call> {
+    let call = prepare_texts(engine, texts, options)?;
+    if let Some(handle) = &options.cancel
+        && !handle.watch(&call.request)
+    {
+        engine.counters.cancelled_texts.fetch_add(call.items.len() as u64, Ordering::Relaxed);
+        return Err(EmbedError::Cancelled);
+    }
+    Ok(call)
+}
+
+/// Takes the texts of a call that nobody waits for any more out of the queue, and counts them.
+pub(crate) fn cancel_queued(engine: &Engine, request: &Arc<Request>) {
+    let cancelled = engine.scheduler.cancel(request);
+    engine.counters.cancelled_texts.fetch_add(cancelled as u64, Ordering::Relaxed);
+}
+
+pub(crate) fn prepare_texts<S: AsRef<str>>(engine: &Engine, texts: &[S], options: &CallOptions) -> Result<Call> {
+    let plan = plan_call(engine, options)?;
+    let mut first: HashMap<&str, usize> = HashMap::with_capacity(texts.len());
+    let mut unique: Vec<&str> = Vec::with_capacity(texts.len());
+    let slot: Vec<usize> = texts
+        .iter()
+        .map(|t| {
+            *first.entry(t.as_ref()).or_insert_with(|| {
+                unique.push(t.as_ref());
+                unique.len() - 1
+            })
+        })
+        .collect();
+    let expand = (unique.len() < texts.len()).then_some(slot);
+    if let Some(chunking) = &options.chunking {
+        return prepare_chunks(engine, &unique, expand, &plan, chunking);
+    }
+    let slot = expand.as_deref();
+    let encodings =
+        if unique.is_empty() { Vec::new() } else { engine.tokenizer.encode(&unique, plan.prompt, plan.truncation)? };
+    if plan.truncation == Truncation::Refuse
+        && let Some(u) = encodings.iter().position(|e| !e.get_overflowing().is_empty())
+    {
+        let index = slot.and_then(|slot| slot.iter().position(|&s| s == u)).unwrap_or(u);
+        return Err(too_long(engine, index, unique[u], plan.prompt));
+    }
+    let request = Request::new(unique.len(), engine.info.model_dimension);
+    let tokens = encodings
+        .iter()
+        .map(|e| TextTokens {
+            count: u32::try_from(e.len()).unwrap_or(u32::MAX),
+            truncated: !e.get_overflowing().is_empty(),
+        })
+        .collect();
+    let items = encodings
+        .into_iter()
+        .enumerate()
+        .map(|(index, e)| {
+            // A prompt cut from the left is no longer whole at the start: pool every token.
+            let cut_left = plan.truncation == Truncation::Left && !e.get_overflowing().is_empty();
+            let skip = if cut_left { 0 } else { plan.skip };
+            Item::new(e.get_ids().to_vec(), skip, Vec::new(), &request, index)
+        })
+        .collect();
+    Ok(Call::new(request, items, expand, tokens, &plan, None))
+}
+
+/// A chunking call: each text's whole token ids cut into windows (see [`Chunking`]), a queue
+/// item per window, or per pass of the model for late chunking.
+pub(crate) fn prepare_chunks(
+    engine: &Engine,
+    unique: &[&str],
+    expand: Option<Vec<usize>>,
+    plan: &CallPlan,
+    chunking: &Chunking,
+) -> Result<Call> {
+    let max = engine.info.max_length;
+    let window = chunking.window.unwrap_or(max);
+    if window > max {
+        return Err(EmbedError::invalid(
+            "chunking.window",
+            format!("{window} is longer than the {max} tokens the model reads; give at most {max}"),
+        ));
+    }
+    if chunking.late && engine.io.pooled {
+        return Err(EmbedError::invalid(
+            "chunking.late",
+            format!(
+                "late chunking pools token vectors, but the model's output {:?} is one vector per text",
+                engine.info.output
+            ),
+        ));
+    }
+    let fail = |e: tokenizers::Error| EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e);
+    // Each queue item to be: its ids, the spans it pools (late chunking), its first row.
+    struct Piece(Vec<u32>, Vec<(usize, usize)>, usize);
+    let mut pieces: Vec<Piece> = Vec::new();
+    let mut chunked = Vec::with_capacity(unique.len());
+    let mut tokens = Vec::with_capacity(unique.len());
+    let mut rows = 0;
+    for text in unique {
+        let prompted = with_prompt(plan.prompt, text);
+        let enc = engine.tokenizer.whole().encode(prompted.as_ref(), true).map_err(fail)?;
+        let (ids, mask, offsets) = (enc.get_ids(), enc.get_special_tokens_mask(), enc.get_offsets());
+        let lead = mask.iter().take_while(|&&m| m == 1).count();
+        let trail = mask[lead..].iter().rev().take_while(|&&m| m == 1).count();
+        let end = ids.len() - trail;
+        let prompt_bytes = plan.prompt.len();
+        let head = lead + (lead..end).take_while(|&i| offsets[i].0 < prompt_bytes).count();
+        let capacity = window.saturating_sub(head + trail);
+        if capacity <= chunking.overlap {
             return Err(EmbedError::invalid(
-                "chunking.late",
+                "chunking.window",
                 format!(
-                    "late chunking pools token vectors, but the model's output {:?} is one vector per text",
-                    self.info.output
+                    "a window of {window} tokens leaves {capacity} for a text's own tokens after the prompt and special tokens, no more than the overlap of {}: give a longer window or a shorter overlap",
+                    chunking.overlap
                 ),
             ));
         }
-        let fail =
-            |e: tokenizers::Error| EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e);
-        // Each queue item to be: its ids, the spans it pools (late chunking), its first row.
-        struct Piece(Vec<u32>, Vec<(usize, usize)>, usize);
-        let mut pieces: Vec<Piece> = Vec::new();
-        let mut chunked = Vec::with_capacity(unique.len());
-        let mut tokens = Vec::with_capacity(unique.len());
-        let mut rows = 0;
-        for text in unique {
-            let prompted = with_prompt(plan.prompt, text);
-            let enc = self.whole_tokenizer().encode(prompted.as_ref(), true).map_err(fail)?;
-            let (ids, mask, offsets) = (enc.get_ids(), enc.get_special_tokens_mask(), enc.get_offsets());
-            let lead = mask.iter().take_while(|&&m| m == 1).count();
-            let trail = mask[lead..].iter().rev().take_while(|&&m| m == 1).count();
-            let end = ids.len() - trail;
-            let prompt_bytes = plan.prompt.len();
-            let head = lead + (lead..end).take_while(|&i| offsets[i].0 < prompt_bytes).count();
-            let capacity = window.saturating_sub(head + trail);
-            if capacity <= chunking.overlap {
-                return Err(EmbedError::invalid(
-                    "chunking.window",
-                    format!(
-                        "a window of {window} tokens leaves {capacity} for a text's own tokens after the prompt and special tokens, no more than the overlap of {}: give a longer window or a shorter overlap",
-                        chunking.overlap
-                    ),
-                ));
-            }
-            let content = &ids[head..end];
-            let cuts = windows(&enc.get_word_ids()[head..end], capacity, chunking.overlap);
-            let span = |&(a, b): &(usize, usize)| Chunk {
-                start: offsets[head + a].0.saturating_sub(prompt_bytes),
-                end: offsets[head + b - 1].1.saturating_sub(prompt_bytes),
-                tokens: b - a,
-            };
-            let piece = |from: usize, to: usize| -> Vec<u32> {
-                ids[..head].iter().chain(&content[from..to]).chain(&ids[end..]).copied().collect()
-            };
-            let first = rows;
-            let before = pieces.len();
-            match cuts.len() {
-                // No tokens of its own, or few enough for one window: the text as it is.
-                0 | 1 => pieces.push(Piece(ids.to_vec(), Vec::new(), rows)),
-                _ if !chunking.late => {
-                    for (k, &(a, b)) in cuts.iter().enumerate() {
-                        pieces.push(Piece(piece(a, b), Vec::new(), rows + k));
-                    }
-                }
-                _ => {
-                    for (from, to, range) in late_passes(&cuts, content.len(), max - head - trail, chunking.overlap) {
-                        let spans =
-                            cuts[range.clone()].iter().map(|&(a, b)| (head + a - from, head + b - from)).collect();
-                        pieces.push(Piece(piece(from, to), spans, rows + range.start));
-                    }
+        let content = &ids[head..end];
+        let cuts = windows(&enc.get_word_ids()[head..end], capacity, chunking.overlap);
+        let span = |&(a, b): &(usize, usize)| Chunk {
+            start: offsets[head + a].0.saturating_sub(prompt_bytes),
+            end: offsets[head + b - 1].1.saturating_sub(prompt_bytes),
+            tokens: b - a,
+        };
+        let piece = |from: usize, to: usize| -> Vec<u32> {
+            ids[..head].iter().chain(&content[from..to]).chain(&ids[end..]).copied().collect()
+        };
+        let first = rows;
+        let before = pieces.len();
+        match cuts.len() {
+            // No tokens of its own, or few enough for one window: the text as it is.
+            0 | 1 => pieces.push(Piece(ids.to_vec(), Vec::new(), rows)),
+            _ if !chunking.late => {
+                for (k, &(a, b)) in cuts.iter().enumerate() {
+                    pieces.push(Piece(piece(a, b), Vec::new(), rows + k));
                 }
             }
-            let spans: Vec<Chunk> = if cuts.is_empty() {
-                vec![Chunk { start: 0, end: text.len(), tokens: 0 }]
+            _ => {
+                for (from, to, range) in late_passes(&cuts, content.len(), max - head - trail, chunking.overlap) {
+                    let spans = cuts[range.clone()].iter().map(|&(a, b)| (head + a - from, head + b - from)).collect();
+                    pieces.push(Piece(piece(from, to), spans, rows + range.start));
+                }
+            }
+        }
+        let spans: Vec<Chunk> = if cuts.is_empty() {
+            vec![Chunk { start: 0, end: text.len(), tokens: 0 }]
+        } else {
+            cuts.iter().map(span).collect()
+        };
+        rows += spans.len();
+        let read: usize = pieces[before..].iter().map(|p| p.0.len()).sum();
+        tokens.push(TextTokens { count: u32::try_from(read).unwrap_or(u32::MAX), truncated: false });
+        chunked.push((first, spans));
+    }
+    let request = Request::new(rows, engine.info.model_dimension);
+    let items =
+        pieces.into_iter().map(|Piece(ids, spans, index)| Item::new(ids, plan.skip, spans, &request, index)).collect();
+    let chunked = Chunked { texts: chunked, document: chunking.document };
+    Ok(Call::new(request, items, expand, tokens, plan, Some(chunked)))
+}
+
+/// The error for text `index` of a call that refuses truncation, with its token count.
+pub(crate) fn too_long(engine: &Engine, index: usize, text: &str, prompt: &str) -> EmbedError {
+    let max_length = engine.info.max_length;
+    let counted = engine.tokenizer.count_whole(text, prompt);
+    EmbedError::TooLong { index, tokens: counted.unwrap_or(max_length), exact: counted.is_some(), max_length }
+}
+
+/// The call's embeddings from its request's rows, in the call's order, duplicates expanded,
+/// each cut to the call's width and normalised if it asks.
+pub(crate) fn finish(engine: &Engine, mut call: Call, rows: Vec<f32>) -> Embeddings {
+    let (width, dim) = (engine.info.model_dimension, call.dim);
+    let chunked = call.chunked.take();
+    // Text i's row among the unique texts (the same when the call had no duplicates).
+    let texts = call.expand.as_ref().map_or(call.tokens.len(), Vec::len);
+    let unique = |i: usize| call.expand.as_ref().map_or(i, |slot| slot[i]);
+    engine.counters.texts.fetch_add(texts as u64, Ordering::Relaxed);
+    let tokens = (0..texts).map(|i| call.tokens[unique(i)]).collect();
+    let finish_row = |out: &mut Vec<f32>, raw: &[f32]| {
+        let start = out.len();
+        out.extend_from_slice(&raw[..dim]);
+        if call.normalize {
+            normalize(&mut out[start..]);
+        }
+    };
+    if let Some(chunked) = chunked {
+        let mut chunks = ChunkRows::default();
+        let mut data = Vec::with_capacity(texts * dim);
+        for u in (0..texts).map(unique) {
+            let (first, spans) = &chunked.texts[u];
+            let from = chunks.spans.len();
+            for (j, span) in spans.iter().enumerate() {
+                let row = first + j;
+                finish_row(&mut chunks.data, &rows[row * width..(row + 1) * width]);
+                chunks.spans.push(*span);
+            }
+            chunks.ranges.push(from..chunks.spans.len());
+            let vectors = &chunks.data[from * dim..];
+            if spans.len() == 1 {
+                data.extend_from_slice(vectors);
             } else {
-                cuts.iter().map(span).collect()
-            };
-            rows += spans.len();
-            let read: usize = pieces[before..].iter().map(|p| p.0.len()).sum();
-            tokens.push(TextTokens { count: u32::try_from(read).unwrap_or(u32::MAX), truncated: false });
-            chunked.push((first, spans));
-        }
-        let request = Request::new(rows, self.info.model_dimension);
-        let items = pieces
-            .into_iter()
-            .map(|Piece(ids, spans, index)| Item::new(ids, plan.skip, spans, &request, index))
-            .collect();
-        let chunked = Chunked { texts: chunked, document: chunking.document };
-        Ok(Call::new(request, items, expand, tokens, plan, Some(chunked)))
-    }
-
-    /// The error for text `index` of a call that refuses truncation, with its token count.
-    pub(crate) fn too_long(&self, index: usize, text: &str, prompt: &str) -> EmbedError {
-        let max_length = self.info.max_length;
-        let counted = (text.len() <= COUNT_WHOLE_BYTES)
-            .then(|| self.whole_tokenizer().encode(with_prompt(prompt, text).as_ref(), true).ok().map(|e| e.len()))
-            .flatten();
-        EmbedError::TooLong { index, tokens: counted.unwrap_or(max_length), exact: counted.is_some(), max_length }
-    }
-
-    /// The call's embeddings from its request's rows, in the call's order, duplicates expanded,
-    /// each cut to the call's width and normalised if it asks.
-    pub(crate) fn finish(&self, mut call: Call, rows: Vec<f32>) -> Embeddings {
-        let (width, dim) = (self.info.model_dimension, call.dim);
-        let chunked = call.chunked.take();
-        // Text i's row among the unique texts (the same when the call had no duplicates).
-        let texts = call.expand.as_ref().map_or(call.tokens.len(), Vec::len);
-        let unique = |i: usize| call.expand.as_ref().map_or(i, |slot| slot[i]);
-        self.counters.texts.fetch_add(texts as u64, Ordering::Relaxed);
-        let tokens = (0..texts).map(|i| call.tokens[unique(i)]).collect();
-        let finish_row = |out: &mut Vec<f32>, raw: &[f32]| {
-            let start = out.len();
-            out.extend_from_slice(&raw[..dim]);
-            if call.normalize {
-                normalize(&mut out[start..]);
-            }
-        };
-        if let Some(chunked) = chunked {
-            let mut chunks = ChunkRows::default();
-            let mut data = Vec::with_capacity(texts * dim);
-            for u in (0..texts).map(unique) {
-                let (first, spans) = &chunked.texts[u];
-                let from = chunks.spans.len();
-                for (j, span) in spans.iter().enumerate() {
-                    let row = first + j;
-                    finish_row(&mut chunks.data, &rows[row * width..(row + 1) * width]);
-                    chunks.spans.push(*span);
-                }
-                chunks.ranges.push(from..chunks.spans.len());
-                let vectors = &chunks.data[from * dim..];
-                if spans.len() == 1 {
-                    data.extend_from_slice(vectors);
-                } else {
-                    finish_row(&mut data, &combine(vectors, dim, spans, chunked.document));
-                }
-            }
-            return Embeddings::from_whole_rows(data, dim, tokens).with_chunks(chunks);
-        }
-        let data = if call.expand.is_none() && dim == width {
-            let mut rows = rows;
-            if call.normalize {
-                rows.chunks_exact_mut(width.max(1)).for_each(normalize);
-            }
-            rows
-        } else {
-            let mut data = Vec::with_capacity(texts * dim);
-            for u in (0..texts).map(unique) {
-                finish_row(&mut data, &rows[u * width..(u + 1) * width]);
-            }
-            data
-        };
-        Embeddings::from_whole_rows(data, dim, tokens)
-    }
-
-    /// Token ids of each text with the call's prompt, truncated to the model's length on the side
-    /// the call says (`Refuse` truncates on the right; the caller refuses what was cut). A very
-    /// long text is tokenized from the part that is kept, cut at whitespace (a 10 MB line would
-    /// otherwise cost seconds and a gigabyte); when that part yields fewer tokens than the limit,
-    /// the whole text is tokenized instead, so the ids are always those of the whole text.
-    pub(crate) fn tokenize(&self, texts: &[&str], plan: &CallPlan) -> Result<Vec<tokenizers::Encoding>> {
-        let fail =
-            |e: tokenizers::Error| EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e);
-        let max_length = self.info.max_length;
-        let prompt = plan.prompt;
-        let (tokenizer, part): (&Tokenizer, fn(&str, usize) -> &str) = match plan.truncation {
-            Truncation::Left => (self.left_tokenizer(), suffix_for_tokens),
-            Truncation::Right | Truncation::Refuse => (&self.tokenizer, prefix_for_tokens),
-        };
-        let parts: Vec<&str> = texts.iter().map(|t| part(t, max_length)).collect();
-        let inputs: Vec<Cow<'_, str>> = parts.iter().map(|t| with_prompt(prompt, t)).collect();
-        // A few texts are tokenized right here: the tokenizer's parallel batch would wake a thread
-        // pool for microseconds of work, and many concurrent callers would fight over it.
-        let mut encodings = if inputs.len() <= SERIAL_TOKENIZE {
-            inputs.iter().map(|t| tokenizer.encode(t.as_ref(), true)).collect::<tokenizers::Result<Vec<_>>>()
-        } else {
-            tokenizer.encode_batch(inputs.iter().map(|t| t.as_ref()).collect(), true)
-        }
-        .map_err(fail)?;
-        for (i, enc) in encodings.iter_mut().enumerate() {
-            if parts[i].len() < texts[i].len() && enc.len() < max_length {
-                *enc = tokenizer.encode(with_prompt(prompt, texts[i]).as_ref(), true).map_err(fail)?;
+                finish_row(&mut data, &combine(vectors, dim, spans, chunked.document));
             }
         }
-        Ok(encodings)
+        return Embeddings::from_whole_rows(data, dim, tokens).with_chunks(chunks);
     }
-
-    /// Every token of `text` with the call's prompt, not cut to the model's length (TEI's
-    /// `/tokenize`), special tokens included when `special`. Offsets are bytes of the prompted text.
-    pub(crate) fn tokens(&self, text: &str, options: &CallOptions, special: bool) -> Result<Vec<Token>> {
-        let plan = self.plan_call(options)?;
-        let prompted = with_prompt(plan.prompt, text);
-        let enc = self
-            .whole_tokenizer()
-            .encode(prompted.as_ref(), special)
-            .map_err(|e| EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e))?;
-        let mask = enc.get_special_tokens_mask();
-        Ok(enc
-            .get_ids()
-            .iter()
-            .zip(enc.get_tokens())
-            .zip(enc.get_offsets())
-            .enumerate()
-            .map(|(k, ((&id, token), &(start, stop)))| {
-                let special = mask.get(k) == Some(&1);
-                let text = match prompted.get(start..stop) {
-                    Some(t) if !special => t.to_owned(),
-                    _ => token.clone(),
-                };
-                Token { id, text, special, start, stop }
-            })
-            .collect())
-    }
-
-    /// The text of token ids, special tokens left out when `skip_special`.
-    pub(crate) fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        let vocab = self.tokenizer.get_vocab_size(true);
-        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
-            return Err(EmbedError::invalid(
-                "ids",
-                format!("token id {id} is not in the model's vocabulary of {vocab} tokens"),
-            ));
+    let data = if call.expand.is_none() && dim == width {
+        let mut rows = rows;
+        if call.normalize {
+            rows.chunks_exact_mut(width.max(1)).for_each(normalize);
         }
-        self.tokenizer
-            .decode(ids, skip_special)
-            .map_err(|e| EmbedError::inference_because(InferenceKind::Tokenizer, "decoding failed", e))
-    }
+        rows
+    } else {
+        let mut data = Vec::with_capacity(texts * dim);
+        for u in (0..texts).map(unique) {
+            finish_row(&mut data, &rows[u * width..(u + 1) * width]);
+        }
+        data
+    };
+    Embeddings::from_whole_rows(data, dim, tokens)
+}
 
-    /// The tokenizer that does not truncate, made on first use.
-    pub(crate) fn whole_tokenizer(&self) -> &Tokenizer {
-        self.whole_tokenizer.get_or_init(|| {
-            let mut t = self.tokenizer.clone();
-            let _ = t.with_truncation(None);
-            t
+/// The model's token vectors for one text (TEI's `/embed_all`): `tokens x width`, raw, with
+/// the call's prompt and truncation. Runs on the first session, outside the queue.
+pub(crate) fn token_vectors(engine: &Engine, text: &str, options: &CallOptions) -> Result<(Vec<f32>, usize)> {
+    if engine.io.pooled {
+        return Err(EmbedError::invalid(
+            "output_name",
+            format!("the model's output {:?} is one vector per text, so it has no token vectors", engine.info.output),
+        ));
+    }
+    let plan = plan_call(engine, options)?;
+    let enc = engine.tokenizer.encode(&[text], plan.prompt, plan.truncation)?.remove(0);
+    if plan.truncation == Truncation::Refuse && !enc.get_overflowing().is_empty() {
+        return Err(too_long(engine, 0, text, plan.prompt));
+    }
+    let rows = [Row { ids: enc.get_ids(), skip: 0, spans: &[] }];
+    let mut out = Vec::new();
+    let width = engine.run_on(&engine.session, &rows, |session| {
+        out.clear();
+        forward(session, &engine.io, engine.settings, &rows, &engine.counters.ort_nanos, |_, v, _| {
+            out.extend_from_slice(v)
         })
-    }
+    })?;
+    Ok((out, width))
+}
 
-    /// The tokenizer that truncates on the left, made on first use.
-    pub(crate) fn left_tokenizer(&self) -> &Tokenizer {
-        self.left_tokenizer.get_or_init(|| {
-            let mut t = self.tokenizer.clone();
-            let params = TruncationParams {
-                max_length: self.info.max_length,
-                direction: TruncationDirection::Left,
-                ..TruncationParams::default()
-            };
-            // Only a stride of max_length or more is refused, and the stride is 0.
-            let _ = t.with_truncation(Some(params));
-            t
-        })
-    }
+/// Every token of `text` with the call's prompt, not cut to the model's length (TEI's
+/// `/tokenize`), special tokens included when `special`.
+pub(crate) fn tokens(engine: &Engine, text: &str, options: &CallOptions, special: bool) -> Result<Vec<Token>> {
+    let plan = plan_call(engine, options)?;
+    engine.tokenizer.tokens(text, plan.prompt, special)
 }

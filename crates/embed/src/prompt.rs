@@ -1,23 +1,9 @@
 //! Which text goes before every input, and which task a task-adapter model runs: from the
 //! options and the folder's `config_sentence_transformers.json` and `config.json`.
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::EmbedError;
-use crate::model::ModelFolder;
 use crate::options::EmbedderOptions;
-
-/// The prompt and task an embedder applies to every text.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct PromptChoice {
-    /// Put before every text (empty: nothing).
-    pub text: String,
-    /// Where the prompt came from: `the prompt option`, `prompt "query"`, `default prompt "query"`, `task "..."`.
-    pub source: Option<String>,
-    /// The task and its index in `lora_adaptations` (fed to a `task_id` input).
-    pub task: Option<(String, i64)>,
-}
+use crate::report::{ModelFolder, PromptChoice};
 
 fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
     it.map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")

@@ -1,14 +1,14 @@
 //! Loading the one ONNX Runtime library this process will use, chosen for the plan's vendor.
 
 use std::ffi::{CStr, c_char};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use nornir_ep_select::Plan;
 use nornir_gpu_probe::{OrtCandidate, OrtDiscovery, ProbeContext, discover_ort, pick_ort};
-use serde::{Deserialize, Serialize};
 
 use crate::error::{EmbedError, Result};
+use crate::report::OrtInfo;
 
 /// The oldest ONNX Runtime this build loads: 1.22, the last with the ROCm provider.
 pub const MIN_ORT: (u64, u64) = (1, 22);
@@ -18,20 +18,6 @@ pub const MIN_ORT: (u64, u64) = (1, 22);
 pub struct OrtRuntime {
     pub info: OrtInfo,
     pub(crate) env: ort::environment::Environment,
-}
-
-/// What was loaded and why. Serialised under `ort` in `doctor --json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct OrtInfo {
-    /// The library file loaded.
-    pub path: PathBuf,
-    /// As the library itself reports it (`OrtGetApiBase()->GetVersionString()`).
-    pub version: String,
-    /// Providers whose `libonnxruntime_providers_<name>.so` sits beside the library.
-    pub providers: Vec<String>,
-    /// Why this library was chosen.
-    pub reason: String,
 }
 
 static LOADED: Mutex<Option<Arc<OrtRuntime>>> = Mutex::new(None);

@@ -4,130 +4,13 @@
 use std::path::{Path, PathBuf};
 
 use nornir_ep_select::{Plan, Provider, Vendor};
-use nornir_gpu_probe::{GpuVendor, ProbeContext, ProviderRequirements, preload_provider, search_path};
+use nornir_gpu_probe::{GpuVendor, ProbeContext, preload_provider, search_path};
 use ort::session::Session;
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
-use serde::{Deserialize, Serialize};
 
 use crate::error::{EmbedError, Result, one_line};
-use crate::runtime::{OrtInfo, OrtRuntime};
-
-/// What registering one provider did. In JSON: `{"provider", "ok", "error", "preflight"}`, with
-/// `error` only when `ok` is false.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(into = "RegistrationJson", from = "RegistrationJson")]
-#[non_exhaustive]
-pub struct Registration {
-    /// As ONNX Runtime names it (`CUDAExecutionProvider`).
-    pub provider: String,
-    /// Registered, or why not.
-    pub outcome: RegistrationOutcome,
-    /// The provider library's NEEDED list checked against this machine.
-    pub preflight: Option<ProviderRequirements>,
-}
-
-/// Whether a provider registered, or why not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RegistrationOutcome {
-    /// ONNX Runtime accepted it (which does not yet mean it runs the model: see the report's
-    /// active provider).
-    Registered,
-    /// ONNX Runtime's error text, with the preflight's finding where it explains it.
-    Failed(String),
-}
-
-impl Registration {
-    fn failed(provider: Provider, why: String) -> Self {
-        Self { provider: provider.ort_name().to_owned(), outcome: RegistrationOutcome::Failed(why), preflight: None }
-    }
-
-    /// Whether ONNX Runtime accepted it.
-    pub fn registered(&self) -> bool {
-        self.outcome == RegistrationOutcome::Registered
-    }
-
-    /// Why it did not register.
-    pub fn error(&self) -> Option<&str> {
-        match &self.outcome {
-            RegistrationOutcome::Registered => None,
-            RegistrationOutcome::Failed(why) => Some(why),
-        }
-    }
-}
-
-/// [`Registration`] as JSON has always had it.
-#[derive(Serialize, Deserialize)]
-struct RegistrationJson {
-    provider: String,
-    ok: bool,
-    #[serde(default)]
-    error: Option<String>,
-    #[serde(default)]
-    preflight: Option<ProviderRequirements>,
-}
-
-impl From<Registration> for RegistrationJson {
-    fn from(r: Registration) -> Self {
-        let (ok, error) = match r.outcome {
-            RegistrationOutcome::Registered => (true, None),
-            RegistrationOutcome::Failed(why) => (false, Some(why)),
-        };
-        Self { provider: r.provider, ok, error, preflight: r.preflight }
-    }
-}
-
-impl From<RegistrationJson> for Registration {
-    fn from(j: RegistrationJson) -> Self {
-        let outcome = if j.ok {
-            RegistrationOutcome::Registered
-        } else {
-            RegistrationOutcome::Failed(j.error.unwrap_or_else(|| "failed".to_owned()))
-        };
-        Self { provider: j.provider, outcome, preflight: j.preflight }
-    }
-}
-
-/// Which provider ran each node of the graph, from ONNX Runtime's own profiling record
-/// ([`Embedder::placement`](crate::Embedder::placement), on demand: it costs a session build).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Placement {
-    /// From the profile of one run.
-    Known {
-        /// Nodes run, by provider.
-        nodes: std::collections::BTreeMap<String, usize>,
-    },
-    /// The profile could not be read.
-    Unknown {
-        /// Why.
-        reason: String,
-    },
-}
-
-/// What the model's sessions hold in memory, so that an operator can size a process.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Memory {
-    /// How many workers run each ONNX Runtime session at once. On the CPU every worker
-    /// (`EmbedderOptions::sessions`) runs the model's one session, so its weights and the
-    /// kernels' pre-packed forms of them are in memory once; each further worker adds only the
-    /// activations of the batch it runs. A GPU session runs one batch at a time.
-    pub workers_per_session: usize,
-    /// How much the process's resident memory grew while each session was built, in build order,
-    /// in bytes: the weights as the session holds them (an int8-stored model's are folded to
-    /// float32 at load), their pre-packed forms, and the graph. One entry on the CPU. Further GPU
-    /// sessions are built at their first work (or `Embedder::warm_up`). Read from
-    /// `/proc/self/status`, so other threads' allocations at the same moment count as well.
-    pub session_growth_bytes: Vec<u64>,
-    /// The process's resident memory when the report was made, in bytes.
-    pub resident_bytes: Option<u64>,
-    /// The most resident memory the process has held so far (`VmHWM`), in bytes: the model with
-    /// the activations and ONNX Runtime's arena of the largest batches run so far.
-    #[serde(default)]
-    pub peak_resident_bytes: Option<u64>,
-}
+use crate::report::{Memory, Registration, RegistrationOutcome, SessionReport};
+use crate::runtime::OrtRuntime;
 
 /// The process's resident memory in bytes (`VmRSS`), where `/proc` tells it.
 pub(crate) fn resident_bytes() -> Option<u64> {
@@ -145,44 +28,18 @@ fn proc_status_bytes(field: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// What really happened when the session was built.
-///
-/// ```no_run
-/// # use nornir_embed::{Embedder, EmbedderOptions};
-/// let embedder = Embedder::new("models/all-MiniLM-L6-v2".as_ref(), &EmbedderOptions::default())?;
-/// let report = embedder.report();
-/// for r in &report.registrations {
-///     match r.error() {
-///         None => println!("{}: registered", r.provider),
-///         Some(why) => println!("{}: failed: {why}", r.provider),
-///     }
-/// }
-/// // What runs, not what was asked for; and why the CPU took over, if it did.
-/// println!("running on {} ({:?})", report.active_provider, report.fallback);
-/// # Ok::<(), nornir_embed::EmbedError>(())
-/// ```
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct SessionReport {
-    /// The ONNX Runtime library loaded.
-    pub ort: OrtInfo,
-    /// What the policy asked for, and why.
-    pub plan: Plan,
-    /// Each provider tried, in order.
-    pub registrations: Vec<Registration>,
-    /// The provider running the model, as ONNX Runtime names it.
-    pub active_provider: String,
-    /// `cpu`, `cuda` or `rocm`: where the model really runs.
-    pub gpu_vendor: Vendor,
-    /// Set when the session had to be rebuilt on CPU after a GPU session failed to build or run.
-    pub fallback: Option<String>,
-    /// What the sessions hold in memory.
-    #[serde(default)]
-    pub memory: Memory,
-    /// ONNX Runtime's graph optimisation level for the session: `basic` on the CPU, `all` with
-    /// a GPU provider (see `base_builder`).
-    #[serde(default)]
-    pub graph_optimization: String,
+/// A session and the vendor it runs on. A CPU session is run by every worker at once, each
+/// holding the read lock (see `shared_run`); a GPU session is run under the write lock, and when
+/// it fails at run time it is replaced here by a CPU session before the failed batch runs again.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) session: Session,
+    pub(crate) vendor: Vendor,
+}
+
+/// How much the resident memory grew since `before` (taken with `resident_bytes`).
+pub(crate) fn growth_since(before: Option<u64>) -> Option<u64> {
+    Some(resident_bytes()?.saturating_sub(before?))
 }
 
 pub(crate) struct SessionConfig<'a> {

@@ -1,4 +1,203 @@
-//! Tokenizing long texts cheaply: a prefix cut at whitespace, long enough for the length limit.
+//! The model's tokenizer as a call uses it: with the call's prompt, truncated to the model's
+//! length on the side the call keeps (a very long text cut at whitespace before tokenizing, so a
+//! 10 MB line costs no more than its kept part), counted whole for an error, listed token by
+//! token for TEI's `/tokenize`, and decoded.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use tokenizers::{Encoding, PaddingDirection, Tokenizer, TruncationDirection, TruncationParams};
+
+use crate::call::Truncation;
+use crate::error::{EmbedError, InferenceKind, Result};
+use crate::report::{ModelFolder, Token};
+
+/// Calls of at most this many texts are tokenized serially, in the thread that prepares the call.
+pub(crate) const SERIAL_TOKENIZE: usize = 16;
+
+/// Texts longer than this many bytes are not tokenized whole just to count their tokens for
+/// [`EmbedError::TooLong`]: the count is then a lower bound.
+pub(crate) const COUNT_WHOLE_BYTES: usize = 1 << 20;
+
+/// `text` with `prompt` before it; the text itself, not a copy, when there is no prompt (a text
+/// can be a 10 MB line).
+pub(crate) fn with_prompt<'a>(prompt: &str, text: &'a str) -> Cow<'a, str> {
+    if prompt.is_empty() { Cow::Borrowed(text) } else { Cow::Owned(format!("{prompt}{text}")) }
+}
+
+fn tokenizer_failed(e: tokenizers::Error) -> EmbedError {
+    EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e)
+}
+
+/// The model's tokenizer, in the three forms a call needs: truncating on the right (the usual
+/// one), on the left, and not at all; the last two are made at their first use.
+#[derive(Debug)]
+pub(crate) struct ModelTokenizer {
+    right: Tokenizer,
+    left: OnceLock<Tokenizer>,
+    whole: OnceLock<Tokenizer>,
+    max_length: usize,
+    left_padding: bool,
+}
+
+impl ModelTokenizer {
+    /// The folder's `tokenizer.json`, without padding, truncating at `max_length` tokens or, when
+    /// that is not given, at the folder's `max_seq_length`, the tokenizer's own truncation,
+    /// `max_position_embeddings` or 512, in that order. Refused when it has more tokens than the
+    /// model's embedding table has rows.
+    pub(crate) fn load(folder: &ModelFolder, max_length: Option<usize>) -> Result<Self> {
+        let file = &folder.tokenizer_file;
+        let mut tokenizer = Tokenizer::from_file(file).map_err(|e| EmbedError::tokenizer_because(file, e))?;
+        let max_length = max_length
+            .or(folder.max_seq_length)
+            .or_else(|| tokenizer.get_truncation().map(|t| t.max_length))
+            .or(folder.max_position_embeddings)
+            .unwrap_or(512);
+        if max_length == 0 {
+            return Err(EmbedError::invalid("max_length", "must be at least 1"));
+        }
+        let vocab = tokenizer.get_vocab_size(true);
+        if let Some(rows) = folder.vocab_size
+            && vocab > rows
+        {
+            return Err(EmbedError::tokenizer(
+                file,
+                format!(
+                    "it has {vocab} tokens but config.json says the model has {rows} (vocab_size), so it is not this model's tokenizer"
+                ),
+            ));
+        }
+        let left_padding = tokenizer.get_padding().is_some_and(|p| matches!(p.direction, PaddingDirection::Left));
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
+            .map_err(|e| EmbedError::tokenizer_because(file, e))?;
+        Ok(Self { right: tokenizer, left: OnceLock::new(), whole: OnceLock::new(), max_length, left_padding })
+    }
+
+    /// The most tokens of a text the model reads.
+    pub(crate) fn max_length(&self) -> usize {
+        self.max_length
+    }
+
+    /// The tokenizer pads on the left, so the graph expects texts there.
+    pub(crate) fn left_padding(&self) -> bool {
+        self.left_padding
+    }
+
+    /// Truncates on the right, to the model's length.
+    pub(crate) fn truncating(&self) -> &Tokenizer {
+        &self.right
+    }
+
+    /// Does not truncate: counts a refused text's tokens, cuts chunks, and lists tokens.
+    pub(crate) fn whole(&self) -> &Tokenizer {
+        self.whole.get_or_init(|| {
+            let mut t = self.right.clone();
+            let _ = t.with_truncation(None);
+            t
+        })
+    }
+
+    /// Truncates on the left.
+    fn left(&self) -> &Tokenizer {
+        self.left.get_or_init(|| {
+            let mut t = self.right.clone();
+            let params = TruncationParams {
+                max_length: self.max_length,
+                direction: TruncationDirection::Left,
+                ..TruncationParams::default()
+            };
+            // Only a stride of max_length or more is refused, and the stride is 0.
+            let _ = t.with_truncation(Some(params));
+            t
+        })
+    }
+
+    /// The tokens of `prompt` as sentence-transformers counts them for `include_prompt: false`:
+    /// the prompt tokenized with the special tokens, less a special token at its end (the `[SEP]`
+    /// or end-of-text that closes it alone, not the text it goes before).
+    pub(crate) fn prompt_token_count(&self, prompt: &str) -> tokenizers::Result<usize> {
+        let enc = self.right.encode(prompt, true)?;
+        let ends_special = enc.get_special_tokens_mask().last() == Some(&1);
+        Ok(enc.len() - usize::from(ends_special))
+    }
+
+    /// Token ids of each text with `prompt`, truncated to the model's length on the side
+    /// `truncation` says (`Refuse` truncates on the right; the caller refuses what was cut). A very
+    /// long text is tokenized from the part that is kept, cut at whitespace (a 10 MB line would
+    /// otherwise cost seconds and a gigabyte); when that part yields fewer tokens than the limit,
+    /// the whole text is tokenized instead, so the ids are always those of the whole text.
+    pub(crate) fn encode(&self, texts: &[&str], prompt: &str, truncation: Truncation) -> Result<Vec<Encoding>> {
+        let max_length = self.max_length;
+        let (tokenizer, part): (&Tokenizer, fn(&str, usize) -> &str) = match truncation {
+            Truncation::Left => (self.left(), suffix_for_tokens),
+            Truncation::Right | Truncation::Refuse => (&self.right, prefix_for_tokens),
+        };
+        let parts: Vec<&str> = texts.iter().map(|t| part(t, max_length)).collect();
+        let inputs: Vec<Cow<'_, str>> = parts.iter().map(|t| with_prompt(prompt, t)).collect();
+        // A few texts are tokenized right here: the tokenizer's parallel batch would wake a thread
+        // pool for microseconds of work, and many concurrent callers would fight over it.
+        let mut encodings = if inputs.len() <= SERIAL_TOKENIZE {
+            inputs.iter().map(|t| tokenizer.encode(t.as_ref(), true)).collect::<tokenizers::Result<Vec<_>>>()
+        } else {
+            tokenizer.encode_batch(inputs.iter().map(|t| t.as_ref()).collect(), true)
+        }
+        .map_err(tokenizer_failed)?;
+        for (i, enc) in encodings.iter_mut().enumerate() {
+            if parts[i].len() < texts[i].len() && enc.len() < max_length {
+                *enc = tokenizer.encode(with_prompt(prompt, texts[i]).as_ref(), true).map_err(tokenizer_failed)?;
+            }
+        }
+        Ok(encodings)
+    }
+
+    /// Every token of `text` with `prompt`, not cut to the model's length (TEI's `/tokenize`),
+    /// special tokens included when `special`. Offsets are bytes of the prompted text.
+    pub(crate) fn tokens(&self, text: &str, prompt: &str, special: bool) -> Result<Vec<Token>> {
+        let prompted = with_prompt(prompt, text);
+        let enc = self.whole().encode(prompted.as_ref(), special).map_err(tokenizer_failed)?;
+        let mask = enc.get_special_tokens_mask();
+        Ok(enc
+            .get_ids()
+            .iter()
+            .zip(enc.get_tokens())
+            .zip(enc.get_offsets())
+            .enumerate()
+            .map(|(k, ((&id, token), &(start, stop)))| {
+                let special = mask.get(k) == Some(&1);
+                let text = match prompted.get(start..stop) {
+                    Some(t) if !special => t.to_owned(),
+                    _ => token.clone(),
+                };
+                Token { id, text, special, start, stop }
+            })
+            .collect())
+    }
+
+    /// How many tokens `text` with `prompt` has, counted whole; `None` for a text over
+    /// [`COUNT_WHOLE_BYTES`], which would cost too much to count.
+    pub(crate) fn count_whole(&self, text: &str, prompt: &str) -> Option<usize> {
+        if text.len() > COUNT_WHOLE_BYTES {
+            return None;
+        }
+        self.whole().encode(with_prompt(prompt, text).as_ref(), true).ok().map(|e| e.len())
+    }
+
+    /// The text of token ids, special tokens left out when `skip_special`.
+    pub(crate) fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        let vocab = self.right.get_vocab_size(true);
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(EmbedError::invalid(
+                "ids",
+                format!("token id {id} is not in the model's vocabulary of {vocab} tokens"),
+            ));
+        }
+        self.right
+            .decode(ids, skip_special)
+            .map_err(|e| EmbedError::inference_because(InferenceKind::Tokenizer, "decoding failed", e))
+    }
+}
 
 /// Bytes of text per token kept when cutting a long text before tokenizing: far more than any
 /// tokenizer needs (an English token is about 4 bytes; a word piece never spans whitespace).

@@ -1,0 +1,188 @@
+//! A call's side of the queue: the `Request` a call waits on (its rows, filled in by the workers
+//! as batches finish, or its first error) and the queue `Item`s that carry its texts' token ids.
+//! An item dropped before its rows were handed over fails them, so no caller waits forever.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
+
+use crate::error::{EmbedError, InferenceKind};
+
+/// What a call waits on: its rows, filled in by the workers as batches finish.
+#[derive(Debug)]
+pub(crate) struct Request {
+    state: Mutex<RequestState>,
+    done: Condvar,
+}
+
+#[derive(Debug)]
+struct RequestState {
+    rows: Vec<f32>,
+    remaining: usize,
+    error: Option<EmbedError>,
+    waker: Option<Waker>,
+    /// Its [`CancelHandle`](crate::CancelHandle) was used: the caller stops waiting, and rows
+    /// still running land here unread.
+    cancelled: bool,
+}
+
+/// The outcome of a finished request: its rows, or the first error one of its texts met.
+pub(crate) type Finished = Result<Vec<f32>, EmbedError>;
+
+impl Request {
+    pub(crate) fn new(texts: usize, dim: usize) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(RequestState {
+                rows: vec![0f32; texts * dim],
+                remaining: texts,
+                error: None,
+                waker: None,
+                cancelled: false,
+            }),
+            done: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RequestState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Row `index` is done (`Ok(vector)`) or failed.
+    pub(crate) fn finish_row(&self, index: usize, row: Result<&[f32], EmbedError>) {
+        match row {
+            Ok(v) => {
+                let mut s = self.lock();
+                s.rows[index * v.len()..(index + 1) * v.len()].copy_from_slice(v);
+                self.count_done(&mut s, 1);
+            }
+            Err(e) => self.fail_rows(1, e),
+        }
+    }
+
+    /// `count` rows failed with `e` (the first error a request meets is the one it returns).
+    pub(crate) fn fail_rows(&self, count: usize, e: EmbedError) {
+        let mut s = self.lock();
+        s.error.get_or_insert(e);
+        self.count_done(&mut s, count);
+    }
+
+    fn count_done(&self, s: &mut RequestState, count: usize) {
+        if s.remaining == 0 {
+            return;
+        }
+        s.remaining = s.remaining.saturating_sub(count);
+        if s.remaining == 0 {
+            self.done.notify_all();
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Blocks until every row is done, or the call is cancelled.
+    pub(crate) fn wait(&self) -> Finished {
+        let mut s = self.lock();
+        while s.remaining > 0 && !s.cancelled {
+            s = self.done.wait(s).unwrap_or_else(PoisonError::into_inner);
+        }
+        Self::outcome(&mut s)
+    }
+
+    /// The result if every row is done (or the call is cancelled), else remembers `waker` to be
+    /// woken then.
+    pub(crate) fn poll(&self, waker: &Waker) -> Option<Finished> {
+        let mut s = self.lock();
+        if s.remaining > 0 && !s.cancelled {
+            s.waker = Some(waker.clone());
+            return None;
+        }
+        Some(Self::outcome(&mut s))
+    }
+
+    fn outcome(s: &mut RequestState) -> Finished {
+        if s.cancelled && s.remaining > 0 {
+            // The rows stay: texts still running write theirs.
+            return Err(EmbedError::Cancelled);
+        }
+        match s.error.take() {
+            Some(e) => Err(e),
+            None => Ok(std::mem::take(&mut s.rows)),
+        }
+    }
+
+    /// Stops the wait of its caller, who then takes its texts out of the queue.
+    pub(crate) fn cancel(&self) {
+        let mut s = self.lock();
+        s.cancelled = true;
+        self.done.notify_all();
+        if let Some(w) = s.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+/// One text waiting to run: its ids and where its rows go. Dropped before its rows were handed
+/// over (a worker that panicked, at any stage), it fails them, so that no caller waits forever.
+#[derive(Debug)]
+pub(crate) struct Item {
+    pub(crate) ids: Vec<u32>,
+    /// Prompt tokens at its start that the pooling leaves out (see `graph_io::Row`).
+    pub(crate) skip: usize,
+    /// Token ranges pooled into a row each (late chunking); empty: the whole text, one row.
+    pub(crate) spans: Vec<(usize, usize)>,
+    pub(crate) request: Arc<Request>,
+    /// Its first row in the request.
+    pub(crate) index: usize,
+    /// Its rows were handed over (or failed, or nobody waits for them).
+    pub(crate) settled: bool,
+}
+
+impl Drop for Item {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.request.fail_rows(
+                self.rows(),
+                EmbedError::inference(
+                    InferenceKind::WorkerFailed,
+                    "a session worker failed (it panicked) before this text was done; retry",
+                ),
+            );
+        }
+    }
+}
+
+impl Item {
+    pub(crate) fn new(
+        ids: Vec<u32>,
+        skip: usize,
+        spans: Vec<(usize, usize)>,
+        request: &Arc<Request>,
+        index: usize,
+    ) -> Self {
+        Self { ids, skip, spans, request: Arc::clone(request), index, settled: false }
+    }
+
+    /// How many rows it fills.
+    pub(crate) fn rows(&self) -> usize {
+        self.spans.len().max(1)
+    }
+
+    /// Hands over its rows: `vectors` holds `rows()` vectors one after another.
+    pub(crate) fn finish(&mut self, vectors: &[f32]) {
+        let dim = vectors.len() / self.rows();
+        for (j, v) in vectors.chunks_exact(dim.max(1)).enumerate() {
+            self.request.finish_row(self.index + j, Ok(v));
+        }
+        self.settled = true;
+    }
+
+    /// Fails every row it fills with `e`.
+    pub(crate) fn fail(&mut self, e: EmbedError) {
+        self.request.fail_rows(self.rows(), e);
+        self.settled = true;
+    }
+
+    /// Its length in the queue: its tokens, and at least 1 (an empty text still takes a row).
+    pub(crate) fn length(&self) -> usize {
+        self.ids.len().max(1)
+    }
+}
