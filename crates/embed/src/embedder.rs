@@ -98,7 +98,7 @@ fn tokenize(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJob>>) {
             continue;
         }
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            prepare::prepare(&engine, &job.texts, &job.options)
+            prepare::prepare(engine, &job.texts, &job.options)
         }))
         .unwrap_or_else(|_| {
             Err(EmbedError::inference(InferenceKind::WorkerFailed, "tokenizing the call's texts panicked"))
@@ -340,7 +340,7 @@ enum State {
 impl Drop for EmbedFuture<'_> {
     fn drop(&mut self) {
         match &self.state {
-            State::Running(call) => prepare::cancel_queued(&self.engine, &call.request),
+            State::Running(call) => prepare::cancel_queued(self.engine, &call.request),
             // Its texts never reach the queue: a job still waiting is skipped.
             State::Tokenizing(slot, texts) => {
                 let mut s = slot.lock();
