@@ -29,6 +29,9 @@ const EMBED_COMBINATIONS: &[(&str, &[&str])] = &[
 /// reader. (The provider names are in every build: `Provider` has its AMD variants everywhere.)
 const AMD_MARKERS: &[&str] = &["libmigraphx_c.so", "libamdhip64.so", "gfx_target_version"];
 
+/// The panic message of the embedder's fault injection, which only its tests compile in.
+const TEST_HOOK_MARKER: &str = "fault injected";
+
 pub fn check_features(test_env: &[(&str, std::path::PathBuf)]) -> Result<()> {
     let started = Instant::now();
     for (label, flags, amd) in CONFIGS {
@@ -44,6 +47,9 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)]) -> Result<()> {
         run_checked(cargo().args(["test", "--quiet"]).args(packages).args(*flags).envs(test_env.iter().cloned()))?;
         run_checked(cargo().args(["build", "--quiet", "-p", "nornir-cli"]).args(*flags))?;
         let bin = workspace_root().join("target/debug/nornir");
+        if contains(&bin, TEST_HOOK_MARKER)? {
+            bail!("{label}: the binary contains the embedder's test hooks ({TEST_HOOK_MARKER:?}); only its tests may enable `test-hooks`");
+        }
         let found: Vec<&str> = AMD_MARKERS.iter().copied().filter(|m| contains(&bin, m).unwrap_or(false)).collect();
         match (amd, found.is_empty()) {
             (true, true) => bail!("{label}: the binary lacks the AMD path ({AMD_MARKERS:?} not found)"),

@@ -1,9 +1,8 @@
 //! Faults injected by tests at each stage of a session worker, to prove that a panic anywhere
 //! fails the texts the worker holds, keeps every caller from waiting, and leaves the embedder
 //! working. One fault at a time, for the whole process, taken by the first worker that reaches
-//! its stage; nothing is injected unless a test asks.
-
-use std::sync::atomic::{AtomicU8, Ordering};
+//! its stage; nothing is injected unless a test asks. Only a build with the `test-hooks` feature
+//! (this crate's own tests) can inject one; in every other build `hit` does nothing.
 
 /// Where a worker can be made to panic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,23 +18,37 @@ pub enum Stage {
     Scheduler = 4,
 }
 
-static PENDING: AtomicU8 = AtomicU8::new(0);
+#[cfg(feature = "test-hooks")]
+pub use injector::{hit, inject, pending};
 
-/// The next worker to reach `stage` panics there (once).
-pub fn inject(stage: Stage) {
-    PENDING.store(stage as u8, Ordering::SeqCst);
-}
+/// Without the test hooks a stage is only a name.
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
+pub(crate) fn hit(_: Stage) {}
 
-/// Whether an injected fault is still waiting for its stage.
-pub fn pending() -> bool {
-    PENDING.load(Ordering::SeqCst) != 0
-}
+#[cfg(feature = "test-hooks")]
+mod injector {
+    use std::sync::atomic::{AtomicU8, Ordering};
 
-/// Panics if a fault waits for `stage`, taking it.
-pub(crate) fn hit(stage: Stage) {
-    if PENDING.load(Ordering::Relaxed) == stage as u8
-        && PENDING.compare_exchange(stage as u8, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok()
-    {
-        panic!("fault injected at {stage:?}");
+    use super::Stage;
+        static PENDING: AtomicU8 = AtomicU8::new(0);
+
+    /// The next worker to reach `stage` panics there (once).
+    pub fn inject(stage: Stage) {
+        PENDING.store(stage as u8, Ordering::SeqCst);
+    }
+
+    /// Whether an injected fault is still waiting for its stage.
+    pub fn pending() -> bool {
+        PENDING.load(Ordering::SeqCst) != 0
+    }
+
+    /// Panics if a fault waits for `stage`, taking it.
+    pub fn hit(stage: Stage) {
+        if PENDING.load(Ordering::Relaxed) == stage as u8
+            && PENDING.compare_exchange(stage as u8, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+        {
+            panic!("fault injected at {stage:?}");
+        }
     }
 }

@@ -59,7 +59,8 @@ pub mod internals {
     pub use crate::placement::parse_profile;
     pub use crate::pooling::pool_tokens;
     pub use crate::runtime::load_runtime;
-    /// Test-only fault injection at a worker's stages.
+    /// Fault injection at a worker's stages, for this crate's tests (feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
     pub mod fault {
         pub use crate::fault::{Stage, inject, pending};
     }
