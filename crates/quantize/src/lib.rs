@@ -21,10 +21,9 @@ mod rewrite;
 mod tensor;
 
 /// The ONNX message types the quantizer reads and writes (generated from
-/// `proto/onnx_subset.proto`); public for the tests' fixture graphs, not an API.
-#[doc(hidden)]
+/// `proto/onnx_subset.proto`). The tests include the same generated file to build their graphs.
 #[allow(clippy::all, clippy::pedantic, clippy::restriction, missing_debug_implementations, unused_qualifications)]
-pub mod onnx {
+mod onnx {
     include!(concat!(env!("OUT_DIR"), "/onnx/mod.rs"));
     pub use onnx_subset::*;
 }
