@@ -8,6 +8,10 @@ pub use enabled::*;
 #[cfg(feature = "embed-ort")]
 mod concurrency;
 #[cfg(feature = "embed-ort")]
+mod errors;
+#[cfg(feature = "embed-ort")]
+pub use errors::{embed_error_text, oldest_ort};
+#[cfg(feature = "embed-ort")]
 mod quantize;
 #[cfg(feature = "embed-ort")]
 mod serve;

@@ -288,7 +288,7 @@ fn write_memory(out: &mut String, m: &nornir_vector::diagnostics::Memory) -> std
 /// What nornir read from the model folder and the graph, and why.
 #[cfg(feature = "embed-ort")]
 fn write_model(out: &mut String, m: &nornir_vector::diagnostics::ModelInfo) -> std::fmt::Result {
-    writeln!(out, "  model output: {:?}, {}", m.output, crate::as_flags(&m.output_reason))?;
+    writeln!(out, "  model output: {:?}, {}", m.output, m.output_reason)?;
     let dim = if m.dimension == m.model_dimension {
         m.dimension.to_string()
     } else {
@@ -313,7 +313,11 @@ fn write_model(out: &mut String, m: &nornir_vector::diagnostics::ModelInfo) -> s
 /// One sentence a person can act on.
 fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session: Option<&SessionDoc>) -> String {
     if ort.path.is_none() || ort.error.is_some() && ort.version.is_none() {
-        return "get ONNX Runtime: run `cargo xtask fetch`, or set ORT_DYLIB_PATH to a libonnxruntime.so (1.22 or newer)".to_owned();
+        let oldest = crate::commands::oldest_ort().map(|(major, minor)| format!(" ({major}.{minor} or newer)"));
+        return format!(
+            "get ONNX Runtime: run `cargo xtask fetch`, or set ORT_DYLIB_PATH (or --ort-lib) to a libonnxruntime.so{}",
+            oldest.unwrap_or_default()
+        );
     }
     if let Some(s) = session {
         if s.error.is_some() {

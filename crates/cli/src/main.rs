@@ -465,36 +465,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// The library's option names as this command's flags, for its messages (`dim` is `--dim`).
-const OPTION_FLAGS: &[(&str, &str)] = &[
-    ("`chunking.window`", "--window"),
-    ("`chunking.late`", "--long late"),
-    ("`dim`", "--dim"),
-    ("`device`", "--device"),
-    ("`max_length`", "--max-length"),
-    ("`max_queued_texts`", "--max-queued-texts"),
-    ("`model_file`", "--model-file"),
-    ("`ort_library`", "--ort-lib"),
-    ("`output_name`", "--output-name"),
-    ("`pooling`", "--pooling"),
-    ("`prompt_name`", "--prompt-name"),
-    ("`prompt`", "--prompt"),
-    ("`sessions`", "--sessions"),
-    ("`task`", "--task"),
-    ("`threads`", "--threads"),
-    ("`token_budget`", "--batch-tokens"),
-];
-
 /// An error and its causes on one line, outermost first, joined by `": "` (ONNX Runtime's
 /// messages can span lines). Each error says only what failed at its layer, so each cause appears
-/// once; the library's option names become this command's flags.
+/// once; the embedder's errors are said in this command's words (its flags, its advice).
 pub(crate) fn error_line(e: &anyhow::Error) -> String {
-    as_flags(&format!("{e:#}").split_whitespace().collect::<Vec<_>>().join(" "))
-}
-
-/// A library text with its option names written as this command's flags.
-pub(crate) fn as_flags(text: &str) -> String {
-    OPTION_FLAGS.iter().fold(text.to_owned(), |t, (option, flag)| t.replace(option, flag))
+    let links: Vec<String> =
+        e.chain().map(|cause| commands::embed_error_text(cause).unwrap_or_else(|| cause.to_string())).collect();
+    links.join(": ").split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
@@ -502,13 +479,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn error_line_prints_each_cause_once_and_options_as_flags() {
+    fn error_line_prints_each_cause_once() {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
         let e = anyhow::Error::new(io).context("reading a.txt").context("loading the corpus");
         assert_eq!(error_line(&e), "loading the corpus: reading a.txt: no such file");
         let e = anyhow::Error::new(std::io::Error::other("line one\nline two")).context("reading");
         assert_eq!(error_line(&e), "reading: line one line two");
-        let e = anyhow::Error::msg("invalid `dim`: 500 is wider than 384; `prompt_name` and `prompt` are fine");
-        assert_eq!(error_line(&e), "invalid --dim: 500 is wider than 384; --prompt-name and --prompt are fine");
+        // A library text is not rewritten: only typed errors are said with the flags.
+        let e = anyhow::Error::msg("invalid `dim`: plain text");
+        assert_eq!(error_line(&e), "invalid `dim`: plain text");
     }
 }

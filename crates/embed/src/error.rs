@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use nornir_ep_select::Vendor;
 
-use crate::report::Registration;
+use crate::report::{MIN_ORT, Registration};
 
 /// Everything the embedder can fail with; match on the variant (and on [`InferenceKind`]), not on
 /// the text.
@@ -18,8 +18,8 @@ use crate::report::Registration;
 pub enum EmbedError {
     /// No ONNX Runtime library was found where nornir looks.
     #[error(
-        "no ONNX Runtime library found; searched: {}. Run `cargo xtask fetch`, or set ORT_DYLIB_PATH to a libonnxruntime.so",
-        searched_list(.searched, .problems)
+        "no ONNX Runtime library found; searched: {}. Set ORT_DYLIB_PATH (or `ort_library`) to a libonnxruntime.so, {}.{} or newer",
+        searched_list(.searched, .problems), MIN_ORT.0, MIN_ORT.1
     )]
     #[non_exhaustive]
     NoOrtLibrary {
@@ -52,7 +52,8 @@ pub enum EmbedError {
     },
 
     #[error(
-        "{path}: cannot be loaded as ONNX Runtime: {reason}; point ORT_DYLIB_PATH or `ort_library` at a libonnxruntime.so (1.22 or newer)"
+        "{path}: cannot be loaded as ONNX Runtime: {reason}; point ORT_DYLIB_PATH or `ort_library` at a libonnxruntime.so ({}.{} or newer)",
+        MIN_ORT.0, MIN_ORT.1
     )]
     /// The file is not a usable ONNX Runtime library.
     #[non_exhaustive]
@@ -67,7 +68,8 @@ pub enum EmbedError {
     },
 
     #[error(
-        "{path} is ONNX Runtime {version}, older than 1.22, the oldest this build supports. Use a newer build (`cargo xtask fetch` provides 1.31.1)"
+        "{path} is ONNX Runtime {version}, older than {}.{}, the oldest this build supports: use a newer build",
+        MIN_ORT.0, MIN_ORT.1
     )]
     /// The ONNX Runtime library is older than this build supports.
     #[non_exhaustive]
@@ -87,7 +89,7 @@ pub enum EmbedError {
     },
 
     #[error(
-        "the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Use `device` auto to fall back to the CPU, or fix the cause above (`nornir vector doctor`)"
+        "the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Set `device` to auto to fall back to the CPU, or fix the cause above"
     )]
     /// A forced GPU could not run the model (an automatic choice falls back to the CPU instead).
     #[non_exhaustive]

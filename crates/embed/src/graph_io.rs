@@ -131,15 +131,18 @@ pub(crate) fn graph_io(session: &Session, folder: &ModelFolder, output_name: Opt
     let usable = |i: usize| float_output(outputs[i].dtype());
     let (output, output_reason) = if let Some(wanted) = output_name {
         let i = outputs.iter().position(|o| o.name() == wanted).ok_or_else(|| {
-            err(format!("`output_name` {wanted:?}: the model has no such output; its outputs are {}", listing()))
+            EmbedError::invalid("output_name", format!("the model has no output {wanted:?}; its outputs are {}", listing()))
         })?;
         if usable(i).is_none() {
-            return Err(err(format!(
-                "`output_name` {wanted:?} is {}; nornir needs a floating-point [batch, tokens, width] or [batch, width] output",
-                outputs[i].dtype()
-            )));
+            return Err(EmbedError::invalid(
+                "output_name",
+                format!(
+                    "the model's output {wanted:?} is {}; nornir needs a floating-point [batch, tokens, width] or [batch, width] output",
+                    outputs[i].dtype()
+                ),
+            ));
         }
-        (i, "chosen with `output_name`".to_owned())
+        (i, "chosen by the caller".to_owned())
     } else if let Some((i, name)) = OUTPUT_NAMES
         .iter()
         .find_map(|n| (0..outputs.len()).find(|&i| outputs[i].name() == *n && usable(i).is_some()).map(|i| (i, n)))

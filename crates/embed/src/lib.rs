@@ -43,10 +43,10 @@ pub use options::{EmbedderOptions, QueueFull};
 pub use plan::{plan_for, plan_for_model};
 pub use pooling::{Pooling, normalize};
 pub use report::{
-    Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PoolingSpec, PromptChoice, Prompts, Quantization,
+    MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PoolingSpec, PromptChoice, Prompts, Quantization,
     Registration, RegistrationOutcome, SessionReport, Token,
 };
-pub use runtime::{MIN_ORT, check_library, choose_library};
+pub use runtime::{check_library, choose_library};
 pub use stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.

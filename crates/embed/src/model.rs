@@ -172,7 +172,7 @@ impl ModelFolder {
     pub fn open(dir: &Path, model_file: Option<&Path>) -> Result<Self> {
         let err = |reason: String| EmbedError::model(dir, reason);
         if !dir.is_dir() {
-            return Err(err("no such folder; pass a model folder with model.onnx and tokenizer.json (`cargo xtask fetch` puts the default model in the nornir cache)".to_owned()));
+            return Err(err("no such folder; pass a model folder with model.onnx and tokenizer.json".to_owned()));
         }
         let model_file = match model_file {
             Some(f) => {

@@ -31,7 +31,7 @@ pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result
     if o.prompt.is_some() && o.prompt_name.is_some() {
         return Err(EmbedError::invalid(
             "prompt",
-            "give a prompt text (`prompt`) or a prompt name (`prompt_name`), not both",
+            "give a prompt text or a prompt name, not both",
         ));
     }
     let task = match (&folder.tasks, &o.task) {
@@ -48,7 +48,7 @@ pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result
             return Err(EmbedError::invalid(
                 "task",
                 format!(
-                    "the model has task adapters (config.json's lora_adaptations); choose one with `task`: {}",
+                    "the model has task adapters (config.json's lora_adaptations); choose one of: {}",
                     names(tasks.iter())
                 ),
             ));

@@ -169,6 +169,9 @@ pub struct SessionReport {
     pub graph_optimization: String,
 }
 
+/// The oldest ONNX Runtime this build loads: 1.22, the last with the ROCm provider.
+pub const MIN_ORT: (u64, u64) = (1, 22);
+
 /// What was loaded and why. Serialised under `ort` in `doctor --json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]

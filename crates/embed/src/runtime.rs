@@ -8,10 +8,7 @@ use nornir_ep_select::Plan;
 use nornir_gpu_probe::{OrtCandidate, OrtDiscovery, ProbeContext, discover_ort, pick_ort};
 
 use crate::error::{EmbedError, Result};
-use crate::report::OrtInfo;
-
-/// The oldest ONNX Runtime this build loads: 1.22, the last with the ROCm provider.
-pub const MIN_ORT: (u64, u64) = (1, 22);
+use crate::report::{MIN_ORT, OrtInfo};
 
 /// The ONNX Runtime library loaded in this process.
 #[derive(Debug)]

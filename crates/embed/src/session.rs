@@ -169,7 +169,7 @@ fn register(rt: &OrtRuntime, p: Provider, builder: &mut SessionBuilder) -> Regis
         return Registration::failed(
             p,
             format!(
-                "not in this build of ONNX Runtime ({} has no {}); use a build with it (`cargo xtask fetch` lists them) via ORT_DYLIB_PATH",
+                "not in this build of ONNX Runtime ({} has no {}); point ORT_DYLIB_PATH at a build that has it",
                 rt.info.path.display(),
                 lib.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
             ),
@@ -180,7 +180,7 @@ fn register(rt: &OrtRuntime, p: Provider, builder: &mut SessionBuilder) -> Regis
     let outcome = if let Some(damaged) = &preflight.error {
         // Handing a damaged library to the loader can kill the process (SIGBUS): not tried.
         RegistrationOutcome::Failed(format!(
-            "not loaded: {damaged}; reinstall this ONNX Runtime build (`cargo xtask fetch` verifies its files)"
+            "not loaded: {damaged}; reinstall this ONNX Runtime build"
         ))
     } else {
         match append(p, builder) {

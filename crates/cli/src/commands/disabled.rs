@@ -8,6 +8,16 @@ use crate::{BenchArgs, ModelArgs, QuantizeArgs, ServeArgs};
 const NOT_COMPILED: &str =
     "this nornir was built without the ONNX Runtime embedder; rebuild with `--features embed-ort` (the default)";
 
+/// Without the embedder no ONNX Runtime is loaded at all.
+pub fn oldest_ort() -> Option<(u64, u64)> {
+    None
+}
+
+/// Without the embedder no error is the embedder's.
+pub fn embed_error_text(_: &(dyn std::error::Error + 'static)) -> Option<String> {
+    None
+}
+
 pub fn embed(_: &EmbedJob) -> Result<()> {
     bail!(NOT_COMPILED)
 }

@@ -1,0 +1,89 @@
+//! The embedder's errors in this command's words: each typed kind that names a library option or
+//! calls for advice is written with the command's flags, by matching on the kind, never by
+//! rewriting the library's text.
+
+use nornir_vector::EmbedError;
+use nornir_vector::diagnostics::MIN_ORT;
+
+/// The `nornir` flag that sets the library option named `option` (as `EmbedError::InvalidOption`
+/// names it).
+pub fn flag_for(option: &str) -> String {
+    let flag = match option {
+        "chunking.window" => "--window",
+        "chunking.late" => "--long late",
+        "dim" | "dimensions" => "--dim",
+        "device" => "--device",
+        "max_length" => "--max-length",
+        "max_queued_texts" => "--max-queued-texts",
+        "model_file" => "--model-file",
+        "ort_library" => "--ort-lib",
+        "output_name" => "--output-name",
+        "pooling" => "--pooling",
+        "prompt_name" => "--prompt-name",
+        "prompt" => "--prompt",
+        "sessions" | "workers" => "--sessions",
+        "task" => "--task",
+        "threads" => "--threads",
+        "token_budget" => "--batch-tokens",
+        other => return format!("`{other}`"),
+    };
+    flag.to_owned()
+}
+
+/// The oldest ONNX Runtime this build loads.
+pub fn oldest_ort() -> Option<(u64, u64)> {
+    Some(MIN_ORT)
+}
+
+/// This error's own line (without its causes) as `nornir` says it, when it is an [`EmbedError`]
+/// whose library wording names options or leaves advice to the command; `None` otherwise.
+pub fn embed_error_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let (major, minor) = MIN_ORT;
+    Some(match e.downcast_ref::<EmbedError>()? {
+        EmbedError::InvalidOption { option, reason, .. } => format!("invalid {}: {reason}", flag_for(option)),
+        e @ EmbedError::NoOrtLibrary { .. } => {
+            format!("{e}; or pass --ort-lib FILE (in a nornir checkout, `cargo xtask fetch` puts one in the nornir cache)")
+        }
+        EmbedError::ExplicitOrtUnusable { reason, .. } => format!(
+            "{reason}: point --ort-lib (or ORT_DYLIB_PATH) at a libonnxruntime.so file, or leave both unset to let nornir search"
+        ),
+        EmbedError::OrtLoad { path, reason, .. } => format!(
+            "{}: cannot be loaded as ONNX Runtime: {reason}; point --ort-lib (or ORT_DYLIB_PATH) at a libonnxruntime.so ({major}.{minor} or newer)",
+            path.display()
+        ),
+        EmbedError::ForcedDeviceFailed { vendor, details, .. } => format!(
+            "the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Use --device auto to fall back to the CPU, or see why with `nornir vector doctor`"
+        ),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_the_library_names_has_a_flag() {
+        for option in [
+            "chunking.window",
+            "chunking.late",
+            "dim",
+            "device",
+            "max_length",
+            "max_queued_texts",
+            "model_file",
+            "ort_library",
+            "output_name",
+            "pooling",
+            "prompt_name",
+            "prompt",
+            "sessions",
+            "task",
+            "threads",
+            "token_budget",
+        ] {
+            assert!(flag_for(option).starts_with("--"), "{option}");
+        }
+        assert_eq!(flag_for("something_new"), "`something_new`");
+    }
+}
