@@ -86,13 +86,13 @@ fn render(app: &App, out: &mut String) {
 
     family(out, "nornir_texts_total", "counter", "Texts embedded for requests.");
     for e in entries {
-        let _ = writeln!(out, "nornir_texts_total{{model=\"{}\"}} {}", e.name, e.texts.load(Ordering::Relaxed));
+        let _ = writeln!(out, "nornir_texts_total{{model=\"{}\"}} {}", label(&e.name), e.texts.load(Ordering::Relaxed));
     }
     family(out, "nornir_tokens_total", "counter", "Tokens the model read for requests.");
     for e in entries {
-        let _ = writeln!(out, "nornir_tokens_total{{model=\"{}\"}} {}", e.name, e.tokens.load(Ordering::Relaxed));
+        let _ = writeln!(out, "nornir_tokens_total{{model=\"{}\"}} {}", label(&e.name), e.tokens.load(Ordering::Relaxed));
     }
-    let reports: Vec<_> = loaded.iter().map(|(name, e)| (*name, e.report(), e.stats())).collect();
+    let reports: Vec<_> = loaded.iter().map(|(name, e)| (label(name), e.report(), e.stats())).collect();
     if let Some(rss) = reports.first().and_then(|(_, r, _)| r.memory.resident_bytes) {
         family(out, "nornir_resident_memory_bytes", "gauge", "The process's resident memory.");
         let _ = writeln!(out, "nornir_resident_memory_bytes {rss}");
@@ -158,7 +158,63 @@ fn render(app: &App, out: &mut String) {
         let _ = writeln!(
             out,
             "nornir_active_provider{{model=\"{name}\",provider=\"{}\",vendor=\"{}\"}} 1",
-            r.active_provider, r.gpu_vendor
+            label(&r.active_provider),
+            label(&r.gpu_vendor.to_string())
         );
+    }
+}
+
+/// `value` as a Prometheus label value: backslash, double quote and line feed escaped, so that no
+/// model name can end a label, a sample or a line.
+fn label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The label value of `line`'s `model` label, read as Prometheus reads it: up to the first
+    /// unescaped quote, escapes undone.
+    fn model_label(line: &str) -> String {
+        let start = line.find("model=\"").expect("a model label") + "model=\"".len();
+        let mut value = String::new();
+        let mut chars = line[start..].chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => return value,
+                '\\' => value.push(match chars.next() {
+                    Some('n') => '\n',
+                    Some(c) => c,
+                    None => panic!("a label that ends in an escape: {line}"),
+                }),
+                c => value.push(c),
+            }
+        }
+        panic!("an unterminated label: {line}")
+    }
+
+    #[test]
+    fn a_hostile_name_stays_inside_its_label_value() {
+        assert_eq!(label("all-MiniLM-L6-v2"), "all-MiniLM-L6-v2");
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        // A name (or a plugin provider's name) that tries to close the label and add a sample.
+        let hostile = "m\"} 1\nnornir_texts_total{model=\"x\\";
+        let mut out = String::new();
+        let _ = writeln!(out, "nornir_texts_total{{model=\"{}\"}} 7", label(hostile));
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert_eq!(model_label(&out), hostile);
+        assert!(out.trim_end().ends_with("\"} 7"), "{out}");
+        // The server refuses such a name before it could be served at all.
+        assert!(crate::models::Models::new([hostile.to_owned()]).is_err());
     }
 }
