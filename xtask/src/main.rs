@@ -103,7 +103,11 @@ fn run() -> Result<()> {
         Some("long-docs") => long_docs::long_docs(),
         Some("serve-bench") => serve_bench::serve_bench(&args[1..]),
         Some("public-api") => public_api::public_api(&args[1..]),
-        Some("check-features") => features::check_features(&test_env(&fetch::fetch(&all_test_assets())?)?),
+        Some("check-features") => {
+            let env = test_env(&fetch::fetch(&all_test_assets())?)?;
+            dry_run_bundle()?;
+            features::check_features(&env)
+        }
         Some("-h" | "--help" | "help") | None => {
             println!("{USAGE}");
             Ok(())
@@ -217,35 +221,57 @@ const TEST_PYTHON_PACKAGES: &[&str] =
 /// huggingface_hub from the releases (0.28 to 0.33) that nest TEI's options under "parameters".
 const TEST_PYTHON_HF_0_30: &[&str] = &["huggingface_hub==0.30.2", "numpy==2.4.6"];
 
-fn test(extra: &[String]) -> Result<()> {
-    let home = fetch::fetch(&all_test_assets())?;
-    let mut env = test_env(&home)?;
-    // Tests that cannot run here write why to this file; they are counted at the end, not passed.
-    let skips = workspace_root().join("target/test-skips.txt");
-    let _ = std::fs::remove_file(&skips);
-    env.push(("NORNIR_TEST_SKIP_LOG", skips.clone()));
+/// The GPU check's bundle for its dry run (crates/cli/tests/gpu_check.rs), from the debug build.
+fn dry_run_bundle() -> Result<()> {
     eprintln!("xtask: the GPU check's bundle for its dry run");
     run_checked(cargo().args(["build", "--quiet", "-p", "nornir-cli"]))?;
     let nornir = workspace_root().join("target/debug/nornir").display().to_string();
     let out = workspace_root().join(DRY_RUN_BUNDLE).display().to_string();
-    gpu_bundle::gpu_bundle(&["--nornir".to_owned(), nornir, "--out".to_owned(), out])?;
+    gpu_bundle::gpu_bundle(&["--nornir".to_owned(), nornir, "--out".to_owned(), out])
+}
+
+/// Runs one stage of `cargo xtask test` and says how long it took, so the costly ones show.
+pub(crate) fn stage<T>(name: &str, run: impl FnOnce() -> Result<T>) -> Result<T> {
+    let started = std::time::Instant::now();
+    let result = run();
+    eprintln!(
+        "xtask: stage {name}: {:.0} s{}",
+        started.elapsed().as_secs_f64(),
+        if result.is_err() { " (failed)" } else { "" }
+    );
+    result
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    let started = std::time::Instant::now();
+    let home = stage("fetch", || fetch::fetch(&all_test_assets()))?;
+    let mut env = stage("test environments", || test_env(&home))?;
+    // Tests that cannot run here write why to this file; they are counted at the end, not passed.
+    let skips = workspace_root().join("target/test-skips.txt");
+    let _ = std::fs::remove_file(&skips);
+    env.push(("NORNIR_TEST_SKIP_LOG", skips.clone()));
+    stage("GPU check bundle", dry_run_bundle)?;
     eprintln!("xtask: tests, default build");
-    run_checked(cargo().args(["test", "--workspace", "--exclude", "xtask"]).args(extra).envs(env.clone()))?;
+    stage("tests, default build", || {
+        run_checked(cargo().args(["test", "--workspace", "--exclude", "xtask"]).args(extra).envs(env.clone()))
+    })?;
     // The server's minute-long load test runs in full once, in the default build above; the
     // other builds run it for 10 seconds.
     env.push(("NORNIR_SERVE_LOAD_SECONDS", PathBuf::from("10")));
     env.push(("NORNIR_SERVE_OVERLOAD_SECONDS", PathBuf::from("5")));
     eprintln!("xtask: tests, embed-ort-rocm build");
-    run_checked(
-        cargo()
-            .args(["test", "--workspace", "--exclude", "xtask", "--features", "nornir-cli/embed-ort-rocm"])
-            .args(extra)
-            .envs(env.clone()),
-    )?;
+    stage("tests, embed-ort-rocm build", || {
+        run_checked(
+            cargo()
+                .args(["test", "--workspace", "--exclude", "xtask", "--features", "nornir-cli/embed-ort-rocm"])
+                .args(extra)
+                .envs(env.clone()),
+        )
+    })?;
     if extra.is_empty() {
         eprintln!("xtask: xtask's own tests");
-        run_checked(cargo().args(["test", "--quiet", "-p", "xtask"]))?;
-        features::check_features(&env)?;
+        stage("xtask's own tests", || run_checked(cargo().args(["test", "--quiet", "-p", "xtask"])))?;
+        stage("check-features", || features::check_features(&env))?;
     }
     let skipped = std::fs::read_to_string(&skips).unwrap_or_default();
     if skipped.is_empty() {
@@ -253,6 +279,7 @@ fn test(extra: &[String]) -> Result<()> {
     } else {
         eprintln!("xtask: tests: {} skipped, not passed:\n{skipped}", skipped.lines().count());
     }
+    eprintln!("xtask: test passed in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }
 

@@ -625,9 +625,9 @@ fn clients_that_hang_up_leave_nothing_queued() {
         "hang-ups: idle {:.0} ms after the last one; {cancelled} of 16000 texts cancelled",
         idle_after.as_secs_f64() * 1e3
     );
-    // A release build measured 1 ms on 2 cores (before cancelling: 44 s); a debug build's
-    // handlers are slower to reach their first await.
-    let bound = Duration::from_secs(if cfg!(debug_assertions) { 3 } else { 1 });
+    // A release build measured 1 ms on 2 cores; before cancelling it took 44 s. The bound is far
+    // from both, so a loaded machine cannot miss it and the old behaviour cannot pass it.
+    let bound = Duration::from_secs(15);
     assert!(idle_after <= bound, "still {queued} queued and {running} running {idle_after:?} after");
     assert!(cancelled > 0, "nothing was cancelled");
     let (status, r) = server.post("/v1/embeddings", &json!({ "input": ["still serving"] }));
@@ -652,11 +652,15 @@ fn a_request_past_its_timeout_gets_504_and_its_texts_leave_the_queue() {
     let answered = Instant::now();
     let (_, mut metrics) = server.get("/metrics");
     while metric(&metrics, "nornir_queue_texts") + metric(&metrics, "nornir_running_texts") > 0 {
-        assert!(answered.elapsed() < Duration::from_secs(3), "the timed-out texts still run:\n{metrics}");
+        // Only a safety stop: what proves the cancelling is the count of texts run, below.
+        assert!(answered.elapsed() < Duration::from_secs(120), "the timed-out texts still run:\n{metrics}");
         std::thread::sleep(Duration::from_millis(10));
         metrics = server.get("/metrics").1;
     }
     assert!(metric(&metrics, "nornir_cancelled_texts_total") > 0, "nothing was cancelled:\n{metrics}");
+    // Every text of the two requests would have run without the cancelling; most did not.
+    let ran = metric(&metrics, "nornir_batch_size_sum");
+    assert!(ran < long.len() as u64, "{ran} texts ran for two timed-out requests of {} texts each:\n{metrics}", long.len());
     let (status, r) = server.post("/embed", &json!({ "inputs": "a short one" }));
     assert_eq!(status, 200, "{r}");
 }

@@ -354,8 +354,9 @@ mod tests {
     /// with none busy, or a full budget waiting, it takes what is there at once.
     #[test]
     fn a_free_worker_waits_to_fill_a_batch_only_under_load() {
-        let wait = Duration::from_millis(300);
-        let waited = |busy: bool, lengths: &[(usize, usize)]| {
+        // A wait the test sits through, and one so long that only a wait could reach it.
+        let (wait, forever) = (Duration::from_millis(300), Duration::from_secs(600));
+        let waited = |busy: bool, lengths: &[(usize, usize)], wait: Duration| {
             let s = Scheduler::new(2, 10, BatchPolicy::GPU, 100, wait);
             let r = Request::new(lengths.len(), 1);
             s.submit(call(&r, lengths), QueueFull::Wait).expect("room");
@@ -364,8 +365,8 @@ mod tests {
             drop(s.fill_wait(s.lock(), 0));
             started.elapsed()
         };
-        assert!(waited(true, &[(0, 4)]) >= wait, "4 of 10 tokens under load: waits");
-        assert!(waited(true, &[(0, 4), (1, 4), (2, 4)]) < wait, "12 of 10 tokens: a full batch, no wait");
-        assert!(waited(false, &[(0, 4)]) < wait, "no other worker busy: no wait");
+        assert!(waited(true, &[(0, 4)], wait) >= wait, "4 of 10 tokens under load: waits");
+        assert!(waited(true, &[(0, 4), (1, 4), (2, 4)], forever) < forever, "12 of 10 tokens: a full batch, no wait");
+        assert!(waited(false, &[(0, 4)], forever) < forever, "no other worker busy: no wait");
     }
 }

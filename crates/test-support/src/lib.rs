@@ -13,6 +13,34 @@ pub mod stubs;
 
 use std::path::PathBuf;
 
+/// Whether the assets `cargo xtask test` fetches are here: it sets `NORNIR_TEST_ORT_CPU` (with
+/// the default model and the rest beside it). A plain `cargo test` on a fresh clone has none.
+pub fn assets_fetched() -> bool {
+    std::env::var_os("NORNIR_TEST_ORT_CPU").is_some_and(|p| std::path::Path::new(&p).exists())
+}
+
+/// The line a test prints when it skips for want of the fetched assets (libtest names each test's
+/// thread after the test; `module` where it does not).
+pub fn skip_without_assets(module: &str) {
+    let current = std::thread::current();
+    let test = current.name().filter(|n| *n != "main").unwrap_or(module);
+    // Straight to the file descriptor: libtest captures `println!`, and a skip must show.
+    let line = format!("{test}: skipped: it needs the ONNX Runtime builds, models and test libraries that `cargo xtask test` fetches\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+}
+
+/// Returns from the calling test, after one line naming `cargo xtask test`, when the fetched
+/// assets are not here: the tier that `cargo test` on a fresh clone runs (see README.md).
+#[macro_export]
+macro_rules! needs_assets {
+    () => {
+        if !$crate::assets_fetched() {
+            $crate::skip_without_assets(module_path!());
+            return;
+        }
+    };
+}
+
 /// The cosine of two vectors (1 for the same direction).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
