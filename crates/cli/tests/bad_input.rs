@@ -100,6 +100,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn broken_model_folders() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let missing = t.path().join("no-such-model");
     library_error(&missing, &cpu(), "no such folder");
@@ -130,6 +131,7 @@ fn broken_model_folders() {
 
 #[test]
 fn broken_or_foreign_tokenizers() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let invalid = model_copy(&t.path().join("a"), &[("tokenizer.json", b"{\"version\": ")]);
     library_error(&invalid, &cpu(), "EOF while parsing");
@@ -156,6 +158,7 @@ fn broken_or_foreign_tokenizers() {
 
 #[test]
 fn an_image_model_is_refused_at_load() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let dir = model_copy(&t.path().join("a"), &[]);
     std::fs::remove_file(dir.join("model.onnx")).expect("rm");
@@ -166,6 +169,7 @@ fn an_image_model_is_refused_at_load() {
 
 #[test]
 fn model_contract_mistakes() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let modules = br#"[{"path":"","type":"sentence_transformers.models.Transformer"},
         {"path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
@@ -203,6 +207,7 @@ fn model_contract_mistakes() {
 
 #[test]
 fn input_text_edge_cases() {
+    nornir_test_support::needs_assets!();
     let m = model();
     let t = tempfile::tempdir().expect("tempdir");
     let out = t.path().join("out.f32");
@@ -245,6 +250,7 @@ fn input_text_edge_cases() {
 
 #[test]
 fn missing_input_and_unwritable_outputs() {
+    nornir_test_support::needs_assets!();
     let m = model();
     let t = tempfile::tempdir().expect("tempdir");
     assert_one_line_error(
@@ -280,6 +286,7 @@ fn stub_ort(dir: &Path, version: &str) -> PathBuf {
 
 #[test]
 fn ort_libraries_that_are_not_usable() {
+    nornir_test_support::needs_assets!();
     let m = model();
     let t = tempfile::tempdir().expect("tempdir");
     let not_ort = support::stub_library(t.path(), "libnotort.so.1", "int not_onnx_runtime = 1;\n", &[]);
@@ -313,6 +320,7 @@ fn ort_libraries_that_are_not_usable() {
 /// build for another CPU or a broken install can: only a child process can survive checking it.
 #[test]
 fn doctor_isolate_reports_a_library_that_crashes_on_load() {
+    nornir_test_support::needs_assets!();
     let m = model();
     let t = tempfile::tempdir().expect("tempdir");
     let crash = support::stub_library(
@@ -362,6 +370,7 @@ fn doctor_isolate_reports_a_library_that_crashes_on_load() {
 
 #[test]
 fn a_corrupt_provider_library() {
+    nornir_test_support::needs_assets!();
     let gpu =
         PathBuf::from(std::env::var_os("NORNIR_TEST_ORT_GPU").expect("NORNIR_TEST_ORT_GPU: run `cargo xtask test`"));
     let t = tempfile::tempdir().expect("tempdir");
@@ -442,6 +451,7 @@ fn library_path_variables_with_bad_entries() {
 
 #[test]
 fn numeric_options_out_of_range() {
+    nornir_test_support::needs_assets!();
     let m = model();
     for flag in ["--threads", "--sessions", "--batch-tokens", "--max-length"] {
         let o = nornir(&["vector", "embed", "--model", s(&m), flag, "0", "x"]);
@@ -471,6 +481,7 @@ fn numeric_options_out_of_range() {
 /// would crash any process loading it goes unnoticed.
 #[test]
 fn nothing_is_loaded_from_the_model_folder_or_the_working_folder() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let dir = model_copy(t.path(), &[]);
     let crash = "__attribute__((constructor)) static void nornir_crash(void) { *(volatile int*)0 = 1; }\n";
@@ -485,6 +496,7 @@ fn nothing_is_loaded_from_the_model_folder_or_the_working_folder() {
 
 #[test]
 fn quantize_bad_inputs() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let out = t.path().join("int8");
     let o = s(&out);

@@ -9,6 +9,7 @@ use common::{Run, files_in, model, nornir, stderr};
 
 #[test]
 fn embed_arguments_to_jsonl_and_say_the_provider() {
+    nornir_test_support::needs_assets!();
     let m = model();
     let o = nornir(&["vector", "embed", "-v", "--model", m.to_str().expect("utf8"), "A man is eating food.", ""]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -21,6 +22,7 @@ fn embed_arguments_to_jsonl_and_say_the_provider() {
 
 #[test]
 fn stdin_lines_keep_row_order_and_formats_agree() {
+    nornir_test_support::needs_assets!();
     let m = model();
     let m = m.to_str().expect("utf8");
     let t = tempfile::tempdir().expect("tempdir");
@@ -48,6 +50,7 @@ fn stdin_lines_keep_row_order_and_formats_agree() {
 /// says how many texts it cut; refuse stops with the text's number.
 #[test]
 fn long_texts_are_chunked_refused_or_counted_when_truncated() {
+    nornir_test_support::needs_assets!();
     let m = model();
     let m = m.to_str().expect("utf8");
     let long = "Ålesund ligger på øyer, og fjordene skjærer inn i landet. ".repeat(60);
@@ -98,6 +101,7 @@ fn long_texts_are_chunked_refused_or_counted_when_truncated() {
 
 #[test]
 fn jsonl_input_keeps_ids() {
+    nornir_test_support::needs_assets!();
     let m = model();
     let o = Run {
         stdin: b"{\"id\": \"a\", \"text\": \"hello\"}\n{\"id\": 2, \"text\": \"world\"}\n",
@@ -114,6 +118,7 @@ fn jsonl_input_keeps_ids() {
 
 #[test]
 fn forcing_an_unavailable_gpu_is_an_error_auto_falls_back() {
+    nornir_test_support::needs_assets!();
     let m = model();
     let m = m.to_str().expect("utf8");
     let forced = nornir(&["vector", "embed", "--model", m, "--device", "cuda", "x"]);
@@ -125,6 +130,7 @@ fn forcing_an_unavailable_gpu_is_an_error_auto_falls_back() {
 
 #[test]
 fn doctor_json_has_the_documented_keys_and_expect_works() {
+    nornir_test_support::needs_assets!();
     let m = model();
     let m = m.to_str().expect("utf8");
     let o = nornir(&["vector", "doctor", "--json", "--model", m]);
@@ -155,6 +161,7 @@ fn doctor_json_has_the_documented_keys_and_expect_works() {
 
 #[test]
 fn bench_json_on_the_builtin_sample() {
+    nornir_test_support::needs_assets!();
     let m = model();
     let o = nornir(&["vector", "bench", "--json", "--model", m.to_str().expect("utf8"), "--threads", "2"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -186,6 +193,7 @@ fn bench_json_on_the_builtin_sample() {
 /// `cat` does), never with a panic about printing to stdout.
 #[test]
 fn a_closed_pipe_ends_quietly() {
+    nornir_test_support::needs_assets!();
     use std::io::BufRead;
     use std::os::unix::process::ExitStatusExt;
     let m = model();
@@ -227,6 +235,7 @@ fn options_accept_the_library_words() {
 /// normalised again.
 #[test]
 fn dim_keeps_the_first_dimensions_in_every_format() {
+    nornir_test_support::needs_assets!();
     let m = model();
     let m = m.to_str().expect("utf8");
     let t = tempfile::tempdir().expect("tempdir");
@@ -263,6 +272,7 @@ fn dim_keeps_the_first_dimensions_in_every_format() {
 /// The doctor says which output of a real export it reads and why, and what the folder decided.
 #[test]
 fn doctor_explains_the_model_contract() {
+    nornir_test_support::needs_assets!();
     let dir = nornir_test_support::env_path("NORNIR_TEST_PARAPHRASE_MODEL");
     let o = nornir(&["vector", "doctor", "--device", "cpu", "--model", dir.to_str().expect("utf8")]);
     assert!(o.status.success(), "{}", stderr(&o));

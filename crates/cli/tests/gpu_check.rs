@@ -50,6 +50,7 @@ fn gpu_check(dir: &Path, bundle: &Path, env: &[(&str, &Path)]) -> (Output, serde
 
 #[test]
 fn dry_run_on_a_simulated_nvidia_machine_measures_everything_and_says_cuda_did_not_run() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let root = t.path().join("root");
     support::nvidia_driver_tree(&root);
@@ -152,6 +153,7 @@ fn dry_run_on_a_simulated_nvidia_machine_measures_everything_and_says_cuda_did_n
 /// the session knows what to send again; nothing is run.
 #[test]
 fn an_incomplete_or_damaged_bundle_names_the_parts_to_send_again() {
+    nornir_test_support::needs_assets!();
     let full = env_path("NORNIR_TEST_GPU_BUNDLE");
     let manifest = std::fs::read_to_string(full.join("MANIFEST")).expect("MANIFEST");
     let parts: Vec<&str> =

@@ -15,6 +15,7 @@ fn f32_rows(bytes: &[u8]) -> Vec<Vec<f32>> {
 
 #[test]
 fn the_default_model_quantized_is_complete_close_to_float32_and_cpu_only() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let out = t.path().join("int8");
     let m = model();
@@ -90,6 +91,7 @@ fn the_default_model_quantized_is_complete_close_to_float32_and_cpu_only() {
 /// scales, 18 of 20 such rows differed, with cosines down to 0.957.
 #[test]
 fn int8_vectors_do_not_depend_on_the_batch() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let corpus =
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/corpus.txt"))

@@ -107,6 +107,7 @@ fn missing_in_preflight(reg: &serde_json::Value) -> Vec<String> {
 
 #[test]
 fn cpu_build_runs_on_cpu_and_a_forced_gpu_is_not_in_this_build() {
+    nornir_test_support::needs_assets!();
     let ort = env_path("NORNIR_TEST_ORT_CPU");
     let d = doctor(&ort, "auto", &[]);
     assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider");
@@ -124,6 +125,7 @@ fn cpu_build_runs_on_cpu_and_a_forced_gpu_is_not_in_this_build() {
 
 #[test]
 fn cuda_build_forced_is_an_error_naming_libcublaslt_and_auto_falls_back() {
+    nornir_test_support::needs_assets!();
     if common::skip_on_a_gpu_machine("cuda_build_forced_is_an_error_naming_libcublaslt_and_auto_falls_back") {
         return;
     }
@@ -158,6 +160,7 @@ fn cuda_build_forced_is_an_error_naming_libcublaslt_and_auto_falls_back() {
 /// NVIDIA simulated: driver tree + stub libcuda.so.1 (one device) and libcudart.so.13.
 #[test]
 fn simulated_nvidia_machine_requests_cuda_which_fails_and_cpu_runs() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let (root, libs) = support::simulated_nvidia_machine(t.path());
     let env: [(&str, &Path); 2] = [("NORNIR_PROBE_ROOT", &root), ("NORNIR_CUDA_LIBS", &libs)];
@@ -265,6 +268,7 @@ fn assert_cuda_fault_falls_back_to_cpu(fault: CudaFault, reason: &[&str]) {
 /// on CPU.
 #[test]
 fn cuda_registers_but_session_creation_fails_then_cpu_runs() {
+    nornir_test_support::needs_assets!();
     assert_cuda_fault_falls_back_to_cpu(
         CudaFault::AtSessionCreation,
         &["creating the session with CUDAExecutionProvider failed", "rebuilt on CPUExecutionProvider"],
@@ -275,6 +279,7 @@ fn cuda_registers_but_session_creation_fails_then_cpu_runs() {
 /// on a CPU session, every text once, in order.
 #[test]
 fn cuda_fails_at_run_time_and_the_batch_runs_again_on_cpu() {
+    nornir_test_support::needs_assets!();
     assert_cuda_fault_falls_back_to_cpu(
         CudaFault::AtFirstKernel,
         &["running a batch on CUDAExecutionProvider failed", "illegal memory access", "ran that batch again"],
@@ -288,6 +293,7 @@ fn cuda_fails_at_run_time_and_the_batch_runs_again_on_cpu() {
 /// venv lacks, are listed as missing, and the provider still registers.
 #[test]
 fn doctor_lists_cudnn_from_a_pip_venv_as_opened_at_run_time() {
+    nornir_test_support::needs_assets!();
     let venv = env_path("NORNIR_TEST_CUDA_VENV");
     let t = tempfile::tempdir().expect("tempdir");
     let root = t.path().join("root");

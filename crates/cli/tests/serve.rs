@@ -169,6 +169,7 @@ fn library() -> Embedder {
 
 #[test]
 fn openai_and_tei_answers_match_the_library() {
+    nornir_test_support::needs_assets!();
     let server = Server::start(&[]);
     let lib = library();
     let texts: Vec<String> = texts().into_iter().take(12).collect();
@@ -246,6 +247,7 @@ fn openai_and_tei_answers_match_the_library() {
 
 #[test]
 fn the_official_openai_python_client() {
+    nornir_test_support::needs_assets!();
     let python = nornir_test_support::env_path("NORNIR_TEST_PYTHON");
     let server = Server::start(&[]);
     let texts: Vec<String> = texts().into_iter().skip(20).take(8).collect();
@@ -341,6 +343,7 @@ fn assert_rows(got: &Value, want: &nornir_vector::Embeddings, what: &str) {
 /// every vector is the library's.
 #[test]
 fn the_client_libraries_people_point_at_a_server() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let folder = t.path().join("bge-like");
     std::fs::create_dir(&folder).expect("dir");
@@ -375,6 +378,7 @@ fn the_client_libraries_people_point_at_a_server() {
 
 #[test]
 fn bad_requests_get_their_status_and_the_server_keeps_serving() {
+    nornir_test_support::needs_assets!();
     let server = Server::start(&["--max-body-bytes", "100000"]);
     let ok = |server: &Server| {
         assert_eq!(server.request("GET", "/health", None, None).0, 200);
@@ -438,6 +442,7 @@ fn bad_requests_get_their_status_and_the_server_keeps_serving() {
 /// their 413 (read to their end, not a reset connection), and the server keeps serving.
 #[test]
 fn urllib_sending_64_mib_bodies_reads_413_every_time() {
+    nornir_test_support::needs_assets!();
     let python = nornir_test_support::env_path("NORNIR_TEST_PYTHON");
     let server = Server::start(&[]);
     let r = run_client(&python, "urllib_large_body", &server, MODEL_NAME, &["a sentence to repeat".to_owned()], &[]);
@@ -459,6 +464,7 @@ fn urllib_sending_64_mib_bodies_reads_413_every_time() {
 /// flat. The rate is measured first, by 16 clients that each wait for their answer.
 #[test]
 fn overload_is_answered_200_or_503_and_nothing_hangs() {
+    nornir_test_support::needs_assets!();
     let env = |name: &str, default: f64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
     let (factor, seconds) = (env("NORNIR_SERVE_OVERLOAD_FACTOR", 4.0), env("NORNIR_SERVE_OVERLOAD_SECONDS", 15.0));
     let timeout = 4.0;
@@ -557,6 +563,7 @@ fn overload_is_answered_200_or_503_and_nothing_hangs() {
 
 #[test]
 fn sigterm_finishes_the_requests_in_flight() {
+    nornir_test_support::needs_assets!();
     let mut server = Server::start(&[]);
     let texts: Vec<String> = (0..1500).map(|i| format!("text number {i} of a long request")).collect();
     let body = json!({ "input": texts }).to_string();
@@ -587,6 +594,7 @@ fn sigterm_finishes_the_requests_in_flight() {
 /// /metrics.
 #[test]
 fn clients_that_hang_up_leave_nothing_queued() {
+    nornir_test_support::needs_assets!();
     use std::io::Write as _;
     let server = Server::start(&[]);
     let addr = server.url.trim_start_matches("http://").to_owned();
@@ -638,6 +646,7 @@ fn clients_that_hang_up_leave_nothing_queued() {
 /// not started leave the queue; the next request is served.
 #[test]
 fn a_request_past_its_timeout_gets_504_and_its_texts_leave_the_queue() {
+    nornir_test_support::needs_assets!();
     let server = Server::start(&["--request-timeout", "0.5"]);
     let long = long_texts(2000);
     let started = Instant::now();
@@ -670,6 +679,7 @@ fn a_request_past_its_timeout_gets_504_and_its_texts_leave_the_queue() {
 /// `/health` answers within 200 ms, 50 times in a row (before: up to 5 s in a release build).
 #[test]
 fn health_answers_while_heavy_requests_tokenize() {
+    nornir_test_support::needs_assets!();
     // A timeout long enough that the server admits all four at once (with the default 60 s, it
     // answers 503 to those it expects to take more than 30 s, as it should).
     let server = Server::start(&["--max-body-bytes", "67108864", "--request-timeout", "600"]);
@@ -704,6 +714,7 @@ fn health_answers_while_heavy_requests_tokenize() {
 /// and all get one vector. Before per-token scales, its int8 vector changed with its batch.
 #[test]
 fn an_int8_text_gets_one_vector_whatever_its_neighbours() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let int8 = t.path().join("int8");
     let q = Command::new(env!("CARGO_BIN_EXE_nornir"))
@@ -749,6 +760,7 @@ fn an_int8_text_gets_one_vector_whatever_its_neighbours() {
 
 #[test]
 fn sixty_four_clients_for_a_minute() {
+    nornir_test_support::needs_assets!();
     let seconds: u64 = std::env::var("NORNIR_SERVE_LOAD_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
     let server = Server::start(&[]);
     let pool: Vec<String> = texts().into_iter().take(64).collect();

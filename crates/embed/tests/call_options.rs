@@ -45,6 +45,7 @@ fn assert_rows_match(a: &nornir_embed::Embeddings, b: &nornir_embed::Embeddings,
 
 #[test]
 fn a_call_prompt_gives_the_vectors_of_an_embedder_built_with_it() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     prompted_model(t.path());
     let texts = ["what is a fjord?", "how do glaciers carve valleys", "what is a fjord?"];
@@ -70,6 +71,7 @@ fn a_call_prompt_gives_the_vectors_of_an_embedder_built_with_it() {
 
 #[test]
 fn a_call_chooses_its_width_and_normalisation() {
+    nornir_test_support::needs_assets!();
     let (texts, _) = parity_sample();
     let raw = Embedder::new(&model_dir(), &options().with_normalize(false)).expect("load raw");
     let unit = Embedder::new(&model_dir(), &options()).expect("load");
@@ -98,6 +100,7 @@ fn long_text(words: usize) -> String {
 
 #[test]
 fn truncation_keeps_the_side_the_call_asks_for_or_refuses() {
+    nornir_test_support::needs_assets!();
     let e = Embedder::new(&model_dir(), &options()).expect("load");
     let max = e.model_info().max_length;
     let mut tokenizer = tokenizers::Tokenizer::from_file(model_dir().join("tokenizer.json")).expect("tokenizer");
@@ -132,6 +135,7 @@ fn truncation_keeps_the_side_the_call_asks_for_or_refuses() {
 
 #[test]
 fn calls_with_different_options_share_batches() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     prompted_model(t.path());
     let (texts, _) = parity_sample();

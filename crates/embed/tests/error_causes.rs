@@ -53,6 +53,7 @@ fn assert_each_cause_once(e: EmbedError) {
 
 #[test]
 fn a_damaged_graph_keeps_onnx_runtimes_error() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), 30522);
     std::fs::write(t.path().join("model.onnx"), b"not a protobuf at all").expect("write");
@@ -64,6 +65,7 @@ fn a_damaged_graph_keeps_onnx_runtimes_error() {
 
 #[test]
 fn a_damaged_tokenizer_keeps_the_tokenizers_error() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), 30522);
     std::fs::write(t.path().join("tokenizer.json"), b"{\"version\": ").expect("write");
@@ -75,6 +77,7 @@ fn a_damaged_tokenizer_keeps_the_tokenizers_error() {
 
 #[test]
 fn an_unreadable_config_keeps_the_io_error() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), 30522);
     // A folder where config.json should be: reading it fails with EISDIR, not "not found".
@@ -88,6 +91,7 @@ fn an_unreadable_config_keeps_the_io_error() {
 
 #[test]
 fn a_failing_first_run_keeps_the_run_error() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), 100);
     let e = load_error(t.path());

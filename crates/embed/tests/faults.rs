@@ -26,6 +26,7 @@ fn assert_same(got: &Embeddings, want: &Embeddings, what: &str) {
 
 #[test]
 fn a_panic_at_any_stage_fails_what_the_worker_held_and_the_embedder_goes_on() {
+    nornir_test_support::needs_assets!();
     let (texts, _) = parity_sample();
     let want = Embedder::new(&model_dir(), &options()).expect("load").embed(&texts).expect("reference");
     for stage in [Stage::Scheduler, Stage::Run, Stage::HandOver] {

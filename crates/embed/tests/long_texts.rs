@@ -23,6 +23,7 @@ fn document() -> String {
 
 #[test]
 fn a_text_that_fits_one_window_is_one_chunk_with_todays_vector() {
+    nornir_test_support::needs_assets!();
     let e = Embedder::new(&model_dir(), &options()).expect("load");
     let texts = ["A man is eating food.", "", "Ålesund lies on islands."];
     let today = e.embed(&texts).expect("today");
@@ -39,6 +40,7 @@ fn a_text_that_fits_one_window_is_one_chunk_with_todays_vector() {
 
 #[test]
 fn chunks_are_windows_of_token_ids_whose_spans_are_their_texts() {
+    nornir_test_support::needs_assets!();
     let e = Embedder::new(&model_dir(), &options()).expect("load");
     let doc = document();
     let chunking = Chunking::new().with_window(64).with_overlap(8);
@@ -74,6 +76,7 @@ fn chunks_are_windows_of_token_ids_whose_spans_are_their_texts() {
 
 #[test]
 fn chunking_with_a_prompt_and_bad_windows() {
+    nornir_test_support::needs_assets!();
     let e = Embedder::new(&model_dir(), &options()).expect("load");
     let doc = document();
     let prompted =

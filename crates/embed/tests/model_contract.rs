@@ -71,6 +71,7 @@ const TEXTS: [&str; 3] = ["hello world", "a longer sentence that pads the others
 
 #[test]
 fn integer_outputs_are_passed_over_and_the_output_can_be_named() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::IntegerOutputsFirst, |_| {}, &[]);
     let e = Embedder::new(t.path(), &options()).expect("load");
@@ -96,6 +97,7 @@ fn integer_outputs_are_passed_over_and_the_output_can_be_named() {
 
 #[test]
 fn float16_and_bfloat16_outputs_are_pooled_in_f32() {
+    nornir_test_support::needs_assets!();
     for (kind, tolerance) in [(Kind::Float16Output, 2e-3), (Kind::Bfloat16Output, 2e-2)] {
         let t = tempfile::tempdir().expect("tempdir");
         folder(t.path(), kind, |_| {}, &[pooling_config("mean_tokens")]);
@@ -129,6 +131,7 @@ fn pooled(rows: &[[f32; DIM]], mode: Pooling, skip: usize) -> Vec<f32> {
 
 #[test]
 fn every_pooling_mode_of_the_pooling_config() {
+    nornir_test_support::needs_assets!();
     for (key, mode) in [
         ("max_tokens", Pooling::Max),
         ("mean_sqrt_len_tokens", Pooling::MeanSqrtLen),
@@ -149,6 +152,7 @@ fn every_pooling_mode_of_the_pooling_config() {
 
 #[test]
 fn prompts_and_include_prompt_false() {
+    nornir_test_support::needs_assets!();
     let prompts = json!({ "prompts": { "query": "query: ", "passage": "passage: " }, "default_prompt_name": "query" });
     let pooling = json!({ "pooling_mode_mean_tokens": true, "include_prompt": false });
     let t = tempfile::tempdir().expect("tempdir");
@@ -180,6 +184,7 @@ fn prompts_and_include_prompt_false() {
 
 #[test]
 fn modules_json_decides_normalisation_and_unknown_modules_are_refused() {
+    nornir_test_support::needs_assets!();
     let transformer = json!({ "idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer" });
     let pooling = json!({ "idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling" });
     let normalize =
@@ -210,6 +215,7 @@ fn modules_json_decides_normalisation_and_unknown_modules_are_refused() {
 
 #[test]
 fn jina_v3_tasks_feed_task_id_and_their_instruction() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let config = json!({
         "hidden_size": DIM,
@@ -239,6 +245,7 @@ fn jina_v3_tasks_feed_task_id_and_their_instruction() {
 
 #[test]
 fn position_ids_and_left_padding_with_last_token_pooling() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let left = |t: &mut Value| t["padding"]["direction"] = json!("Left");
     folder(t.path(), Kind::PositionIds, left, &[pooling_config("lasttoken")]);
@@ -258,6 +265,7 @@ fn position_ids_and_left_padding_with_last_token_pooling() {
 
 #[test]
 fn matryoshka_dim_keeps_the_first_dimensions_then_normalises() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::NoTokenTypeIds, |_| {}, &[pooling_config("mean_tokens")]);
     let e = Embedder::new(t.path(), &options().with_dim(2)).expect("load");
@@ -305,6 +313,7 @@ fn attention(ids: &[usize]) -> Vec<[f32; DIM]> {
 /// the tokens are found from each chunk's span, so the spans are checked too.
 #[test]
 fn late_chunks_pool_one_run_of_token_vectors_over_their_spans() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let no_truncation = |t: &mut Value| t["truncation"] = Value::Null;
     let config = json!({ "max_position_embeddings": fixtures::POSITIONS, "hidden_size": DIM });
@@ -348,6 +357,7 @@ fn late_chunks_pool_one_run_of_token_vectors_over_their_spans() {
 
 #[test]
 fn long_context_uses_all_8192_positions() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let no_truncation = |t: &mut Value| t["truncation"] = Value::Null;
     let config = json!({ "max_position_embeddings": fixtures::POSITIONS, "hidden_size": DIM });

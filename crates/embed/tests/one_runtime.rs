@@ -11,6 +11,7 @@ use nornir_test_support::env_path;
 
 #[test]
 fn a_second_embedder_naming_another_library_is_an_error() {
+    nornir_test_support::needs_assets!();
     let model = common::model_dir();
     let with = |ort: PathBuf| EmbedderOptions::default().with_device(Device::Cpu).with_ort_library(ort);
     let first = Embedder::new(&model, &with(env_path("NORNIR_TEST_ORT_CPU"))).expect("the first embedder loads");

@@ -25,6 +25,7 @@ fn options() -> EmbedderOptions {
 
 #[test]
 fn cpu_fallback_on_1_22_embeds_the_parity_sample_correctly() {
+    nornir_test_support::needs_assets!();
     let e = Embedder::new(&model_dir(), &options()).expect("load on 1.22.2");
     assert_eq!(e.report().ort.version, "1.22.2");
     assert_eq!(e.report().active_provider, "CPUExecutionProvider");

@@ -17,6 +17,7 @@ fn cpu_options() -> EmbedderOptions {
 
 #[test]
 fn parity_sample_matches_reference() {
+    nornir_test_support::needs_assets!();
     let (texts, reference) = parity_sample();
     assert_eq!(texts.len(), 99);
     assert_eq!(reference.len(), 99 * 384);
@@ -46,6 +47,7 @@ fn worst_row(got: &nornir_embed::Embeddings, reference: &[f32]) -> (f32, usize) 
 
 #[test]
 fn a_real_export_with_integer_outputs_first_matches_its_reference() {
+    nornir_test_support::needs_assets!();
     let (texts, reference) = parity_sample_with("paraphrase-sample.f32");
     let dir = env_path("NORNIR_TEST_PARAPHRASE_MODEL");
     let embedder = Embedder::new(&dir, &cpu_options()).expect("load paraphrase-MiniLM-L3-v2");
@@ -60,6 +62,7 @@ fn a_real_export_with_integer_outputs_first_matches_its_reference() {
 
 #[test]
 fn semantic_sanity() {
+    nornir_test_support::needs_assets!();
     let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load");
     let e = embedder
         .embed(&[
@@ -81,6 +84,7 @@ fn semantic_sanity() {
 
 #[test]
 fn empty_input_and_empty_text() {
+    nornir_test_support::needs_assets!();
     let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load");
     let none: [&str; 0] = [];
     assert!(embedder.embed(&none).expect("no texts").is_empty());
@@ -91,6 +95,7 @@ fn empty_input_and_empty_text() {
 
 #[test]
 fn shared_across_threads_gives_the_single_threaded_result() {
+    nornir_test_support::needs_assets!();
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Embedder>();
     let embedder = std::sync::Arc::new(Embedder::new(&model_dir(), &cpu_options()).expect("load"));
@@ -116,6 +121,7 @@ fn shared_across_threads_gives_the_single_threaded_result() {
 
 #[test]
 fn several_sessions_give_the_same_vectors_in_input_order() {
+    nornir_test_support::needs_assets!();
     let (texts, reference) = parity_sample();
     // A small budget makes many batches, so both sessions take some.
     let options = cpu_options().with_sessions(2).with_token_budget(64);
@@ -133,6 +139,7 @@ fn several_sessions_give_the_same_vectors_in_input_order() {
 /// whitespace to cut at still embeds.
 #[test]
 fn a_ten_megabyte_text_embeds_as_its_first_tokens() {
+    nornir_test_support::needs_assets!();
     let (texts, _) = parity_sample();
     let mut long = String::new();
     while long.len() < 10 << 20 {
@@ -150,6 +157,7 @@ fn a_ten_megabyte_text_embeds_as_its_first_tokens() {
 /// Repeated texts are embedded once and every row still belongs to its own text.
 #[test]
 fn duplicates_are_embedded_once_and_rows_stay_in_place() {
+    nornir_test_support::needs_assets!();
     let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load");
     let texts = ["b", "", "a", "b", "", "", "a"];
     let e = embedder.embed(&texts).expect("embed");

@@ -20,6 +20,7 @@ fn options() -> EmbedderOptions {
 
 #[test]
 fn async_calls_share_batches_and_match_blocking_calls() {
+    nornir_test_support::needs_assets!();
     let (texts, _) = parity_sample();
     let e = Embedder::new(&model_dir(), &options()).expect("load");
     let whole = e.embed(&texts).expect("blocking");
@@ -44,6 +45,7 @@ fn async_calls_share_batches_and_match_blocking_calls() {
 
 #[test]
 fn a_full_queue_refuses_at_once_and_keeps_serving() {
+    nornir_test_support::needs_assets!();
     let (texts, _) = parity_sample();
     let many: Vec<String> = (0..8).flat_map(|i| texts.iter().map(move |t| format!("{i} {t}"))).collect();
     let e = Embedder::new(
@@ -73,6 +75,7 @@ fn a_full_queue_refuses_at_once_and_keeps_serving() {
 
 #[test]
 fn a_text_that_fails_its_batch_fails_only_its_own_call() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     fixtures::write_model(t.path(), Kind::LongContext, 30522);
     let mut tokenizer: serde_json::Value =
@@ -126,6 +129,7 @@ fn a_text_that_fails_its_batch_fails_only_its_own_call() {
 /// is empty at once, the 500 are counted as cancelled, and the embedder keeps serving.
 #[test]
 fn a_dropped_future_leaves_the_queue() {
+    nornir_test_support::needs_assets!();
     let e = Embedder::new(&model_dir(), &options().with_sessions(1)).expect("load");
     let long: Vec<String> =
         (0..64).map(|i| format!("{i} {}", "a long text that keeps the session busy ".repeat(20))).collect();
@@ -162,6 +166,7 @@ fn a_dropped_future_leaves_the_queue() {
 /// a handle cancelled beforehand refuses the next call before it queues anything.
 #[test]
 fn a_cancelled_blocking_call_leaves_the_queue() {
+    nornir_test_support::needs_assets!();
     let e = Embedder::new(&model_dir(), &options().with_sessions(1)).expect("load");
     let long: Vec<String> =
         (0..64).map(|i| format!("{i} {}", "a long text that keeps the session busy ".repeat(20))).collect();

@@ -13,6 +13,7 @@ use nornir_test_support::env_path;
 
 #[test]
 fn two_cpu_workers_share_one_session_and_embed_correctly() {
+    nornir_test_support::needs_assets!();
     let dir = env_path("NORNIR_TEST_PARAPHRASE_MODEL");
     let file_bytes = std::fs::metadata(dir.join("model.onnx")).expect("model.onnx").len();
     let options = EmbedderOptions::default().with_device(Device::Cpu).with_threads(2).with_sessions(2);

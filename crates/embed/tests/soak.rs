@@ -22,6 +22,7 @@ const SIZES: [usize; 6] = [1, 3, 8, 1, 32, 64];
 
 #[test]
 fn eight_threads_share_one_embedder() {
+    nornir_test_support::needs_assets!();
     let calls: usize = std::env::var("NORNIR_SOAK_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
     let corpus = std::fs::read_to_string(testdata("corpus.txt")).expect("corpus");
     let pool: Vec<String> = corpus.lines().take(600).map(str::to_owned).collect();

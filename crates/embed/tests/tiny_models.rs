@@ -60,6 +60,7 @@ const TEXTS: [&str; 3] = ["hello world", "a longer sentence that pads the others
 
 #[test]
 fn no_token_type_ids_mean_pooling_with_padding_in_the_batch() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::NoTokenTypeIds, "mean_tokens");
     let e = Embedder::new(t.path(), &options()).expect("load");
@@ -73,6 +74,7 @@ fn no_token_type_ids_mean_pooling_with_padding_in_the_batch() {
 
 #[test]
 fn cls_and_last_token_pooling() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::NoTokenTypeIds, "cls_token");
     let e = Embedder::new(t.path(), &options()).expect("load");
@@ -90,6 +92,7 @@ fn cls_and_last_token_pooling() {
 
 #[test]
 fn a_pooled_output_is_used_as_is() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::PooledOutput, "mean_tokens");
     let e = Embedder::new(t.path(), &options()).expect("load");
@@ -103,6 +106,7 @@ fn a_pooled_output_is_used_as_is() {
 
 #[test]
 fn int32_inputs() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::Int32Inputs, "mean_tokens");
     let e = Embedder::new(t.path(), &options()).expect("load");
@@ -114,6 +118,7 @@ fn int32_inputs() {
 
 #[test]
 fn mismatches_are_load_time_errors() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::ImageModel, "mean_tokens");
     let e = Embedder::new(t.path(), &options()).expect_err("an image model").to_string();
@@ -142,6 +147,7 @@ fn mismatches_are_load_time_errors() {
 /// text alone, says why, and so a text's vector is the same in bulk and alone.
 #[test]
 fn a_dynamic_int8_graph_runs_one_text_at_a_time() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::DynamicInt8, "mean_tokens");
     let e = Embedder::new(t.path(), &options().with_threads(2).with_sessions(2)).expect("load");

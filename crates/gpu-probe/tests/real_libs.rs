@@ -17,6 +17,7 @@ fn cudart_dir() -> PathBuf {
 
 #[test]
 fn real_cudart_is_found_and_reported_without_a_driver() {
+    nornir_test_support::needs_assets!();
     let dir = cudart_dir();
     let ctx = ProbeContext::with_root("/").with_var("NORNIR_CUDA_LIBS", &dir);
     let r = probe_with(&ctx).cuda;

@@ -43,6 +43,7 @@ fn at_run_time(provider: &Path) -> Vec<String> {
 
 #[test]
 fn the_cuda_provider_opens_cudnn_cufft_and_nvrtc_at_run_time() {
+    nornir_test_support::needs_assets!();
     let provider = env_path("NORNIR_TEST_ORT_GPU").with_file_name("libonnxruntime_providers_cuda.so");
     let listed = at_run_time(&provider);
     assert_eq!(listed, ["libcudnn.so.9", "libcufft.so.12", "libnvrtc.so.13"]);
@@ -56,6 +57,7 @@ fn the_cuda_provider_opens_cudnn_cufft_and_nvrtc_at_run_time() {
 
 #[test]
 fn the_amd_providers_open_nothing_at_run_time() {
+    nornir_test_support::needs_assets!();
     for (var, name) in [("NORNIR_TEST_ORT_MIGRAPHX", "migraphx"), ("NORNIR_TEST_ORT_1_22", "rocm")] {
         let provider = env_path(var).with_file_name(format!("libonnxruntime_providers_{name}.so"));
         assert!(!imports_dlopen(&provider), "{} imports dlopen: find what it opens", provider.display());

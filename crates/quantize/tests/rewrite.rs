@@ -190,6 +190,7 @@ fn per_tensor() -> QuantizeOptions {
 
 #[test]
 fn a_constant_matmul_with_its_bias_becomes_one_int8_node() {
+    nornir_test_support::needs_assets!();
     let w = values(2, K * N);
     let b = values(3, N);
     let bytes = model(
@@ -220,6 +221,7 @@ fn a_constant_matmul_with_its_bias_becomes_one_int8_node() {
 /// would choose them.
 #[test]
 fn weight_types_store_what_they_say() {
+    nornir_test_support::needs_assets!();
     let w = values(14, K * N);
     let bytes = model(
         vec![node("MatMul", &["x", "w"], &["y"], &[])],
@@ -251,6 +253,7 @@ fn weight_types_store_what_they_say() {
 /// rows change its scale. Rows of very different magnitudes make the difference plain.
 #[test]
 fn per_token_rows_do_not_depend_on_their_batch() {
+    nornir_test_support::needs_assets!();
     let w = values(12, K * N);
     let b = values(13, N);
     let x: Vec<f32> = x().iter().enumerate().map(|(i, v)| v * [1.0, 0.05, 20.0, 0.3, 2.0][i / K]).collect();
@@ -274,6 +277,7 @@ fn per_token_rows_do_not_depend_on_their_batch() {
 
 #[test]
 fn per_tensor_is_one_scale_and_still_within_its_bound() {
+    nornir_test_support::needs_assets!();
     let w = values(4, K * N);
     let bytes = model(
         vec![node("MatMul", &["x", "w"], &["y"], &[])],
@@ -294,6 +298,7 @@ fn per_tensor_is_one_scale_and_still_within_its_bound() {
 /// The default model's layout: int8 initializers dequantized in the graph, per output column.
 #[test]
 fn int8_weights_through_dequantize_linear_or_cast_and_mul_are_reused_as_stored() {
+    nornir_test_support::needs_assets!();
     let q: Vec<i8> = values(5, K * N).iter().map(|v| (v * 40.0).clamp(-127.0, 127.0) as i8).collect();
     let scale: Vec<f32> = (0..N).map(|j| 0.01 + j as f32 * 0.002).collect();
     let w: Vec<f32> = (0..K * N).map(|i| f32::from(q[i]) * scale[i % N]).collect();
@@ -328,6 +333,7 @@ fn int8_weights_through_dequantize_linear_or_cast_and_mul_are_reused_as_stored()
 
 #[test]
 fn gemm_with_bias_and_transposed_weight() {
+    nornir_test_support::needs_assets!();
     let wt = values(6, N * K); // [N, K], transB = 1
     let c = values(7, N);
     let mut gemm = node("Gemm", &["x", "wt", "c"], &["y"], &[("transB", 1)]);
@@ -353,6 +359,7 @@ fn gemm_with_bias_and_transposed_weight() {
 /// nothing else in the graph, that is the one-line error.
 #[test]
 fn a_matmul_of_two_activations_stays_float32() {
+    nornir_test_support::needs_assets!();
     let w = values(8, K * N);
     let bytes = model(
         vec![
@@ -408,6 +415,7 @@ fn keep_fp32_patterns_leave_matching_nodes_alone() {
 /// dequantized after, which gives exactly the same values.
 #[test]
 fn gather_from_an_int8_table_gathers_int8_rows() {
+    nornir_test_support::needs_assets!();
     let (vocab, dim) = (50usize, 8usize);
     let q: Vec<i8> = values(10, vocab * dim).iter().map(|v| (v * 60.0).clamp(-127.0, 127.0) as i8).collect();
     let scale: Vec<f32> = (0..vocab).map(|r| 0.01 + r as f32 * 0.001).collect();
@@ -481,6 +489,7 @@ fn bad_models_are_one_clear_error() {
 /// quantization alone, whose scale the two large channels set for every other channel.
 #[test]
 fn smoothing_a_layernorm_output_with_calibrated_maxima() {
+    nornir_test_support::needs_assets!();
     use nornir_quantize::{CALIBRATION_OUTPUT, calibration_model};
     let gamma: Vec<f32> = (0..K).map(|j| if j % 12 == 5 { 40.0 } else { 1.0 }).collect();
     let beta: Vec<f32> = (0..K).map(|j| 0.01 * j as f32).collect();
@@ -527,6 +536,7 @@ fn smoothing_a_layernorm_output_with_calibrated_maxima() {
 /// weight rows, not the Gemm's, set the factors).
 #[test]
 fn smoothing_leaves_out_a_gemm_that_reads_its_input_transposed() {
+    nornir_test_support::needs_assets!();
     let gamma: Vec<f32> = (0..K).map(|j| if j % 12 == 5 { 40.0 } else { 1.0 }).collect();
     let bytes = model_at(
         17,

@@ -98,6 +98,7 @@ const TEXTS: [&str; 3] = ["A man is eating food.", "A plane is taking off.", "wh
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tei_takes_the_root_and_the_nested_parameters_and_every_field() {
+    nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     prompted_model(t.path());
     let lib = load(t.path(), &options());
@@ -152,6 +153,7 @@ async fn tei_takes_the_root_and_the_nested_parameters_and_every_field() {
 /// TEI's shape instead of 413, and `/embed_chunks` adds each chunk's span (in characters) and vector.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_documents_are_chunked_on_request() {
+    nornir_test_support::needs_assets!();
     let lib = load(&default_model(), &options());
     let app = serve(&[("minilm", &lib)], ServerConfig::default());
     let doc = "Ålesund ligger på øyer, og fjordene skjærer inn i landet. ".repeat(40);
@@ -180,6 +182,7 @@ async fn long_documents_are_chunked_on_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokenize_decode_and_similarity_as_tei_answers_them() {
+    nornir_test_support::needs_assets!();
     let lib = load(&default_model(), &options());
     let app = serve(&[("minilm", &lib)], ServerConfig::default());
     let (status, tokens) = post(&app, "/tokenize", json!({ "inputs": ["Hello, fjords!", "a b"] })).await;
@@ -233,6 +236,7 @@ fn cl100k(text: &str) -> Vec<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_token_ids_are_read_as_cl100k_base() {
+    nornir_test_support::needs_assets!();
     let lib = load(&default_model(), &options());
     let app = serve(&[("minilm", &lib)], ServerConfig::default());
     let want = lib.embed(&TEXTS).expect("library");
@@ -258,6 +262,7 @@ async fn openai_token_ids_are_read_as_cl100k_base() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_models_each_answer_for_the_name_they_are_asked_by() {
+    nornir_test_support::needs_assets!();
     let minilm = load(&default_model(), &options());
     let paraphrase = load(&nornir_test_support::env_path("NORNIR_TEST_PARAPHRASE_MODEL"), &options());
     let app = serve(&[("minilm", &minilm), ("paraphrase", &paraphrase)], ServerConfig::default());
@@ -317,6 +322,7 @@ async fn several_models_each_answer_for_the_name_they_are_asked_by() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_still_loading_is_503_and_health_names_it() {
+    nornir_test_support::needs_assets!();
     let lib = load(&default_model(), &options());
     let models = Arc::new(Models::new(["ready".to_owned(), "later".to_owned()]).expect("names"));
     models.set_loaded("ready", Arc::clone(&lib)).expect("set");
