@@ -48,7 +48,9 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)]) -> Result<()> {
         run_checked(cargo().args(["build", "--quiet", "-p", "nornir-cli"]).args(*flags))?;
         let bin = workspace_root().join("target/debug/nornir");
         if contains(&bin, TEST_HOOK_MARKER)? {
-            bail!("{label}: the binary contains the embedder's test hooks ({TEST_HOOK_MARKER:?}); only its tests may enable `test-hooks`");
+            bail!(
+                "{label}: the binary contains the embedder's test hooks ({TEST_HOOK_MARKER:?}); only its tests may enable `test-hooks`"
+            );
         }
         let found: Vec<&str> = AMD_MARKERS.iter().copied().filter(|m| contains(&bin, m).unwrap_or(false)).collect();
         match (amd, found.is_empty()) {

@@ -669,7 +669,11 @@ fn a_request_past_its_timeout_gets_504_and_its_texts_leave_the_queue() {
     assert!(metric(&metrics, "nornir_cancelled_texts_total") > 0, "nothing was cancelled:\n{metrics}");
     // Every text of the two requests would have run without the cancelling; most did not.
     let ran = metric(&metrics, "nornir_batch_size_sum");
-    assert!(ran < long.len() as u64, "{ran} texts ran for two timed-out requests of {} texts each:\n{metrics}", long.len());
+    assert!(
+        ran < long.len() as u64,
+        "{ran} texts ran for two timed-out requests of {} texts each:\n{metrics}",
+        long.len()
+    );
     let (status, r) = server.post("/embed", &json!({ "inputs": "a short one" }));
     assert_eq!(status, 200, "{r}");
 }

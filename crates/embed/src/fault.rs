@@ -31,7 +31,7 @@ mod injector {
     use std::sync::atomic::{AtomicU8, Ordering};
 
     use super::Stage;
-        static PENDING: AtomicU8 = AtomicU8::new(0);
+    static PENDING: AtomicU8 = AtomicU8::new(0);
 
     /// The next worker to reach `stage` panics there (once).
     pub fn inject(stage: Stage) {

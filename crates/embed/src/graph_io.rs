@@ -131,7 +131,10 @@ pub(crate) fn graph_io(session: &Session, folder: &ModelFolder, output_name: Opt
     let usable = |i: usize| float_output(outputs[i].dtype());
     let (output, output_reason) = if let Some(wanted) = output_name {
         let i = outputs.iter().position(|o| o.name() == wanted).ok_or_else(|| {
-            EmbedError::invalid("output_name", format!("the model has no output {wanted:?}; its outputs are {}", listing()))
+            EmbedError::invalid(
+                "output_name",
+                format!("the model has no output {wanted:?}; its outputs are {}", listing()),
+            )
         })?;
         if usable(i).is_none() {
             return Err(EmbedError::invalid(

@@ -43,8 +43,8 @@ pub use options::{EmbedderOptions, QueueFull};
 pub use plan::{plan_for, plan_for_model};
 pub use pooling::{Pooling, normalize};
 pub use report::{
-    MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PoolingSpec, PromptChoice, Prompts, Quantization,
-    Registration, RegistrationOutcome, SessionReport, Token,
+    MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PoolingSpec, PromptChoice, Prompts,
+    Quantization, Registration, RegistrationOutcome, SessionReport, Token,
 };
 pub use runtime::{check_library, choose_library};
 pub use stats::{BATCH_SIZE_BOUNDS, EmbedStats};

@@ -14,7 +14,7 @@ pub fn plan_for(device: Device) -> Plan {
 }
 
 /// [`plan_for`] for a model that may run well only on the CPU (`model_cpu_only`: why, as
-/// [`Quantization::cpu_only`](crate::model::Quantization::cpu_only) says).
+/// [`Quantization::cpu_only`](crate::Quantization::cpu_only) says).
 pub fn plan_for_model(device: Device, model_cpu_only: Option<String>) -> Plan {
     let p = probe();
     plan(&Inputs {

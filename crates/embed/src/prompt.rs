@@ -29,10 +29,7 @@ pub(crate) fn named_prompt<'a>(folder: &'a ModelFolder, name: &str) -> Result<&'
 /// named prompt, else the task's instruction, else the folder's default prompt.
 pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result<PromptChoice, EmbedError> {
     if o.prompt.is_some() && o.prompt_name.is_some() {
-        return Err(EmbedError::invalid(
-            "prompt",
-            "give a prompt text or a prompt name, not both",
-        ));
+        return Err(EmbedError::invalid("prompt", "give a prompt text or a prompt name, not both"));
     }
     let task = match (&folder.tasks, &o.task) {
         (Some(tasks), Some(t)) => match tasks.iter().position(|x| x == t) {

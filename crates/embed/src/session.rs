@@ -179,9 +179,7 @@ fn register(rt: &OrtRuntime, p: Provider, builder: &mut SessionBuilder) -> Regis
     let preflight = preload_provider(&lib, &dirs);
     let outcome = if let Some(damaged) = &preflight.error {
         // Handing a damaged library to the loader can kill the process (SIGBUS): not tried.
-        RegistrationOutcome::Failed(format!(
-            "not loaded: {damaged}; reinstall this ONNX Runtime build"
-        ))
+        RegistrationOutcome::Failed(format!("not loaded: {damaged}; reinstall this ONNX Runtime build"))
     } else {
         match append(p, builder) {
             Ok(()) => RegistrationOutcome::Registered,

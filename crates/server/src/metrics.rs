@@ -90,7 +90,8 @@ fn render(app: &App, out: &mut String) {
     }
     family(out, "nornir_tokens_total", "counter", "Tokens the model read for requests.");
     for e in entries {
-        let _ = writeln!(out, "nornir_tokens_total{{model=\"{}\"}} {}", label(&e.name), e.tokens.load(Ordering::Relaxed));
+        let _ =
+            writeln!(out, "nornir_tokens_total{{model=\"{}\"}} {}", label(&e.name), e.tokens.load(Ordering::Relaxed));
     }
     let reports: Vec<_> = loaded.iter().map(|(name, e)| (label(name), e.report(), e.stats())).collect();
     if let Some(rss) = reports.first().and_then(|(_, r, _)| r.memory.resident_bytes) {

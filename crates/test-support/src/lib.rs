@@ -25,7 +25,9 @@ pub fn skip_without_assets(module: &str) {
     let current = std::thread::current();
     let test = current.name().filter(|n| *n != "main").unwrap_or(module);
     // Straight to the file descriptor: libtest captures `println!`, and a skip must show.
-    let line = format!("{test}: skipped: it needs the ONNX Runtime builds, models and test libraries that `cargo xtask test` fetches\n");
+    let line = format!(
+        "{test}: skipped: it needs the ONNX Runtime builds, models and test libraries that `cargo xtask test` fetches\n"
+    );
     let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
 }
 

@@ -42,7 +42,9 @@ pub fn embed_error_text(e: &(dyn std::error::Error + 'static)) -> Option<String>
     Some(match e.downcast_ref::<EmbedError>()? {
         EmbedError::InvalidOption { option, reason, .. } => format!("invalid {}: {reason}", flag_for(option)),
         e @ EmbedError::NoOrtLibrary { .. } => {
-            format!("{e}; or pass --ort-lib FILE (in a nornir checkout, `cargo xtask fetch` puts one in the nornir cache)")
+            format!(
+                "{e}; or pass --ort-lib FILE (in a nornir checkout, `cargo xtask fetch` puts one in the nornir cache)"
+            )
         }
         EmbedError::ExplicitOrtUnusable { reason, .. } => format!(
             "{reason}: point --ort-lib (or ORT_DYLIB_PATH) at a libonnxruntime.so file, or leave both unset to let nornir search"
