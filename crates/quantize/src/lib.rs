@@ -83,10 +83,14 @@ impl Activations {
 }
 
 /// How the int8 weights are stored, which decides the CPU kernel ONNX Runtime multiplies with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum WeightType {
+    /// Whichever of the two the CPU that quantizes is fast with: [`WeightType::for_this_cpu`],
+    /// decided when [`quantize`] runs, never in `Default`. Reports name the type chosen.
+    #[default]
+    Auto,
     /// Signed int8 (uint8 activations times int8 weights): the fast kernel on CPUs that multiply
     /// bytes straight into 32-bit sums (AVX-512 VNNI, AVX-VNNI, AMX, ARM). With AVX2 alone, ONNX
     /// Runtime's kernel (`vpmaddubsw`) adds pairs of products in 16 bits first, which saturate
@@ -99,6 +103,20 @@ pub enum WeightType {
 }
 
 impl WeightType {
+    /// Signed int8 weights: `Int8`, or `Auto` on a CPU with VNNI.
+    pub fn signed(self) -> bool {
+        match self {
+            WeightType::Int8 => true,
+            WeightType::Uint8 => false,
+            WeightType::Auto => Self::for_this_cpu() == WeightType::Int8,
+        }
+    }
+
+    /// `Int8` or `Uint8`: `Auto` decided for this CPU.
+    pub fn resolved(self) -> Self {
+        if self.signed() { WeightType::Int8 } else { WeightType::Uint8 }
+    }
+
     /// `Int8` where this CPU has VNNI (AVX-512 VNNI or AVX-VNNI; AMX CPUs have both), `Uint8`
     /// on any other x86 CPU, and `Int8` elsewhere (ARM's kernels have no 16-bit step).
     pub fn for_this_cpu() -> Self {
@@ -115,8 +133,9 @@ impl WeightType {
     }
 }
 
-/// What to rewrite and how. The default weight type is the one for the CPU this runs on
-/// ([`WeightType::for_this_cpu`]).
+/// What to rewrite and how. `Default` is the same on every machine: per-channel weights, per-token
+/// activations, smoothing 0.5, and [`WeightType::Auto`], which [`quantize`] decides for the CPU it
+/// runs on.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct QuantizeOptions {
@@ -139,7 +158,7 @@ impl Default for QuantizeOptions {
         QuantizeOptions {
             granularity: Granularity::default(),
             activations: Activations::default(),
-            weights: WeightType::for_this_cpu(),
+            weights: WeightType::Auto,
             smoothing: Some(0.5),
             channel_max: std::collections::HashMap::new(),
             keep_fp32: Vec::new(),
@@ -248,4 +267,17 @@ pub enum QuantizeError {
     NothingToQuantize(String),
     #[error("cannot write the quantized model: {0}")]
     Write(#[source] protobuf::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_the_same_on_every_machine() {
+        assert_eq!(QuantizeOptions::default().weights, WeightType::Auto);
+        // `Auto` becomes a concrete type only when it is used, for the CPU it runs on.
+        assert_eq!(WeightType::Auto.resolved(), WeightType::for_this_cpu());
+        assert_eq!((WeightType::Int8.resolved(), WeightType::Uint8.resolved()), (WeightType::Int8, WeightType::Uint8));
+    }
 }

@@ -614,12 +614,12 @@ impl<'g> Rewriter<'g> {
         let sname = self.fresh(&format!("{base}_scale"));
         let sdims: Vec<i64> = if w.scale.len() == 1 { Vec::new() } else { vec![cols as i64] };
         // uint8 weights are the int8 ones shifted by their zero point 128.
-        let weight_zero_point = match self.options.weights {
+        let weight_zero_point = match self.options.weights.resolved() {
             WeightType::Int8 => {
                 self.new_inits.push(tensor::new_i8(&qname, &[k as i64, cols as i64], &w.q));
                 None
             }
-            WeightType::Uint8 => {
+            _ => {
                 let shifted: Vec<u8> = w.q.iter().map(|&v| (i16::from(v) + 128) as u8).collect();
                 self.new_inits.push(tensor::new_u8(&qname, &[k as i64, cols as i64], &shifted));
                 Some(self.per_token_constants().zero_point)
@@ -662,7 +662,7 @@ impl<'g> Rewriter<'g> {
             source: format!("{}{}", c.source, if w.reused { " (reused as stored)" } else { " (quantized)" }),
             granularity,
             activations,
-            weights: self.options.weights,
+            weights: self.options.weights.resolved(),
             bias_folded: bias.is_some(),
         });
         Ok(())

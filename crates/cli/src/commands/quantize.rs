@@ -55,7 +55,7 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
         .with_weights(match a.weights.as_str() {
             "int8" => WeightType::Int8,
             "uint8" => WeightType::Uint8,
-            _ => WeightType::for_this_cpu(),
+            _ => WeightType::Auto,
         })
         .with_keep_fp32(a.keep_fp32.clone());
     let texts: Vec<&str> = SAMPLE.lines().collect();
@@ -120,7 +120,7 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
             out.display(),
             report.rewritten.len(),
             granularity_name(granularity),
-            if qopts.weights == WeightType::Int8 { "int8" } else { "uint8" },
+            if qopts.weights.signed() { "int8" } else { "uint8" },
             if activations == Activations::PerToken { "per token" } else { "per tensor" },
             activations.operator(),
             report.int8_gathers.len()
@@ -227,7 +227,7 @@ fn record(
         "activations": qopts.activations,
         "activations_scheme": qopts.activations.describe(),
         "granularity": qopts.granularity,
-        "weights": qopts.weights,
+        "weights": qopts.weights.resolved(),
         "smoothing_alpha": qopts.smoothing,
         "smoothing_calibrated_on": if qopts.channel_max.is_empty() { serde_json::Value::Null } else { calibration.into() },
         "keep_fp32_patterns": qopts.keep_fp32,
