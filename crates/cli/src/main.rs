@@ -127,8 +127,8 @@ pub struct ModelArgs {
     /// so the weights are in memory once (default: half the threads, at least 2; 1 for 1 thread;
     /// on two cores 2 measured 1.07x faster than 1, for 11 MB more peak memory). On a GPU each
     /// has a session of its own (default 1).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub sessions: Option<u32>,
+    #[arg(long, alias = "sessions", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub workers: Option<u32>,
     /// The libonnxruntime.so to load, instead of searching for one.
     #[arg(long, env = "ORT_DYLIB_PATH", value_name = "PATH")]
     pub ort_lib: Option<PathBuf>,
@@ -162,7 +162,7 @@ pub struct ModelArgs {
     #[arg(long, value_name = "NAME")]
     pub task: Option<String>,
     /// Keep the first N dimensions of each vector, then normalise (Matryoshka models).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, alias = "dimensions", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub dim: Option<u32>,
     /// Under load (every session busy), how long a free session may wait for more texts to fill
     /// a batch; an idle embedder never waits.
@@ -321,7 +321,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "READING", default_value = "cl100k", value_parser = ["cl100k", "refuse"])]
     pub token_ids: String,
     /// The models to serve, from a TOML file: one `[[model]]` table each, with name and folder,
-    /// and optionally device, threads, sessions, prompt_name, prompt and dim (relative folders
+    /// and optionally device, threads, workers (or sessions), prompt_name, prompt and dim (relative folders
     /// are read from the file's folder). The other model flags apply to every model.
     #[arg(long, value_name = "FILE", conflicts_with = "model")]
     pub models_file: Option<PathBuf>,

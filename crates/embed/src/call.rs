@@ -4,15 +4,20 @@
 
 use crate::request::Request;
 
-/// The prompt of one call.
+/// A prompt put before every text: of an embedder ([`EmbedderOptions::prompt`](crate::EmbedderOptions::prompt))
+/// or of one call ([`CallOptions::prompt`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum CallPrompt {
+pub enum Prompt {
     /// A prompt of the folder's `config_sentence_transformers.json`, by name (`"query"`).
     Name(String),
     /// This text before every text; `""` for none, not even the folder's default.
     Text(String),
 }
+
+/// The old name of [`Prompt`], from when only a call had one.
+#[deprecated(since = "0.1.0", note = "use `Prompt`, the one prompt type of embedders and calls")]
+pub type CallPrompt = Prompt;
 
 /// What to do with a text longer than the model reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,8 +47,8 @@ pub enum Truncation {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CallOptions {
-    /// The prompt before each text (see [`CallPrompt`]).
-    pub prompt: Option<CallPrompt>,
+    /// The prompt before each text (see [`Prompt`]).
+    pub prompt: Option<Prompt>,
     /// L2-normalise each vector (after cutting it to `dimensions`).
     pub normalize: Option<bool>,
     /// Keep the first `dimensions` values of each vector (Matryoshka models); at most the model's
@@ -72,12 +77,12 @@ impl CallOptions {
     }
     /// Use this named prompt of the folder's `config_sentence_transformers.json`.
     pub fn with_prompt_name(mut self, name: impl Into<String>) -> Self {
-        self.prompt = Some(CallPrompt::Name(name.into()));
+        self.prompt = Some(Prompt::Name(name.into()));
         self
     }
     /// Put this text before every text (`""`: no prompt at all).
     pub fn with_prompt(mut self, text: impl Into<String>) -> Self {
-        self.prompt = Some(CallPrompt::Text(text.into()));
+        self.prompt = Some(Prompt::Text(text.into()));
         self
     }
     /// L2-normalise each vector, or not.

@@ -132,7 +132,7 @@ impl Embedder {
                 })?;
             embedder.tokenizers.push(thread);
         }
-        for k in 0..embedder.engine.sessions {
+        for k in 0..embedder.engine.workers {
             let engine = Arc::clone(&embedder.engine);
             let worker = std::thread::Builder::new()
                 .name(format!("nornir-session-{k}"))
@@ -290,10 +290,16 @@ impl Embedder {
         self.engine.rocm_ready()
     }
 
-    /// How many workers embed batches side by side (`EmbedderOptions::sessions`; on the CPU they
+    /// How many workers embed batches side by side (`EmbedderOptions::workers`; on the CPU they
     /// share one session).
+    pub fn workers(&self) -> usize {
+        self.engine.workers
+    }
+
+    /// The old name of [`workers`](Self::workers).
+    #[deprecated(since = "0.1.0", note = "use `workers`")]
     pub fn sessions(&self) -> usize {
-        self.engine.sessions()
+        self.workers()
     }
 
     /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh

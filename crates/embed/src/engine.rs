@@ -36,8 +36,8 @@ pub(crate) struct Engine {
     pub(crate) extra_sessions: std::sync::OnceLock<Vec<RwLock<Slot>>>,
     /// Set once a GPU session failed at run time and was replaced by a CPU session.
     pub(crate) run_fallback: Mutex<Option<String>>,
-    /// Workers running batches side by side (`EmbedderOptions::sessions`).
-    pub(crate) sessions: usize,
+    /// Workers running batches side by side (`EmbedderOptions::workers`).
+    pub(crate) workers: usize,
     /// Resident memory growth while each session was built, in bytes (see `Memory`).
     pub(crate) session_growth: Mutex<Vec<u64>>,
     pub(crate) tokenizer: ModelTokenizer,
@@ -60,21 +60,7 @@ impl Engine {
     /// Loads the model folder `dir`: probe -> plan -> ONNX Runtime -> session -> checks.
     /// Every mismatch between the folder and the graph is an error here, not at the first embed.
     pub(crate) fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
-        if options.token_budget == 0 {
-            return Err(EmbedError::invalid("token_budget", "must be at least 1"));
-        }
-        if options.threads == Some(0) {
-            return Err(EmbedError::invalid("threads", "must be at least 1 (or leave it unset for all cores)"));
-        }
-        if options.sessions == Some(0) {
-            return Err(EmbedError::invalid("sessions", "must be at least 1 (or leave it unset)"));
-        }
-        if options.max_queued_texts == 0 {
-            return Err(EmbedError::invalid("max_queued_texts", "must be at least 1"));
-        }
-        if options.dim == Some(0) {
-            return Err(EmbedError::invalid("dim", "must be at least 1"));
-        }
+        options.validate()?;
         let folder = ModelFolder::open(dir, options.model_file.as_deref())?;
         let prompt = choose_prompt(&folder, options)?;
         let tokenizer = ModelTokenizer::load(&folder, options.max_length)?;
@@ -85,16 +71,16 @@ impl Engine {
         }
         let runtime = load_runtime(&plan, options.ort_library.as_deref())?;
         let threads = options.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-        let default_sessions = if plan.vendor == Vendor::Cpu { default_cpu_workers(threads) } else { 1 };
-        let cpu_sessions = options.sessions.unwrap_or(default_sessions);
-        let intra_threads = intra_threads(threads, cpu_sessions);
+        let default_workers = if plan.vendor == Vendor::Cpu { default_cpu_workers(threads) } else { 1 };
+        let cpu_workers = options.workers().unwrap_or(default_workers);
+        let intra_threads = intra_threads(threads, cpu_workers);
         let resident = resident_bytes();
         // ONNX Runtime says what is wrong with a file that cannot be read.
         let one_text_per_run = std::fs::read(&folder.model_file).ok().as_deref().and_then(one_text_per_run);
         let cfg = SessionConfig { model: &folder.model_file, intra_threads, profile_to: None };
         let (session, report) = session::build(&runtime, &plan, &cfg)?;
         let session_growth = Mutex::new(growth_since(resident).into_iter().collect());
-        let sessions = if report.gpu_vendor == Vendor::Cpu { cpu_sessions } else { options.sessions.unwrap_or(1) };
+        let workers = if report.gpu_vendor == Vendor::Cpu { cpu_workers } else { options.workers().unwrap_or(1) };
         let mut io = graph_io(&session, &folder, options.output_name.as_deref())?;
         match (&mut io.task, &prompt.task) {
             (Some(input), Some((_, index))) => input.value = *index,
@@ -146,11 +132,11 @@ impl Engine {
             session: RwLock::new(Slot { session, vendor: report.gpu_vendor }),
             extra_sessions: std::sync::OnceLock::new(),
             run_fallback: Mutex::new(None),
-            sessions,
+            workers,
             session_growth,
             tokenizer,
             include_prompt,
-            default_dim: options.dim,
+            default_dim: options.dimensions(),
             io,
             settings,
             info,
@@ -159,7 +145,7 @@ impl Engine {
             intra_threads,
             counters: Counters::default(),
             scheduler: Scheduler::new(
-                sessions,
+                workers,
                 if info_alone { 1 } else { options.token_budget },
                 policy,
                 options.max_queued_texts,
@@ -211,7 +197,7 @@ impl Engine {
             && d > dim
         {
             return Err(EmbedError::invalid(
-                "dim",
+                "dimensions",
                 format!("{d} is wider than the model's {dim}-dimensional vectors; give at most {dim}"),
             ));
         }
@@ -249,7 +235,7 @@ impl Engine {
             r.gpu_vendor = Vendor::Cpu;
             r.graph_optimization = "basic".to_owned();
         }
-        r.memory.workers_per_session = if self.workers_share_session() { self.sessions } else { 1 };
+        r.memory.workers_per_session = if self.workers_share_session() { self.workers } else { 1 };
         r.memory.session_growth_bytes = self.session_growth.lock().unwrap_or_else(PoisonError::into_inner).clone();
         r.memory.resident_bytes = resident_bytes();
         r.memory.peak_resident_bytes = session::peak_resident_bytes();
@@ -308,7 +294,7 @@ impl Engine {
             let plan = self.running_plan();
             let cfg = self.pooled_config();
             let mut extra = Vec::new();
-            for _ in 1..self.sessions {
+            for _ in 1..self.workers {
                 crate::fault::hit(crate::fault::Stage::Build);
                 let resident = resident_bytes();
                 match session::build(&self.runtime, &plan, &cfg) {
@@ -349,11 +335,6 @@ impl Engine {
     /// How every session of the model is built.
     pub(crate) fn pooled_config(&self) -> SessionConfig<'_> {
         SessionConfig { model: &self.info.folder.model_file, intra_threads: self.intra_threads, profile_to: None }
-    }
-
-    /// How many workers embed in parallel.
-    pub(crate) fn sessions(&self) -> usize {
-        self.sessions
     }
 
     /// A CPU session like the others, to replace a GPU session that failed at run time.

@@ -35,7 +35,9 @@ mod stats;
 mod tokenize;
 mod worker;
 
-pub use call::{CallOptions, CallPrompt, CancelHandle, Chunking, DocumentVector, Truncation};
+#[allow(deprecated)]
+pub use call::CallPrompt;
+pub use call::{CallOptions, CancelHandle, Chunking, DocumentVector, Prompt, Truncation};
 pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::{CharChunk, Chunk, Embeddings};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};

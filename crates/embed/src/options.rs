@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use nornir_ep_select::Device;
 
+use crate::call::Prompt;
 use crate::error::{EmbedError, Result};
 use crate::pooling::Pooling;
 
@@ -22,7 +23,7 @@ use crate::pooling::Pooling;
 /// let options = EmbedderOptions::default()
 ///     .with_device(Device::Cpu)
 ///     .with_threads(4)
-///     .with_sessions(2)
+///     .with_workers(2)
 ///     .with_max_queued_texts(10_000)
 ///     .with_queue_full(QueueFull::Refuse)
 ///     .with_batch_wait(Duration::from_millis(2));
@@ -33,7 +34,7 @@ use crate::pooling::Pooling;
 pub struct EmbedderOptions {
     /// Where to run: auto (a GPU that works, else the CPU), the CPU, or a forced GPU vendor.
     pub device: Device,
-    /// Threads for the model in all; `None` = the machine's cores. On the CPU the `sessions`
+    /// Threads for the model in all; `None` = the machine's cores. On the CPU the `workers`
     /// batches running at once share them.
     pub threads: Option<usize>,
     /// Batches run side by side, each by a worker of its own. On the CPU every worker runs the
@@ -41,9 +42,10 @@ pub struct EmbedderOptions {
     /// activations of its batch), and the workers share `threads`: a batch running alone gets
     /// all but one thread per other worker. On a GPU each worker has a session of its own.
     /// `None` = on the CPU, half the threads and at least two (1 thread: one); on a GPU, one.
-    /// Measured on two cores: two workers of one thread each ran 1.07x faster than one with two
-    /// threads, for 11 MB more peak memory (the default model); a second thread made one batch
-    /// 1.79x faster. See `docs/performance.md` for the rule on more cores.
+    /// What the default buys is measured in `docs/performance.md`.
+    pub workers: Option<usize>,
+    /// The old name of `workers`, read when `workers` is `None`.
+    #[deprecated(since = "0.1.0", note = "use `workers`: they are workers, which share one session on the CPU")]
     pub sessions: Option<usize>,
     /// Most tokens (texts x longest length) in one batch.
     pub token_budget: usize,
@@ -57,15 +59,20 @@ pub struct EmbedderOptions {
     pub normalize: Option<bool>,
     /// The graph output to read, instead of nornir's choice (see [`ModelInfo::output_reason`](crate::ModelInfo)).
     pub output_name: Option<String>,
-    /// A prompt of `config_sentence_transformers.json` to put before every text; `None` = its
-    /// `default_prompt_name`, if any.
+    /// The prompt before every text: a text, or a prompt of `config_sentence_transformers.json`
+    /// by name; `None` = the task's instruction, else the folder's `default_prompt_name`, if any.
+    pub prompt: Option<Prompt>,
+    /// The old way to name a prompt, read when `prompt` is `None`.
+    #[deprecated(since = "0.1.0", note = "use `prompt: Some(Prompt::Name(..))`, or `with_prompt_name`")]
     pub prompt_name: Option<String>,
-    /// A text to put before every text, instead of a named prompt.
-    pub prompt: Option<String>,
     /// The task of a model with task adapters (jina-embeddings-v3's `lora_adaptations`):
     /// fed to its `task_id` input; its instruction goes before every text.
     pub task: Option<String>,
-    /// Matryoshka truncation: keep the first `dim` dimensions of each vector (then normalise).
+    /// Matryoshka truncation: keep the first `dimensions` values of each vector (then normalise),
+    /// as [`CallOptions::dimensions`](crate::CallOptions::dimensions) does for one call.
+    pub dimensions: Option<usize>,
+    /// The old name of `dimensions`, read when `dimensions` is `None`.
+    #[deprecated(since = "0.1.0", note = "use `dimensions`, as `CallOptions` names it")]
     pub dim: Option<usize>,
     /// Most texts waiting in the queue that every call feeds (a call larger than this still runs,
     /// alone). About 1.6 KB each for a 384-wide model with 256-token texts.
@@ -83,19 +90,22 @@ pub struct EmbedderOptions {
 }
 
 impl Default for EmbedderOptions {
+    #[allow(deprecated)]
     fn default() -> Self {
         Self {
             device: Device::Auto,
             threads: None,
+            workers: None,
             sessions: None,
             token_budget: 256,
             max_length: None,
             pooling: None,
             normalize: None,
             output_name: None,
-            prompt_name: None,
             prompt: None,
+            prompt_name: None,
             task: None,
+            dimensions: None,
             dim: None,
             max_queued_texts: 65_536,
             queue_full: QueueFull::Wait,
@@ -136,10 +146,15 @@ impl EmbedderOptions {
         self.threads = Some(threads);
         self
     }
-    /// Batches run side by side (at least 1): see [`sessions`](Self::sessions).
-    pub fn with_sessions(mut self, sessions: usize) -> Self {
-        self.sessions = Some(sessions);
+    /// Batches run side by side (at least 1): see [`workers`](Self::workers).
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = Some(workers);
         self
+    }
+    /// The old name of [`with_workers`](Self::with_workers).
+    #[deprecated(since = "0.1.0", note = "use `with_workers`")]
+    pub fn with_sessions(self, sessions: usize) -> Self {
+        self.with_workers(sessions)
     }
     /// Most tokens in one batch (at least 1).
     pub fn with_token_budget(mut self, tokens: usize) -> Self {
@@ -168,12 +183,12 @@ impl EmbedderOptions {
     }
     /// Use this named prompt of `config_sentence_transformers.json`.
     pub fn with_prompt_name(mut self, name: impl Into<String>) -> Self {
-        self.prompt_name = Some(name.into());
+        self.prompt = Some(Prompt::Name(name.into()));
         self
     }
     /// Put this text before every text (`""`: no prompt, not even the model's default).
     pub fn with_prompt(mut self, prompt: impl Into<String>) -> Self {
-        self.prompt = Some(prompt.into());
+        self.prompt = Some(Prompt::Text(prompt.into()));
         self
     }
     /// Run this task of a model with task adapters (jina-embeddings-v3).
@@ -196,10 +211,57 @@ impl EmbedderOptions {
         self.batch_wait = wait;
         self
     }
-    /// Keep the first `dim` dimensions of each vector (Matryoshka models), then normalise.
-    pub fn with_dim(mut self, dim: usize) -> Self {
-        self.dim = Some(dim);
+    /// Keep the first `dimensions` values of each vector (Matryoshka models), then normalise.
+    pub fn with_dimensions(mut self, dimensions: usize) -> Self {
+        self.dimensions = Some(dimensions);
         self
+    }
+    /// The old name of [`with_dimensions`](Self::with_dimensions).
+    #[deprecated(since = "0.1.0", note = "use `with_dimensions`")]
+    pub fn with_dim(self, dim: usize) -> Self {
+        self.with_dimensions(dim)
+    }
+
+    /// `workers`, or its old name `sessions`.
+    #[allow(deprecated)]
+    pub(crate) fn workers(&self) -> Option<usize> {
+        self.workers.or(self.sessions)
+    }
+
+    /// `dimensions`, or its old name `dim`.
+    #[allow(deprecated)]
+    pub(crate) fn dimensions(&self) -> Option<usize> {
+        self.dimensions.or(self.dim)
+    }
+
+    /// `prompt`, or a prompt named by the old `prompt_name`.
+    #[allow(deprecated)]
+    pub(crate) fn prompt(&self) -> Option<Prompt> {
+        self.prompt.clone().or_else(|| self.prompt_name.clone().map(Prompt::Name))
+    }
+
+    /// Refuses a value no embedder can be built with, naming the option. [`Embedder::new`](crate::Embedder::new)
+    /// calls it first; what depends on the model (`dimensions` wider than its vectors) is checked
+    /// when the model is loaded.
+    pub fn validate(&self) -> Result<()> {
+        let at_least_one = [
+            ("token_budget", Some(self.token_budget), "must be at least 1"),
+            ("threads", self.threads, "must be at least 1 (or leave it unset for all cores)"),
+            ("workers", self.workers(), "must be at least 1 (or leave it unset)"),
+            ("max_queued_texts", Some(self.max_queued_texts), "must be at least 1"),
+            ("dimensions", self.dimensions(), "must be at least 1"),
+            ("max_length", self.max_length, "must be at least 1"),
+        ];
+        for (option, value, reason) in at_least_one {
+            if value == Some(0) {
+                return Err(EmbedError::invalid(option, reason));
+            }
+        }
+        #[allow(deprecated)]
+        if self.prompt.is_some() && self.prompt_name.is_some() {
+            return Err(EmbedError::invalid("prompt", "give a prompt text or a prompt name, not both"));
+        }
+        Ok(())
     }
     /// The model's file inside its folder, instead of `model.onnx` / `onnx/model.onnx`.
     pub fn with_model_file(mut self, file: impl Into<PathBuf>) -> Self {
@@ -267,5 +329,40 @@ mod tests {
             assert_eq!(workers + intra - 1, threads, "{threads} threads");
         }
         assert_eq!(intra_threads(2, 8), 1, "more workers than threads: one thread each");
+    }
+
+    /// The old names still work for one release, and mean the same as the new ones.
+    #[test]
+    #[allow(deprecated)]
+    fn old_names_are_aliases_of_the_new_ones() {
+        let old = EmbedderOptions::default().with_sessions(3).with_dim(64).with_prompt_name("query");
+        let new = EmbedderOptions::default().with_workers(3).with_dimensions(64).with_prompt_name("query");
+        assert_eq!((old.workers(), old.dimensions(), old.prompt()), (new.workers(), new.dimensions(), new.prompt()));
+        let fields =
+            EmbedderOptions { sessions: Some(2), dim: Some(8), prompt_name: Some("q".into()), ..Default::default() };
+        assert_eq!((fields.workers(), fields.dimensions()), (Some(2), Some(8)));
+        assert_eq!(fields.prompt(), Some(Prompt::Name("q".into())));
+        assert_eq!(new.prompt(), Some(Prompt::Name("query".into())));
+    }
+
+    /// Every option an embedder cannot be built with is refused by name, before any loading.
+    #[test]
+    #[allow(deprecated)]
+    fn validate_names_the_option() {
+        let invalid = |o: EmbedderOptions| match o.validate() {
+            Err(EmbedError::InvalidOption { option, .. }) => option,
+            other => panic!("{other:?}"),
+        };
+        let d = EmbedderOptions::default;
+        assert!(d().validate().is_ok());
+        assert_eq!(invalid(d().with_threads(0)), "threads");
+        assert_eq!(invalid(d().with_workers(0)), "workers");
+        assert_eq!(invalid(d().with_sessions(0)), "workers");
+        assert_eq!(invalid(d().with_token_budget(0)), "token_budget");
+        assert_eq!(invalid(d().with_max_queued_texts(0)), "max_queued_texts");
+        assert_eq!(invalid(d().with_dimensions(0)), "dimensions");
+        assert_eq!(invalid(d().with_max_length(0)), "max_length");
+        let both = EmbedderOptions { prompt_name: Some("q".into()), ..d().with_prompt("x") };
+        assert_eq!(invalid(both), "prompt");
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::call::{CallOptions, CallPrompt, Chunking, DocumentVector, Truncation};
+use crate::call::{CallOptions, Chunking, DocumentVector, Prompt, Truncation};
 use crate::chunk::{late_passes, windows};
 use crate::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
 use crate::engine::Engine;
@@ -117,8 +117,8 @@ pub(crate) fn plan_call<'a>(engine: &'a Engine, options: &'a CallOptions) -> Res
         None => (engine.info.prompt.text.as_str(), engine.info.pooling_skips_prompt_tokens),
         Some(p) => {
             let text = match p {
-                CallPrompt::Text(t) => t.as_str(),
-                CallPrompt::Name(n) => named_prompt(&engine.info.folder, n)?,
+                Prompt::Text(t) => t.as_str(),
+                Prompt::Name(n) => named_prompt(&engine.info.folder, n)?,
             };
             let skip = if engine.include_prompt || text.is_empty() {
                 0

@@ -1,6 +1,7 @@
 //! Which text goes before every input, and which task a task-adapter model runs: from the
 //! options and the folder's `config_sentence_transformers.json` and `config.json`.
 
+use crate::call::Prompt;
 use crate::error::EmbedError;
 use crate::options::EmbedderOptions;
 use crate::report::{ModelFolder, PromptChoice};
@@ -28,9 +29,6 @@ pub(crate) fn named_prompt<'a>(folder: &'a ModelFolder, name: &str) -> Result<&'
 /// Resolves the prompt and task, as sentence-transformers does: an explicit prompt, else the
 /// named prompt, else the task's instruction, else the folder's default prompt.
 pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result<PromptChoice, EmbedError> {
-    if o.prompt.is_some() && o.prompt_name.is_some() {
-        return Err(EmbedError::invalid("prompt", "give a prompt text or a prompt name, not both"));
-    }
     let task = match (&folder.tasks, &o.task) {
         (Some(tasks), Some(t)) => match tasks.iter().position(|x| x == t) {
             Some(i) => Some((t.clone(), i as i64)),
@@ -62,10 +60,11 @@ pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result
     let named = |name: &str, source: String| -> Result<(String, Option<String>), EmbedError> {
         Ok((named_prompt(folder, name)?.to_owned(), Some(source)))
     };
-    let (text, source) = if let Some(p) = &o.prompt {
-        (p.clone(), Some("the prompt option".to_owned()))
-    } else if let Some(name) = &o.prompt_name {
-        named(name, format!("prompt {name:?}"))?
+    let chosen = o.prompt();
+    let (text, source) = if let Some(Prompt::Text(p)) = chosen {
+        (p, Some("the prompt option".to_owned()))
+    } else if let Some(Prompt::Name(name)) = chosen {
+        named(&name, format!("prompt {name:?}"))?
     } else if let Some((t, _)) = &task {
         let text = folder.task_instructions.get(t).or_else(|| prompts.get(t)).cloned().unwrap_or_default();
         (text, Some(format!("task {t:?}")))

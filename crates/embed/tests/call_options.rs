@@ -139,7 +139,7 @@ fn calls_with_different_options_share_batches() {
     let t = tempfile::tempdir().expect("tempdir");
     prompted_model(t.path());
     let (texts, _) = parity_sample();
-    let e = Embedder::new(t.path(), &options().with_sessions(1)).expect("load");
+    let e = Embedder::new(t.path(), &options().with_workers(1)).expect("load");
     let query = CallOptions::new().with_prompt_name("query");
     let passage = CallOptions::new().with_prompt_name("passage").with_dimensions(256);
     let calls: Vec<(&[String], &CallOptions)> =

@@ -14,7 +14,7 @@ use nornir_embed::{EmbedError, Embedder, EmbedderOptions, Embeddings};
 use nornir_ep_select::Device;
 
 fn options() -> EmbedderOptions {
-    EmbedderOptions::default().with_device(Device::Cpu).with_threads(2).with_sessions(2)
+    EmbedderOptions::default().with_device(Device::Cpu).with_threads(2).with_workers(2)
 }
 
 fn assert_same(got: &Embeddings, want: &Embeddings, what: &str) {

@@ -268,16 +268,16 @@ fn matryoshka_dim_keeps_the_first_dimensions_then_normalises() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::NoTokenTypeIds, |_| {}, &[pooling_config("mean_tokens")]);
-    let e = Embedder::new(t.path(), &options().with_dim(2)).expect("load");
+    let e = Embedder::new(t.path(), &options().with_dimensions(2)).expect("load");
     assert_eq!((e.dimension(), e.model_info().model_dimension), (2, DIM));
     let got = e.embed(&TEXTS).expect("embed");
     assert_eq!(got.dim(), 2);
     for (i, text) in TEXTS.iter().enumerate() {
         assert_close(got.row(i), &unit(mean(&rows(text))[..2].to_vec()), 1e-5);
     }
-    let e = Embedder::new(t.path(), &options().with_dim(DIM + 1)).expect_err("too wide").to_string();
+    let e = Embedder::new(t.path(), &options().with_dimensions(DIM + 1)).expect_err("too wide").to_string();
     assert!(e.contains("wider than the model's 4-dimensional"), "{e}");
-    let e = Embedder::new(t.path(), &options().with_dim(0)).expect_err("zero").to_string();
+    let e = Embedder::new(t.path(), &options().with_dimensions(0)).expect_err("zero").to_string();
     assert!(e.contains("at least 1"), "{e}");
 }
 

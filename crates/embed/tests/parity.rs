@@ -124,9 +124,9 @@ fn several_sessions_give_the_same_vectors_in_input_order() {
     nornir_test_support::needs_assets!();
     let (texts, reference) = parity_sample();
     // A small budget makes many batches, so both sessions take some.
-    let options = cpu_options().with_sessions(2).with_token_budget(64);
+    let options = cpu_options().with_workers(2).with_token_budget(64);
     let embedder = Embedder::new(&model_dir(), &options).expect("load");
-    assert_eq!(embedder.sessions(), 2);
+    assert_eq!(embedder.workers(), 2);
     let got = embedder.embed(&texts).expect("embed");
     for (i, row) in got.rows().enumerate() {
         assert!(cosine(row, &reference[i * 384..(i + 1) * 384]) >= 0.9999, "row {i}");

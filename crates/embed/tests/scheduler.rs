@@ -50,7 +50,7 @@ fn a_full_queue_refuses_at_once_and_keeps_serving() {
     let many: Vec<String> = (0..8).flat_map(|i| texts.iter().map(move |t| format!("{i} {t}"))).collect();
     let e = Embedder::new(
         &model_dir(),
-        &options().with_sessions(1).with_max_queued_texts(4).with_queue_full(QueueFull::Refuse),
+        &options().with_workers(1).with_max_queued_texts(4).with_queue_full(QueueFull::Refuse),
     )
     .expect("load");
     std::thread::scope(|s| {
@@ -85,7 +85,7 @@ fn a_text_that_fails_its_batch_fails_only_its_own_call() {
     std::fs::write(t.path().join("tokenizer.json"), tokenizer.to_string()).expect("write tokenizer");
     // 9,000 tokens allowed, though the graph has 8,192 positions; a large budget, so that texts of
     // about 8,200 tokens share a batch.
-    let o = options().with_sessions(1).with_max_length(9000).with_token_budget(1 << 20);
+    let o = options().with_workers(1).with_max_length(9000).with_token_budget(1 << 20);
     let e = Embedder::new(t.path(), &o).expect("load");
     let words = |n: usize, w: &str| format!("{w} ").repeat(n);
     let (ok_a, ok_b, bad) = (words(8150, "apple"), words(8140, "pear"), words(8250, "plum"));
@@ -130,7 +130,7 @@ fn a_text_that_fails_its_batch_fails_only_its_own_call() {
 #[test]
 fn a_dropped_future_leaves_the_queue() {
     nornir_test_support::needs_assets!();
-    let e = Embedder::new(&model_dir(), &options().with_sessions(1)).expect("load");
+    let e = Embedder::new(&model_dir(), &options().with_workers(1)).expect("load");
     let long: Vec<String> =
         (0..64).map(|i| format!("{i} {}", "a long text that keeps the session busy ".repeat(20))).collect();
     let many: Vec<String> = (0..500).map(|i| format!("short text number {i}")).collect();
@@ -167,7 +167,7 @@ fn a_dropped_future_leaves_the_queue() {
 #[test]
 fn a_cancelled_blocking_call_leaves_the_queue() {
     nornir_test_support::needs_assets!();
-    let e = Embedder::new(&model_dir(), &options().with_sessions(1)).expect("load");
+    let e = Embedder::new(&model_dir(), &options().with_workers(1)).expect("load");
     let long: Vec<String> =
         (0..64).map(|i| format!("{i} {}", "a long text that keeps the session busy ".repeat(20))).collect();
     let many: Vec<String> = (0..500).map(|i| format!("short text number {i}")).collect();

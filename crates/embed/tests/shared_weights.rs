@@ -16,7 +16,7 @@ fn two_cpu_workers_share_one_session_and_embed_correctly() {
     nornir_test_support::needs_assets!();
     let dir = env_path("NORNIR_TEST_PARAPHRASE_MODEL");
     let file_bytes = std::fs::metadata(dir.join("model.onnx")).expect("model.onnx").len();
-    let options = EmbedderOptions::default().with_device(Device::Cpu).with_threads(2).with_sessions(2);
+    let options = EmbedderOptions::default().with_device(Device::Cpu).with_threads(2).with_workers(2);
     let embedder = Embedder::new(&dir, &options).expect("load paraphrase-MiniLM-L3-v2");
     let session = embedder.report().memory.session_growth_bytes[0];
     assert!(session as f64 >= 0.5 * file_bytes as f64, "the first session holds the weights: {session} bytes");

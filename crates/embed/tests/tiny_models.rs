@@ -150,7 +150,7 @@ fn a_dynamic_int8_graph_runs_one_text_at_a_time() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::DynamicInt8, "mean_tokens");
-    let e = Embedder::new(t.path(), &options().with_threads(2).with_sessions(2)).expect("load");
+    let e = Embedder::new(t.path(), &options().with_threads(2).with_workers(2)).expect("load");
     let why = e.model_info().one_text_per_run.clone().expect("one text per run");
     assert!(why.contains("DynamicQuantizeLinear x1"), "{why}");
     let texts: Vec<String> = (0..200)

@@ -339,7 +339,9 @@ pub(crate) async fn info(State(app): State<Arc<App>>, model: Option<Path<String>
             "fallback": report.fallback,
             "plan": report.plan,
             "ort": report.ort,
-            "sessions": e.sessions(),
+            "workers": e.workers(),
+            // The old name of "workers", kept for one release.
+            "sessions": e.workers(),
             "memory": report.memory,
             "max_inputs": app.max_inputs,
         }))

@@ -31,10 +31,13 @@ pub use nornir_ep_select::{Device, Provider, Vendor};
 pub use nornir_gpu_probe::{preflight, probe};
 
 #[cfg(feature = "embed-ort")]
+#[allow(deprecated)]
+pub use nornir_embed::CallPrompt;
+#[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
-    BATCH_SIZE_BOUNDS, CallOptions, CallPrompt, CancelHandle, Cause, CharChunk, Chunk, Chunking, DocumentVector,
-    EmbedError, EmbedFuture, EmbedStats, Embedder, EmbedderOptions, Embeddings, InferenceKind, Pooling, QueueFull,
-    Result, Token, Truncation, error_chain, normalize,
+    BATCH_SIZE_BOUNDS, CallOptions, CancelHandle, Cause, CharChunk, Chunk, Chunking, DocumentVector, EmbedError,
+    EmbedFuture, EmbedStats, Embedder, EmbedderOptions, Embeddings, InferenceKind, Pooling, Prompt, QueueFull, Result,
+    Token, Truncation, error_chain, normalize,
 };
 
 /// What nornir found on this machine and what it decided, as typed reports: the probe's

@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use nornir_vector::diagnostics::{MIN_ORT, ModelFolder, Plan, check_library, choose_library, plan_for_model};
 use nornir_vector::diagnostics::{ProbeContext, nornir_home};
 use nornir_vector::quantize::WeightType;
-use nornir_vector::{CallOptions, Chunking, Embedder, EmbedderOptions, Truncation};
+use nornir_vector::{CallOptions, Chunking, Embedder, EmbedderOptions, Prompt, Truncation};
 
 use super::{EmbedJob, LongText, OrtChoice, SessionDoc};
 use crate::output::{ChunkOut, RowWriter, Sink};
@@ -37,6 +37,11 @@ pub fn model_dir(m: &ModelArgs) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The prompt of `--prompt TEXT` or `--prompt-name NAME` (clap refuses both).
+pub fn prompt(text: Option<String>, name: Option<String>) -> Option<Prompt> {
+    text.map(Prompt::Text).or_else(|| name.map(Prompt::Name))
+}
+
 pub fn options(m: &ModelArgs) -> Result<EmbedderOptions> {
     let mut o = EmbedderOptions::default().with_device(m.device).with_token_budget(m.batch_tokens as usize);
     o.normalize = match (m.normalize, m.no_normalize) {
@@ -45,13 +50,12 @@ pub fn options(m: &ModelArgs) -> Result<EmbedderOptions> {
         _ => None,
     };
     o.output_name = m.output_name.clone();
-    o.prompt_name = m.prompt_name.clone();
-    o.prompt = m.prompt.clone();
+    o.prompt = prompt(m.prompt.clone(), m.prompt_name.clone());
     o.task = m.task.clone();
-    o.dim = m.dim.map(|d| d as usize);
+    o.dimensions = m.dim.map(|d| d as usize);
     o.batch_wait = std::time::Duration::from_millis(m.batch_wait_ms);
     o.threads = m.threads.map(|t| t as usize);
-    o.sessions = m.sessions.map(|s| s as usize);
+    o.workers = m.workers.map(|s| s as usize);
     o.max_length = m.max_length.map(|l| l as usize);
     o.pooling = m.pooling;
     o.model_file = m.model_file.clone();
@@ -264,7 +268,8 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             j["input"] = serde_json::json!(source);
             j["texts"] = serde_json::json!(texts.len());
             j["active_provider"] = serde_json::json!(embedder.report().active_provider);
-            j["sessions"] = serde_json::json!(embedder.sessions());
+            j["workers"] = serde_json::json!(embedder.workers());
+            j["sessions"] = serde_json::json!(embedder.workers());
             j["batch_tokens"] = serde_json::json!(a.model.batch_tokens);
             j["peak_rss_mib"] = serde_json::json!(peak_rss_mib(&embedder));
             println!("{}", serde_json::to_string_pretty(&j)?);
@@ -312,15 +317,16 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         "texts_per_second": s.texts as f64 / seconds,
         "tokens_per_second": s.tokens as f64 / seconds,
         "ort_seconds": s.ort_seconds,
-        "ort_seconds_per_session": s.ort_seconds / embedder.sessions() as f64,
-        "outside_ort_seconds": (seconds - s.ort_seconds / embedder.sessions() as f64).max(0.0),
+        "ort_seconds_per_session": s.ort_seconds / embedder.workers() as f64,
+        "outside_ort_seconds": (seconds - s.ort_seconds / embedder.workers() as f64).max(0.0),
         "load_seconds": load_seconds,
         "peak_rss_mib": peak_rss_mib(&embedder),
         "memory": session.memory,
         "active_provider": session.active_provider,
         "gpu_vendor": embedder.gpu_vendor(),
         "threads": a.model.threads,
-        "sessions": embedder.sessions(),
+        "workers": embedder.workers(),
+        "sessions": embedder.workers(),
         "batch_tokens": a.model.batch_tokens,
         "model": embedder.model_info().folder.dir,
         "precision": precision(&embedder.model_info().folder),
@@ -344,7 +350,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             s.texts as f64 / seconds,
             s.tokens as f64 / seconds
         );
-        let workers = embedder.sessions() as f64;
+        let workers = embedder.workers() as f64;
         println!(
             "inside ORT       {:.2} s per worker ({:.0}%) with {workers} worker(s), outside {:.2} s",
             s.ort_seconds / workers,

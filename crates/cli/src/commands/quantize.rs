@@ -167,7 +167,7 @@ fn calibrate(
         let mut o = opts.clone().with_output_name(CALIBRATION_OUTPUT).with_pooling(Pooling::Max).with_normalize(false);
         // Every channel of the output, whatever --dim asks of the model's vectors.
         o.model_file = None;
-        o.dim = None;
+        o.dimensions = None;
         let e = Embedder::new(&dir, &o).context("the calibration graph does not load")?;
         let rows = e.embed(texts)?;
         let mut max = vec![0f32; e.dimension()];

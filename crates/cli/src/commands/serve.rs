@@ -29,7 +29,8 @@ struct FileModel {
     folder: PathBuf,
     device: Option<String>,
     threads: Option<usize>,
-    sessions: Option<usize>,
+    #[serde(alias = "sessions")]
+    workers: Option<usize>,
     prompt_name: Option<String>,
     prompt: Option<String>,
     dim: Option<usize>,
@@ -78,11 +79,13 @@ fn read_models_file(file: &Path, base: &EmbedderOptions) -> Result<Vec<Served>> 
                 o.device = d.parse::<Device>().map_err(|e| anyhow::anyhow!("model {:?}: device: {e}", m.name))?;
             }
             o.threads = m.threads.or(o.threads);
-            o.sessions = m.sessions.or(o.sessions);
-            o.dim = m.dim.or(o.dim);
-            if m.prompt.is_some() || m.prompt_name.is_some() {
-                o.prompt = m.prompt;
-                o.prompt_name = m.prompt_name;
+            o.workers = m.workers.or(o.workers);
+            o.dimensions = m.dim.or(o.dimensions);
+            if m.prompt.is_some() && m.prompt_name.is_some() {
+                anyhow::bail!("model {:?}: give prompt or prompt_name, not both", m.name);
+            }
+            if let Some(p) = super::prompt(m.prompt, m.prompt_name) {
+                o.prompt = Some(p);
             }
             Ok(Served { name: m.name, dir: root.join(m.folder), options: o })
         })
@@ -189,6 +192,7 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nornir_vector::Prompt;
 
     #[test]
     fn model_flags_name_their_models() {
@@ -213,8 +217,8 @@ mod tests {
         let m = read_models_file(&file, &base).expect("parse");
         assert_eq!((m[0].name.as_str(), m[0].dir.clone()), ("q", t.path().join("bge")));
         assert_eq!(
-            (m[0].options.threads, m[0].options.prompt_name.as_deref(), m[0].options.prompt.as_deref()),
-            (Some(1), Some("query"), None)
+            (m[0].options.threads, m[0].options.prompt.clone()),
+            (Some(1), Some(Prompt::Name("query".to_owned())))
         );
         assert_eq!(
             (m[1].dir.clone(), m[1].options.device, m[1].options.threads),
