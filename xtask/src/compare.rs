@@ -144,12 +144,21 @@ fn nornir_run(nornir: &Path, model: &Path, o: &Options, texts: usize, repeat: us
     Ok(NornirRun { texts_per_second: (texts * repeat) as f64 / seconds, peak_rss_mib })
 }
 
-/// The CPU's int8-relevant extensions, from /proc/cpuinfo's flags.
-fn cpu_int8_extensions() -> Vec<&'static str> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let flags: Vec<&str> =
-        info.lines().find(|l| l.starts_with("flags")).map(|l| l.split_whitespace().collect()).unwrap_or_default();
-    ["amx_int8", "avx512_vnni", "avx_vnni", "avx2"].into_iter().filter(|f| flags.contains(f)).collect()
+/// The CPU's int8-relevant extensions as `nornir vector doctor --json` reports them (the CLI is
+/// the one reader of `/proc/cpuinfo`'s flags).
+fn cpu_int8_extensions(nornir: &Path, model: &Path) -> Result<Vec<String>> {
+    let out = Command::new(nornir)
+        .args(["vector", "doctor", "--json", "--model"])
+        .arg(model)
+        .output()
+        .context("run nornir vector doctor --json")?;
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).context("parse nornir's doctor JSON")?;
+    Ok(doc["session"]["cpu_int8_extensions"]
+        .as_array()
+        .context("doctor --json has no session.cpu_int8_extensions")?
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -193,6 +202,7 @@ pub fn bench_compare(args: &[String]) -> Result<()> {
     } else {
         None
     };
+    let extensions = cpu_int8_extensions(&nornir, &model)?;
     let report = serde_json::json!({
         "corpus": o.corpus, "texts": texts, "threads": o.threads, "batch_tokens": o.budget, "rounds": o.rounds,
         "texts_per_second": { "python_sorted_32": sorted, "python_unsorted_32": unsorted, "ort_floor": floor, "nornir_end_to_end": ours },
@@ -201,7 +211,7 @@ pub fn bench_compare(args: &[String]) -> Result<()> {
         "nornir_peak_rss_mib": { "corpus_once": rss_once, "corpus_10x_stdin": ten.as_ref().map(|r| r.peak_rss_mib) },
         "nornir_10x_stdin_texts_per_second": ten.as_ref().map(|r| r.texts_per_second),
         "int8": {
-            "cpu_int8_extensions": cpu_int8_extensions(),
+            "cpu_int8_extensions": extensions,
             "texts_per_second": { "nornir_int8": i8, "ort_quantize_dynamic_int8_through_nornir": peer },
             "peak_rss_mib": { "nornir_int8": i8_rss, "ort_quantize_dynamic_int8_through_nornir": peer_rss },
             "nornir_int8_vs_fp32": i8 / ours,
@@ -217,7 +227,7 @@ pub fn bench_compare(args: &[String]) -> Result<()> {
     );
     eprintln!(
         "int8 ({}): nornir {i8:.1} texts/s = {:.2}x float32, peak RSS {i8_rss:.0} MiB ({:.2}x); ONNX Runtime quantize_dynamic through nornir {peer:.1} texts/s ({:.2}x float32)",
-        cpu_int8_extensions().join(", "),
+        extensions.join(", "),
         i8 / ours,
         i8_rss / rss_once,
         peer / ours

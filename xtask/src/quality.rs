@@ -59,10 +59,7 @@ pub fn spearman(a: &[f64], b: &[f64]) -> f64 {
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
-    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    if na > 0.0 && nb > 0.0 { dot / (na * nb) } else { 0.0 }
+    f64::from(nornir_test_support::cosine(a, b))
 }
 
 /// Embeds `sentences` (a file, one per line) with `nornir vector embed` on the CPU: the rows.

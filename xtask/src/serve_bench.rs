@@ -16,12 +16,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use nornir_test_support::percentile;
 
 use crate::{assets, cargo, fetch, numeric_flag, run_checked, workspace_root};
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
-}
 
 pub fn serve_bench(args: &[String]) -> Result<()> {
     let clients = numeric_flag(args, "--clients", 16)? as usize;

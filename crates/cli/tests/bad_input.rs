@@ -48,7 +48,7 @@
 
 use nornir_test_support::stubs as support;
 
-use nornir_test_support::fixtures;
+use nornir_test_support::{cosine, fixtures};
 
 mod common;
 
@@ -92,10 +92,6 @@ fn f32_rows(bytes: &[u8]) -> Vec<Vec<f32>> {
         .chunks_exact(384 * 4)
         .map(|r| r.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
         .collect()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 #[test]

@@ -104,14 +104,7 @@ impl Server {
     }
 
     fn rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("server status");
-        let kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .expect("VmRSS");
-        kib / 1024.0
+        nornir_test_support::status_kib(Some(self.child.id()), "VmRSS:") as f64 / 1024.0
     }
 
     /// Sends SIGTERM, as Kubernetes does to stop a pod.

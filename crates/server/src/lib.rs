@@ -26,7 +26,7 @@
 //! models.set_loaded("bge-small", Arc::new(embedder))?;
 //! let config = ServerConfig::default();
 //! let read_timeout = config.read_timeout;
-//! let app = router(models, config);
+//! let app = router(models, config)?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! nornir_server::serve(listener, app, read_timeout, std::future::pending()).await?;
 //! # Ok(()) }
@@ -114,12 +114,14 @@ impl ServerConfig {
         self.api_key = Some(key.into()).filter(|k| !k.is_empty());
         self
     }
+    /// Most texts in one request (at least 1; see [`validate`](Self::validate)).
     pub fn with_max_inputs(mut self, inputs: usize) -> Self {
-        self.max_inputs = inputs.max(1);
+        self.max_inputs = inputs;
         self
     }
+    /// Largest request body in bytes (at least 1; see [`validate`](Self::validate)).
     pub fn with_max_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_body_bytes = bytes.max(1);
+        self.max_body_bytes = bytes;
         self
     }
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
@@ -134,11 +136,51 @@ impl ServerConfig {
         self.token_ids = reading;
         self
     }
+
+    /// Refuses a value no server can run with, naming the field, as
+    /// `EmbedderOptions::validate` does for an embedder: the builders store what they are given
+    /// and clamp nothing. [`router`] calls it and refuses to build routes on an invalid config.
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        let invalid = |option, reason: &str| Err(InvalidConfig { option, reason: reason.to_owned() });
+        if self.max_inputs == 0 {
+            return invalid("max_inputs", "must be at least 1");
+        }
+        if self.max_body_bytes == 0 {
+            return invalid("max_body_bytes", "must be at least 1");
+        }
+        if self.request_timeout.is_zero() {
+            return invalid("request_timeout", "must be longer than zero");
+        }
+        if self.read_timeout.is_zero() {
+            return invalid("read_timeout", "must be longer than zero");
+        }
+        Ok(())
+    }
 }
 
+/// A [`ServerConfig`] value no server can run with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InvalidConfig {
+    /// The field, as [`ServerConfig`] names it (`max_inputs`).
+    pub option: &'static str,
+    /// What is wrong with its value.
+    pub reason: String,
+}
+
+impl std::fmt::Display for InvalidConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid `{}`: {}", self.option, self.reason)
+    }
+}
+
+impl std::error::Error for InvalidConfig {}
+
 /// The routes over `models`, which may still be loading: `/health` answers 503 and the
-/// embedding routes 503 "loading" until [`Models::set_loaded`] is called for each.
-pub fn router(models: Arc<Models>, config: ServerConfig) -> Router {
+/// embedding routes 503 "loading" until [`Models::set_loaded`] is called for each. A config that
+/// [`ServerConfig::validate`] refuses is refused here.
+pub fn router(models: Arc<Models>, config: ServerConfig) -> Result<Router, InvalidConfig> {
+    config.validate()?;
     let app = Arc::new(api::App::new(models, config));
     let tei_routes = || {
         Router::new()
@@ -150,7 +192,7 @@ pub fn router(models: Arc<Models>, config: ServerConfig) -> Router {
             .route("/similarity", post(tei::similarity))
             .route("/info", get(api::info))
     };
-    Router::new()
+    Ok(Router::new()
         .route("/v1/embeddings", post(openai::embeddings))
         .route("/embeddings", post(openai::embeddings))
         .route("/v1/models", get(openai::models))
@@ -160,5 +202,24 @@ pub fn router(models: Arc<Models>, config: ServerConfig) -> Router {
         .nest("/models/{model}", tei_routes())
         .route("/health", get(api::health))
         .route("/metrics", get(metrics::metrics))
-        .with_state(app)
+        .with_state(app))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_no_server_can_run_with_is_refused_by_name_not_clamped() {
+        assert!(ServerConfig::default().validate().is_ok());
+        let refused = |c: ServerConfig| c.validate().expect_err("invalid").option;
+        assert_eq!(refused(ServerConfig::default().with_max_inputs(0)), "max_inputs");
+        assert_eq!(refused(ServerConfig::default().with_max_body_bytes(0)), "max_body_bytes");
+        assert_eq!(refused(ServerConfig::default().with_request_timeout(Duration::ZERO)), "request_timeout");
+        assert_eq!(refused(ServerConfig::default().with_read_timeout(Duration::ZERO)), "read_timeout");
+        assert_eq!(ServerConfig::default().with_max_inputs(7).max_inputs, 7);
+        let models = Arc::new(Models::new(["m".to_owned()]).expect("names"));
+        let e = router(models, ServerConfig::default().with_max_inputs(0)).expect_err("refused");
+        assert_eq!(e.to_string(), "invalid `max_inputs`: must be at least 1");
+    }
 }

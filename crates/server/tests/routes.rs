@@ -33,7 +33,7 @@ fn serve(models: &[(&str, &Arc<Embedder>)], config: ServerConfig) -> Router {
     for (name, e) in models {
         set.set_loaded(name, Arc::clone(e)).expect("set");
     }
-    router(set, config)
+    router(set, config).expect("a valid config")
 }
 
 async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
@@ -326,7 +326,7 @@ async fn a_model_still_loading_is_503_and_health_names_it() {
     let lib = load(&default_model(), &options());
     let models = Arc::new(Models::new(["ready".to_owned(), "later".to_owned()]).expect("names"));
     models.set_loaded("ready", Arc::clone(&lib)).expect("set");
-    let app = router(Arc::clone(&models), ServerConfig::default());
+    let app = router(Arc::clone(&models), ServerConfig::default()).expect("a valid config");
     let (status, health) = call(&app, "GET", "/health", None).await;
     assert_eq!(
         (status, health),
@@ -373,10 +373,14 @@ async fn slow_clients_are_cut_off_and_the_server_keeps_serving() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("address");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server =
-        tokio::spawn(nornir_server::serve(listener, router(models, config.clone()), config.read_timeout, async move {
+    let server = tokio::spawn(nornir_server::serve(
+        listener,
+        router(models, config.clone()).expect("a valid config"),
+        config.read_timeout,
+        async move {
             let _ = stopped.await;
-        }));
+        },
+    ));
     let trickle = |head: &'static str, drip: &'static [u8]| async move {
         let mut tcp = TcpStream::connect(addr).await.expect("connect");
         let started = std::time::Instant::now();

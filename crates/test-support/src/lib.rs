@@ -43,11 +43,33 @@ macro_rules! needs_assets {
     };
 }
 
-/// The cosine of two vectors (1 for the same direction).
+/// The cosine of two vectors (1 for the same direction, 0 when either is zero), summed in f64.
+/// The one cosine of the tests and of xtask's quality figures.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    dot / (norm(a) * norm(b))
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    let (na, nb) = (norm(a), norm(b));
+    if na > 0.0 && nb > 0.0 { (dot / (na * nb)) as f32 } else { 0.0 }
+}
+
+/// The `q`-quantile (0 to 1) of `sorted` by the nearest-rank method; NaN for an empty list.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+/// A memory field (`"VmRSS:"`, `"VmHWM:"`) of `/proc/PID/status` (`None`: this process), in KiB.
+pub fn status_kib(pid: Option<u32>, field: &str) -> u64 {
+    let path = pid.map_or_else(|| "/proc/self/status".to_owned(), |p| format!("/proc/{p}/status"));
+    let status = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {path}"))
 }
 
 /// `v` scaled to length 1.

@@ -25,6 +25,11 @@ pub fn flag_for(option: &str) -> String {
         "task" => "--task",
         "threads" => "--threads",
         "token_budget" => "--batch-tokens",
+        // The server's options, as `ServerConfig` names them.
+        "max_inputs" => "--max-inputs",
+        "max_body_bytes" => "--max-body-bytes",
+        "request_timeout" => "--request-timeout",
+        "read_timeout" => "--read-timeout",
         other => return format!("`{other}`"),
     };
     flag.to_owned()
@@ -36,8 +41,12 @@ pub fn oldest_ort() -> Option<(u64, u64)> {
 }
 
 /// This error's own line (without its causes) as `nornir` says it, when it is an [`EmbedError`]
-/// whose library wording names options or leaves advice to the command; `None` otherwise.
+/// (or the server's `InvalidConfig`) whose library wording names options or leaves advice to the
+/// command; `None` otherwise.
 pub fn embed_error_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    if let Some(c) = e.downcast_ref::<nornir_server::InvalidConfig>() {
+        return Some(format!("invalid {}: {}", flag_for(c.option), c.reason));
+    }
     let (major, minor) = MIN_ORT;
     Some(match e.downcast_ref::<EmbedError>()? {
         EmbedError::InvalidOption { option, reason, .. } => format!("invalid {}: {reason}", flag_for(option)),
@@ -83,6 +92,10 @@ mod tests {
             "task",
             "threads",
             "token_budget",
+            "max_inputs",
+            "max_body_bytes",
+            "request_timeout",
+            "read_timeout",
         ] {
             assert!(flag_for(option).starts_with("--"), "{option}");
         }

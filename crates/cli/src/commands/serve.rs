@@ -177,7 +177,7 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
             Ok(())
         });
         let read_timeout = config.read_timeout;
-        let router = nornir_server::router(models, config);
+        let router = nornir_server::router(models, config)?;
         let server = tokio::spawn(nornir_server::serve(listener, router, read_timeout, shutdown_signal()));
         match load.await {
             Ok(Ok(())) => {}

@@ -27,13 +27,7 @@ pub fn model_dir() -> PathBuf {
 /// A memory field of `/proc/self/status` (`"VmRSS:"`, `"VmHWM:"`), in KiB.
 #[allow(dead_code)]
 pub fn status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .expect("a memory field")
+    nornir_test_support::status_kib(None, field)
 }
 
 #[allow(dead_code)]
