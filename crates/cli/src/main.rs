@@ -123,10 +123,10 @@ pub struct ModelArgs {
     /// Threads for the model in all (default: all cores).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
-    /// Batches run side by side. On the CPU they share the threads and one ONNX Runtime session,
-    /// so the weights are in memory once (default: half the threads, at least 2; 1 for 1 thread;
-    /// on two cores 2 measured 1.07x faster than 1, for 11 MB more peak memory). On a GPU each
-    /// has a session of its own (default 1).
+    /// Workers, each running a batch side by side (old name: --sessions). On the CPU they share
+    /// the threads and one ONNX Runtime session, so the weights are in memory once (default: half
+    /// the threads, at least 2; 1 for 1 thread; what that buys is measured in docs/performance.md).
+    /// On a GPU each has a session of its own (default 1).
     #[arg(long, alias = "sessions", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: Option<u32>,
     /// The libonnxruntime.so to load, instead of searching for one.

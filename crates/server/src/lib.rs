@@ -3,7 +3,7 @@
 //! (TEI) APIs, so a crate with its own server can mount these routes, and `nornir vector serve`
 //! only parses flags and runs it.
 //!
-//! Routes (the README documents every field and status):
+//! Routes (`docs/server.md` documents every field and status):
 //! - OpenAI: `POST /v1/embeddings` and `/embeddings`, `GET /v1/models` and `/models`;
 //! - TEI: `POST /` and `/embed`, `/embed_all`, `/tokenize`, `/decode`, `/similarity`, and nornir's
 //!   `/embed_chunks` (with `"chunking"` on `/embed`, for long documents), on the first model, and
