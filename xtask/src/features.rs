@@ -8,14 +8,16 @@ use anyhow::{Context, Result, bail};
 
 use crate::{cargo, run_checked, workspace_root};
 
-/// (label, cargo flags, whether the binary must contain the AMD path).
-const CONFIGS: &[(&str, &[&str], bool)] = &[
-    ("no default features", &["--no-default-features"], false),
-    ("embed-ort", &["--no-default-features", "--features", "embed-ort"], false),
+/// (label, cargo flags, whether the binary must contain the AMD path, whether `cargo xtask test`
+/// already ran these packages' tests with the same features: the default build is `embed-ort`,
+/// and its AMD build is `embed-ort-rocm`, which is also every feature there is).
+const CONFIGS: &[(&str, &[&str], bool, bool)] = &[
+    ("no default features", &["--no-default-features"], false, false),
+    ("embed-ort", &["--no-default-features", "--features", "embed-ort"], false, true),
     // Without the defaults: the AMD feature alone must bring the whole embedder (the CLI's
     // server and commands included), not only the AMD ONNX Runtime behind "not compiled in".
-    ("embed-ort-rocm alone", &["--no-default-features", "--features", "embed-ort-rocm"], true),
-    ("all features", &["--all-features"], true),
+    ("embed-ort-rocm alone", &["--no-default-features", "--features", "embed-ort-rocm"], true, true),
+    ("all features", &["--all-features"], true, true),
 ];
 
 /// Feature combinations a consumer's dependency graph can produce that no CLI feature set does;
@@ -32,9 +34,11 @@ const AMD_MARKERS: &[&str] = &["libmigraphx_c.so", "libamdhip64.so", "gfx_target
 /// The panic message of the embedder's fault injection, which only its tests compile in.
 const TEST_HOOK_MARKER: &str = "fault injected";
 
-pub fn check_features(test_env: &[(&str, std::path::PathBuf)]) -> Result<()> {
+/// `tests_ran`: `cargo xtask test` has just run every test of the default and the AMD build, so
+/// the feature sets equal to those are not tested twice (they are still linted and built).
+pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) -> Result<()> {
     let started = Instant::now();
-    for (label, flags, amd) in CONFIGS {
+    for (label, flags, amd, tested_by_xtask_test) in CONFIGS {
         eprintln!("xtask: check-features: {label}");
         let packages = ["-p", "nornir-vector", "-p", "nornir-cli"];
         run_checked(
@@ -44,7 +48,11 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)]) -> Result<()> {
                 .args(*flags)
                 .args(["--", "-D", "warnings"]),
         )?;
-        run_checked(cargo().args(["test", "--quiet"]).args(packages).args(*flags).envs(test_env.iter().cloned()))?;
+        if tests_ran && *tested_by_xtask_test {
+            eprintln!("xtask: check-features: {label}: tests already run with these features by `cargo xtask test`");
+        } else {
+            run_checked(cargo().args(["test", "--quiet"]).args(packages).args(*flags).envs(test_env.iter().cloned()))?;
+        }
         run_checked(cargo().args(["build", "--quiet", "-p", "nornir-cli"]).args(*flags))?;
         let bin = workspace_root().join("target/debug/nornir");
         if contains(&bin, TEST_HOOK_MARKER)? {

@@ -19,7 +19,7 @@
 //! | --dim wider than the model | `invalid --dim: 385 is wider than the model's 384-dimensional vectors` |
 //! | serve: a missing model folder | `no such folder` before anything listens |
 //! | serve: a --host that is not an address | `--host "nowhere" is not an IP address` |
-//! | --output-name that the graph lacks | `--output-name "pooled": the model has no such output; its outputs are "last_hidden_state" ...` |
+//! | --output-name that the graph lacks | `invalid --output-name: the model has no output "pooled"; its outputs are "last_hidden_state" ...` |
 //! | invalid UTF-8 on line 3 | `line 3 is not valid UTF-8; convert the file to UTF-8` |
 //! | NUL bytes in a line | embedded like any other text: one row per line |
 //! | one 10 MB line | one row, equal to the row of its first 2,000 bytes (both are cut to 256 tokens) |
@@ -187,7 +187,7 @@ fn model_contract_mistakes() {
         (&["--dim", "385"], "invalid --dim: 385 is wider than the model's 384-dimensional vectors"),
         (
             &["--output-name", "pooled"],
-            "--output-name \"pooled\": the model has no such output; its outputs are \"last_hidden_state\"",
+            "invalid --output-name: the model has no output \"pooled\"; its outputs are \"last_hidden_state\"",
         ),
     ];
     for (extra, needle) in cases {

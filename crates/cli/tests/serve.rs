@@ -815,7 +815,7 @@ fn sixty_four_clients_for_a_minute() {
     let end_rss = server.rss_mib();
     let warm_rss = warm_rss.expect("an RSS sample after warm-up");
     latencies.sort_by(f64::total_cmp);
-    let p = |q: f64| latencies[((q * latencies.len() as f64) as usize).min(latencies.len() - 1)];
+    let p = |q: f64| nornir_test_support::percentile(&latencies, q);
     eprintln!(
         "load: 64 clients, {seconds} s: {calls} calls, {texts_done} texts, {:.1} texts/s; latency p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms; RSS {warm_rss:.0} MiB after warm-up, {end_rss:.0} MiB at the end",
         texts_done as f64 / seconds as f64,

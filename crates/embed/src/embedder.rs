@@ -88,7 +88,7 @@ impl Tokenized {
 
 /// A tokenizing thread: prepares each job's call until the embedder is dropped. A panic while
 /// tokenizing fails that call, not the thread.
-fn tokenize(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJob>>) {
+fn tokenizing_thread(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJob>>) {
     loop {
         let job = match jobs.lock().unwrap_or_else(PoisonError::into_inner).recv() {
             Ok(job) => job,
@@ -126,7 +126,7 @@ impl Embedder {
             let (engine, receiver) = (Arc::clone(&embedder.engine), Arc::clone(&receiver));
             let thread = std::thread::Builder::new()
                 .name(format!("nornir-tokenize-{i}"))
-                .spawn(move || tokenize(&engine, &receiver))
+                .spawn(move || tokenizing_thread(&engine, &receiver))
                 .map_err(|e| {
                     EmbedError::inference_because(InferenceKind::WorkerFailed, "cannot start a tokenizing thread", e)
                 })?;

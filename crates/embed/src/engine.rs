@@ -72,7 +72,7 @@ impl Engine {
         let runtime = load_runtime(&plan, options.ort_library.as_deref())?;
         let threads = options.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
         let default_workers = if plan.vendor == Vendor::Cpu { default_cpu_workers(threads) } else { 1 };
-        let cpu_workers = options.workers().unwrap_or(default_workers);
+        let cpu_workers = options.chosen_workers().unwrap_or(default_workers);
         let intra_threads = intra_threads(threads, cpu_workers);
         let resident = resident_bytes();
         // ONNX Runtime says what is wrong with a file that cannot be read.
@@ -80,7 +80,8 @@ impl Engine {
         let cfg = SessionConfig { model: &folder.model_file, intra_threads, profile_to: None };
         let (session, report) = session::build(&runtime, &plan, &cfg)?;
         let session_growth = Mutex::new(growth_since(resident).into_iter().collect());
-        let workers = if report.gpu_vendor == Vendor::Cpu { cpu_workers } else { options.workers().unwrap_or(1) };
+        let workers =
+            if report.gpu_vendor == Vendor::Cpu { cpu_workers } else { options.chosen_workers().unwrap_or(1) };
         let mut io = graph_io(&session, &folder, options.output_name.as_deref())?;
         match (&mut io.task, &prompt.task) {
             (Some(input), Some((_, index))) => input.value = *index,
@@ -136,7 +137,7 @@ impl Engine {
             session_growth,
             tokenizer,
             include_prompt,
-            default_dim: options.dimensions(),
+            default_dim: options.chosen_dimensions(),
             io,
             settings,
             info,

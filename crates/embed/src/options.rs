@@ -224,19 +224,19 @@ impl EmbedderOptions {
 
     /// `workers`, or its old name `sessions`.
     #[allow(deprecated)]
-    pub(crate) fn workers(&self) -> Option<usize> {
+    pub(crate) fn chosen_workers(&self) -> Option<usize> {
         self.workers.or(self.sessions)
     }
 
     /// `dimensions`, or its old name `dim`.
     #[allow(deprecated)]
-    pub(crate) fn dimensions(&self) -> Option<usize> {
+    pub(crate) fn chosen_dimensions(&self) -> Option<usize> {
         self.dimensions.or(self.dim)
     }
 
     /// `prompt`, or a prompt named by the old `prompt_name`.
     #[allow(deprecated)]
-    pub(crate) fn prompt(&self) -> Option<Prompt> {
+    pub(crate) fn chosen_prompt(&self) -> Option<Prompt> {
         self.prompt.clone().or_else(|| self.prompt_name.clone().map(Prompt::Name))
     }
 
@@ -247,9 +247,9 @@ impl EmbedderOptions {
         let at_least_one = [
             ("token_budget", Some(self.token_budget), "must be at least 1"),
             ("threads", self.threads, "must be at least 1 (or leave it unset for all cores)"),
-            ("workers", self.workers(), "must be at least 1 (or leave it unset)"),
+            ("workers", self.chosen_workers(), "must be at least 1 (or leave it unset)"),
             ("max_queued_texts", Some(self.max_queued_texts), "must be at least 1"),
-            ("dimensions", self.dimensions(), "must be at least 1"),
+            ("dimensions", self.chosen_dimensions(), "must be at least 1"),
             ("max_length", self.max_length, "must be at least 1"),
         ];
         for (option, value, reason) in at_least_one {
@@ -337,12 +337,15 @@ mod tests {
     fn old_names_are_aliases_of_the_new_ones() {
         let old = EmbedderOptions::default().with_sessions(3).with_dim(64).with_prompt_name("query");
         let new = EmbedderOptions::default().with_workers(3).with_dimensions(64).with_prompt_name("query");
-        assert_eq!((old.workers(), old.dimensions(), old.prompt()), (new.workers(), new.dimensions(), new.prompt()));
+        assert_eq!(
+            (old.chosen_workers(), old.chosen_dimensions(), old.chosen_prompt()),
+            (new.chosen_workers(), new.chosen_dimensions(), new.chosen_prompt())
+        );
         let fields =
             EmbedderOptions { sessions: Some(2), dim: Some(8), prompt_name: Some("q".into()), ..Default::default() };
-        assert_eq!((fields.workers(), fields.dimensions()), (Some(2), Some(8)));
-        assert_eq!(fields.prompt(), Some(Prompt::Name("q".into())));
-        assert_eq!(new.prompt(), Some(Prompt::Name("query".into())));
+        assert_eq!((fields.chosen_workers(), fields.chosen_dimensions()), (Some(2), Some(8)));
+        assert_eq!(fields.chosen_prompt(), Some(Prompt::Name("q".into())));
+        assert_eq!(new.chosen_prompt(), Some(Prompt::Name("query".into())));
     }
 
     /// Every option an embedder cannot be built with is refused by name, before any loading.

@@ -60,7 +60,7 @@ pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result
     let named = |name: &str, source: String| -> Result<(String, Option<String>), EmbedError> {
         Ok((named_prompt(folder, name)?.to_owned(), Some(source)))
     };
-    let chosen = o.prompt();
+    let chosen = o.chosen_prompt();
     let (text, source) = if let Some(Prompt::Text(p)) = chosen {
         (p, Some("the prompt option".to_owned()))
     } else if let Some(Prompt::Name(name)) = chosen {
@@ -110,8 +110,9 @@ mod tests {
         assert_eq!((c.text.as_str(), c.source), ("", None));
         let e = choose_prompt(&f, &o.clone().with_prompt_name("search")).unwrap_err().to_string();
         assert!(e.contains("\"passage\", \"query\""), "{e}");
-        let e = choose_prompt(&f, &o.clone().with_prompt("a").with_prompt_name("query")).unwrap_err().to_string();
-        assert!(e.contains("not both"), "{e}");
+        // One prompt: the builder called last decides.
+        let c = choose_prompt(&f, &o.clone().with_prompt("a").with_prompt_name("query")).expect("named");
+        assert_eq!(c.text, "query: ");
         let e = choose_prompt(&folder("{}", None), &o.with_prompt_name("query")).unwrap_err().to_string();
         assert!(e.contains("no prompts"), "{e}");
     }

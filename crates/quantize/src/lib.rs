@@ -103,18 +103,12 @@ pub enum WeightType {
 }
 
 impl WeightType {
-    /// Signed int8 weights: `Int8`, or `Auto` on a CPU with VNNI.
-    pub fn signed(self) -> bool {
-        match self {
-            WeightType::Int8 => true,
-            WeightType::Uint8 => false,
-            WeightType::Auto => Self::for_this_cpu() == WeightType::Int8,
-        }
-    }
-
     /// `Int8` or `Uint8`: `Auto` decided for this CPU.
     pub fn resolved(self) -> Self {
-        if self.signed() { WeightType::Int8 } else { WeightType::Uint8 }
+        match self {
+            WeightType::Auto => Self::for_this_cpu(),
+            chosen => chosen,
+        }
     }
 
     /// `Int8` where this CPU has VNNI (AVX-512 VNNI or AVX-VNNI; AMX CPUs have both), `Uint8`

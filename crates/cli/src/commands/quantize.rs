@@ -120,7 +120,7 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
             out.display(),
             report.rewritten.len(),
             granularity_name(granularity),
-            if qopts.weights.signed() { "int8" } else { "uint8" },
+            if qopts.weights.resolved() == WeightType::Int8 { "int8" } else { "uint8" },
             if activations == Activations::PerToken { "per token" } else { "per tensor" },
             activations.operator(),
             report.int8_gathers.len()
