@@ -276,11 +276,9 @@ impl EmbedderOptions {
 }
 
 /// How many batches run side by side on the CPU with `threads` threads by default: half the
-/// threads, at least two (one for one thread). Measured on two cores (first 3,000 corpus texts):
-/// two workers of one thread each ran 1.92x one thread's speed, one worker with two threads
-/// 1.79x; so two threads per batch keep 90% of their speed, and more workers would add a little
-/// throughput (96% per worker) at the cost of each batch's latency. On 4, 8 and 16 cores: 2, 4
-/// and 8 workers, each batch with at least two threads.
+/// threads, at least two (one for one thread): 2, 4 and 8 workers on 4, 8 and 16 cores, each
+/// batch with at least two threads. The timings this rule rests on, with their date and CPU, are
+/// in `docs/performance.md` (Memory).
 pub(crate) fn default_cpu_workers(threads: usize) -> usize {
     if threads >= 2 { (threads / 2).max(2) } else { 1 }
 }
