@@ -17,7 +17,7 @@ use crate::pooling::normalize;
 use crate::prompt::named_prompt;
 use crate::report::Token;
 use crate::request::{Item, Request};
-use crate::tokenize::with_prompt;
+use crate::tokenize::{tokenizer_failed, with_prompt};
 
 /// A call on its way: the request its rows go to, its items until they are queued, and how to
 /// lay its rows out again and finish them.
@@ -232,7 +232,6 @@ pub(crate) fn prepare_chunks(
             ),
         ));
     }
-    let fail = |e: tokenizers::Error| EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e);
     // Each queue item to be: its ids, the spans it pools (late chunking), its first row.
     struct Piece(Vec<u32>, Vec<(usize, usize)>, usize);
     let mut pieces: Vec<Piece> = Vec::new();
@@ -241,7 +240,7 @@ pub(crate) fn prepare_chunks(
     let mut rows = 0;
     for text in unique {
         let prompted = with_prompt(plan.prompt, text);
-        let enc = engine.tokenizer.whole().encode(prompted.as_ref(), true).map_err(fail)?;
+        let enc = engine.tokenizer.whole().encode(prompted.as_ref(), true).map_err(tokenizer_failed)?;
         let (ids, mask, offsets) = (enc.get_ids(), enc.get_special_tokens_mask(), enc.get_offsets());
         let lead = mask.iter().take_while(|&&m| m == 1).count();
         let trail = mask[lead..].iter().rev().take_while(|&&m| m == 1).count();

@@ -25,7 +25,7 @@ pub(crate) fn with_prompt<'a>(prompt: &str, text: &'a str) -> Cow<'a, str> {
     if prompt.is_empty() { Cow::Borrowed(text) } else { Cow::Owned(format!("{prompt}{text}")) }
 }
 
-fn tokenizer_failed(e: tokenizers::Error) -> EmbedError {
+pub(crate) fn tokenizer_failed(e: tokenizers::Error) -> EmbedError {
     EmbedError::inference_because(InferenceKind::Tokenizer, "tokenization failed", e)
 }
 

@@ -11,7 +11,7 @@ pub fn flag_for(option: &str) -> String {
     let flag = match option {
         "chunking.window" => "--window",
         "chunking.late" => "--long late",
-        "dim" | "dimensions" => "--dim",
+        "dimensions" => "--dim",
         "device" => "--device",
         "max_length" => "--max-length",
         "max_queued_texts" => "--max-queued-texts",
@@ -21,7 +21,7 @@ pub fn flag_for(option: &str) -> String {
         "pooling" => "--pooling",
         "prompt_name" => "--prompt-name",
         "prompt" => "--prompt",
-        "sessions" | "workers" => "--sessions",
+        "workers" => "--workers",
         "task" => "--task",
         "threads" => "--threads",
         "token_budget" => "--batch-tokens",
@@ -78,7 +78,7 @@ mod tests {
         for option in [
             "chunking.window",
             "chunking.late",
-            "dim",
+            "dimensions",
             "device",
             "max_length",
             "max_queued_texts",
@@ -88,7 +88,7 @@ mod tests {
             "pooling",
             "prompt_name",
             "prompt",
-            "sessions",
+            "workers",
             "task",
             "threads",
             "token_budget",
@@ -98,6 +98,14 @@ mod tests {
             "read_timeout",
         ] {
             assert!(flag_for(option).starts_with("--"), "{option}");
+            let flag = flag_for(option);
+            use clap::CommandFactory as _;
+            assert!(
+                crate::Cli::command().get_subcommands().flat_map(|c| c.get_subcommands()).any(|c| c
+                    .get_arguments()
+                    .any(|a| a.get_long().is_some_and(|l| flag.split_whitespace().next() == Some(&format!("--{l}"))))),
+                "{flag} is no flag of nornir"
+            );
         }
         assert_eq!(flag_for("something_new"), "`something_new`");
     }
