@@ -68,6 +68,10 @@ pub struct OrtChoice {
     pub candidates: Vec<nornir_vector::diagnostics::OrtCandidate>,
     pub searched: Vec<PathBuf>,
     pub error: Option<String>,
+    /// ONNX Runtime's device list with the plugins registered (the second witness).
+    #[cfg(feature = "embed-ort")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub devices: Option<nornir_vector::diagnostics::DeviceList>,
 }
 
 /// The session part of `doctor`'s report: what really runs the model, or why nothing does. The
@@ -91,6 +95,9 @@ pub struct SessionDoc {
     /// Where the model really runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_vendor: Option<nornir_vector::Vendor>,
+    /// For a plugin provider: its device, library, vendor and device id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_device: Option<nornir_vector::diagnostics::EpDevice>,
     /// Why the session was rebuilt on the CPU after a GPU session failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use nornir_vector::diagnostics::write_vendor;
-use nornir_vector::diagnostics::{Plan, ProbeReport};
+use nornir_vector::diagnostics::{EpDevice, Hardware, PCI_AMD, PCI_NVIDIA, Plan, ProbeReport};
 use serde_json::{Value, json};
 
 use crate::DoctorArgs;
@@ -21,13 +21,17 @@ struct ChildReport {
 
 pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
     let probe = nornir_vector::probe();
-    let plan = commands::plan(&a.model)?;
+    let first = commands::plan(&a.model, &[])?;
     let wants_session = !a.model.model.is_empty() || a.expect.is_some();
     let (ort, session) = if a.isolate {
-        isolated(a, plan.as_ref(), wants_session)
+        isolated(a, first.as_ref(), wants_session)
     } else {
-        (commands::ort_choice(plan.as_ref(), &a.model), wants_session.then(|| commands::session_doc(&a.model)))
+        (commands::ort_choice(first.as_ref(), &a.model), wants_session.then(|| commands::session_doc(&a.model)))
     };
+    // ONNX Runtime's device list (with the plugins registered) joins the plan, as in the embedder.
+    let devices = commands::listed_devices(&ort);
+    let plan = commands::plan(&a.model, &devices)?;
+    let witnesses = witnesses(probe, &devices, ort.path.is_some() && ort.error.is_none());
     let next = next_step(probe, plan.as_ref(), &ort, session.as_ref());
     let (show_cuda, show_rocm) = (a.cuda || !a.rocm, a.rocm || !a.cuda);
 
@@ -40,6 +44,7 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
             doc.insert("rocm".into(), serde_json::to_value(&probe.rocm)?);
         }
         doc.insert("ort".into(), serde_json::to_value(&ort)?);
+        doc.insert("witnesses".into(), json!(witnesses));
         doc.insert("plan".into(), serde_json::to_value(&plan)?);
         if let Some(s) = &session {
             doc.insert("session".into(), serde_json::to_value(s)?);
@@ -61,6 +66,7 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
             out.push('\n');
         }
         write_ort(&mut out, &ort)?;
+        write_devices(&mut out, &ort, &witnesses)?;
         write_plan(&mut out, plan.as_ref())?;
         if let Some(s) = &session {
             write_session(&mut out, s)?;
@@ -150,6 +156,7 @@ fn summary(
         let names: Vec<&str> = p.providers.iter().map(|x| x.ort_name()).collect();
         let _ = writeln!(s, "plan: {} [{}]", p.vendor, names.join(", "));
     }
+    let _ = writeln!(s, "witnesses: {}", witnesses_line(&witnesses_of(probe, ort)));
     if let Some(active) = session.and_then(|x| x.active_provider.as_deref()) {
         let _ = writeln!(s, "active provider: {active}");
     } else if let Some(e) = session.and_then(|x| x.error.as_deref()) {
@@ -210,7 +217,10 @@ fn write_session(out: &mut String, s: &SessionDoc) -> std::fmt::Result {
     if let Some(f) = &s.fallback {
         writeln!(out, "  fallback: {f}")?;
     }
-    writeln!(out, "  active provider: {}", s.active_provider.as_deref().unwrap_or("?"))?;
+    match &s.active_device {
+        Some(d) => writeln!(out, "  active provider: {d}")?,
+        None => writeln!(out, "  active provider: {}", s.active_provider.as_deref().unwrap_or("?"))?,
+    }
     if let Some(level) = s.graph_optimization.as_deref() {
         writeln!(out, "  graph optimisation: {level} (ONNX Runtime's level for this session)")?;
     }
@@ -361,7 +371,7 @@ fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session:
         let missing: Vec<&str> = p
             .providers
             .iter()
-            .filter_map(|x| x.library_name())
+            .filter_map(|x| x.builtin()?.library_name())
             .filter(|n| !ort.providers.iter().any(|o| o == n))
             .collect();
         if !missing.is_empty() {
@@ -373,4 +383,96 @@ fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session:
         return "run `nornir vector doctor --model DIR` to see which provider really runs the model".to_owned();
     }
     "this build has no embedder: rebuild with --features embed-ort".to_owned()
+}
+
+/// The probe and ONNX Runtime's device list on the GPUs: what each saw, and where they disagree.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Witnesses {
+    /// GPU vendors whose driver the probe found (`cuda`, `rocm`).
+    pub probe: Vec<String>,
+    /// GPU vendors ONNX Runtime lists a device of (by PCI vendor id), with the providers.
+    pub onnx_runtime: Vec<String>,
+    /// Whether ONNX Runtime was loaded and asked at all.
+    pub listed: bool,
+    /// One line per disagreement.
+    pub disagreements: Vec<String>,
+}
+
+fn witnesses_of(probe: &ProbeReport, ort: &commands::OrtChoice) -> Witnesses {
+    witnesses(probe, &commands::listed_devices(ort), ort.path.is_some() && ort.error.is_none())
+}
+
+fn witnesses(probe: &ProbeReport, devices: &[EpDevice], listed: bool) -> Witnesses {
+    let mut w = Witnesses { listed, ..Witnesses::default() };
+    for (vendor, name, pci, found) in [
+        ("rocm", "AMD", PCI_AMD, probe.rocm.driver_present),
+        ("cuda", "NVIDIA", PCI_NVIDIA, probe.cuda.driver_present),
+    ] {
+        let gpus: Vec<&EpDevice> =
+            devices.iter().filter(|d| d.hardware == Hardware::Gpu && d.pci_vendor_id == pci).collect();
+        if found {
+            w.probe.push(vendor.to_owned());
+        }
+        if !gpus.is_empty() {
+            let providers: Vec<&str> = gpus.iter().map(|d| d.provider.as_str()).collect();
+            w.onnx_runtime.push(format!("{vendor} ({})", providers.join(", ")));
+        }
+        if !listed {
+            continue;
+        }
+        let summary = if vendor == "rocm" { &probe.rocm.summary } else { &probe.cuda.summary };
+        match (found, gpus.is_empty()) {
+            (true, true) => w.disagreements.push(format!(
+                "the probe found an {name} GPU ({summary}) but ONNX Runtime lists no {name} GPU device: its built-in providers are not listed, and no plugin provider for this GPU is registered"
+            )),
+            (false, false) => w.disagreements.push(format!(
+                "ONNX Runtime lists an {name} GPU ({}) but the probe found no {name} driver ({summary})",
+                gpus.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("; ")
+            )),
+            _ => {}
+        }
+    }
+    w
+}
+
+fn witnesses_line(w: &Witnesses) -> String {
+    if !w.listed {
+        return "ONNX Runtime was not loaded, so only the probe speaks".to_owned();
+    }
+    if !w.disagreements.is_empty() {
+        return format!("disagree: {}", w.disagreements.join("; "));
+    }
+    if w.probe.is_empty() {
+        "agree: no AMD or NVIDIA GPU (neither the probe nor ONNX Runtime's device list has one)".to_owned()
+    } else {
+        format!("agree: the probe found {} and ONNX Runtime lists {}", w.probe.join(", "), w.onnx_runtime.join(", "))
+    }
+}
+
+/// ONNX Runtime's device list and each plugin library, then the witnesses' line.
+fn write_devices(out: &mut String, ort: &commands::OrtChoice, w: &Witnesses) -> std::fmt::Result {
+    writeln!(out, "\nONNX Runtime devices (GetEpDevices)")?;
+    #[cfg(feature = "embed-ort")]
+    if let Some(d) = &ort.devices {
+        for dev in &d.devices {
+            writeln!(out, "  {dev}")?;
+        }
+        for p in &d.plugins {
+            let state = match (&p.error, p.devices.is_empty()) {
+                (Some(e), _) => format!("failed: {e}"),
+                (None, true) => "registered; lists no device on this machine".to_owned(),
+                (None, false) => format!("registered; {}", p.devices.join(", ")),
+            };
+            writeln!(out, "  plugin {} ({}, {}): {state}", p.name, p.path.display(), p.source)?;
+        }
+        if d.plugins.is_empty() {
+            writeln!(out, "  plugins: none found (pip install one into the Python nornir reads, or --ep-lib NAME=PATH)")?;
+        }
+        if let Some(e) = &d.error {
+            writeln!(out, "  problem: {e}")?;
+        }
+    }
+    #[cfg(not(feature = "embed-ort"))]
+    let _ = ort;
+    writeln!(out, "  witnesses: {}", witnesses_line(w))
 }

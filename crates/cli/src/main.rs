@@ -132,6 +132,17 @@ pub struct ModelArgs {
     /// The libonnxruntime.so to load, instead of searching for one.
     #[arg(long, env = "ORT_DYLIB_PATH", value_name = "PATH")]
     pub ort_lib: Option<PathBuf>,
+    /// Execution providers to try in this order, then the CPU, by ONNX Runtime name: built-in
+    /// (CUDAExecutionProvider, MIGraphXExecutionProvider, or cuda, migraphx) or a plugin's
+    /// (cpu_ep, OpenVINOExecutionProvider). Overrides --device. `nornir vector doctor` lists them.
+    #[arg(long, env = "NORNIR_PROVIDERS", value_name = "NAME[,NAME...]", value_delimiter = ',')]
+    pub providers: Vec<String>,
+    /// A plugin execution-provider library to register with ONNX Runtime, as NAME=PATH (a bare
+    /// PATH is named after its file); repeat for more. Also NORNIR_EP_LIBS (comma-separated).
+    /// Plugins pip-installed where nornir finds onnxruntime, and in $NORNIR_HOME/ep, are found
+    /// without it.
+    #[arg(long = "ep-lib", value_name = "NAME=PATH", value_parser = parse_ep_lib)]
+    pub ep_libs: Vec<(String, PathBuf)>,
     /// Truncate texts to N tokens (default: the model's max_seq_length).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_length: Option<u32>,
@@ -275,6 +286,10 @@ pub struct BenchArgs {
 #[cfg(feature = "embed-ort")]
 fn parse_with_library<T: std::str::FromStr<Err = String>>(s: &str) -> Result<T, String> {
     s.parse()
+}
+
+fn parse_ep_lib(s: &str) -> Result<(String, PathBuf), String> {
+    nornir_vector::diagnostics::parse_plugin_entry(s)
 }
 
 fn parse_expected_device(s: &str) -> Result<Device, String> {

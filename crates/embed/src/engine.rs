@@ -8,19 +8,19 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use nornir_ep_select::{Plan, Provider, Vendor};
+use nornir_ep_select::{Plan, Planned, Provider, Vendor};
 use ort::session::Session;
 
 use crate::error::{EmbedError, Result, error_chain};
 use crate::graph_io::{GraphIo, Row, RowSettings, graph_io, run_and_pool};
 use crate::graph_scan::one_text_per_run;
 use crate::options::{EmbedderOptions, QueueFull, default_cpu_workers, intra_threads};
-use crate::plan::plan_for_model;
+use crate::plan::plan_with;
 use crate::pooling::Pooling;
 use crate::prompt::choose_prompt;
 use crate::queue::BatchPolicy;
 use crate::report::{ModelFolder, ModelInfo, SessionReport};
-use crate::runtime::{OrtRuntime, load_runtime};
+use crate::runtime::{OrtRuntime, list_devices, load_runtime};
 use crate::scheduler::Scheduler;
 use crate::session::{self, SessionConfig, Slot, growth_since, resident_bytes};
 use crate::stats::{Counters, EmbedStats};
@@ -65,13 +65,17 @@ impl Engine {
         let prompt = choose_prompt(&folder, options)?;
         let tokenizer = ModelTokenizer::load(&folder, options.max_length)?;
         let (max_length, left_padding) = (tokenizer.max_length(), tokenizer.left_padding());
-        let plan = plan_for_model(options.device, folder.quantization.as_ref().and_then(|q| q.cpu_only()));
-        if let Some(why) = &plan.refusal {
+        let cpu_only = folder.quantization.as_ref().and_then(|q| q.cpu_only());
+        let first = plan_with(options.device, cpu_only.clone(), &[], &options.providers);
+        if let Some(why) = &first.refusal {
             return Err(EmbedError::DeviceRefused { reason: why.clone() });
         }
-        let runtime = load_runtime(&plan, options.ort_library.as_deref())?;
+        let runtime = load_runtime(&first, options.ort_library.as_deref())?;
+        // ONNX Runtime's device list (with the plugins registered) joins the plan.
+        let devices = list_devices(&runtime, &options.ep_libraries);
+        let plan = plan_with(options.device, cpu_only, &devices.devices, &options.providers);
         let threads = options.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-        let default_workers = if plan.vendor == Vendor::Cpu { default_cpu_workers(threads) } else { 1 };
+        let default_workers = if plan.providers.iter().all(Planned::is_builtin_cpu) { default_cpu_workers(threads) } else { 1 };
         let cpu_workers = options.chosen_workers().unwrap_or(default_workers);
         let intra_threads = intra_threads(threads, cpu_workers);
         let resident = resident_bytes();
@@ -80,8 +84,11 @@ impl Engine {
         let cfg = SessionConfig { model: &folder.model_file, intra_threads, profile_to: None };
         let (session, report) = session::build(&runtime, &plan, &cfg)?;
         let session_growth = Mutex::new(growth_since(resident).into_iter().collect());
-        let workers =
-            if report.gpu_vendor == Vendor::Cpu { cpu_workers } else { options.chosen_workers().unwrap_or(1) };
+        let workers = if report.active_provider == Provider::Cpu.ort_name() {
+            cpu_workers
+        } else {
+            options.chosen_workers().unwrap_or(1)
+        };
         let mut io = graph_io(&session, &folder, options.output_name.as_deref())?;
         match (&mut io.task, &prompt.task) {
             (Some(input), Some((_, index))) => input.value = *index,
@@ -130,7 +137,7 @@ impl Engine {
         let policy = if report.gpu_vendor == Vendor::Cpu { BatchPolicy::CPU } else { BatchPolicy::GPU };
         let info_alone = info.one_text_per_run.is_some();
         let mut engine = Self {
-            session: RwLock::new(Slot { session, vendor: report.gpu_vendor }),
+            session: RwLock::new(Slot::new(session, &report)),
             extra_sessions: std::sync::OnceLock::new(),
             run_fallback: Mutex::new(None),
             workers,
@@ -269,10 +276,11 @@ impl Engine {
         self.vendor() == Vendor::Rocm
     }
 
-    /// The first session was built on the CPU, so every worker runs it; otherwise each worker
-    /// has a GPU session of its own, which falls back to the CPU on its own.
+    /// The first session was built on ONNX Runtime's CPU provider alone, so every worker runs
+    /// it; otherwise (a GPU, a plugin provider) each worker has a session of its own, which
+    /// falls back to the CPU on its own.
     fn workers_share_session(&self) -> bool {
-        self.report.gpu_vendor == Vendor::Cpu
+        self.report.active_provider == Provider::Cpu.ort_name()
     }
 
     /// The session worker `k` runs: on the CPU the first, for every worker at once; on a GPU
@@ -303,7 +311,7 @@ impl Engine {
                         if let Some(grew) = growth_since(resident) {
                             self.session_growth.lock().unwrap_or_else(PoisonError::into_inner).push(grew);
                         }
-                        extra.push(RwLock::new(Slot { session, vendor: r.gpu_vendor }));
+                        extra.push(RwLock::new(Slot::new(session, &r)));
                     }
                     Err(e) => {
                         tracing::warn!(
@@ -322,13 +330,14 @@ impl Engine {
     /// The plan as it really ran: CPU only when the first session ended on the CPU, so that a
     /// further session is built the same way instead of trying the GPU again.
     pub(crate) fn running_plan(&self) -> Plan {
-        if self.vendor() == Vendor::Cpu { self.cpu_plan() } else { self.report.plan.clone() }
+        let on_cpu = self.run_fallback().is_some() || self.workers_share_session();
+        if on_cpu { self.cpu_plan() } else { self.report.plan.clone() }
     }
 
     /// The plan without its GPU providers: what a CPU session is built from.
     pub(crate) fn cpu_plan(&self) -> Plan {
         let mut plan = self.report.plan.clone();
-        plan.providers.retain(|p| p.vendor() == Vendor::Cpu);
+        plan.providers.retain(Planned::is_builtin_cpu);
         plan.forced = false;
         plan
     }
@@ -366,7 +375,7 @@ impl Engine {
         mut run: impl FnMut(&Session) -> Result<usize>,
     ) -> Result<usize> {
         let shared = slot.read().unwrap_or_else(PoisonError::into_inner);
-        let dim = if shared.vendor == Vendor::Cpu {
+        let dim = if shared.builtin_cpu {
             run(&shared.session)?
         } else {
             drop(shared);
@@ -386,7 +395,7 @@ impl Engine {
     fn run_exclusive(&self, slot: &RwLock<Slot>, run: &mut impl FnMut(&Session) -> Result<usize>) -> Result<usize> {
         let mut slot = slot.write().unwrap_or_else(PoisonError::into_inner);
         match run(&slot.session) {
-            Err(e) if slot.vendor != Vendor::Cpu => {
+            Err(e) if !slot.builtin_cpu => {
                 let e = error_chain(&e);
                 let active = &self.report.active_provider;
                 let hint = session::run_time_hint(&self.report.registrations, active);
@@ -400,7 +409,7 @@ impl Engine {
                 }
                 tracing::warn!("{why}; running it and the rest on CPU");
                 slot.session = self.cpu_session()?;
-                slot.vendor = Vendor::Cpu;
+                slot.builtin_cpu = true;
                 self.run_fallback()
                     .get_or_insert_with(|| format!("{why}; rebuilt on CPUExecutionProvider and ran that batch again"));
                 run(&slot.session)

@@ -21,6 +21,7 @@ mod model;
 mod options;
 mod placement;
 mod plan;
+mod plugins;
 mod pooling;
 mod prepare;
 mod prompt;
@@ -42,13 +43,13 @@ pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::{CharChunk, Chunk, Embeddings};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use options::{EmbedderOptions, QueueFull};
-pub use plan::{plan_for, plan_for_model};
+pub use plan::{plan_for, plan_for_model, plan_with};
 pub use pooling::{Pooling, normalize};
 pub use report::{
-    MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PoolingSpec, PromptChoice, Prompts,
-    Quantization, Registration, RegistrationOutcome, SessionReport, Token,
+    DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport, PoolingSpec,
+    PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, Token,
 };
-pub use runtime::{check_library, choose_library};
+pub use runtime::{check_library, choose_library, device_list, list_devices};
 pub use stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.

@@ -87,6 +87,12 @@ pub struct EmbedderOptions {
     pub model_file: Option<PathBuf>,
     /// The ONNX Runtime library to load, instead of discovery (like `ORT_DYLIB_PATH`).
     pub ort_library: Option<PathBuf>,
+    /// Execution providers to try in this order, then the CPU, by ONNX Runtime name (built-in,
+    /// `CUDAExecutionProvider`, or a plugin's, `cpu_ep`); empty = the plan for `device`.
+    pub providers: Vec<String>,
+    /// Plugin execution-provider libraries to register, as (name, path), before those found in
+    /// `NORNIR_EP_LIBS`, pip's `site-packages` and `$NORNIR_HOME/ep`.
+    pub ep_libraries: Vec<(String, PathBuf)>,
 }
 
 impl Default for EmbedderOptions {
@@ -112,6 +118,8 @@ impl Default for EmbedderOptions {
             batch_wait: Duration::ZERO,
             model_file: None,
             ort_library: None,
+            providers: Vec::new(),
+            ep_libraries: Vec::new(),
         }
     }
 }
@@ -257,6 +265,12 @@ impl EmbedderOptions {
                 return Err(EmbedError::invalid(option, reason));
             }
         }
+        if self.providers.iter().any(|p| p.trim().is_empty()) {
+            return Err(EmbedError::invalid("providers", "a provider name is empty: give ONNX Runtime names, e.g. cpu_ep"));
+        }
+        if let Some((name, _)) = self.ep_libraries.iter().find(|(n, p)| n.trim().is_empty() || p.as_os_str().is_empty()) {
+            return Err(EmbedError::invalid("ep_libraries", format!("entry {name:?} needs a name and a path")));
+        }
         #[allow(deprecated)]
         if self.prompt.is_some() && self.prompt_name.is_some() {
             return Err(EmbedError::invalid("prompt", "give a prompt text or a prompt name, not both"));
@@ -271,6 +285,16 @@ impl EmbedderOptions {
     /// The ONNX Runtime library to load, instead of discovery.
     pub fn with_ort_library(mut self, library: impl Into<PathBuf>) -> Self {
         self.ort_library = Some(library.into());
+        self
+    }
+    /// Execution providers to try in this order, then the CPU (ONNX Runtime names).
+    pub fn with_providers<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.providers = names.into_iter().map(Into::into).collect();
+        self
+    }
+    /// A plugin execution-provider library to register under `name`.
+    pub fn with_ep_library(mut self, name: impl Into<String>, path: impl Into<PathBuf>) -> Self {
+        self.ep_libraries.push((name.into(), path.into()));
         self
     }
 }

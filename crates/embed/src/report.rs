@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use nornir_ep_select::{Plan, Provider, Vendor};
+use nornir_ep_select::{EpDevice, Plan, Provider, Vendor};
 use nornir_gpu_probe::ProviderRequirements;
 use serde::{Deserialize, Serialize};
 
@@ -156,6 +156,13 @@ pub struct SessionReport {
     pub registrations: Vec<Registration>,
     /// The provider running the model, as ONNX Runtime names it.
     pub active_provider: String,
+    /// For a plugin provider: the device it runs on, with its library, vendor and device id.
+    #[serde(default)]
+    pub active_device: Option<EpDevice>,
+    /// ONNX Runtime's own device list and the plugin libraries registered: the second witness
+    /// beside the probe.
+    #[serde(default)]
+    pub devices: DeviceList,
     /// `cpu`, `cuda` or `rocm`: where the model really runs.
     pub gpu_vendor: Vendor,
     /// Set when the session had to be rebuilt on CPU after a GPU session failed to build or run.
@@ -334,4 +341,34 @@ pub struct PromptChoice {
     pub source: Option<String>,
     /// The task and its index in `lora_adaptations` (fed to a `task_id` input).
     pub task: Option<(String, i64)>,
+}
+
+/// One plugin execution-provider library: where it came from, and what registering it with
+/// ONNX Runtime did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PluginReport {
+    /// The name it was registered under.
+    pub name: String,
+    /// The library file (the package folder when none in it is a plugin).
+    pub path: PathBuf,
+    /// `explicit` (`--ep-lib`, `NORNIR_EP_LIBS`, the options), `python` or `nornir-home`.
+    pub source: String,
+    /// Why it was not loaded, or failed to register; `None` when ONNX Runtime took it.
+    pub error: Option<String>,
+    /// The providers on the devices it added to ONNX Runtime's list (`cpu_ep on AMD CPU ...`).
+    pub devices: Vec<String>,
+}
+
+/// ONNX Runtime's own device list (`GetEpDevices`) after the plugins were registered: the second
+/// witness beside the probe.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DeviceList {
+    /// Every plugin library found or named, in the order tried.
+    pub plugins: Vec<PluginReport>,
+    /// Every (provider, device) pair ONNX Runtime lists, built-in ones included.
+    pub devices: Vec<EpDevice>,
+    /// Why the list could not be read, if it could not.
+    pub error: Option<String>,
 }

@@ -1,20 +1,45 @@
 //! Loading the one ONNX Runtime library this process will use, chosen for the plan's vendor.
 
 use std::ffi::{CStr, c_char};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use nornir_ep_select::Plan;
-use nornir_gpu_probe::{OrtCandidate, OrtDiscovery, ProbeContext, discover_ort, pick_ort};
+use nornir_gpu_probe::{OrtCandidate, OrtDiscovery, PluginDiscovery, ProbeContext, discover_ort, discover_plugins, pick_ort};
 
 use crate::error::{EmbedError, Result};
-use crate::report::{MIN_ORT, OrtInfo};
+use crate::plugins::PluginState;
+use crate::report::{DeviceList, MIN_ORT, OrtInfo};
 
 /// The ONNX Runtime library loaded in this process.
 #[derive(Debug)]
 pub struct OrtRuntime {
     pub info: OrtInfo,
     pub(crate) env: ort::environment::Environment,
+    /// The plugin libraries registered in this process, and which devices each added.
+    pub(crate) plugins: Mutex<PluginState>,
+}
+
+impl OrtRuntime {
+    /// ONNX Runtime's device list as it stands, with the plugins registered so far.
+    pub(crate) fn devices(&self) -> DeviceList {
+        crate::plugins::register_and_list(self, &PluginDiscovery::default())
+    }
+}
+
+/// Loads ONNX Runtime for `plan` (as [`load_runtime`]) and returns [`list_devices`]: what
+/// `doctor` shows beside the probe, without a model.
+pub fn device_list(plan: &Plan, ort_library: Option<&Path>, ep_libraries: &[(String, PathBuf)]) -> Result<DeviceList> {
+    let rt = load_runtime(plan, ort_library)?;
+    Ok(list_devices(&rt, ep_libraries))
+}
+
+/// Finds the plugin execution-provider libraries (`explicit` ones first, then `NORNIR_EP_LIBS`,
+/// pip packages and `$NORNIR_HOME/ep`), registers those not registered before in this process
+/// with `rt`, and returns ONNX Runtime's device list. Failures are lines of the list, never errors.
+pub fn list_devices(rt: &OrtRuntime, explicit: &[(String, PathBuf)]) -> DeviceList {
+    let found = discover_plugins(&ProbeContext::from_process(), explicit);
+    crate::plugins::register_and_list(rt, &found)
 }
 
 static LOADED: Mutex<Option<Arc<OrtRuntime>>> = Mutex::new(None);
@@ -58,8 +83,8 @@ pub fn load_runtime(plan: &Plan, explicit: Option<&Path>) -> Result<Arc<OrtRunti
         .build()
         .map_err(|e| EmbedError::ort_load_because(&path, "making its environment failed", e))?;
     tracing::debug!(path = %path.display(), %version, "loaded ONNX Runtime");
-    let rt =
-        Arc::new(OrtRuntime { info: OrtInfo { path, version, providers: candidate.providers.clone(), reason }, env });
+    let info = OrtInfo { path, version, providers: candidate.providers.clone(), reason };
+    let rt = Arc::new(OrtRuntime { info, env, plugins: Mutex::new(PluginState::default()) });
     *loaded = Some(rt.clone());
     Ok(rt)
 }
@@ -73,7 +98,7 @@ pub fn choose_library(plan: &Plan, explicit: Option<&Path>) -> (OrtDiscovery, Op
         ctx = ctx.with_var("ORT_DYLIB_PATH", abs);
     }
     let discovery = discover_ort(&ctx);
-    let wanted: Vec<&str> = plan.providers.iter().filter_map(|p| p.library_name()).collect();
+    let wanted: Vec<&str> = plan.providers.iter().filter_map(|p| p.builtin()?.library_name()).collect();
     let choice = pick_ort(&discovery, &wanted, MIN_ORT).map(|(c, why)| (c.clone(), why));
     (discovery, choice)
 }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use nornir_ep_select::{Plan, Provider, Vendor};
+use nornir_ep_select::{Plan, Planned, Provider, Vendor};
 use nornir_gpu_probe::{GpuVendor, ProbeContext, preload_provider, search_path};
 use ort::session::Session;
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
@@ -28,13 +28,20 @@ fn proc_status_bytes(field: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// A session and the vendor it runs on. A CPU session is run by every worker at once, each
-/// holding the read lock (see `shared_run`); a GPU session is run under the write lock, and when
-/// it fails at run time it is replaced here by a CPU session before the failed batch runs again.
+/// A session, and whether it runs on ONNX Runtime's own CPU provider alone. Such a session is
+/// run by every worker at once, each holding the read lock (see `shared_run`); any other (a GPU,
+/// a plugin provider) is run under the write lock, and when it fails at run time it is replaced
+/// here by a CPU session before the failed batch runs again.
 #[derive(Debug)]
 pub(crate) struct Slot {
     pub(crate) session: Session,
-    pub(crate) vendor: Vendor,
+    pub(crate) builtin_cpu: bool,
+}
+
+impl Slot {
+    pub(crate) fn new(session: Session, report: &SessionReport) -> Self {
+        Self { session, builtin_cpu: report.active_provider == Provider::Cpu.ort_name() }
+    }
 }
 
 /// How much the resident memory grew since `before` (taken with `resident_bytes`).
@@ -54,26 +61,26 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
     if let Some(why) = &plan.refusal {
         return Err(EmbedError::DeviceRefused { reason: why.clone() });
     }
-    let cpu_only = plan.providers.iter().all(|p| p.vendor() == Vendor::Cpu);
+    let cpu_only = plan.providers.iter().all(Planned::is_builtin_cpu);
     let mut builder = base_builder(rt, cfg, cpu_only)?;
     let mut registrations = Vec::new();
-    for &p in &plan.providers {
+    for p in &plan.providers {
         registrations.push(register(rt, p, &mut builder));
     }
-    let gpu_ok: Option<&Registration> =
-        registrations.iter().find(|r| r.registered() && r.provider != Provider::Cpu.ort_name());
-    if plan.forced && gpu_ok.is_none() {
+    let chosen = plan.providers.iter().zip(&registrations).find(|(p, r)| r.registered() && !p.is_builtin_cpu());
+    if plan.forced && chosen.is_none() {
         return Err(forced_failure(plan, &registrations));
     }
-    let mut active = gpu_ok.map_or(Provider::Cpu.ort_name().to_owned(), |r| r.provider.clone());
+    let cpu = Planned::Builtin(Provider::Cpu);
+    let mut active: &Planned = chosen.map_or(&cpu, |(p, _)| p);
     let mut fallback = None;
     let session = match builder.commit_from_file(cfg.model) {
         Ok(s) => s,
-        Err(e) if gpu_ok.is_some() => {
+        Err(e) if chosen.is_some() => {
             let why = format!(
                 "creating the session with {active} failed: {}{}",
                 one_line(&e.to_string()),
-                run_time_hint(&registrations, &active)
+                run_time_hint(&registrations, active.ort_name())
             );
             if plan.forced {
                 return Err(EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: why, registrations });
@@ -83,19 +90,25 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
                 .commit_from_file(cfg.model)
                 .map_err(|e| EmbedError::session_because(cfg.model, e))?;
             fallback = Some(format!("{why}; rebuilt on CPUExecutionProvider"));
-            active = Provider::Cpu.ort_name().to_owned();
+            active = &cpu;
             s
         }
         Err(e) => return Err(EmbedError::session_because(cfg.model, e)),
     };
-    let gpu_vendor = Provider::from_ort_name(&active).map_or(Vendor::Cpu, Provider::vendor);
+    let gpu_vendor = active.vendor();
+    let active_device = match active {
+        Planned::Plugin(d) => Some(d.clone()),
+        Planned::Builtin(_) => None,
+    };
     let report = SessionReport {
         ort: rt.info.clone(),
         plan: plan.clone(),
         registrations,
-        active_provider: active,
+        active_provider: active.ort_name().to_owned(),
+        active_device,
         gpu_vendor,
-        graph_optimization: if gpu_vendor == Vendor::Cpu { "basic" } else { "all" }.to_owned(),
+        graph_optimization: if active.is_builtin_cpu() { "basic" } else { "all" }.to_owned(),
+        devices: rt.devices(),
         fallback,
         memory: Memory::default(),
     };
@@ -155,7 +168,17 @@ fn gpu_vendor_of(p: Provider) -> Option<GpuVendor> {
     }
 }
 
-fn register(rt: &OrtRuntime, p: Provider, builder: &mut SessionBuilder) -> Registration {
+fn register(rt: &OrtRuntime, planned: &Planned, builder: &mut SessionBuilder) -> Registration {
+    let p = match planned {
+        Planned::Builtin(p) => *p,
+        Planned::Plugin(device) => {
+            let outcome = match crate::plugins::append_device(rt, builder, device) {
+                Ok(()) => RegistrationOutcome::Registered,
+                Err(e) => RegistrationOutcome::Failed(e),
+            };
+            return Registration { provider: device.provider.clone(), outcome, preflight: None };
+        }
+    };
     let (Some(lib_name), Some(vendor)) = (p.library_name(), gpu_vendor_of(p)) else {
         // CPU is built into every ONNX Runtime and always registered last.
         return Registration {
@@ -165,6 +188,10 @@ fn register(rt: &OrtRuntime, p: Provider, builder: &mut SessionBuilder) -> Regis
         };
     };
     let lib = provider_library(rt, lib_name);
+    if !lib.is_file() && p == Provider::Rocm && nornir_gpu_probe::version_at_least(&rt.info.version, (1, 23)) == Some(true)
+    {
+        return Registration::failed(p, ROCM_LEFT.to_owned());
+    }
     if !lib.is_file() {
         return Registration::failed(
             p,
@@ -194,6 +221,9 @@ fn register(rt: &OrtRuntime, p: Provider, builder: &mut SessionBuilder) -> Regis
     };
     Registration { provider: p.ort_name().to_owned(), outcome, preflight: Some(preflight) }
 }
+
+/// Why a request for ROCm cannot work on ONNX Runtime 1.23 or later.
+pub(crate) const ROCM_LEFT: &str = "the ROCm provider left ONNX Runtime in 1.23 (the last build with it is 1.22.2, PyPI onnxruntime-rocm 1.22.2.post3); MIGraphX is AMD's provider from then on";
 
 fn append(p: Provider, builder: &mut SessionBuilder) -> ort::Result<()> {
     match p {

@@ -11,6 +11,10 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+mod devices;
+
+pub use devices::{EpDevice, Hardware, PCI_AMD, PCI_NVIDIA, PluginRef, Planned};
+
 /// The device the user asks for (`NORNIR_DEVICE`, `--device`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -56,6 +60,8 @@ pub enum Vendor {
     Cpu,
     Cuda,
     Rocm,
+    /// A GPU or NPU of another vendor, through a plugin provider the user named.
+    Other,
 }
 
 impl Vendor {
@@ -64,6 +70,7 @@ impl Vendor {
             Self::Cpu => "cpu",
             Self::Cuda => "cuda",
             Self::Rocm => "rocm",
+            Self::Other => "other",
         }
     }
 }
@@ -168,6 +175,12 @@ pub struct Inputs {
     pub device: Device,
     /// Set when the model itself can run well only on the CPU (an int8 model for the CPU): why.
     pub model_cpu_only: Option<String>,
+    /// ONNX Runtime's device list once it is loaded and the plugins are registered (empty
+    /// before): plugin devices join the plan by their vendor.
+    pub devices: Vec<EpDevice>,
+    /// Provider names the user asked for (`--providers`), tried in this order, then the CPU;
+    /// empty for the automatic or `device` plan.
+    pub providers: Vec<String>,
 }
 
 /// The ordered providers to register, and why.
@@ -176,8 +189,8 @@ pub struct Inputs {
 pub struct Plan {
     /// The vendor the plan aims at.
     pub vendor: Vendor,
-    /// In registration order; CPU always last. Empty when `refusal` is set.
-    pub providers: Vec<Provider>,
+    /// In registration order; ONNX Runtime's CPU provider always last. Empty when `refusal` is set.
+    pub providers: Vec<Planned>,
     /// One line per choice and per skip.
     pub reasons: Vec<String>,
     /// The user forced this vendor: running anywhere else is an error, never a substitute.
@@ -188,14 +201,24 @@ pub struct Plan {
 
 const AMD_NOT_COMPILED: &str = "AMD GPU support is not compiled into this build (add --features embed-ort-rocm)";
 
-/// Makes the plan. Rules (the design note's, plus forcing):
+/// Makes the plan. Rules (the design note's, plus forcing, plugins and an explicit list):
+/// - `providers` named -> those, in that order, then CPU (see [`explicit_plan`]);
 /// - device forced to cpu -> `[CPU]`;
 /// - device forced to a GPU -> that vendor's providers, then CPU, `forced`; refused if not compiled;
-/// - auto: AMD compiled and available -> `[MIGraphX, ROCm, CPU]`; else CUDA compiled and available
-///   -> `[CUDA, CPU]`; else `[CPU]`. AMD wins when both vendors are present.
+/// - auto: AMD compiled and available -> `[MIGraphX, ROCm, AMD plugin GPUs, CPU]`; else CUDA
+///   compiled and available -> `[CUDA, NVIDIA plugin GPUs, CPU]`; else `[CPU]`. AMD wins when both
+///   vendors are present. A vendor is available when the probe found its runtime (for the
+///   built-in providers) or ONNX Runtime lists a plugin GPU device of its PCI vendor (for those).
 /// - a model that runs well only on the CPU: forced to a GPU -> refused; auto -> `[CPU]`, with why.
 pub fn plan(inputs: &Inputs) -> Plan {
-    let Inputs { compiled, cuda, rocm, device, model_cpu_only } = inputs;
+    if !inputs.providers.is_empty() {
+        return explicit_plan(inputs);
+    }
+    let Inputs { compiled, cuda, rocm, device, model_cpu_only, devices, .. } = inputs;
+    let amd_plugins = plugin_gpus(devices, Vendor::Rocm);
+    let nvidia_plugins = plugin_gpus(devices, Vendor::Cuda);
+    let amd_ready = compiled.rocm() && (rocm.available || !amd_plugins.is_empty());
+    let nvidia_ready = compiled.cuda() && (cuda.available || !nvidia_plugins.is_empty());
     let mut reasons = Vec::new();
     if let Some(why) = model_cpu_only {
         match device {
@@ -206,7 +229,7 @@ pub fn plan(inputs: &Inputs) -> Plan {
                     &format!("{why}: run it with --device cpu (or auto), or run the float32 model on the GPU"),
                 );
             }
-            Device::Auto if (compiled.cuda() && cuda.available) || (compiled.rocm() && rocm.available) => {
+            Device::Auto if amd_ready || nvidia_ready => {
                 reasons.push(format!("GPU: skipped because {why}"));
                 reasons.push("CPU: chosen for this model".to_owned());
                 return cpu_plan(reasons);
@@ -227,29 +250,48 @@ pub fn plan(inputs: &Inputs) -> Plan {
                 );
             }
             reasons.push(format!("CUDA: requested because the device is forced to cuda (probe: {})", cuda.summary));
-            gpu_plan(Vendor::Cuda, vec![Provider::Cuda], reasons, true)
+            let mut providers = vec![Planned::Builtin(Provider::Cuda)];
+            add_plugins(&mut providers, &mut reasons, nvidia_plugins);
+            gpu_plan(Vendor::Cuda, providers, reasons, true)
         }
-        Device::Rocm => forced_amd(*compiled, rocm, reasons),
+        Device::Rocm => forced_amd(*compiled, rocm, amd_plugins, reasons),
         Device::Auto => {
             if compiled.rocm() {
-                if rocm.available {
-                    reasons.push(format!("ROCm: requested ({})", rocm.summary));
-                    if compiled.cuda() && cuda.available {
+                if amd_ready {
+                    if rocm.available {
+                        reasons.push(format!("ROCm: requested ({})", rocm.summary));
+                    } else {
+                        reasons.push(format!("ROCm: built-in providers skipped ({})", rocm.summary));
+                    }
+                    if nvidia_ready {
                         reasons.push("CUDA: skipped because an AMD GPU is available and comes first".to_owned());
                     }
-                    return auto_amd(reasons);
+                    return auto_amd(rocm.available, amd_plugins, reasons);
                 }
                 reasons.push(format!("ROCm: skipped ({})", rocm.summary));
             } else {
                 reasons.push(format!("AMD: skipped: {AMD_NOT_COMPILED}"));
+                for d in &amd_plugins {
+                    reasons.push(format!("{d}: skipped: {AMD_NOT_COMPILED}"));
+                }
             }
             if !compiled.cuda() {
                 reasons.push("CUDA: skipped: not compiled into this build".to_owned());
-            } else if cuda.available {
-                reasons.push(format!("CUDA: requested ({})", cuda.summary));
-                return gpu_plan(Vendor::Cuda, vec![Provider::Cuda], reasons, false);
+            } else if nvidia_ready {
+                let mut providers = Vec::new();
+                if cuda.available {
+                    reasons.push(format!("CUDA: requested ({})", cuda.summary));
+                    providers.push(Planned::Builtin(Provider::Cuda));
+                } else {
+                    reasons.push(format!("CUDA: built-in provider skipped ({})", cuda.summary));
+                }
+                add_plugins(&mut providers, &mut reasons, nvidia_plugins);
+                return gpu_plan(Vendor::Cuda, providers, reasons, false);
             } else {
                 reasons.push(format!("CUDA: skipped ({})", cuda.summary));
+            }
+            for d in devices.iter().filter(|d| d.is_plugin() && d.gpu_vendor().is_none()) {
+                reasons.push(format!("{d}: not chosen automatically; ask for it with --providers {}", d.provider));
             }
             reasons.push("CPU: chosen because no GPU is available".to_owned());
             cpu_plan(reasons)
@@ -257,12 +299,82 @@ pub fn plan(inputs: &Inputs) -> Plan {
     }
 }
 
-fn cpu_plan(reasons: Vec<String>) -> Plan {
-    Plan { vendor: Vendor::Cpu, providers: vec![Provider::Cpu], reasons, forced: false, refusal: None }
+/// `--providers`: each name in order, a built-in provider or every device ONNX Runtime lists for
+/// a plugin of that name, then CPU. Not forced: a name that is missing or fails is a reason
+/// line, and the CPU answers. A model for the CPU only skips the GPU and NPU entries.
+pub fn explicit_plan(inputs: &Inputs) -> Plan {
+    let Inputs { compiled, device, model_cpu_only, devices, providers: names, .. } = inputs;
+    let mut reasons = vec![format!("providers asked for: {}, in that order, then the CPU", names.join(", "))];
+    if *device != Device::Auto {
+        reasons.push(format!("device {device}: ignored, because the providers are named"));
+    }
+    let mut providers = Vec::new();
+    let mut wanted = |entry: Planned, reasons: &mut Vec<String>| {
+        let vendor = entry.vendor();
+        if let Some(why) = model_cpu_only.as_ref().filter(|_| vendor != Vendor::Cpu) {
+            reasons.push(format!("{entry}: skipped because {why}"));
+        } else if vendor == Vendor::Rocm && !compiled.rocm() {
+            reasons.push(format!("{entry}: skipped: {AMD_NOT_COMPILED}"));
+        } else if !providers.contains(&entry) {
+            providers.push(entry);
+        }
+    };
+    for name in names {
+        let name = name.trim();
+        if let Some(p) = builtin_named(name) {
+            if p == Provider::Cpu {
+                reasons.push("CPUExecutionProvider: always registered last".to_owned());
+                continue;
+            }
+            reasons.push(format!("{}: requested", p.ort_name()));
+            wanted(Planned::Builtin(p), &mut reasons);
+            continue;
+        }
+        let listed: Vec<&EpDevice> = devices.iter().filter(|d| d.provider.eq_ignore_ascii_case(name)).collect();
+        if listed.is_empty() {
+            let known: Vec<&str> = devices.iter().map(|d| d.provider.as_str()).collect();
+            reasons.push(format!(
+                "{name}: skipped: ONNX Runtime lists no device for it (listed: {}); install its plugin next to nornir or give --ep-lib NAME=PATH",
+                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+            ));
+        }
+        for d in listed {
+            reasons.push(format!("{d}: requested"));
+            wanted(Planned::Plugin(d.clone()), &mut reasons);
+        }
+    }
+    let vendor = providers.first().map_or(Vendor::Cpu, Planned::vendor);
+    providers.push(Planned::Builtin(Provider::Cpu));
+    reasons.push("CPU: registered last; it takes over if the providers before it fail".to_owned());
+    Plan { vendor, providers, reasons, forced: false, refusal: None }
 }
 
-fn gpu_plan(vendor: Vendor, mut providers: Vec<Provider>, mut reasons: Vec<String>, forced: bool) -> Plan {
-    providers.push(Provider::Cpu);
+/// A built-in provider by its ONNX Runtime name or its short name (`cuda`, `migraphx`, `cpu`).
+fn builtin_named(name: &str) -> Option<Provider> {
+    Provider::ALL.iter().copied().find(|p| {
+        p.ort_name().eq_ignore_ascii_case(name)
+            || p.library_name().unwrap_or("cpu").eq_ignore_ascii_case(name)
+    })
+}
+
+/// The plugin GPU devices that count for `vendor`.
+fn plugin_gpus(devices: &[EpDevice], vendor: Vendor) -> Vec<EpDevice> {
+    devices.iter().filter(|d| d.is_plugin() && d.gpu_vendor() == Some(vendor)).cloned().collect()
+}
+
+fn add_plugins(providers: &mut Vec<Planned>, reasons: &mut Vec<String>, devices: Vec<EpDevice>) {
+    for d in devices {
+        reasons.push(format!("{d}: requested"));
+        providers.push(Planned::Plugin(d));
+    }
+}
+
+fn cpu_plan(reasons: Vec<String>) -> Plan {
+    Plan { vendor: Vendor::Cpu, providers: vec![Planned::Builtin(Provider::Cpu)], reasons, forced: false, refusal: None }
+}
+
+fn gpu_plan(vendor: Vendor, mut providers: Vec<Planned>, mut reasons: Vec<String>, forced: bool) -> Plan {
+    providers.push(Planned::Builtin(Provider::Cpu));
     reasons.push(if forced {
         "CPU: registered last for the operators the GPU provider lacks; if the GPU provider fails, that is an error (forced)".to_owned()
     } else {
@@ -275,21 +387,25 @@ fn refused(vendor: Vendor, why: &str) -> Plan {
     Plan { vendor, providers: Vec::new(), reasons: vec![why.to_owned()], forced: true, refusal: Some(why.to_owned()) }
 }
 
-fn amd_providers() -> Vec<Provider> {
-    vec![Provider::MiGraphX, Provider::Rocm]
+fn amd_providers() -> Vec<Planned> {
+    vec![Planned::Builtin(Provider::MiGraphX), Planned::Builtin(Provider::Rocm)]
 }
 
 /// Called only when `Compiled::rocm()` holds, which a build without the `rocm` feature never does.
-fn auto_amd(reasons: Vec<String>) -> Plan {
-    gpu_plan(Vendor::Rocm, amd_providers(), reasons, false)
+fn auto_amd(builtin: bool, plugins: Vec<EpDevice>, mut reasons: Vec<String>) -> Plan {
+    let mut providers = if builtin { amd_providers() } else { Vec::new() };
+    add_plugins(&mut providers, &mut reasons, plugins);
+    gpu_plan(Vendor::Rocm, providers, reasons, false)
 }
 
-fn forced_amd(compiled: Compiled, rocm: &VendorState, mut reasons: Vec<String>) -> Plan {
+fn forced_amd(compiled: Compiled, rocm: &VendorState, plugins: Vec<EpDevice>, mut reasons: Vec<String>) -> Plan {
     if !compiled.rocm() {
         return refused(Vendor::Rocm, AMD_NOT_COMPILED);
     }
     reasons.push(format!("ROCm: requested because the device is forced to rocm (probe: {})", rocm.summary));
-    gpu_plan(Vendor::Rocm, amd_providers(), reasons, true)
+    let mut providers = amd_providers();
+    add_plugins(&mut providers, &mut reasons, plugins);
+    gpu_plan(Vendor::Rocm, providers, reasons, true)
 }
 
 #[cfg(test)]

@@ -34,6 +34,8 @@ fn every_combination() {
                             rocm: VendorState { available: rocm_a, summary: "rocm probe says".into() },
                             device,
                             model_cpu_only: None,
+                            devices: Vec::new(),
+                            providers: Vec::new(),
                         };
                         let p = plan(&inputs);
                         let case = format!("{cuda_c} {rocm_c} {cuda_a} {rocm_a} {device}: {p:?}");
@@ -45,7 +47,7 @@ fn every_combination() {
                         if refused {
                             assert!(p.providers.is_empty(), "{case}");
                         } else {
-                            assert_eq!(p.providers.last(), Some(&Provider::Cpu), "CPU ends every plan: {case}");
+                            assert!(p.providers.last().is_some_and(Planned::is_builtin_cpu), "CPU ends every plan: {case}");
                             assert!(
                                 p.providers[..p.providers.len() - 1].iter().all(|x| x.vendor() == vendor),
                                 "{case}"
@@ -75,6 +77,8 @@ fn amd_first_when_both_present() {
         rocm: VendorState { available: true, summary: "ROCm: available: 1 device(s)".into() },
         device: Device::Auto,
         model_cpu_only: None,
+        devices: Vec::new(),
+        providers: Vec::new(),
     };
     let p = plan(&inputs);
     if cfg!(feature = "rocm") {
@@ -98,10 +102,12 @@ fn a_cpu_only_model_runs_on_the_cpu_and_a_forced_gpu_is_refused() {
         rocm: VendorState { available: true, summary: "ROCm: available: 1 device(s)".into() },
         device,
         model_cpu_only: Some("the model is int8 for the CPU".into()),
+        devices: Vec::new(),
+        providers: Vec::new(),
     };
     let p = plan(&inputs(Device::Auto));
     assert_eq!(p.vendor, Vendor::Cpu);
-    assert_eq!(p.providers, [Provider::Cpu]);
+    assert_eq!(p.providers, [Planned::Builtin(Provider::Cpu)]);
     assert!(p.reasons.iter().any(|r| r.contains("skipped because the model is int8 for the CPU")), "{:?}", p.reasons);
     for device in [Device::Cuda, Device::Rocm] {
         let p = plan(&inputs(device));
@@ -127,4 +133,101 @@ fn provider_names_round_trip() {
         assert_eq!(Provider::from_ort_name(p.ort_name()), Some(*p));
     }
     assert_eq!(Provider::from_ort_name("TensorrtExecutionProvider"), None);
+}
+
+fn device(provider: &str, hardware: Hardware, pci: u32, index: usize) -> EpDevice {
+    EpDevice {
+        provider: provider.to_owned(),
+        provider_vendor: "maker".to_owned(),
+        hardware,
+        pci_vendor_id: pci,
+        device_id: 0x74a1,
+        hardware_vendor: "vendor".to_owned(),
+        library: Some(PluginRef { name: provider.to_lowercase(), path: format!("/ep/lib{provider}.so") }),
+        index,
+    }
+}
+
+fn with_devices(cuda: bool, rocm: bool, devices: Vec<EpDevice>) -> Inputs {
+    Inputs {
+        compiled: Compiled::new(true, true),
+        cuda: VendorState { available: cuda, summary: "cuda probe says".into() },
+        rocm: VendorState { available: rocm, summary: "rocm probe says".into() },
+        device: Device::Auto,
+        model_cpu_only: None,
+        devices,
+        providers: Vec::new(),
+    }
+}
+
+fn names(p: &Plan) -> Vec<&str> {
+    p.providers.iter().map(Planned::ort_name).collect()
+}
+
+/// A plugin GPU counts for its PCI vendor: an AMD one comes before CUDA only in a build with the
+/// AMD path; NVIDIA's plugins follow the built-in CUDA provider.
+#[test]
+fn plugin_gpus_join_their_vendor_in_the_seed_order() {
+    let amd = device("MIGraphXPluginEP", Hardware::Gpu, PCI_AMD, 1);
+    let rtx = device("NvTensorRTRTXExecutionProvider", Hardware::Gpu, PCI_NVIDIA, 2);
+    let p = plan(&with_devices(true, false, vec![amd.clone(), rtx.clone()]));
+    if cfg!(feature = "rocm") {
+        assert_eq!(p.vendor, Vendor::Rocm);
+        assert_eq!(names(&p), ["MIGraphXPluginEP", "CPUExecutionProvider"], "{:?}", p.reasons);
+        assert!(p.reasons.iter().any(|r| r.contains("CUDA: skipped because an AMD GPU")), "{:?}", p.reasons);
+    } else {
+        assert_eq!(p.vendor, Vendor::Cuda);
+        assert_eq!(
+            names(&p),
+            ["CUDAExecutionProvider", "NvTensorRTRTXExecutionProvider", "CPUExecutionProvider"],
+            "{:?}",
+            p.reasons
+        );
+        assert!(p.reasons.iter().any(|r| r.contains("MIGraphXPluginEP") && r.contains("not compiled")), "{:?}", p.reasons);
+    }
+    // No CUDA runtime for the built-in provider, but ONNX Runtime lists an NVIDIA plugin device.
+    let p = plan(&with_devices(false, false, vec![rtx.clone()]));
+    assert_eq!(names(&p), ["NvTensorRTRTXExecutionProvider", "CPUExecutionProvider"], "{:?}", p.reasons);
+    assert!(p.reasons.iter().any(|r| r.contains("built-in provider skipped (cuda probe says)")), "{:?}", p.reasons);
+    // Forced to cuda: the built-in, then the plugin.
+    let mut forced = with_devices(true, false, vec![rtx]);
+    forced.device = Device::Cuda;
+    let p = plan(&forced);
+    assert!(p.forced);
+    assert_eq!(names(&p), ["CUDAExecutionProvider", "NvTensorRTRTXExecutionProvider", "CPUExecutionProvider"]);
+}
+
+/// A CPU-type plugin, or another vendor's GPU, is never chosen automatically: a reason says how.
+#[test]
+fn other_plugins_wait_to_be_named() {
+    let cpu_ep = device("cpu_ep", Hardware::Cpu, 0x1022, 1);
+    let intel = device("OpenVINOExecutionProvider", Hardware::Gpu, 0x8086, 2);
+    let p = plan(&with_devices(false, false, vec![cpu_ep, intel]));
+    assert_eq!(names(&p), ["CPUExecutionProvider"]);
+    assert!(p.reasons.iter().any(|r| r.contains("--providers OpenVINOExecutionProvider")), "{:?}", p.reasons);
+    assert!(p.reasons.iter().any(|r| r.contains("--providers cpu_ep")), "{:?}", p.reasons);
+}
+
+#[test]
+fn named_providers_in_order_then_the_cpu() {
+    let cpu_ep = device("cpu_ep", Hardware::Cpu, 0x1022, 1);
+    let amd = device("AmdGpuEP", Hardware::Gpu, PCI_AMD, 2);
+    let mut inputs = with_devices(false, false, vec![cpu_ep, amd]);
+    inputs.providers = vec!["cpu_ep".into(), "cuda".into(), "missing_ep".into(), "AmdGpuEP".into()];
+    inputs.device = Device::Rocm;
+    let p = plan(&inputs);
+    assert!(!p.forced && p.refusal.is_none());
+    assert_eq!(p.vendor, Vendor::Cpu, "the first named provider runs on the CPU");
+    let expected: &[&str] = if cfg!(feature = "rocm") {
+        &["cpu_ep", "CUDAExecutionProvider", "AmdGpuEP", "CPUExecutionProvider"]
+    } else {
+        &["cpu_ep", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    };
+    assert_eq!(names(&p), expected, "{:?}", p.reasons);
+    assert!(p.reasons.iter().any(|r| r.starts_with("missing_ep: skipped: ONNX Runtime lists no device")), "{:?}", p.reasons);
+    assert!(p.reasons.iter().any(|r| r.contains("device rocm: ignored")), "{:?}", p.reasons);
+    // A model for the CPU only keeps the CPU plugin and drops the GPU entries.
+    inputs.model_cpu_only = Some("the model is int8 for the CPU".into());
+    let p = plan(&inputs);
+    assert_eq!(names(&p), ["cpu_ep", "CPUExecutionProvider"], "{:?}", p.reasons);
 }

@@ -1,4 +1,5 @@
-//! Reads an ELF shared library's dynamic section: its SONAME and NEEDED entries.
+//! Reads an ELF shared library's dynamic section (its SONAME and NEEDED entries) and its dynamic
+//! symbol table (whether it exports a symbol).
 
 use std::path::Path;
 
@@ -103,15 +104,19 @@ fn table_len(count: u64, entry: u64) -> Result<usize, String> {
     usize::try_from(len).map_err(|_| "a table is implausibly large".to_owned())
 }
 
-fn read_elf_deps(src: &mut dyn Source) -> Result<ElfDeps, String> {
+fn layout(src: &mut dyn Source) -> Result<Layout, String> {
     let ident = src.read_at(0, 16).map_err(|_| "no ELF magic number".to_owned())?;
     if &ident[..4] != b"\x7fELF" {
         return Err("no ELF magic number".to_owned());
     }
-    let l = match (ident[4], ident[5]) {
-        (1 | 2, 1 | 2) => Layout { wide: ident[4] == 2, little: ident[5] == 1 },
-        _ => return Err("unknown ELF class or byte order".to_owned()),
-    };
+    match (ident[4], ident[5]) {
+        (1 | 2, 1 | 2) => Ok(Layout { wide: ident[4] == 2, little: ident[5] == 1 }),
+        _ => Err("unknown ELF class or byte order".to_owned()),
+    }
+}
+
+fn read_elf_deps(src: &mut dyn Source) -> Result<ElfDeps, String> {
+    let l = layout(src)?;
     let header = src.read_at(0, if l.wide { 64 } else { 52 })?;
     let (phoff, phentsize, phnum) = if l.wide {
         (l.uint(&header, 32, 8)?, l.uint(&header, 54, 2)?, l.uint(&header, 56, 2)?)
@@ -184,6 +189,92 @@ fn read_elf_deps(src: &mut dyn Source) -> Result<ElfDeps, String> {
     })
 }
 
+const SHT_DYNSYM: u64 = 11;
+const SHN_UNDEF: u64 = 0;
+
+/// Whether the file's dynamic symbol table defines `symbol` with global or weak binding: what
+/// `dlsym` would find. Read from the section headers, which every library a linker wrote keeps.
+fn read_exports(src: &mut dyn Source, l: Layout, symbol: &str) -> Result<bool, String> {
+    let header = src.read_at(0, if l.wide { 64 } else { 52 })?;
+    let (shoff, shentsize, shnum) = if l.wide {
+        (l.uint(&header, 40, 8)?, l.uint(&header, 58, 2)?, l.uint(&header, 60, 2)?)
+    } else {
+        (l.uint(&header, 32, 4)?, l.uint(&header, 46, 2)?, l.uint(&header, 48, 2)?)
+    };
+    if shnum == 0 {
+        return Err("it has no section headers, so its exported symbols cannot be read".to_owned());
+    }
+    if shentsize < if l.wide { 64 } else { 40 } {
+        return Err(format!("section header entries of {shentsize} bytes are too small"));
+    }
+    let table = src.read_at(shoff, table_len(shnum, shentsize)?)?;
+    // (type, offset, size, link) of section `i`.
+    let section = |i: u64| -> Result<(u64, u64, u64, u64), String> {
+        let e = table.get((i * shentsize) as usize..).ok_or("a section index is past the table")?;
+        if l.wide {
+            Ok((l.uint(e, 4, 4)?, l.uint(e, 24, 8)?, l.uint(e, 32, 8)?, l.uint(e, 40, 4)?))
+        } else {
+            Ok((l.uint(e, 4, 4)?, l.uint(e, 16, 4)?, l.uint(e, 20, 4)?, l.uint(e, 24, 4)?))
+        }
+    };
+    let Some((_, sym_off, sym_size, link)) =
+        (0..shnum).map(section).collect::<Result<Vec<_>, _>>()?.into_iter().find(|s| s.0 == SHT_DYNSYM)
+    else {
+        return Ok(false);
+    };
+    if link >= shnum {
+        return Err("the dynamic symbol table names no string table".to_owned());
+    }
+    let (_, str_off, str_size, _) = section(link)?;
+    let symbols = src.read_at(sym_off, table_len(sym_size, 1)?)?;
+    let strings = src.read_at(str_off, table_len(str_size, 1)?)?;
+    let entry = if l.wide { 24 } else { 16 };
+    for e in symbols.chunks_exact(entry) {
+        let (name, info, shndx) = if l.wide {
+            (l.uint(e, 0, 4)?, l.uint(e, 4, 1)?, l.uint(e, 6, 2)?)
+        } else {
+            (l.uint(e, 0, 4)?, l.uint(e, 12, 1)?, l.uint(e, 14, 2)?)
+        };
+        let binding = info >> 4;
+        if shndx == SHN_UNDEF || !(binding == 1 || binding == 2) {
+            continue;
+        }
+        let Some(rest) = usize::try_from(name).ok().and_then(|n| strings.get(n..)) else { continue };
+        let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+        if &rest[..end] == symbol.as_bytes() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// A library's dependencies and whether it exports one symbol, in one read of its tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElfExport {
+    pub deps: ElfDeps,
+    pub exported: bool,
+}
+
+/// Reads `path` as [`read_deps`] does (a truncated file is an error, never a SIGBUS) and says
+/// whether it exports `symbol`.
+pub fn read_export(path: &Path, symbol: &str) -> Result<ElfExport, ElfError> {
+    let io = |source| ElfError::Io { path: path.display().to_string(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let mut src = FileSource { file, len };
+    let malformed = |reason| ElfError::Malformed { path: path.display().to_string(), reason };
+    let deps = read_elf_deps(&mut src).map_err(malformed)?;
+    let l = layout(&mut src).map_err(malformed)?;
+    let exported = read_exports(&mut src, l, symbol).map_err(malformed)?;
+    Ok(ElfExport { deps, exported })
+}
+
+/// Whether `bytes`, as an ELF file, exports `symbol` (tests and fuzzing).
+pub fn parse_export(mut bytes: &[u8], symbol: &str) -> Result<bool, String> {
+    let l = layout(&mut bytes)?;
+    read_exports(&mut bytes, l, symbol)
+}
+
 /// Parses `bytes` as an ELF file and returns its SONAME and NEEDED list.
 pub fn parse_deps(mut bytes: &[u8]) -> Result<ElfDeps, String> {
     read_elf_deps(&mut bytes)
@@ -246,6 +337,21 @@ mod tests {
         assert!(deps.needed.iter().any(|n| n.starts_with("ld-linux")), "{deps:?}");
         let whole = std::fs::read(libc).expect("read");
         assert_eq!(parse_deps(&whole).expect("parse"), deps);
+    }
+
+    #[test]
+    fn finds_an_exported_function_and_not_an_imported_one() {
+        let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"]
+            .into_iter()
+            .map(Path::new)
+            .find(|p| p.is_file());
+        let Some(libc) = libc else { return };
+        assert!(read_export(libc, "malloc").expect("read libc").exported);
+        assert!(!read_export(libc, "CreateEpFactories").expect("read libc").exported);
+        // The test binary imports malloc from libc: imported is not exported.
+        let exe = std::env::current_exe().expect("current exe");
+        assert!(!read_export(&exe, "malloc").expect("read own ELF").exported);
+        assert!(parse_export(b"not an elf", "malloc").is_err());
     }
 
     #[test]

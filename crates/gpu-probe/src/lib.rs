@@ -1,6 +1,7 @@
 //! Discovery only: finds GPU kernel drivers, GPU runtime libraries (CUDA, and with the `rocm`
-//! feature ROCm/HIP) and ONNX Runtime builds on this machine, loads the vendor runtimes for the life
-//! of the process, and says what it found in a report a person can act on.
+//! feature ROCm/HIP), ONNX Runtime builds and plugin execution-provider libraries on this
+//! machine, loads the vendor runtimes (never a plugin) for the life of the process, and says what
+//! it found in a report a person can act on.
 //!
 //! It is not the embedder and knows nothing of ONNX Runtime's API: it never links or calls ONNX
 //! Runtime, it only reads file names and ELF headers. It never decides which provider to use
@@ -13,6 +14,7 @@ mod elf;
 mod library;
 mod ort_lib;
 mod paths;
+mod plugins;
 mod report;
 mod requirements;
 #[cfg(feature = "rocm")]
@@ -24,12 +26,13 @@ use std::time::Instant;
 
 pub use context::ProbeContext;
 pub use driver::DriverReport;
-pub use elf::{ElfDeps, ElfError, parse_deps, read_deps};
+pub use elf::{ElfDeps, ElfError, ElfExport, parse_deps, parse_export, read_deps, read_export};
 pub use library::{LibraryReport, LibrarySpec, describe_dl_error, find_soname, load_with_deps, loaded_path};
 pub use ort_lib::{
     OrtCandidate, OrtDiscovery, discover as discover_ort, nornir_home, pick as pick_ort, providers_beside,
 };
 pub use paths::{RejectedEntry, SearchPath, python_site_dirs};
+pub use plugins::{PLUGIN_ENTRY, PluginDiscovery, PluginLibrary, PluginSource, discover_plugins, parse_plugin_entry};
 pub use report::{ProbeReport, write_vendor};
 pub use requirements::{Opened, ProviderRequirements, Requirement, RequirementStatus, provider_requirements};
 pub use vendor::{VendorReport, VisibleDevices};

@@ -46,18 +46,19 @@ pub use nornir_embed::{
 /// folder it read. Each type is `#[non_exhaustive]` and (de)serialises as `nornir vector doctor
 /// --json` writes it.
 pub mod diagnostics {
-    pub use nornir_ep_select::{Compiled, Plan};
+    pub use nornir_ep_select::{Compiled, EpDevice, Hardware, PCI_AMD, PCI_NVIDIA, Planned, PluginRef, Plan};
     pub use nornir_gpu_probe::{
-        DriverReport, LibraryReport, Opened, OrtCandidate, OrtDiscovery, ProbeContext, ProbeReport,
-        ProviderRequirements, RejectedEntry, Requirement, RequirementStatus, SearchPath, VendorReport, VisibleDevices,
-        nornir_home, version_at_least, write_vendor,
+        DriverReport, LibraryReport, Opened, OrtCandidate, OrtDiscovery, PluginDiscovery, PluginLibrary,
+        PluginSource, ProbeContext, ProbeReport, ProviderRequirements, RejectedEntry, Requirement, RequirementStatus,
+        SearchPath, VendorReport, VisibleDevices, discover_plugins, nornir_home, parse_plugin_entry, version_at_least,
+        write_vendor,
     };
 
     #[cfg(feature = "embed-ort")]
     pub use nornir_embed::{
-        MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PoolingSpec, PromptChoice, Prompts,
-        Quantization, Registration, RegistrationOutcome, SessionReport, check_library, choose_library, plan_for,
-        plan_for_model,
+        DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport, PoolingSpec,
+        PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, check_library,
+        choose_library, device_list, plan_for, plan_for_model, plan_with,
     };
 }
 

@@ -2,6 +2,8 @@
 
 use anyhow::{Result, bail};
 
+use nornir_vector::diagnostics::EpDevice;
+
 use super::{EmbedJob, OrtChoice, SessionDoc};
 use crate::{BenchArgs, ModelArgs, QuantizeArgs, ServeArgs};
 
@@ -35,8 +37,13 @@ pub fn quantize(_: &QuantizeArgs) -> Result<()> {
     bail!(NOT_COMPILED)
 }
 
-pub fn plan(_: &ModelArgs) -> Result<Option<nornir_vector::diagnostics::Plan>> {
+pub fn plan(_: &ModelArgs, _: &[EpDevice]) -> Result<Option<nornir_vector::diagnostics::Plan>> {
     Ok(None)
+}
+
+/// Without the embedder ONNX Runtime is never loaded, so it lists nothing.
+pub fn listed_devices(_: &OrtChoice) -> Vec<EpDevice> {
+    Vec::new()
 }
 
 pub fn ort_choice(_: Option<&nornir_vector::diagnostics::Plan>, _: &ModelArgs) -> OrtChoice {

@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use nornir_vector::diagnostics::{MIN_ORT, ModelFolder, Plan, check_library, choose_library, plan_for_model};
+use nornir_vector::diagnostics::{
+    EpDevice, MIN_ORT, ModelFolder, Plan, check_library, choose_library, device_list, plan_with,
+};
 use nornir_vector::diagnostics::{ProbeContext, nornir_home};
 use nornir_vector::quantize::WeightType;
 use nornir_vector::{CallOptions, Chunking, Embedder, EmbedderOptions, Prompt, Truncation};
@@ -60,6 +62,8 @@ pub fn options(m: &ModelArgs) -> Result<EmbedderOptions> {
     o.pooling = m.pooling;
     o.model_file = m.model_file.clone();
     o.ort_library = m.ort_lib.clone();
+    o.providers = m.providers.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect();
+    o.ep_libraries = m.ep_libs.clone();
     Ok(o)
 }
 
@@ -79,7 +83,8 @@ pub fn provider_line(e: &Embedder) -> String {
     if let Some(f) = &r.fallback {
         why.push(f.clone());
     }
-    format!("running on {} ({}); {}", r.active_provider, r.gpu_vendor, why.join("; "))
+    let on = r.active_device.as_ref().map_or_else(|| r.active_provider.clone(), ToString::to_string);
+    format!("running on {on} ({}); {}", r.gpu_vendor, why.join("; "))
 }
 
 enum Source {
@@ -378,14 +383,16 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn plan(m: &ModelArgs) -> Result<Option<Plan>> {
+/// The plan for these arguments, with ONNX Runtime's `devices` once listed (empty before).
+pub fn plan(m: &ModelArgs, devices: &[EpDevice]) -> Result<Option<Plan>> {
     // The model's own constraint (an int8 model for the CPU) is part of the plan when it can be read.
     let cpu_only = model_dir(m)
         .ok()
         .and_then(|d| ModelFolder::open(&d, m.model_file.as_deref()).ok())
         .and_then(|f| f.quantization)
         .and_then(|q| q.cpu_only());
-    Ok(Some(plan_for_model(m.device, cpu_only)))
+    let providers = options(m)?.providers;
+    Ok(Some(plan_with(m.device, cpu_only, devices, &providers)))
 }
 
 /// Which ONNX Runtime library the plan would load, and its real version, without creating a session.
@@ -405,7 +412,20 @@ pub fn ort_choice(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
             Err(e) => c.error = Some(nornir_vector::error_chain(&e)),
         }
     }
+    if c.error.is_none()
+        && let Some(plan) = plan
+    {
+        match device_list(plan, m.ort_lib.as_deref(), &m.ep_libs) {
+            Ok(d) => c.devices = Some(d),
+            Err(e) => c.error = Some(nornir_vector::error_chain(&e)),
+        }
+    }
     c
+}
+
+/// The devices ONNX Runtime listed in `ort` (none when it was not loaded).
+pub fn listed_devices(ort: &OrtChoice) -> Vec<EpDevice> {
+    ort.devices.as_ref().map(|d| d.devices.clone()).unwrap_or_default()
 }
 
 /// Which ONNX Runtime library the plan would load, from file names alone: nothing is loaded.
@@ -486,6 +506,7 @@ pub fn session_doc(m: &ModelArgs) -> SessionDoc {
             let r = e.report();
             SessionDoc {
                 active_provider: Some(r.active_provider),
+                active_device: r.active_device,
                 gpu_vendor: Some(r.gpu_vendor),
                 registrations: r.registrations,
                 fallback: r.fallback,
