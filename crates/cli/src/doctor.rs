@@ -454,6 +454,9 @@ fn write_devices(out: &mut String, ort: &commands::OrtChoice, w: &Witnesses) -> 
     writeln!(out, "\nONNX Runtime devices (GetEpDevices)")?;
     #[cfg(feature = "embed-ort")]
     if let Some(d) = &ort.devices {
+        if d.devices.is_empty() {
+            writeln!(out, "  none listed")?;
+        }
         for dev in &d.devices {
             writeln!(out, "  {dev}")?;
         }

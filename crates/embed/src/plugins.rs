@@ -147,6 +147,11 @@ fn register(rt: &OrtRuntime, name: &str, path: &Path) -> Result<(), String> {
     let name = CString::new(name).map_err(|_| "a plugin name with a NUL byte".to_owned())?;
     let path = CString::new(path.as_os_str().as_bytes()).map_err(|_| "a plugin path with a NUL byte".to_owned())?;
     tracing::debug!(plugin = ?name, path = ?path, "registering a plugin execution provider");
+    trial(rt, &name, &path)?;
+    register_here(rt, &name, &path)
+}
+
+fn register_here(rt: &OrtRuntime, name: &CStr, path: &CStr) -> Result<(), String> {
     // SAFETY: the environment is alive and the two strings outlive the call. ONNX Runtime loads
     // the library and calls its `CreateEpFactories`: the probe checked that it exports it.
     status(unsafe {
@@ -154,9 +159,83 @@ fn register(rt: &OrtRuntime, name: &str, path: &Path) -> Result<(), String> {
     })
 }
 
+/// How long a trial registration may take before it counts as hung.
+const TRIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Registers the plugin first in a forked copy of this process, so that a plugin that crashes
+/// ONNX Runtime (one built for a newer ONNX Runtime dereferences the null API table the older
+/// one returns) kills the copy, not the caller. Its standard error comes back for the report.
+fn trial(rt: &OrtRuntime, name: &CStr, path: &CStr) -> Result<(), String> {
+    let mut fds = [0i32; 2];
+    // SAFETY: `pipe` writes two descriptors into the array.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Ok(()); // No trial possible: register as the built-in providers are.
+    }
+    // SAFETY: the child only redirects its standard error, calls ONNX Runtime and `_exit`s; it
+    // never returns into Rust code that assumes the parent's threads. A lock another thread held
+    // at the fork can hang it, which the timeout below turns into a report line.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: in the child: descriptors from `pipe` above; `_exit` skips every destructor.
+        unsafe {
+            libc::dup2(fds[1], 2);
+            libc::close(fds[0]);
+            let ok = register_here(rt, name, path).is_ok();
+            libc::_exit(if ok { 0 } else { 1 });
+        }
+    }
+    // SAFETY: the parent's copy of the write end.
+    unsafe { libc::close(fds[1]) };
+    // SAFETY: the read end is ours; `File` closes it.
+    let mut child_err = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) };
+    if pid < 0 {
+        return Ok(());
+    }
+    let start = std::time::Instant::now();
+    let mut wstatus = 0;
+    loop {
+        // SAFETY: `pid` is our child; `wstatus` receives its status.
+        let done = unsafe { libc::waitpid(pid, &raw mut wstatus, libc::WNOHANG) };
+        if done == pid {
+            break;
+        }
+        if done < 0 {
+            return Ok(());
+        }
+        if start.elapsed() > TRIAL_TIMEOUT {
+            // SAFETY: our own child, then reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &raw mut wstatus, 0);
+            }
+            return Err(format!("registering it did not finish in {} s; not loaded", TRIAL_TIMEOUT.as_secs()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    if libc::WIFSIGNALED(wstatus) {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut child_err, &mut text);
+        let said: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        let signal = libc::WTERMSIG(wstatus);
+        let mut why = format!(
+            "registering it crashes ONNX Runtime {} (signal {signal}{}), so it was not loaded",
+            rt.info.version,
+            if signal == libc::SIGSEGV { ", SIGSEGV" } else { "" }
+        );
+        if let Some(line) = said.iter().rev().find(|l| l.contains("API version")) {
+            why = format!("{why}; ONNX Runtime said: {line}; the plugin needs a newer ONNX Runtime: load one (--ort-lib, ORT_DYLIB_PATH)");
+        }
+        return Err(why);
+    }
+    Ok(())
+}
+
 /// A registration error with what it most likely means.
 fn explain(error: &str, ort_version: &str) -> String {
     let lower = error.to_ascii_lowercase();
+    if lower.contains("newer onnx runtime") {
+        return error.to_owned();
+    }
     if lower.contains("version") || lower.contains("api") && lower.contains("not") {
         return format!(
             "{error}: the plugin needs a newer ONNX Runtime than the {ort_version} loaded; load a newer one (--ort-lib, ORT_DYLIB_PATH)"
