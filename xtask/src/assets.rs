@@ -159,6 +159,36 @@ pub const CUDNN_WHEEL: Wheel = Wheel {
 /// What the CUDA pip venv for the tests holds: cuDNN and the CUDA runtime (`nvidia/cu13/lib`).
 pub const CUDA_VENV_WHEELS: &[&Wheel] = &[&CUDNN_WHEEL, &TEST_CUDART.wheel];
 
+/// A CPU plugin execution provider (its provider is `cpu_ep`): the real plugin the tests run the
+/// model on. Its package folder is `nxrt_ep_cpu`, so nornir finds it by its `CreateEpFactories`.
+pub const EP_CPU_WHEEL: Wheel = Wheel {
+    package: "nxrt-ep-cpu",
+    version: "0.1.0.dev6",
+    file: "nxrt_ep_cpu-0.1.0.dev6-py3-none-manylinux_2_28_x86_64.whl",
+    sha256: "d1949881dd73bd01c7fce931474ff80d7b26b68b2430b1246da25e6ec1883d38",
+};
+
+/// ONNX Runtime's WebGPU plugin: needs a DRM GPU, so it lists no device without one, and needs
+/// ONNX Runtime 1.24.4.
+pub const EP_WEBGPU_WHEEL: Wheel = Wheel {
+    package: "onnxruntime-ep-webgpu",
+    version: "0.4.0",
+    file: "onnxruntime_ep_webgpu-0.4.0-py3-none-manylinux_2_28_x86_64.whl",
+    sha256: "5d8c961eda91a88961cad1fb7621f389f006b18497d6ea9ecf96f729f066cbfb",
+};
+
+/// Intel's OpenVINO plugin: lists a device on an Intel CPU, none on an AMD one; needs ONNX
+/// Runtime 1.23.
+pub const EP_OPENVINO_WHEEL: Wheel = Wheel {
+    package: "onnxruntime-ep-openvino",
+    version: "1.8.1",
+    file: "onnxruntime_ep_openvino-1.8.1-py3-none-manylinux_2_28_x86_64.whl",
+    sha256: "3832643158c8c187fcab6db661cde2a8c06a2b3559d95d0f2411ac0e51c5e924",
+};
+
+/// A venv as a user makes one for plugin providers: onnxruntime 1.31.1 and three plugins beside it.
+pub const EP_VENV_WHEELS: &[&Wheel] = &[&ORT_CPU.wheel, &EP_CPU_WHEEL, &EP_WEBGPU_WHEEL, &EP_OPENVINO_WHEEL];
+
 /// ONNX Runtime 1.22.2 with the ROCm provider: the oldest build nornir loads, and a real ROCm
 /// provider library whose registration fails on a machine without ROCm.
 pub const ORT_ROCM_1_22: Asset = Asset {

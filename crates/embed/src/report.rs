@@ -106,6 +106,24 @@ pub enum Placement {
     },
 }
 
+impl Placement {
+    /// When the profile shows that `provider` ran none of the graph's nodes: the provider that
+    /// ran the most of them and a sentence saying so. A provider registered first is only
+    /// offered the nodes; the ones it does not claim go to the next, down to the CPU.
+    pub fn unclaimed(&self, provider: &str) -> Option<(String, String)> {
+        let Self::Known { nodes } = self else { return None };
+        if nodes.get(provider).copied().unwrap_or(0) > 0 {
+            return None;
+        }
+        let (main, _) = nodes.iter().max_by_key(|(_, n)| **n)?;
+        let total: usize = nodes.values().sum();
+        Some((
+            main.clone(),
+            format!("{provider} registered, but ONNX Runtime gave it none of the model's {total} nodes; {main} runs them"),
+        ))
+    }
+}
+
 /// What the model's sessions hold in memory, so that an operator can size a process.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[non_exhaustive]

@@ -99,9 +99,10 @@ impl fmt::Display for EpDevice {
     }
 }
 
-/// One entry of a plan, in registration order.
+/// One entry of a plan, in registration order. In JSON a built-in provider is its name as
+/// before plugins (`"Cuda"`), a plugin its device object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(untagged)]
 pub enum Planned {
     /// A provider compiled into ONNX Runtime, registered by name.
     Builtin(Provider),

@@ -503,14 +503,21 @@ pub fn session_doc(m: &ModelArgs) -> SessionDoc {
         }
         Ok(e) => {
             e.warm_up();
-            let r = e.report();
+            let mut r = e.report();
+            let placement = e.placement();
+            // What really runs: a provider that claimed no node runs nothing.
+            if let Some((main, why)) = placement.unclaimed(&r.active_provider) {
+                r.active_provider = main;
+                r.active_device = None;
+                r.fallback = Some(r.fallback.map_or(why.clone(), |f| format!("{f}; {why}")));
+            }
             SessionDoc {
                 active_provider: Some(r.active_provider),
                 active_device: r.active_device,
                 gpu_vendor: Some(r.gpu_vendor),
                 registrations: r.registrations,
                 fallback: r.fallback,
-                placement: Some(e.placement()),
+                placement: Some(placement),
                 ort: Some(r.ort),
                 graph_optimization: Some(r.graph_optimization),
                 memory: Some(r.memory),
