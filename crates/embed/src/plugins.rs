@@ -111,7 +111,7 @@ pub(crate) fn register_and_list(rt: &OrtRuntime, found: &PluginDiscovery) -> Dev
                 Ok(()) => {
                     let plugin = PluginRef { name: lib.name.clone(), path: lib.path.display().to_string() };
                     for d in before(rt).into_iter().filter(|d| !listed.iter().any(|l| key(l) == key(d))) {
-                        report.devices.push(format!("{} on {} {}", d.provider, d.hardware_vendor, d.hardware.label()));
+                        report.devices.push(format!("{} on {} {}", d.provider, d.hardware_vendor, d.hardware.label().to_ascii_uppercase()));
                         origin.push((key(&d), plugin.clone()));
                     }
                     if report.devices.is_empty() {

@@ -1,5 +1,6 @@
-//! Pure policy: turns what this build contains, what the probe found and what the user asked for
-//! into an ordered execution-provider plan, with a reason line for every choice and every skip.
+//! Pure policy: turns what this build contains, what the probe found, what ONNX Runtime lists
+//! (its devices, plugin providers among them) and what the user asked for into an ordered
+//! execution-provider plan, with a reason line for every choice and every skip.
 //!
 //! It does no I/O, cannot fail, and knows nothing of ONNX Runtime or of how libraries are found:
 //! its inputs are plain values, so every combination is tested as a table.
