@@ -197,7 +197,10 @@ fn test_env(home: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
         ),
         ("NORNIR_TEST_HIP_DIR", ensure_debian_hip(home)?),
         ("NORNIR_TEST_CUDA_VENV", fetch::wheel_venv(home, "cuda-venv", assets::CUDA_VENV_WHEELS, "the CUDA pip test")?),
-        ("NORNIR_TEST_EP_VENV", fetch::wheel_venv(home, "ep-venv", assets::EP_VENV_WHEELS, "the plugin-provider test")?),
+        (
+            "NORNIR_TEST_EP_VENV",
+            fetch::wheel_venv(home, "ep-venv", assets::EP_VENV_WHEELS, "the plugin-provider test")?,
+        ),
         ("NORNIR_HOME", home.to_path_buf()),
         ("NORNIR_TEST_MODEL", home.join(assets::DEFAULT_MODEL_DIR)),
         ("NORNIR_TEST_PARAPHRASE_MODEL", home.join(assets::PARAPHRASE_MODEL_DIR)),

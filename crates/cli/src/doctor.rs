@@ -407,10 +407,9 @@ fn witnesses_of(probe: &ProbeReport, ort: &commands::OrtChoice) -> Witnesses {
 
 fn witnesses(probe: &ProbeReport, devices: &[EpDevice], listed: bool) -> Witnesses {
     let mut w = Witnesses { listed, ..Witnesses::default() };
-    for (vendor, name, pci, found) in [
-        ("rocm", "AMD", PCI_AMD, probe.rocm.driver_present),
-        ("cuda", "NVIDIA", PCI_NVIDIA, probe.cuda.driver_present),
-    ] {
+    for (vendor, name, pci, found) in
+        [("rocm", "AMD", PCI_AMD, probe.rocm.driver_present), ("cuda", "NVIDIA", PCI_NVIDIA, probe.cuda.driver_present)]
+    {
         let gpus: Vec<&EpDevice> =
             devices.iter().filter(|d| d.hardware == Hardware::Gpu && d.pci_vendor_id == pci).collect();
         if found {
@@ -472,7 +471,10 @@ fn write_devices(out: &mut String, ort: &commands::OrtChoice, w: &Witnesses) -> 
             writeln!(out, "  plugin {} ({}, {}): {state}", p.name, p.path.display(), p.source)?;
         }
         if d.plugins.is_empty() {
-            writeln!(out, "  plugins: none found (pip install one into the Python nornir reads, or --ep-lib NAME=PATH)")?;
+            writeln!(
+                out,
+                "  plugins: none found (pip install one into the Python nornir reads, or --ep-lib NAME=PATH)"
+            )?;
         }
         if let Some(e) = &d.error {
             writeln!(out, "  problem: {e}")?;

@@ -77,8 +77,19 @@ fn embed_sample(extra: &[&str], env: &[(&str, &Path)]) -> Vec<Vec<f32>> {
     let sample = env_path("NORNIR_TEST_CORPUS").join("parity-sample.txt");
     let m = model();
     let ort = env_path("NORNIR_TEST_ORT_CPU");
-    let mut args =
-        vec!["vector", "embed", "--quiet", "--format", "f32", "--model", s(&m), "--ort-lib", s(&ort), "--input", s(&sample)];
+    let mut args = vec![
+        "vector",
+        "embed",
+        "--quiet",
+        "--format",
+        "f32",
+        "--model",
+        s(&m),
+        "--ort-lib",
+        s(&ort),
+        "--input",
+        s(&sample),
+    ];
     args.extend_from_slice(extra);
     let bytes = ok(&nornir(&args, env)).to_vec();
     let floats: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
@@ -225,7 +236,8 @@ fn bad_plugins_are_report_lines_and_the_cpu_answers() {
         assert_eq!(d["session"]["active_provider"], "CPUExecutionProvider", "isolate {isolate}: {}", d["session"]);
     }
     // Embedding with all of them named still answers, on the CPU.
-    let mut a = vec!["vector", "embed", "--quiet", "--ort-lib", s(&ort_1_22), "--model", s(&m), "--providers", "cpu_ep"];
+    let mut a =
+        vec!["vector", "embed", "--quiet", "--ort-lib", s(&ort_1_22), "--model", s(&m), "--providers", "cpu_ep"];
     for e in &entries {
         a.extend(["--ep-lib", e.as_str()]);
     }

@@ -75,7 +75,8 @@ impl Engine {
         let devices = list_devices(&runtime, &options.ep_libraries);
         let plan = plan_with(options.device, cpu_only, &devices.devices, &options.providers);
         let threads = options.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-        let default_workers = if plan.providers.iter().all(Planned::is_builtin_cpu) { default_cpu_workers(threads) } else { 1 };
+        let default_workers =
+            if plan.providers.iter().all(Planned::is_builtin_cpu) { default_cpu_workers(threads) } else { 1 };
         let cpu_workers = options.chosen_workers().unwrap_or(default_workers);
         let intra_threads = intra_threads(threads, cpu_workers);
         let resident = resident_bytes();

@@ -125,11 +125,16 @@ impl Default for EmbedderOptions {
 }
 
 impl EmbedderOptions {
-    /// The defaults, with the device taken from `NORNIR_DEVICE` when set.
+    /// The defaults, with the device taken from `NORNIR_DEVICE` and the providers from
+    /// `NORNIR_PROVIDERS` (comma-separated) when set. (`NORNIR_EP_LIBS` is read wherever plugins
+    /// are found, options or not.)
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         if let Ok(v) = std::env::var("NORNIR_DEVICE") {
             o.device = v.parse().map_err(|e| EmbedError::invalid("device", format!("NORNIR_DEVICE: {e}")))?;
+        }
+        if let Ok(v) = std::env::var("NORNIR_PROVIDERS") {
+            o.providers = v.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect();
         }
         Ok(o)
     }
@@ -266,9 +271,13 @@ impl EmbedderOptions {
             }
         }
         if self.providers.iter().any(|p| p.trim().is_empty()) {
-            return Err(EmbedError::invalid("providers", "a provider name is empty: give ONNX Runtime names, e.g. cpu_ep"));
+            return Err(EmbedError::invalid(
+                "providers",
+                "a provider name is empty: give ONNX Runtime names, e.g. cpu_ep",
+            ));
         }
-        if let Some((name, _)) = self.ep_libraries.iter().find(|(n, p)| n.trim().is_empty() || p.as_os_str().is_empty()) {
+        if let Some((name, _)) = self.ep_libraries.iter().find(|(n, p)| n.trim().is_empty() || p.as_os_str().is_empty())
+        {
             return Err(EmbedError::invalid("ep_libraries", format!("entry {name:?} needs a name and a path")));
         }
         #[allow(deprecated)]

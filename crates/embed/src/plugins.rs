@@ -111,7 +111,12 @@ pub(crate) fn register_and_list(rt: &OrtRuntime, found: &PluginDiscovery) -> Dev
                 Ok(()) => {
                     let plugin = PluginRef { name: lib.name.clone(), path: lib.path.display().to_string() };
                     for d in before(rt).into_iter().filter(|d| !listed.iter().any(|l| key(l) == key(d))) {
-                        report.devices.push(format!("{} on {} {}", d.provider, d.hardware_vendor, d.hardware.label().to_ascii_uppercase()));
+                        report.devices.push(format!(
+                            "{} on {} {}",
+                            d.provider,
+                            d.hardware_vendor,
+                            d.hardware.label().to_ascii_uppercase()
+                        ));
                         origin.push((key(&d), plugin.clone()));
                     }
                     if report.devices.is_empty() {
@@ -223,7 +228,9 @@ fn trial(rt: &OrtRuntime, name: &CStr, path: &CStr) -> Result<(), String> {
             if signal == libc::SIGSEGV { ", SIGSEGV" } else { "" }
         );
         if let Some(line) = said.iter().rev().find(|l| l.contains("API version")) {
-            why = format!("{why}; ONNX Runtime said: {line}; the plugin needs a newer ONNX Runtime: load one (--ort-lib, ORT_DYLIB_PATH)");
+            why = format!(
+                "{why}; ONNX Runtime said: {line}; the plugin needs a newer ONNX Runtime: load one (--ort-lib, ORT_DYLIB_PATH)"
+            );
         }
         return Err(why);
     }

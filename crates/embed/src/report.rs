@@ -119,7 +119,9 @@ impl Placement {
         let total: usize = nodes.values().sum();
         Some((
             main.clone(),
-            format!("{provider} registered, but ONNX Runtime gave it none of the model's {total} nodes; {main} runs them"),
+            format!(
+                "{provider} registered, but ONNX Runtime gave it none of the model's {total} nodes; {main} runs them"
+            ),
         ))
     }
 }

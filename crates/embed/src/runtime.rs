@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use nornir_ep_select::Plan;
-use nornir_gpu_probe::{OrtCandidate, OrtDiscovery, PluginDiscovery, ProbeContext, discover_ort, discover_plugins, pick_ort};
+use nornir_gpu_probe::{
+    OrtCandidate, OrtDiscovery, PluginDiscovery, ProbeContext, discover_ort, discover_plugins, pick_ort,
+};
 
 use crate::error::{EmbedError, Result};
 use crate::plugins::PluginState;

@@ -188,7 +188,9 @@ fn register(rt: &OrtRuntime, planned: &Planned, builder: &mut SessionBuilder) ->
         };
     };
     let lib = provider_library(rt, lib_name);
-    if !lib.is_file() && p == Provider::Rocm && nornir_gpu_probe::version_at_least(&rt.info.version, (1, 23)) == Some(true)
+    if !lib.is_file()
+        && p == Provider::Rocm
+        && nornir_gpu_probe::version_at_least(&rt.info.version, (1, 23)) == Some(true)
     {
         return Registration::failed(p, ROCM_LEFT.to_owned());
     }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 mod devices;
 
-pub use devices::{EpDevice, Hardware, PCI_AMD, PCI_NVIDIA, PluginRef, Planned};
+pub use devices::{EpDevice, Hardware, PCI_AMD, PCI_NVIDIA, Planned, PluginRef};
 
 /// The device the user asks for (`NORNIR_DEVICE`, `--device`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -353,8 +353,7 @@ pub fn explicit_plan(inputs: &Inputs) -> Plan {
 /// A built-in provider by its ONNX Runtime name or its short name (`cuda`, `migraphx`, `cpu`).
 fn builtin_named(name: &str) -> Option<Provider> {
     Provider::ALL.iter().copied().find(|p| {
-        p.ort_name().eq_ignore_ascii_case(name)
-            || p.library_name().unwrap_or("cpu").eq_ignore_ascii_case(name)
+        p.ort_name().eq_ignore_ascii_case(name) || p.library_name().unwrap_or("cpu").eq_ignore_ascii_case(name)
     })
 }
 
@@ -371,7 +370,13 @@ fn add_plugins(providers: &mut Vec<Planned>, reasons: &mut Vec<String>, devices:
 }
 
 fn cpu_plan(reasons: Vec<String>) -> Plan {
-    Plan { vendor: Vendor::Cpu, providers: vec![Planned::Builtin(Provider::Cpu)], reasons, forced: false, refusal: None }
+    Plan {
+        vendor: Vendor::Cpu,
+        providers: vec![Planned::Builtin(Provider::Cpu)],
+        reasons,
+        forced: false,
+        refusal: None,
+    }
 }
 
 fn gpu_plan(vendor: Vendor, mut providers: Vec<Planned>, mut reasons: Vec<String>, forced: bool) -> Plan {

@@ -47,7 +47,10 @@ fn every_combination() {
                         if refused {
                             assert!(p.providers.is_empty(), "{case}");
                         } else {
-                            assert!(p.providers.last().is_some_and(Planned::is_builtin_cpu), "CPU ends every plan: {case}");
+                            assert!(
+                                p.providers.last().is_some_and(Planned::is_builtin_cpu),
+                                "CPU ends every plan: {case}"
+                            );
                             assert!(
                                 p.providers[..p.providers.len() - 1].iter().all(|x| x.vendor() == vendor),
                                 "{case}"
@@ -183,7 +186,11 @@ fn plugin_gpus_join_their_vendor_in_the_seed_order() {
             "{:?}",
             p.reasons
         );
-        assert!(p.reasons.iter().any(|r| r.contains("MIGraphXPluginEP") && r.contains("not compiled")), "{:?}", p.reasons);
+        assert!(
+            p.reasons.iter().any(|r| r.contains("MIGraphXPluginEP") && r.contains("not compiled")),
+            "{:?}",
+            p.reasons
+        );
     }
     // No CUDA runtime for the built-in provider, but ONNX Runtime lists an NVIDIA plugin device.
     let p = plan(&with_devices(false, false, vec![rtx.clone()]));
@@ -224,7 +231,11 @@ fn named_providers_in_order_then_the_cpu() {
         &["cpu_ep", "CUDAExecutionProvider", "CPUExecutionProvider"]
     };
     assert_eq!(names(&p), expected, "{:?}", p.reasons);
-    assert!(p.reasons.iter().any(|r| r.starts_with("missing_ep: skipped: ONNX Runtime lists no device")), "{:?}", p.reasons);
+    assert!(
+        p.reasons.iter().any(|r| r.starts_with("missing_ep: skipped: ONNX Runtime lists no device")),
+        "{:?}",
+        p.reasons
+    );
     assert!(p.reasons.iter().any(|r| r.contains("device rocm: ignored")), "{:?}", p.reasons);
     // A model for the CPU only keeps the CPU plugin and drops the GPU entries.
     inputs.model_cpu_only = Some("the model is int8 for the CPU".into());

@@ -131,7 +131,9 @@ pub fn discover_plugins(ctx: &ProbeContext, explicit: &[(String, PathBuf)]) -> P
             let dedicated = package.starts_with("onnxruntime_ep_");
             let found = first_plugin(&dir);
             match found {
-                Some(path) => d.push(PluginLibrary { name: package, path, source: PluginSource::Python, problem: None }),
+                Some(path) => {
+                    d.push(PluginLibrary { name: package, path, source: PluginSource::Python, problem: None })
+                }
                 None if dedicated => d.push(PluginLibrary {
                     name: package,
                     path: dir,
@@ -155,7 +157,8 @@ pub fn discover_plugins(ctx: &ProbeContext, explicit: &[(String, PathBuf)]) -> P
 
 impl PluginDiscovery {
     fn push(&mut self, lib: PluginLibrary) {
-        let same = |a: &Path, b: &Path| a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
+        let same =
+            |a: &Path, b: &Path| a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
         if lib.usable() && self.libraries.iter().any(|l| l.usable() && same(&l.path, &lib.path)) {
             return;
         }

@@ -46,11 +46,11 @@ pub use nornir_embed::{
 /// folder it read. Each type is `#[non_exhaustive]` and (de)serialises as `nornir vector doctor
 /// --json` writes it.
 pub mod diagnostics {
-    pub use nornir_ep_select::{Compiled, EpDevice, Hardware, PCI_AMD, PCI_NVIDIA, Planned, PluginRef, Plan};
+    pub use nornir_ep_select::{Compiled, EpDevice, Hardware, PCI_AMD, PCI_NVIDIA, Plan, Planned, PluginRef};
     pub use nornir_gpu_probe::{
-        DriverReport, LibraryReport, Opened, OrtCandidate, OrtDiscovery, PluginDiscovery, PluginLibrary,
-        PluginSource, ProbeContext, ProbeReport, ProviderRequirements, RejectedEntry, Requirement, RequirementStatus,
-        SearchPath, VendorReport, VisibleDevices, discover_plugins, nornir_home, parse_plugin_entry, version_at_least,
+        DriverReport, LibraryReport, Opened, OrtCandidate, OrtDiscovery, PluginDiscovery, PluginLibrary, PluginSource,
+        ProbeContext, ProbeReport, ProviderRequirements, RejectedEntry, Requirement, RequirementStatus, SearchPath,
+        VendorReport, VisibleDevices, discover_plugins, nornir_home, parse_plugin_entry, version_at_least,
         write_vendor,
     };
 
