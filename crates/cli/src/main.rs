@@ -110,7 +110,7 @@ Examples:
 pub struct ModelArgs {
     /// Model folder (model.onnx or onnx/model.onnx, tokenizer.json, sentence-transformers configs).
     /// Default: all-MiniLM-L6-v2 int8 in the nornir cache (`cargo xtask fetch`). `serve` takes it
-    /// more than once, as NAME=DIR (a bare DIR is named after its folder).
+    /// more than once, as NAME=DIR or NAME,ALIAS...=DIR (a bare DIR is named after its folder).
     #[arg(long, value_name = "DIR")]
     pub model: Vec<PathBuf>,
     /// Model file inside the folder, instead of model.onnx.
@@ -336,10 +336,31 @@ pub struct ServeArgs {
     #[arg(long, value_name = "READING", default_value = "cl100k", value_parser = ["cl100k", "refuse"])]
     pub token_ids: String,
     /// The models to serve, from a TOML file: one `[[model]]` table each, with name and folder,
-    /// and optionally device, threads, workers (or sessions), prompt_name, prompt and dim (relative folders
-    /// are read from the file's folder). The other model flags apply to every model.
+    /// and optionally aliases, device, threads, workers (or sessions), prompt_name, prompt and
+    /// dim (relative folders are read from the file's folder). The other model flags apply to
+    /// every model.
     #[arg(long, value_name = "FILE", conflicts_with = "model")]
     pub models_file: Option<PathBuf>,
+    /// What to do with a text longer than the model reads when the request does not say (TEI's
+    /// "truncate": true|false does; OpenAI's requests never do): truncate (keep its first
+    /// tokens; the answer's x-truncated-inputs header counts them), refuse (413 naming the text
+    /// and its token count, TEI's default), chunk or late (the document's vector, as `nornir
+    /// vector embed --long chunk|late`).
+    #[arg(long, value_enum, default_value = "truncate")]
+    pub long: commands::LongText,
+    /// Tokens per chunk with --long chunk|late (default: the model's length).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub window: Option<u32>,
+    /// Tokens shared by neighbouring chunks with --long chunk|late.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub overlap: u32,
+    /// With several models, the one that answers a model name the server does not know
+    /// (otherwise 404 with the list). With one model, every name is answered by it anyway.
+    #[arg(long, value_name = "NAME")]
+    pub default_model: Option<String>,
+    /// Answer a model name the server does not know with 404 even when one model is served.
+    #[arg(long)]
+    pub strict_model_names: bool,
     #[command(flatten)]
     pub model: ModelArgs,
 }

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use crate::metrics::Metrics;
 use crate::models::{Entry, Models};
-use crate::{ServerConfig, TokenIds};
+use crate::{LongInputs, ServerConfig, TokenIds};
 
 /// Most bytes of a too-large body read and dropped before its 413 goes out: a client still
 /// writing it then reads the answer, not a reset connection. A larger body, or one announced with
@@ -33,6 +33,9 @@ pub(crate) struct App {
     request_timeout: Duration,
     read_timeout: Duration,
     pub(crate) token_ids: TokenIds,
+    pub(crate) long: LongInputs,
+    strict_model_names: bool,
+    default_model: Option<String>,
     pub(crate) metrics: Metrics,
     /// When the router was made, in Unix seconds: OpenAI's `created` of each model.
     pub(crate) created: u64,
@@ -74,7 +77,7 @@ impl From<EmbedError> for ApiError {
     fn from(e: EmbedError) -> Self {
         let message = match &e {
             EmbedError::TooLong { index, tokens, exact, max_length, .. } => format!(
-                "inputs[{index}] has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or send \"truncate\": true",
+                "inputs[{index}] has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or send \"truncate\": true (TEI's routes; the server's --long sets what a request that does not say gets)",
                 if *exact { "" } else { "more than " }
             ),
             _ => error_chain(&e),
@@ -123,6 +126,14 @@ pub(crate) fn dimensions(d: i64, width: usize) -> Result<usize, ApiError> {
         .map_err(|_| ApiError::bad(format!("dimensions must be between 1 and {width} for this model, not {d}")))
 }
 
+/// `response` with `x-truncated-inputs`: how many of the request's texts were cut to the
+/// model's length.
+pub(crate) fn truncated_header(mut response: Response, rows: &Embeddings) -> Response {
+    let n = (0..rows.len()).filter(|&i| rows.truncated(i)).count();
+    response.headers_mut().insert("x-truncated-inputs", HeaderValue::from(n));
+    response
+}
+
 /// A string or a list of strings, or (OpenAI only) token ids.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
@@ -143,6 +154,9 @@ impl App {
             request_timeout: config.request_timeout,
             read_timeout: config.read_timeout,
             token_ids: config.token_ids,
+            long: config.long,
+            strict_model_names: config.strict_model_names,
+            default_model: config.default_model,
             metrics: Metrics::default(),
             created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         }
@@ -173,20 +187,32 @@ impl App {
                 ));
             }
         };
-        self.metrics.count_texts(entry, texts.len(), rows.total_tokens());
+        let truncated = (0..rows.len()).filter(|&i| rows.truncated(i)).count();
+        self.metrics.count_texts(entry, texts.len(), rows.total_tokens(), truncated);
         Ok(rows)
     }
 
-    /// The model a request names (`None`: the first), once it has loaded. An unknown name is
-    /// 404 listing the names.
+    /// The model a request names (`None`: the first), once it has loaded. A name or alias
+    /// answers with its model; a name the server does not know is answered by the one model
+    /// when only one is served (as TEI does; not with `--strict-model-names`), else by
+    /// `--default-model`, else 404 listing the names.
     pub(crate) fn model(&self, name: Option<&str>) -> Result<(&Entry, &Arc<Embedder>), ApiError> {
         let entry = match name {
             None => self.models.first(),
-            Some(n) => self.models.entry(n).map_err(|e| ApiError {
-                status: StatusCode::NOT_FOUND,
-                message: e.to_string(),
-                code: Some("model_not_found"),
-            })?,
+            Some(n) => match self.models.entry(n) {
+                Ok(e) => e,
+                Err(_) if self.models.entries.len() == 1 && !self.strict_model_names => self.models.first(),
+                Err(e) => match self.default_model.as_deref().and_then(|d| self.models.entry(d).ok()) {
+                    Some(fallback) => fallback,
+                    None => {
+                        return Err(ApiError {
+                            status: StatusCode::NOT_FOUND,
+                            message: e.to_string(),
+                            code: Some("model_not_found"),
+                        });
+                    }
+                },
+            },
         };
         let embedder = entry.embedder.get().ok_or_else(|| {
             ApiError::new(
@@ -329,7 +355,9 @@ pub(crate) async fn info(State(app): State<Arc<App>>, model: Option<Path<String>
         Ok(axum::Json(json!({
             "version": env!("CARGO_PKG_VERSION"),
             "model_id": entry.name,
+            "aliases": entry.aliases,
             "models": app.models.names(),
+            "long_inputs": app.long.label(),
             "max_input_length": info.max_length,
             "max_client_batch_size": app.max_inputs,
             "model": info,

@@ -48,6 +48,7 @@ use axum::Router;
 use axum::routing::{get, post};
 
 pub use models::{Models, ModelsError};
+pub use nornir_vector::Chunking;
 pub use serve::serve;
 
 /// How `input` given as token ids is read on the OpenAI routes.
@@ -75,9 +76,46 @@ impl std::str::FromStr for TokenIds {
     }
 }
 
-/// The server's limits and access, the same for every model. `Default`: no key, 2,048 inputs
-/// and 4 MiB per request, 60 s per request, 30 s to send a request's head and again its body,
-/// token ids read as `cl100k_base`.
+/// What the server does with a text longer than the model reads when the request does not say
+/// (TEI's `truncate` says; OpenAI's requests never do): the CLI's `--long`.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub enum LongInputs {
+    /// Keep its first tokens, as the CLI and sentence-transformers do; the answer's
+    /// `x-truncated-inputs` header counts the texts cut.
+    #[default]
+    Truncate,
+    /// 413 naming the text and its token count: TEI's default.
+    Refuse,
+    /// The document's vector over overlapping chunks, as `nornir vector embed --long chunk`.
+    Chunk(nornir_vector::Chunking),
+}
+
+impl LongInputs {
+    /// `truncate`, `refuse` or `chunk`, as `--long` names it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Truncate => "truncate",
+            Self::Refuse => "refuse",
+            Self::Chunk(_) => "chunk",
+        }
+    }
+
+    /// The call options of this policy.
+    pub fn call_options(&self) -> nornir_vector::CallOptions {
+        use nornir_vector::{CallOptions, Truncation};
+        match self {
+            Self::Truncate => CallOptions::new().with_truncation(Truncation::Right),
+            Self::Refuse => CallOptions::new().with_truncation(Truncation::Refuse),
+            Self::Chunk(c) => CallOptions::new().with_chunking(c.clone()),
+        }
+    }
+}
+
+/// The server's limits, access and names, the same for every model. `Default`: no key, 2,048
+/// inputs and 4 MiB per request, 60 s per request, 30 s to send a request's head and again its
+/// body, token ids read as `cl100k_base`, long texts truncated, and any model name answered by
+/// the one model when only one is served.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServerConfig {
@@ -94,6 +132,14 @@ pub struct ServerConfig {
     /// idle connection is closed after it too), and again its body (408).
     pub read_timeout: Duration,
     pub token_ids: TokenIds,
+    /// A text longer than the model, when the request does not say (`--long`).
+    pub long: LongInputs,
+    /// Answer a model name the server does not know with 404 even when one model is served
+    /// (`--strict-model-names`); by default one model answers every name, as TEI does.
+    pub strict_model_names: bool,
+    /// With several models, the one that answers a name the server does not know
+    /// (`--default-model`); without it such a name is 404 with the list.
+    pub default_model: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -105,6 +151,9 @@ impl Default for ServerConfig {
             request_timeout: Duration::from_secs(60),
             read_timeout: Duration::from_secs(30),
             token_ids: TokenIds::Cl100k,
+            long: LongInputs::Truncate,
+            strict_model_names: false,
+            default_model: None,
         }
     }
 }
@@ -134,6 +183,18 @@ impl ServerConfig {
     }
     pub fn with_token_ids(mut self, reading: TokenIds) -> Self {
         self.token_ids = reading;
+        self
+    }
+    pub fn with_long(mut self, long: LongInputs) -> Self {
+        self.long = long;
+        self
+    }
+    pub fn with_strict_model_names(mut self, strict: bool) -> Self {
+        self.strict_model_names = strict;
+        self
+    }
+    pub fn with_default_model(mut self, name: impl Into<String>) -> Self {
+        self.default_model = Some(name.into());
         self
     }
 
@@ -181,6 +242,12 @@ impl std::error::Error for InvalidConfig {}
 /// [`ServerConfig::validate`] refuses is refused here.
 pub fn router(models: Arc<Models>, config: ServerConfig) -> Result<Router, InvalidConfig> {
     config.validate()?;
+    if let Some(name) = config.default_model.as_deref().filter(|n| models.served_name(n).is_none()) {
+        return Err(InvalidConfig {
+            option: "default_model",
+            reason: format!("no model is named {name:?}; the models are {}", models.all_names().join(", ")),
+        });
+    }
     let app = Arc::new(api::App::new(models, config));
     let tei_routes = || {
         Router::new()

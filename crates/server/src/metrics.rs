@@ -43,9 +43,10 @@ impl Metrics {
         self.latency_micros.fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
     }
 
-    pub(crate) fn count_texts(&self, entry: &Entry, texts: usize, tokens: usize) {
+    pub(crate) fn count_texts(&self, entry: &Entry, texts: usize, tokens: usize, truncated: usize) {
         entry.texts.fetch_add(texts as u64, Ordering::Relaxed);
         entry.tokens.fetch_add(tokens as u64, Ordering::Relaxed);
+        entry.truncated.fetch_add(truncated as u64, Ordering::Relaxed);
     }
 }
 
@@ -92,6 +93,11 @@ fn render(app: &App, out: &mut String) {
     for e in entries {
         let _ =
             writeln!(out, "nornir_tokens_total{{model=\"{}\"}} {}", label(&e.name), e.tokens.load(Ordering::Relaxed));
+    }
+    family(out, "nornir_truncated_inputs_total", "counter", "Texts cut to the model's length (--long truncate or \"truncate\": true).");
+    for e in entries {
+        let n = e.truncated.load(Ordering::Relaxed);
+        let _ = writeln!(out, "nornir_truncated_inputs_total{{model=\"{}\"}} {n}", label(&e.name));
     }
     let reports: Vec<_> = loaded.iter().map(|(name, e)| (label(name), e.report(), e.stats())).collect();
     if let Some(rss) = reports.first().and_then(|(_, r, _)| r.memory.resident_bytes) {

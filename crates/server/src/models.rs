@@ -38,11 +38,16 @@ impl std::error::Error for ModelsError {}
 /// One served model.
 #[derive(Debug)]
 pub(crate) struct Entry {
+    /// The served name: the answer's `model`, the `/metrics` label.
     pub(crate) name: String,
+    /// Other names a request may give for it.
+    pub(crate) aliases: Vec<String>,
     pub(crate) embedder: OnceLock<Arc<Embedder>>,
     /// Texts and tokens embedded for requests, for `/metrics`.
     pub(crate) texts: AtomicU64,
     pub(crate) tokens: AtomicU64,
+    /// Texts cut to the model's length.
+    pub(crate) truncated: AtomicU64,
 }
 
 /// The models a server answers for, in order: the first is the one TEI's routes use without a
@@ -62,19 +67,31 @@ fn usable_name(name: &str) -> bool {
 impl Models {
     /// The names of the models to serve, none loaded yet.
     pub fn new(names: impl IntoIterator<Item = String>) -> Result<Self, ModelsError> {
+        Self::with_aliases(names.into_iter().map(|n| (n, Vec::new())))
+    }
+
+    /// The models to serve, each with its served name and the other names (aliases) a request
+    /// may give for it (`--model NAME,ALIAS=DIR`). Every name and alias is unique.
+    pub fn with_aliases(models: impl IntoIterator<Item = (String, Vec<String>)>) -> Result<Self, ModelsError> {
         let mut entries: Vec<Entry> = Vec::new();
-        for name in names {
-            if !usable_name(&name) {
-                return Err(ModelsError::BadName(name));
-            }
-            if entries.iter().any(|e| e.name == name) {
-                return Err(ModelsError::Duplicate(name));
+        for (name, aliases) in models {
+            let names: Vec<&String> = std::iter::once(&name).chain(&aliases).collect();
+            for (i, n) in names.iter().enumerate() {
+                if !usable_name(n) {
+                    return Err(ModelsError::BadName((*n).clone()));
+                }
+                let earlier = names[..i].contains(n);
+                if earlier || entries.iter().any(|e| e.name == **n || e.aliases.contains(n)) {
+                    return Err(ModelsError::Duplicate((*n).clone()));
+                }
             }
             entries.push(Entry {
                 name,
+                aliases,
                 embedder: OnceLock::new(),
                 texts: AtomicU64::new(0),
                 tokens: AtomicU64::new(0),
+                truncated: AtomicU64::new(0),
             });
         }
         if entries.is_empty() {
@@ -93,9 +110,23 @@ impl Models {
         self.entries.iter().map(|e| e.name.clone()).collect()
     }
 
-    /// Model `name`'s embedder, once it has loaded.
+    /// Every name a request may give: each model's name, then its aliases, in order.
+    pub fn all_names(&self) -> Vec<String> {
+        self.entries.iter().flat_map(|e| std::iter::once(&e.name).chain(&e.aliases).cloned()).collect()
+    }
+
+    /// The served name of the model `name` or an alias of it stands for.
+    pub fn served_name(&self, name: &str) -> Option<&str> {
+        self.find(name).map(|e| e.name.as_str())
+    }
+
+    /// Model `name`'s (or an alias's) embedder, once it has loaded.
     pub fn get(&self, name: &str) -> Option<&Arc<Embedder>> {
-        self.entries.iter().find(|e| e.name == name).and_then(|e| e.embedder.get())
+        self.find(name).and_then(|e| e.embedder.get())
+    }
+
+    fn find(&self, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.name == name || e.aliases.iter().any(|a| a == name))
     }
 
     /// Whether every model has loaded.
@@ -104,10 +135,7 @@ impl Models {
     }
 
     pub(crate) fn entry(&self, name: &str) -> Result<&Entry, ModelsError> {
-        self.entries
-            .iter()
-            .find(|e| e.name == name)
-            .ok_or_else(|| ModelsError::Unknown { name: name.to_owned(), known: self.names() })
+        self.find(name).ok_or_else(|| ModelsError::Unknown { name: name.to_owned(), known: self.all_names() })
     }
 
     pub(crate) fn first(&self) -> &Entry {
@@ -132,5 +160,27 @@ mod tests {
         assert!(!m.all_loaded() && m.get("bge-small").is_none());
         let e = m.entry("gte").unwrap_err().to_string();
         assert!(e.contains("bge-small, e5.int8"), "{e}");
+    }
+
+    #[test]
+    fn aliases_name_their_model_and_every_name_is_unique() {
+        let m = Models::with_aliases([
+            ("minilm".to_owned(), vec!["text-embedding-3-small".to_owned(), "ada".to_owned()]),
+            ("para".to_owned(), Vec::new()),
+        ])
+        .expect("names");
+        assert_eq!(m.all_names(), ["minilm", "text-embedding-3-small", "ada", "para"]);
+        assert_eq!(m.served_name("ada"), Some("minilm"));
+        assert_eq!(m.entry("text-embedding-3-small").expect("alias").name, "minilm");
+        assert!(m.entry("nope").unwrap_err().to_string().contains("minilm, text-embedding-3-small, ada, para"));
+        for clash in [
+            vec![("a".to_owned(), vec!["b".to_owned()]), ("b".to_owned(), Vec::new())],
+            vec![("a".to_owned(), vec!["a".to_owned()])],
+            vec![("a".to_owned(), vec!["x".to_owned(), "x".to_owned()])],
+            vec![("a".to_owned(), Vec::new()), ("b".to_owned(), vec!["a".to_owned()])],
+        ] {
+            assert!(matches!(Models::with_aliases(clash.clone()), Err(ModelsError::Duplicate(_))), "{clash:?}");
+        }
+        assert!(matches!(Models::with_aliases([("a".to_owned(), vec!["b c".to_owned()])]), Err(ModelsError::BadName(_))));
     }
 }

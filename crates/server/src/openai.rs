@@ -8,11 +8,10 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
-use nornir_vector::CallOptions;
 use serde::{Deserialize, Serialize};
 
 use crate::TokenIds;
-use crate::api::{ApiError, App, Flavour, Input, dimensions};
+use crate::api::{ApiError, App, Flavour, Input, dimensions, truncated_header};
 
 #[derive(Deserialize)]
 struct Request {
@@ -127,7 +126,8 @@ async fn embeddings_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<
     if let Some(i) = texts.iter().position(String::is_empty) {
         return Err(ApiError::bad(format!("input[{i}] is an empty string; send text")));
     }
-    let mut options = CallOptions::new();
+    // OpenAI's requests never say what to do with a long text: the server's --long does.
+    let mut options = app.long.call_options();
     if let Some(d) = req.dimensions {
         options = options.with_dimensions(dimensions(d, embedder.model_info().model_dimension)?);
     }
@@ -150,7 +150,7 @@ async fn embeddings_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<
         .collect();
     let tokens = rows.total_tokens();
     let usage = Usage { prompt_tokens: tokens, total_tokens: tokens };
-    Ok(axum::Json(List { object: "list", data, model: &entry.name, usage }).into_response())
+    Ok(truncated_header(axum::Json(List { object: "list", data, model: &entry.name, usage }).into_response(), &rows))
 }
 
 #[derive(Serialize)]
@@ -165,12 +165,10 @@ struct Model<'a> {
 pub(crate) async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     let started = Instant::now();
     let r = app.authorize(&headers).map(|()| {
-        let data: Vec<Model<'_>> = app
-            .models
-            .entries
-            .iter()
-            .map(|e| Model { id: &e.name, object: "model", created: app.created, owned_by: "nornir" })
-            .collect();
+        // Each name a request may give, once: every model's name, then its aliases.
+        let names = app.models.all_names();
+        let data: Vec<Model<'_>> =
+            names.iter().map(|id| Model { id, object: "model", created: app.created, owned_by: "nornir" }).collect();
         axum::Json(serde_json::json!({ "object": "list", "data": data })).into_response()
     });
     app.respond("/v1/models", Flavour::OpenAi, started, r)

@@ -12,7 +12,8 @@ use axum::response::{IntoResponse, Response};
 use nornir_vector::{CallOptions, CharChunk, Chunking, DocumentVector, Embedder, Truncation};
 use serde::Deserialize;
 
-use crate::api::{ApiError, App, Flavour, Input, dimensions};
+use crate::LongInputs;
+use crate::api::{ApiError, App, Flavour, Input, dimensions, truncated_header};
 use crate::models::Entry;
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -95,22 +96,29 @@ impl Params {
         }
     }
 
-    /// As TEI reads them: a text longer than the model is refused unless `truncate` is true;
-    /// then it is cut on `truncation_direction`'s side (right by default).
-    fn call_options(self, width: usize) -> Result<CallOptions, ApiError> {
+    /// A text longer than the model: `"chunking"` chunks it; `truncate: true` cuts it on
+    /// `truncation_direction`'s side (right by default) and `false` refuses it (413), as TEI
+    /// reads them; a request that says neither gets the server's `long` (for token vectors,
+    /// `per_token`, a chunking default truncates: chunks have no token vectors of the whole).
+    fn call_options(self, width: usize, long: &LongInputs, per_token: bool) -> Result<CallOptions, ApiError> {
         if let Some(f) = self.encoding_format.as_deref().filter(|f| *f != "float") {
             return Err(ApiError::bad(format!(
                 "encoding_format {f:?}: TEI's routes answer float vectors only; ask /v1/embeddings for base64"
             )));
         }
-        let mut o = CallOptions::new().with_truncation(match (self.truncate, self.truncation_direction) {
-            (Some(true), Some(Direction::Left)) => Truncation::Left,
-            (Some(true), _) => Truncation::Right,
-            _ => Truncation::Refuse,
-        });
-        if let Some(c) = &self.chunking {
-            o = o.with_chunking(c.chunking()?);
-        }
+        let cut = match self.truncation_direction {
+            Some(Direction::Left) => Truncation::Left,
+            _ => Truncation::Right,
+        };
+        let mut o = match (&self.chunking, self.truncate, long) {
+            (Some(c), _, _) => CallOptions::new().with_chunking(c.chunking()?),
+            (None, Some(true), _) | (None, None, LongInputs::Truncate) => CallOptions::new().with_truncation(cut),
+            (None, Some(false), _) | (None, None, LongInputs::Refuse) => {
+                CallOptions::new().with_truncation(Truncation::Refuse)
+            }
+            (None, None, LongInputs::Chunk(_)) if per_token => CallOptions::new().with_truncation(cut),
+            (None, None, other) => other.call_options(),
+        };
         if let Some(n) = self.normalize {
             o = o.with_normalize(n);
         }
@@ -160,6 +168,7 @@ async fn embed_request<'a>(
     headers: &HeaderMap,
     body: Body,
     chunked: bool,
+    per_token: bool,
 ) -> Result<(&'a Entry, &'a Arc<Embedder>, Vec<String>, CallOptions), ApiError> {
     let req: EmbedRequest = app.accept(headers, body).await?;
     let (entry, embedder) = app.model(name(model))?;
@@ -169,17 +178,17 @@ async fn embed_request<'a>(
     if chunked {
         params.chunking.get_or_insert_with(ChunkingParams::default);
     }
-    let options = params.call_options(embedder.model_info().model_dimension)?;
+    let options = params.call_options(embedder.model_info().model_dimension, &app.long, per_token)?;
     Ok((entry, embedder, texts, options))
 }
 
 pub(crate) async fn embed(State(app): State<Arc<App>>, model: ModelPath, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let r = async {
-        let (entry, embedder, texts, options) = embed_request(&app, &model, &headers, body, false).await?;
+        let (entry, embedder, texts, options) = embed_request(&app, &model, &headers, body, false, false).await?;
         let rows = app.embed(entry, embedder, &texts, options).await?;
         let vectors: Vec<&[f32]> = rows.rows().collect();
-        Ok(axum::Json(vectors).into_response())
+        Ok(truncated_header(axum::Json(vectors).into_response(), &rows))
     }
     .await;
     app.respond("/embed", Flavour::Tei, started, r)
@@ -202,7 +211,7 @@ pub(crate) async fn embed_chunks(
 ) -> Response {
     let started = Instant::now();
     let r = async {
-        let (entry, embedder, texts, options) = embed_request(&app, &model, &headers, body, true).await?;
+        let (entry, embedder, texts, options) = embed_request(&app, &model, &headers, body, true, false).await?;
         let rows = app.embed(entry, embedder, &texts, options).await?;
         let answers: Vec<DocumentAnswer<'_>> = texts
             .iter()
@@ -224,7 +233,7 @@ pub(crate) async fn embed_all(
 ) -> Response {
     let started = Instant::now();
     let r = async {
-        let (_, embedder, texts, options) = embed_request(&app, &model, &headers, body, false).await?;
+        let (_, embedder, texts, options) = embed_request(&app, &model, &headers, body, false, true).await?;
         let embedder = Arc::clone(embedder);
         let vectors = tokio::task::spawn_blocking(move || {
             texts
@@ -351,13 +360,13 @@ pub(crate) async fn similarity(
         let options = req
             .parameters
             .unwrap_or_default()
-            .call_options(embedder.model_info().model_dimension)?
+            .call_options(embedder.model_info().model_dimension, &app.long, false)?
             .with_normalize(true);
         let rows = app.embed(entry, embedder, &texts, options).await?;
         let source = rows.row(0);
         let scores: Vec<f32> =
             (1..rows.len()).map(|i| rows.row(i).iter().zip(source).map(|(a, b)| a * b).sum()).collect();
-        Ok(axum::Json(scores).into_response())
+        Ok(truncated_header(axum::Json(scores).into_response(), &rows))
     }
     .await;
     app.respond("/similarity", Flavour::Tei, started, r)

@@ -55,6 +55,38 @@ async fn post(app: &Router, path: &str, body: Value) -> (StatusCode, Value) {
     call(app, "POST", path, Some(body)).await
 }
 
+/// `post`, with the answer's `x-truncated-inputs` header.
+async fn post_counting(app: &Router, path: &str, body: Value) -> (StatusCode, Value, Option<u64>) {
+    let request = Request::builder()
+        .method("POST")
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("request");
+    let response = app.clone().oneshot(request).await.expect("answer");
+    let status = response.status();
+    let truncated = response
+        .headers()
+        .get("x-truncated-inputs")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("body");
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null), truncated)
+}
+
+/// A router over models with aliases, all loaded.
+fn serve_named(models: &[(&str, &[&str], &Arc<Embedder>)], config: ServerConfig) -> Router {
+    let set = Models::with_aliases(
+        models.iter().map(|(n, a, _)| ((*n).to_owned(), a.iter().map(|x| (*x).to_owned()).collect())),
+    )
+    .expect("names");
+    let set = Arc::new(set);
+    for (name, _, e) in models {
+        set.set_loaded(name, Arc::clone(e)).expect("set");
+    }
+    router(set, config).expect("a valid config")
+}
+
 /// Each vector of a bare `[[f32]]` answer against the library's rows, in width and direction.
 fn assert_vectors(answer: &Value, want: &Embeddings, what: &str) {
     let rows = answer.as_array().unwrap_or_else(|| panic!("{what}: not a list of vectors: {answer}"));
@@ -126,9 +158,10 @@ async fn tei_takes_the_root_and_the_nested_parameters_and_every_field() {
     assert_eq!((status, e["error_type"].as_str()), (StatusCode::BAD_REQUEST, Some("Validation")), "{e}");
     assert!(e["error"].as_str().is_some_and(|m| m.contains("\"document\", \"query\"")), "{e}");
 
-    // A text longer than the model: 413 unless truncate, then cut on the side asked for.
+    // A text longer than the model: 413 with "truncate": false (TEI's default; here the
+    // server's --long refuse), then cut on the side asked for.
     let long = format!("start {} end", "river stone light ".repeat(300));
-    let (status, e) = post(&app, "/embed", json!({ "inputs": ["short", long] })).await;
+    let (status, e) = post(&app, "/embed", json!({ "inputs": ["short", long], "truncate": false })).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{e}");
     assert!(
         e["error"].as_str().is_some_and(|m| m.contains("inputs[1] has 904 tokens") && m.contains("truncate")),
@@ -159,7 +192,7 @@ async fn long_documents_are_chunked_on_request() {
     let doc = "Ålesund ligger på øyer, og fjordene skjærer inn i landet. ".repeat(40);
     let chunking = nornir_vector::Chunking::new().with_window(64).with_overlap(8);
     let want = lib.embed_with(&[doc.as_str(), "short"], &CallOptions::new().with_chunking(chunking)).expect("library");
-    assert_eq!(post(&app, "/embed", json!({ "inputs": doc })).await.0, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(post(&app, "/embed", json!({ "inputs": doc, "truncate": false })).await.0, StatusCode::PAYLOAD_TOO_LARGE);
     let body = json!({ "inputs": [doc, "short"], "chunking": { "window": 64, "overlap": 8 } });
     let (status, answer) = post(&app, "/embed", body.clone()).await;
     assert_eq!(status, StatusCode::OK, "{answer}");
@@ -435,4 +468,98 @@ async fn slow_clients_are_cut_off_and_the_server_keeps_serving() {
         .expect("serve ends on its shutdown signal")
         .expect("join")
         .expect("serve");
+}
+
+/// The names clients send: with one model every name is answered by it (as TEI does), unless
+/// strict; with several, aliases and a fallback choose, and an unknown name is 404 with the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_name_reaches_one_model_and_aliases_and_a_fallback_choose_among_several() {
+    nornir_test_support::needs_assets!();
+    let minilm = load(&default_model(), &options());
+    let paraphrase = load(&nornir_test_support::env_path("NORNIR_TEST_PARAPHRASE_MODEL"), &options());
+    let want_minilm = minilm.embed(&TEXTS).expect("minilm");
+    let want_paraphrase = paraphrase.embed(&TEXTS).expect("paraphrase");
+
+    let one = serve(&[("minilm", &minilm)], ServerConfig::default());
+    for name in ["text-embedding-ada-002", "BAAI/bge-small-en-v1.5", "m"] {
+        let (status, answer) = post(&one, "/v1/embeddings", json!({ "model": name, "input": TEXTS })).await;
+        assert_eq!(status, StatusCode::OK, "{name}: {answer}");
+        assert_eq!(answer["model"], "minilm", "the answer gives the served name");
+        assert_vectors(&openai_vectors(&answer), &want_minilm, name);
+    }
+    let strict = serve(&[("minilm", &minilm)], ServerConfig::default().with_strict_model_names(true));
+    let (status, e) = post(&strict, "/v1/embeddings", json!({ "model": "m", "input": "a" })).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("model_not_found")), "{e}");
+
+    let models: [(&str, &[&str], &Arc<Embedder>); 2] =
+        [("minilm", &["text-embedding-3-small"], &minilm), ("paraphrase", &["para", "p3"], &paraphrase)];
+    let two = serve_named(&models, ServerConfig::default());
+    for (name, want) in [("text-embedding-3-small", &want_minilm), ("p3", &want_paraphrase), ("paraphrase", &want_paraphrase)] {
+        let (status, answer) = post(&two, "/v1/embeddings", json!({ "model": name, "input": TEXTS })).await;
+        assert_eq!(status, StatusCode::OK, "{name}: {answer}");
+        assert_vectors(&openai_vectors(&answer), want, name);
+        let (status, tei) = post(&two, &format!("/models/{name}/embed"), json!({ "inputs": TEXTS })).await;
+        assert_eq!(status, StatusCode::OK, "{name}: {tei}");
+        assert_vectors(&tei, want, name);
+    }
+    let (status, e) = post(&two, "/v1/embeddings", json!({ "model": "ada", "input": "a" })).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{e}");
+    assert!(e["error"]["message"].as_str().is_some_and(|m| m.contains("minilm, text-embedding-3-small, paraphrase, para, p3")), "{e}");
+    let (_, list) = call(&two, "GET", "/v1/models", None).await;
+    let ids: Vec<&str> = list["data"].as_array().expect("data").iter().filter_map(|m| m["id"].as_str()).collect();
+    assert_eq!(ids, ["minilm", "text-embedding-3-small", "paraphrase", "para", "p3"]);
+    let (_, info) = call(&two, "GET", "/models/para/info", None).await;
+    assert_eq!((info["model_id"].as_str(), info["aliases"].clone()), (Some("paraphrase"), json!(["para", "p3"])));
+
+    let fallback = serve_named(&models, ServerConfig::default().with_default_model("para"));
+    let (status, answer) = post(&fallback, "/v1/embeddings", json!({ "model": "ada", "input": TEXTS })).await;
+    assert_eq!((status, answer["model"].as_str()), (StatusCode::OK, Some("paraphrase")), "{answer}");
+    assert_vectors(&openai_vectors(&answer), &want_paraphrase, "the fallback");
+    let set = Arc::new(Models::new(["a".to_owned()]).expect("names"));
+    let e = router(set, ServerConfig::default().with_default_model("b")).expect_err("an unknown fallback");
+    assert_eq!(e.option, "default_model");
+}
+
+/// One policy for long texts: the server's `long` when a request does not say, TEI's
+/// `truncate` when it does; the answer counts the texts cut, and so does /metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_texts_follow_the_servers_policy_unless_the_request_says() {
+    nornir_test_support::needs_assets!();
+    let lib = load(&default_model(), &options());
+    let long = format!("start {} end", "river stone light ".repeat(140));
+    let batch = ["short".to_owned(), long.clone(), "also short".to_owned()];
+    let cut = lib.embed(&batch).expect("truncated");
+    assert!(cut.truncated(1) && !cut.truncated(0));
+
+    let app = serve(&[("minilm", &lib)], ServerConfig::default());
+    let (status, answer, n) = post_counting(&app, "/v1/embeddings", json!({ "model": "x", "input": batch })).await;
+    assert_eq!((status, n), (StatusCode::OK, Some(1)), "{answer}");
+    assert_vectors(&openai_vectors(&answer), &cut, "OpenAI, truncated");
+    // huggingface_hub's feature_extraction sends no "truncate": the server's policy answers.
+    let (status, answer, n) = post_counting(&app, "/", json!({ "inputs": batch })).await;
+    assert_eq!((status, n), (StatusCode::OK, Some(1)), "{answer}");
+    assert_vectors(&answer, &cut, "TEI, truncated");
+    let (status, e, _) = post_counting(&app, "/embed", json!({ "inputs": batch, "truncate": false })).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{e}");
+    assert!(e["error"].as_str().is_some_and(|m| m.contains("inputs[1] has") && m.contains("tokens")), "{e}");
+    let (_, metrics) = call(&app, "GET", "/metrics", None).await;
+    assert!(metrics.as_str().is_some_and(|m| m.contains("nornir_truncated_inputs_total{model=\"minilm\"} 2")), "{metrics}");
+
+    let refuse = serve(&[("minilm", &lib)], ServerConfig::default().with_long(nornir_server::LongInputs::Refuse));
+    for (path, body) in [("/embed", json!({ "inputs": batch })), ("/v1/embeddings", json!({ "input": batch }))] {
+        let (status, e, _) = post_counting(&refuse, path, body).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{path}: {e}");
+    }
+    let (status, answer, n) = post_counting(&refuse, "/embed", json!({ "inputs": batch, "truncate": true })).await;
+    assert_eq!((status, n), (StatusCode::OK, Some(1)), "a request's own truncate wins: {answer}");
+
+    let chunking = nornir_vector::Chunking::new().with_window(64).with_overlap(8);
+    let documents = lib.embed_with(&batch, &CallOptions::new().with_chunking(chunking.clone())).expect("chunked");
+    let chunk = serve(&[("minilm", &lib)], ServerConfig::default().with_long(nornir_server::LongInputs::Chunk(chunking)));
+    let (status, answer, n) = post_counting(&chunk, "/embed", json!({ "inputs": batch })).await;
+    assert_eq!((status, n), (StatusCode::OK, Some(0)), "{answer}");
+    assert_vectors(&answer, &documents, "TEI, chunked");
+    let (status, answer, _) = post_counting(&chunk, "/v1/embeddings", json!({ "input": batch })).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_vectors(&openai_vectors(&answer), &documents, "OpenAI, chunked");
 }

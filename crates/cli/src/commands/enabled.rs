@@ -135,20 +135,27 @@ fn progress(enabled: bool, total: Option<u64>) -> ProgressBar {
     }
 }
 
+/// The chunking of `--long chunk|late` with `--window` and `--overlap`; `None` for truncate and
+/// refuse. `embed` and `serve` both read `--long` through it.
+pub fn long_chunking(long: LongText, window: Option<usize>, overlap: usize) -> Option<Chunking> {
+    let late = match long {
+        LongText::Truncate | LongText::Refuse => return None,
+        LongText::Chunk => false,
+        LongText::Late => true,
+    };
+    let c = Chunking::new().with_overlap(overlap).with_late(late);
+    Some(match window {
+        Some(w) => c.with_window(w),
+        None => c,
+    })
+}
+
 /// The call options of `--long`.
 fn long_text_options(job: &EmbedJob) -> CallOptions {
-    let chunking = |late| {
-        let c = Chunking::new().with_overlap(job.overlap).with_late(late);
-        match job.window {
-            Some(w) => c.with_window(w),
-            None => c,
-        }
-    };
-    match job.long {
-        LongText::Truncate => CallOptions::new(),
-        LongText::Refuse => CallOptions::new().with_truncation(Truncation::Refuse),
-        LongText::Chunk => CallOptions::new().with_chunking(chunking(false)),
-        LongText::Late => CallOptions::new().with_chunking(chunking(true)),
+    match (job.long, long_chunking(job.long, job.window, job.overlap)) {
+        (_, Some(c)) => CallOptions::new().with_chunking(c),
+        (LongText::Refuse, None) => CallOptions::new().with_truncation(Truncation::Refuse),
+        _ => CallOptions::new(),
     }
 }
 

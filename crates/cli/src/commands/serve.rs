@@ -7,16 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use nornir_server::{Models, ServerConfig, TokenIds};
+use nornir_server::{LongInputs, Models, ServerConfig, TokenIds};
 use nornir_vector::{Device, Embedder, EmbedderOptions, QueueFull};
 use serde::Deserialize;
 
-use super::{model_dir, options};
+use super::{LongText, model_dir, options};
 use crate::ServeArgs;
 
-/// One model to serve: its name, folder and options.
+/// One model to serve: its name, other names, folder and options.
 struct Served {
     name: String,
+    aliases: Vec<String>,
     dir: PathBuf,
     options: EmbedderOptions,
 }
@@ -26,6 +27,8 @@ struct Served {
 #[serde(deny_unknown_fields)]
 struct FileModel {
     name: String,
+    #[serde(default)]
+    aliases: Vec<String>,
     folder: PathBuf,
     device: Option<String>,
     threads: Option<usize>,
@@ -47,14 +50,16 @@ fn folder_name(dir: &Path) -> String {
     dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "nornir".to_owned())
 }
 
-/// `NAME=DIR`, or a bare `DIR` (also one whose name holds `=`, when it exists).
-fn parse_model_flag(value: &Path) -> (String, PathBuf) {
+/// `NAME[,ALIAS...]=DIR`, or a bare `DIR` (also one whose name holds `=`, when it exists).
+fn parse_model_flag(value: &Path) -> (String, Vec<String>, PathBuf) {
     let text = value.to_string_lossy();
     match text.split_once('=') {
-        Some((name, dir)) if !value.exists() && !name.is_empty() && !name.contains('/') => {
-            (name.to_owned(), PathBuf::from(dir))
+        Some((names, dir)) if !value.exists() && !names.is_empty() && !names.contains('/') => {
+            let mut names = names.split(',').map(|n| n.trim().to_owned());
+            let name = names.next().unwrap_or_default();
+            (name, names.collect(), PathBuf::from(dir))
         }
-        _ => (folder_name(value), value.to_path_buf()),
+        _ => (folder_name(value), Vec::new(), value.to_path_buf()),
     }
 }
 
@@ -87,7 +92,7 @@ fn read_models_file(file: &Path, base: &EmbedderOptions) -> Result<Vec<Served>> 
             if let Some(p) = super::prompt(m.prompt, m.prompt_name) {
                 o.prompt = Some(p);
             }
-            Ok(Served { name: m.name, dir: root.join(m.folder), options: o })
+            Ok(Served { name: m.name, aliases: m.aliases, dir: root.join(m.folder), options: o })
         })
         .collect()
 }
@@ -101,14 +106,14 @@ fn served_models(a: &ServeArgs) -> Result<Vec<Served>> {
         read_models_file(file, &base)?
     } else if a.model.model.is_empty() {
         let dir = model_dir(&a.model)?;
-        vec![Served { name: folder_name(&dir), dir, options: base }]
+        vec![Served { name: folder_name(&dir), aliases: Vec::new(), dir, options: base }]
     } else {
         a.model
             .model
             .iter()
             .map(|v| {
-                let (name, dir) = parse_model_flag(v);
-                Served { name, dir, options: base.clone() }
+                let (name, aliases, dir) = parse_model_flag(v);
+                Served { name, aliases, dir, options: base.clone() }
             })
             .collect()
     };
@@ -138,16 +143,29 @@ async fn shutdown_signal() {
 
 pub fn serve(a: &ServeArgs) -> Result<()> {
     let served = served_models(a)?;
-    let models = Arc::new(Models::new(served.iter().map(|m| m.name.clone()))?);
+    let models = Arc::new(Models::with_aliases(served.iter().map(|m| (m.name.clone(), m.aliases.clone())))?);
     let token_ids: TokenIds = a.token_ids.parse().map_err(anyhow::Error::msg)?;
+    if a.window.is_some() && !matches!(a.long, LongText::Chunk | LongText::Late) {
+        bail!("--window sets the chunk size of --long chunk or --long late; add one of them");
+    }
+    let long = match (a.long, super::long_chunking(a.long, a.window.map(|w| w as usize), a.overlap as usize)) {
+        (_, Some(c)) => LongInputs::Chunk(c),
+        (LongText::Refuse, None) => LongInputs::Refuse,
+        _ => LongInputs::Truncate,
+    };
     let mut config = ServerConfig::default()
         .with_max_inputs(a.max_inputs as usize)
         .with_max_body_bytes(a.max_body_bytes as usize)
         .with_request_timeout(Duration::from_secs_f64(a.request_timeout))
         .with_read_timeout(Duration::from_secs_f64(a.read_timeout))
-        .with_token_ids(token_ids);
+        .with_token_ids(token_ids)
+        .with_long(long)
+        .with_strict_model_names(a.strict_model_names);
     if let Some(key) = &a.api_key {
         config = config.with_api_key(key.clone());
+    }
+    if let Some(name) = &a.default_model {
+        config = config.with_default_model(name.clone());
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(a.http_threads as usize)
@@ -196,12 +214,17 @@ mod tests {
 
     #[test]
     fn model_flags_name_their_models() {
-        assert_eq!(parse_model_flag(Path::new("models/bge")), ("bge".to_owned(), PathBuf::from("models/bge")));
-        assert_eq!(parse_model_flag(Path::new("q=models/bge")), ("q".to_owned(), PathBuf::from("models/bge")));
+        let none = Vec::<String>::new();
+        assert_eq!(parse_model_flag(Path::new("models/bge")), ("bge".to_owned(), none.clone(), PathBuf::from("models/bge")));
+        assert_eq!(parse_model_flag(Path::new("q=models/bge")), ("q".to_owned(), none.clone(), PathBuf::from("models/bge")));
+        assert_eq!(
+            parse_model_flag(Path::new("q,text-embedding-3-small, ada=models/bge")),
+            ("q".to_owned(), vec!["text-embedding-3-small".to_owned(), "ada".to_owned()], PathBuf::from("models/bge"))
+        );
         let t = tempfile::tempdir().expect("tempdir");
         let odd = t.path().join("a=b");
         std::fs::create_dir(&odd).expect("dir");
-        assert_eq!(parse_model_flag(&odd), ("a=b".to_owned(), odd.clone()), "an existing folder is a folder");
+        assert_eq!(parse_model_flag(&odd), ("a=b".to_owned(), none, odd.clone()), "an existing folder is a folder");
     }
 
     #[test]
@@ -210,12 +233,13 @@ mod tests {
         let file = t.path().join("models.toml");
         std::fs::write(
             &file,
-            "[[model]]\nname = \"q\"\nfolder = \"bge\"\nprompt_name = \"query\"\nthreads = 1\n\n[[model]]\nname = \"d\"\nfolder = \"/abs/bge\"\ndevice = \"cpu\"\n",
+            "[[model]]\nname = \"q\"\naliases = [\"query\"]\nfolder = \"bge\"\nprompt_name = \"query\"\nthreads = 1\n\n[[model]]\nname = \"d\"\nfolder = \"/abs/bge\"\ndevice = \"cpu\"\n",
         )
         .expect("write");
         let base = EmbedderOptions::default().with_threads(4).with_prompt("x: ");
         let m = read_models_file(&file, &base).expect("parse");
         assert_eq!((m[0].name.as_str(), m[0].dir.clone()), ("q", t.path().join("bge")));
+        assert_eq!((m[0].aliases.clone(), m[1].aliases.len()), (vec!["query".to_owned()], 0));
         assert_eq!(
             (m[0].options.threads, m[0].options.prompt.clone()),
             (Some(1), Some(Prompt::Name("query".to_owned())))
