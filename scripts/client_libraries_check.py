@@ -10,6 +10,8 @@ CLIENT is one of:
   "parameters"); also with prompt_name="query" ("query_vectors");
 - langchain: LangChain's OpenAIEmbeddings at its defaults, which sends cl100k_base token ids, not
   strings (tiktoken reads its encoding file from TIKTOKEN_CACHE_DIR; the test writes it there);
+  MODEL "-" leaves its model at its default too (text-embedding-ada-002); the models it sent are
+  reported ("sent_models");
 - urllib_large_body: Python's urllib, which writes a whole body before it reads the answer, sends
   50 bodies of 64 MiB to /embed and reports each answer's status (or the transport error).
 """
@@ -42,8 +44,9 @@ def langchain(url: str, key: str, model: str, texts: list) -> dict:
 
     import httpx
 
+    named = {} if model == "-" else {"model": model}
     embeddings = OpenAIEmbeddings(
-        model=model,
+        **named,
         base_url=f"{url}/v1",
         api_key=key,
         max_retries=0,
@@ -56,6 +59,7 @@ def langchain(url: str, key: str, model: str, texts: list) -> dict:
         "vectors": vectors,
         "query": query,
         "sent_token_ids": all(isinstance(i, list) and all(isinstance(x, list) for x in i) for i in inputs),
+        "sent_models": sorted({s.get("model") for s in sent}),
     }
 
 

@@ -151,6 +151,11 @@ fn long_texts(n: usize) -> Vec<String> {
     corpus.lines().filter(|l| l.split_whitespace().count() > 60).cycle().take(n).map(str::to_owned).collect()
 }
 
+/// A text of 400 words, longer than the default model's 256 tokens.
+fn four_hundred_words() -> String {
+    long_texts(8).join(" ").split_whitespace().take(400).collect::<Vec<_>>().join(" ")
+}
+
 fn texts() -> Vec<String> {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/parity-sample.txt");
     std::fs::read_to_string(path).expect("parity sample").lines().map(str::to_owned).collect()
@@ -243,12 +248,16 @@ fn the_official_openai_python_client() {
     nornir_test_support::needs_assets!();
     let python = nornir_test_support::env_path("NORNIR_TEST_PYTHON");
     let server = Server::start(&[]);
-    let texts: Vec<String> = texts().into_iter().skip(20).take(8).collect();
+    // One text longer than the model: the server truncates it, as the library does.
+    let mut texts: Vec<String> = texts().into_iter().skip(20).take(7).collect();
+    texts.insert(3, four_hundred_words());
     let want = library().embed(&texts).expect("library");
+    assert!(want.truncated(3));
     let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/openai_client_check.py");
     let mut child = Command::new(python)
         .arg(script)
-        .args([server.url.as_str(), KEY, MODEL_NAME])
+        // The name the user's code was written with: one model answers any name.
+        .args([server.url.as_str(), KEY, "text-embedding-3-small"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -342,10 +351,13 @@ fn the_client_libraries_people_point_at_a_server() {
     std::fs::create_dir(&folder).expect("dir");
     prompted_model(&folder);
     let server = Server::start_with(&folder, &[]);
-    let texts: Vec<String> = texts().into_iter().skip(30).take(6).collect();
+    // One text longer than the model, which TEI would refuse with 413: truncated, as the CLI does.
+    let mut texts: Vec<String> = texts().into_iter().skip(30).take(5).collect();
+    texts.insert(2, four_hundred_words());
     let lib =
         Embedder::new(&folder, &EmbedderOptions::default().with_device(Device::Cpu).with_threads(1)).expect("load");
     let want = lib.embed(&texts).expect("library");
+    assert!(want.truncated(2));
     let query = lib.embed_with(&texts, &CallOptions::new().with_prompt_name("query").with_normalize(false)).expect("q");
 
     let current = nornir_test_support::env_path("NORNIR_TEST_PYTHON");
@@ -359,14 +371,19 @@ fn the_client_libraries_people_point_at_a_server() {
 
     let cache = tempfile::tempdir().expect("tiktoken cache");
     tiktoken_cache(cache.path());
-    let got = run_client(&current, "langchain", &server, "bge-like", &texts, &[("TIKTOKEN_CACHE_DIR", cache.path())]);
-    assert_eq!(got["sent_token_ids"], true, "LangChain sends token ids at its defaults: {got}");
-    assert_rows(&got["vectors"], &want, "LangChain embed_documents");
-    assert_rows(
-        &Value::Array(vec![got["query"].clone()]),
-        &lib.embed(&texts[..1]).expect("one"),
-        "LangChain embed_query",
-    );
+    for model in ["bge-like", "-"] {
+        let got = run_client(&current, "langchain", &server, model, &texts, &[("TIKTOKEN_CACHE_DIR", cache.path())]);
+        assert_eq!(got["sent_token_ids"], true, "LangChain sends token ids at its defaults: {got}");
+        if model == "-" {
+            assert_eq!(got["sent_models"], json!(["text-embedding-ada-002"]), "LangChain's default model name");
+        }
+        assert_rows(&got["vectors"], &want, "LangChain embed_documents");
+        assert_rows(
+            &Value::Array(vec![got["query"].clone()]),
+            &lib.embed(&texts[..1]).expect("one"),
+            "LangChain embed_query",
+        );
+    }
 }
 
 #[test]
