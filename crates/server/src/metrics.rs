@@ -94,7 +94,12 @@ fn render(app: &App, out: &mut String) {
         let _ =
             writeln!(out, "nornir_tokens_total{{model=\"{}\"}} {}", label(&e.name), e.tokens.load(Ordering::Relaxed));
     }
-    family(out, "nornir_truncated_inputs_total", "counter", "Texts cut to the model's length (--long truncate or \"truncate\": true).");
+    family(
+        out,
+        "nornir_truncated_inputs_total",
+        "counter",
+        "Texts cut to the model's length (--long truncate or \"truncate\": true).",
+    );
     for e in entries {
         let n = e.truncated.load(Ordering::Relaxed);
         let _ = writeln!(out, "nornir_truncated_inputs_total{{model=\"{}\"}} {n}", label(&e.name));

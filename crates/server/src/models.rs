@@ -21,9 +21,10 @@ impl std::fmt::Display for ModelsError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Empty => write!(f, "no model to serve: give at least one"),
-            Self::BadName(n) => {
-                write!(f, "model name {n:?} is not usable: use letters, digits and - _ . only, and not empty")
-            }
+            Self::BadName(n) => write!(
+                f,
+                "model name {n:?} is not usable: use letters, digits and - _ . only, and not empty (an alias may also hold / and other printable characters, no spaces)"
+            ),
             Self::Duplicate(n) => write!(f, "model name {n:?} is given twice: give each model its own name"),
             Self::Unknown { name, known } => {
                 write!(f, "no model is named {name:?}; the models are {}", known.join(", "))
@@ -64,6 +65,12 @@ fn usable_name(name: &str) -> bool {
     !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// An alias is only ever compared with a request's `model`: a hub id (`BAAI/bge-small-en-v1.5`)
+/// is one. No spaces, quotes or control characters.
+fn usable_alias(alias: &str) -> bool {
+    !alias.is_empty() && alias.chars().all(|c| c.is_ascii_graphic() && c != '"' || !c.is_ascii() && !c.is_control())
+}
+
 impl Models {
     /// The names of the models to serve, none loaded yet.
     pub fn new(names: impl IntoIterator<Item = String>) -> Result<Self, ModelsError> {
@@ -77,7 +84,7 @@ impl Models {
         for (name, aliases) in models {
             let names: Vec<&String> = std::iter::once(&name).chain(&aliases).collect();
             for (i, n) in names.iter().enumerate() {
-                if !usable_name(n) {
+                if !(if i == 0 { usable_name(n) } else { usable_alias(n) }) {
                     return Err(ModelsError::BadName((*n).clone()));
                 }
                 let earlier = names[..i].contains(n);
@@ -181,6 +188,16 @@ mod tests {
         ] {
             assert!(matches!(Models::with_aliases(clash.clone()), Err(ModelsError::Duplicate(_))), "{clash:?}");
         }
-        assert!(matches!(Models::with_aliases([("a".to_owned(), vec!["b c".to_owned()])]), Err(ModelsError::BadName(_))));
+        assert!(matches!(
+            Models::with_aliases([("a".to_owned(), vec!["b c".to_owned()])]),
+            Err(ModelsError::BadName(_))
+        ));
+        let hub =
+            Models::with_aliases([("bge".to_owned(), vec!["BAAI/bge-small-en-v1.5".to_owned()])]).expect("a hub id");
+        assert_eq!(hub.served_name("BAAI/bge-small-en-v1.5"), Some("bge"));
+        assert!(
+            matches!(Models::new(["BAAI/bge".to_owned()]), Err(ModelsError::BadName(_))),
+            "a served name is a path"
+        );
     }
 }

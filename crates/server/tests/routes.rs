@@ -65,11 +65,8 @@ async fn post_counting(app: &Router, path: &str, body: Value) -> (StatusCode, Va
         .expect("request");
     let response = app.clone().oneshot(request).await.expect("answer");
     let status = response.status();
-    let truncated = response
-        .headers()
-        .get("x-truncated-inputs")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
+    let truncated =
+        response.headers().get("x-truncated-inputs").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("body");
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null), truncated)
 }
@@ -192,7 +189,10 @@ async fn long_documents_are_chunked_on_request() {
     let doc = "Ålesund ligger på øyer, og fjordene skjærer inn i landet. ".repeat(40);
     let chunking = nornir_vector::Chunking::new().with_window(64).with_overlap(8);
     let want = lib.embed_with(&[doc.as_str(), "short"], &CallOptions::new().with_chunking(chunking)).expect("library");
-    assert_eq!(post(&app, "/embed", json!({ "inputs": doc, "truncate": false })).await.0, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        post(&app, "/embed", json!({ "inputs": doc, "truncate": false })).await.0,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
     let body = json!({ "inputs": [doc, "short"], "chunking": { "window": 64, "overlap": 8 } });
     let (status, answer) = post(&app, "/embed", body.clone()).await;
     assert_eq!(status, StatusCode::OK, "{answer}");
@@ -494,7 +494,9 @@ async fn any_name_reaches_one_model_and_aliases_and_a_fallback_choose_among_seve
     let models: [(&str, &[&str], &Arc<Embedder>); 2] =
         [("minilm", &["text-embedding-3-small"], &minilm), ("paraphrase", &["para", "p3"], &paraphrase)];
     let two = serve_named(&models, ServerConfig::default());
-    for (name, want) in [("text-embedding-3-small", &want_minilm), ("p3", &want_paraphrase), ("paraphrase", &want_paraphrase)] {
+    for (name, want) in
+        [("text-embedding-3-small", &want_minilm), ("p3", &want_paraphrase), ("paraphrase", &want_paraphrase)]
+    {
         let (status, answer) = post(&two, "/v1/embeddings", json!({ "model": name, "input": TEXTS })).await;
         assert_eq!(status, StatusCode::OK, "{name}: {answer}");
         assert_vectors(&openai_vectors(&answer), want, name);
@@ -504,7 +506,12 @@ async fn any_name_reaches_one_model_and_aliases_and_a_fallback_choose_among_seve
     }
     let (status, e) = post(&two, "/v1/embeddings", json!({ "model": "ada", "input": "a" })).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{e}");
-    assert!(e["error"]["message"].as_str().is_some_and(|m| m.contains("minilm, text-embedding-3-small, paraphrase, para, p3")), "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("minilm, text-embedding-3-small, paraphrase, para, p3")),
+        "{e}"
+    );
     let (_, list) = call(&two, "GET", "/v1/models", None).await;
     let ids: Vec<&str> = list["data"].as_array().expect("data").iter().filter_map(|m| m["id"].as_str()).collect();
     assert_eq!(ids, ["minilm", "text-embedding-3-small", "paraphrase", "para", "p3"]);
@@ -543,7 +550,10 @@ async fn long_texts_follow_the_servers_policy_unless_the_request_says() {
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{e}");
     assert!(e["error"].as_str().is_some_and(|m| m.contains("inputs[1] has") && m.contains("tokens")), "{e}");
     let (_, metrics) = call(&app, "GET", "/metrics", None).await;
-    assert!(metrics.as_str().is_some_and(|m| m.contains("nornir_truncated_inputs_total{model=\"minilm\"} 2")), "{metrics}");
+    assert!(
+        metrics.as_str().is_some_and(|m| m.contains("nornir_truncated_inputs_total{model=\"minilm\"} 2")),
+        "{metrics}"
+    );
 
     let refuse = serve(&[("minilm", &lib)], ServerConfig::default().with_long(nornir_server::LongInputs::Refuse));
     for (path, body) in [("/embed", json!({ "inputs": batch })), ("/v1/embeddings", json!({ "input": batch }))] {
@@ -555,7 +565,8 @@ async fn long_texts_follow_the_servers_policy_unless_the_request_says() {
 
     let chunking = nornir_vector::Chunking::new().with_window(64).with_overlap(8);
     let documents = lib.embed_with(&batch, &CallOptions::new().with_chunking(chunking.clone())).expect("chunked");
-    let chunk = serve(&[("minilm", &lib)], ServerConfig::default().with_long(nornir_server::LongInputs::Chunk(chunking)));
+    let chunk =
+        serve(&[("minilm", &lib)], ServerConfig::default().with_long(nornir_server::LongInputs::Chunk(chunking)));
     let (status, answer, n) = post_counting(&chunk, "/embed", json!({ "inputs": batch })).await;
     assert_eq!((status, n), (StatusCode::OK, Some(0)), "{answer}");
     assert_vectors(&answer, &documents, "TEI, chunked");

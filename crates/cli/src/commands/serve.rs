@@ -54,7 +54,10 @@ fn folder_name(dir: &Path) -> String {
 fn parse_model_flag(value: &Path) -> (String, Vec<String>, PathBuf) {
     let text = value.to_string_lossy();
     match text.split_once('=') {
-        Some((names, dir)) if !value.exists() && !names.is_empty() && !names.contains('/') => {
+        // The served name has no '/', so a path holding '=' stays a path; aliases may (hub ids).
+        Some((names, dir))
+            if !value.exists() && !names.is_empty() && !names.split(',').next().unwrap_or("/").contains('/') =>
+        {
             let mut names = names.split(',').map(|n| n.trim().to_owned());
             let name = names.next().unwrap_or_default();
             (name, names.collect(), PathBuf::from(dir))
@@ -215,12 +218,23 @@ mod tests {
     #[test]
     fn model_flags_name_their_models() {
         let none = Vec::<String>::new();
-        assert_eq!(parse_model_flag(Path::new("models/bge")), ("bge".to_owned(), none.clone(), PathBuf::from("models/bge")));
-        assert_eq!(parse_model_flag(Path::new("q=models/bge")), ("q".to_owned(), none.clone(), PathBuf::from("models/bge")));
         assert_eq!(
-            parse_model_flag(Path::new("q,text-embedding-3-small, ada=models/bge")),
-            ("q".to_owned(), vec!["text-embedding-3-small".to_owned(), "ada".to_owned()], PathBuf::from("models/bge"))
+            parse_model_flag(Path::new("models/bge")),
+            ("bge".to_owned(), none.clone(), PathBuf::from("models/bge"))
         );
+        assert_eq!(
+            parse_model_flag(Path::new("q=models/bge")),
+            ("q".to_owned(), none.clone(), PathBuf::from("models/bge"))
+        );
+        assert_eq!(
+            parse_model_flag(Path::new("q,text-embedding-3-small, BAAI/bge-small-en-v1.5=models/bge")),
+            (
+                "q".to_owned(),
+                vec!["text-embedding-3-small".to_owned(), "BAAI/bge-small-en-v1.5".to_owned()],
+                PathBuf::from("models/bge")
+            )
+        );
+        assert_eq!(parse_model_flag(Path::new("a/b=c")).0, "b=c", "a path whose folder name holds '='");
         let t = tempfile::tempdir().expect("tempdir");
         let odd = t.path().join("a=b");
         std::fs::create_dir(&odd).expect("dir");
