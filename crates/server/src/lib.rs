@@ -107,7 +107,7 @@ impl LongInputs {
         match self {
             Self::Truncate => CallOptions::new().with_truncation(Truncation::Right),
             Self::Refuse => CallOptions::new().with_truncation(Truncation::Refuse),
-            Self::Chunk(c) => CallOptions::new().with_chunking(c.clone()),
+            Self::Chunk(c) => CallOptions::new().with_chunking(*c),
         }
     }
 }

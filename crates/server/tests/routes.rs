@@ -564,7 +564,7 @@ async fn long_texts_follow_the_servers_policy_unless_the_request_says() {
     assert_eq!((status, n), (StatusCode::OK, Some(1)), "a request's own truncate wins: {answer}");
 
     let chunking = nornir_vector::Chunking::new().with_window(64).with_overlap(8);
-    let documents = lib.embed_with(&batch, &CallOptions::new().with_chunking(chunking.clone())).expect("chunked");
+    let documents = lib.embed_with(&batch, &CallOptions::new().with_chunking(chunking)).expect("chunked");
     let chunk =
         serve(&[("minilm", &lib)], ServerConfig::default().with_long(nornir_server::LongInputs::Chunk(chunking)));
     let (status, answer, n) = post_counting(&chunk, "/embed", json!({ "inputs": batch })).await;
