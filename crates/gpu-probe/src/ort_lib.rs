@@ -64,8 +64,10 @@ pub fn nornir_home(ctx: &ProbeContext) -> Option<PathBuf> {
         .or_else(|| ctx.home().map(|h| h.join(".cache/nornir")))
 }
 
-/// Searches, in order: `ORT_DYLIB_PATH`, `NORNIR_ORT_LIB` (file or folder), the nornir cache
-/// (`<home>/ort/<flavor>/`, `cpu` first), Python's `onnxruntime/capi`, then system folders.
+/// Searches, in order: `ORT_DYLIB_PATH`, `NORNIR_ORT_LIB` (file or folder), the Python
+/// interpreter nornir runs in (`NORNIR_PYTHON_PREFIX`, which the Python package sets: the
+/// onnxruntime its user installed beside it), the nornir cache (`<home>/ort/<flavor>/`, `cpu`
+/// first), Python's `onnxruntime/capi` elsewhere, then system folders.
 pub fn discover(ctx: &ProbeContext) -> OrtDiscovery {
     let mut d = OrtDiscovery::default();
     for var in ["ORT_DYLIB_PATH", "NORNIR_ORT_LIB"] {
@@ -86,6 +88,13 @@ pub fn discover(ctx: &ProbeContext) -> OrtDiscovery {
             d.candidates.push(candidate(path, var));
         } else {
             d.problems.push(format!("{var}={} does not exist", path.display()));
+        }
+    }
+    if let Some(prefix) = ctx.var("NORNIR_PYTHON_PREFIX").map(PathBuf::from).filter(|p| p.is_absolute()) {
+        for site in crate::paths::site_dirs_of(&prefix) {
+            let capi = site.join("onnxruntime/capi");
+            d.searched.push(capi.clone());
+            scan_dir(&capi, "this Python", &mut d);
         }
     }
     if let Some(home) = nornir_home(ctx) {
@@ -124,8 +133,10 @@ fn scan_dir(dir: &Path, source: &str, d: &mut OrtDiscovery) {
         })
         .filter(|(_, p)| p.is_file())
         .max_by(|a, b| a.0.cmp(&b.0));
+    // The same file reached twice (lib64 -> lib) is listed once.
+    let same = |a: &Path, b: &Path| a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
     if let Some((_, path)) = best
-        && !d.candidates.iter().any(|c| c.path == path)
+        && !d.candidates.iter().any(|c| same(&c.path, &path))
     {
         d.candidates.push(candidate(path, source));
     }

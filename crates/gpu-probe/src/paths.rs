@@ -98,7 +98,9 @@ pub fn version_key(text: &str) -> Vec<u64> {
 /// Python `site-packages` / `dist-packages` folders where pip wheels (CUDA libraries, onnxruntime) live.
 pub fn python_site_dirs(ctx: &ProbeContext) -> Vec<PathBuf> {
     let mut prefixes: Vec<PathBuf> = Vec::new();
-    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+    // NORNIR_PYTHON_PREFIX: the Python package sets it to its interpreter's `sys.prefix`, so
+    // the onnxruntime beside it is found in a venv that was never activated.
+    for var in ["NORNIR_PYTHON_PREFIX", "VIRTUAL_ENV", "CONDA_PREFIX"] {
         if let Some(v) = ctx.var(var).map(PathBuf::from).filter(|p| p.is_absolute()) {
             prefixes.push(v);
         }
@@ -111,13 +113,24 @@ pub fn python_site_dirs(ctx: &ProbeContext) -> Vec<PathBuf> {
     prefixes.push(ctx.system_path("/usr"));
     let mut out = Vec::new();
     for prefix in prefixes {
-        for lib in ["lib", "lib64"] {
-            for py in versioned_dirs(&prefix.join(lib), "python3") {
-                for kind in ["site-packages", "dist-packages"] {
-                    let d = py.join(kind);
-                    if d.is_dir() && !out.contains(&d) {
-                        out.push(d);
-                    }
+        for d in site_dirs_of(&prefix) {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// The `site-packages` / `dist-packages` folders under one Python prefix.
+pub(crate) fn site_dirs_of(prefix: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for lib in ["lib", "lib64"] {
+        for py in versioned_dirs(&prefix.join(lib), "python3") {
+            for kind in ["site-packages", "dist-packages"] {
+                let d = py.join(kind);
+                if d.is_dir() && !out.contains(&d) {
+                    out.push(d);
                 }
             }
         }

@@ -1,0 +1,106 @@
+"""Type stubs of the native module (crates/python/src/lib.rs)."""
+
+from os import PathLike
+from typing import Any, Literal, Sequence, overload
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+class EmbedError(Exception):
+    """Every error of nornir's embedder."""
+
+class InvalidOption(EmbedError):
+    option: str
+
+class NoOrtLibrary(EmbedError): ...
+class OrtLoadError(EmbedError): ...
+class DeviceError(EmbedError): ...
+class ModelError(EmbedError): ...
+
+class TooLong(EmbedError):
+    index: int
+    tokens: int
+    max_length: int
+
+class Overloaded(EmbedError): ...
+class Cancelled(EmbedError): ...
+class InferenceError(EmbedError): ...
+class EmbedderClosed(EmbedError): ...
+
+class Embedder:
+    """One loaded model; thread-safe: Python threads calling one Embedder share its batches."""
+
+    def __init__(
+        self,
+        model: str | PathLike[str] | None = None,
+        *,
+        device: Literal["auto", "cpu", "cuda", "nvidia", "rocm", "amd"] = "auto",
+        threads: int | None = None,
+        workers: int | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        dimensions: int | None = None,
+        normalize: bool | None = None,
+        max_length: int | None = None,
+        pooling: str | None = None,
+        ort_library: str | PathLike[str] | None = None,
+        providers: Sequence[str] | None = None,
+    ) -> None: ...
+    @overload
+    def embed(
+        self,
+        texts: str,
+        *,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        truncation: Literal["right", "left", "refuse"] = "right",
+        long: Literal["chunk", "late"] | None = None,
+        window: int | None = None,
+        overlap: int | None = None,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        truncation: Literal["right", "left", "refuse"] = "right",
+        long: Literal["chunk", "late"] | None = None,
+        window: int | None = None,
+        overlap: int | None = None,
+    ) -> npt.NDArray[np.float32]: ...
+    def embed_chunks(
+        self,
+        texts: str | Sequence[str],
+        *,
+        window: int | None = None,
+        overlap: int | None = None,
+        late: bool = False,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+    ) -> list[dict[str, Any]]: ...
+    def tokenize(
+        self, text: str, *, add_special_tokens: bool = True, prompt_name: str | None = None, prompt: str | None = None
+    ) -> list[dict[str, Any]]: ...
+    def report(self) -> dict[str, Any]: ...
+    def gpu_vendor(self) -> Literal["rocm", "cuda", "cpu", "other"]: ...
+    def rocm_ready(self) -> bool: ...
+    @property
+    def dimension(self) -> int: ...
+    @property
+    def workers(self) -> int: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Embedder: ...
+    def __exit__(self, *args: object) -> bool: ...
+
+def preflight() -> tuple[bool, str]: ...
+def doctor(device: str = "auto") -> dict[str, Any]: ...
