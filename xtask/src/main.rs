@@ -222,6 +222,53 @@ const DRY_RUN_BUNDLE: &str = "target/gpu-bundle-dry-run";
 const TEST_PYTHON_PACKAGES: &[&str] =
     &["openai==3.57.0", "huggingface_hub==2.4.0", "numpy==2.4.6", "langchain-openai==1.7.4", "tiktoken==0.14.0"];
 
+/// The Python package's venv: the wheel's builder, the onnxruntime it loads, pytest, and Ray
+/// Data for the bulk pipeline (crates/python/tests).
+const PYTHON_PACKAGE_VENV: &[&str] = &[
+    "maturin==1.16.0",
+    "onnxruntime==1.31.1",
+    "numpy==2.4.6",
+    "pytest==9.2.0",
+    "ray[data]==2.60.0",
+    "pyarrow==26.0.1",
+    "pandas==3.1.1",
+];
+
+/// Builds the `nornir-vector` wheel with maturin (the debug profile, sharing the tests' build),
+/// installs it into its venv beside onnxruntime 1.31.1, and runs the package's pytest suite
+/// against the `nornir` command just built.
+fn python_package(home: &Path, env: &[(&'static str, PathBuf)]) -> Result<()> {
+    let python = compare::python_venv(home, "python-venv", PYTHON_PACKAGE_VENV, "the Python package")?;
+    let bin = python.parent().context("the venv's bin folder")?;
+    let wheels = workspace_root().join("target/wheels");
+    let _ = std::fs::remove_dir_all(&wheels);
+    eprintln!("xtask: building the Python wheel (maturin)");
+    run_checked(
+        Command::new(bin.join("maturin"))
+            .current_dir(workspace_root().join("crates/python"))
+            .args(["build", "--quiet", "--out"])
+            .arg(&wheels),
+    )?;
+    let wheel = std::fs::read_dir(&wheels)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .context("maturin wrote no wheel")?;
+    run_checked(
+        Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--force-reinstall", "--no-deps"])
+            .arg(&wheel),
+    )?;
+    run_checked(
+        Command::new(&python)
+            .current_dir(workspace_root().join("crates/python"))
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
+            .envs(env.iter().cloned())
+            .env("NORNIR_TEST_NORNIR", workspace_root().join("target/debug/nornir"))
+            .env_remove("VIRTUAL_ENV"),
+    )
+}
+
 /// huggingface_hub from the releases (0.28 to 0.33) that nest TEI's options under "parameters".
 const TEST_PYTHON_HF_0_30: &[&str] = &["huggingface_hub==0.30.2", "numpy==2.4.6"];
 
@@ -259,6 +306,7 @@ fn test(extra: &[String]) -> Result<()> {
     stage("tests, default build", || {
         run_checked(cargo().args(["test", "--workspace", "--exclude", "xtask"]).args(extra).envs(env.clone()))
     })?;
+    stage("Python package", || python_package(&home, &env))?;
     // The server's minute-long load test runs in full once, in the default build above; the
     // other builds run it for 10 seconds.
     env.push(("NORNIR_SERVE_LOAD_SECONDS", PathBuf::from("10")));
