@@ -16,24 +16,13 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::{model, s};
 use nornir_test_support::{cosine, env_path};
 
 fn nornir(args: &[&str], env: &[(&str, &Path)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nornir"));
-    cmd.args(args)
-        .env_remove("NORNIR_DEVICE")
-        .env_remove("NORNIR_PROVIDERS")
-        .env_remove("NORNIR_EP_LIBS")
-        .env_remove("VIRTUAL_ENV")
-        .env_remove("CONDA_PREFIX")
-        .env_remove("ORT_DYLIB_PATH");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run nornir")
+    common::nornir_with(args, env)
 }
 
 fn ok(o: &Output) -> &[u8] {

@@ -24,19 +24,10 @@ use nornir_test_support::cuda_stubs::{CudaFault, cuda_stubs};
 use nornir_test_support::env_path;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn nornir(args: &[&str], env: &[(&str, &Path)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nornir"));
-    cmd.args(args)
-        .env_remove("NORNIR_DEVICE")
-        .env_remove("ORT_DYLIB_PATH")
-        .env_remove("NORNIR_CUDA_LIBS")
-        .env_remove("NORNIR_ROCM_LIBS");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run nornir")
+    common::nornir_with(args, env)
 }
 
 fn text(b: &[u8]) -> String {

@@ -51,13 +51,8 @@ impl<'a> Run<'a> {
     }
     pub fn output(self) -> Output {
         use std::io::Write;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nornir"));
-        cmd.args(self.args)
-            .env_remove("NORNIR_DEVICE")
-            .env_remove("ORT_DYLIB_PATH")
-            .env_remove("NORNIR_CUDA_LIBS")
-            .env_remove("NORNIR_ROCM_LIBS")
-            .stdin(Stdio::piped())
+        let mut cmd = clean_command(self.args);
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         for (k, v) in self.env {
@@ -79,8 +74,36 @@ impl<'a> Run<'a> {
     }
 }
 
+/// `nornir` with `args`, without the caller's settings that change what it loads or runs on:
+/// the tests say what they want.
+fn clean_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nornir"));
+    cmd.args(args);
+    for var in [
+        "NORNIR_DEVICE",
+        "NORNIR_PROVIDERS",
+        "NORNIR_EP_LIBS",
+        "ORT_DYLIB_PATH",
+        "NORNIR_CUDA_LIBS",
+        "NORNIR_ROCM_LIBS",
+        "NORNIR_PYTHON_PREFIX",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 pub fn nornir(args: &[&str]) -> Output {
     Run::new(args).output()
+}
+
+/// `nornir` with `args` and the environment `env` (paths) added.
+pub fn nornir_with(args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut cmd = clean_command(args);
+    cmd.envs(env.iter().map(|(k, v)| (*k, *v)));
+    cmd.output().expect("run nornir")
 }
 
 pub fn stderr(o: &Output) -> String {
