@@ -52,9 +52,7 @@ impl<'a> Run<'a> {
     pub fn output(self) -> Output {
         use std::io::Write;
         let mut cmd = clean_command(self.args);
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         for (k, v) in self.env {
             cmd.env(k, v);
         }
