@@ -103,12 +103,16 @@ def test_bad_inputs_raise_their_typed_exception(embedder, model, tmp_path):
 
 def test_ctrl_c_cancels_a_running_call_within_a_second(embedder, sample):
     texts = sample * 200
-    timer = threading.Timer(0.5, _thread.interrupt_main)
-    timer.start()
-    start = time.perf_counter()
+    fired = []
+
+    def interrupt():
+        fired.append(time.perf_counter())
+        _thread.interrupt_main()
+
+    threading.Timer(0.5, interrupt).start()
     with pytest.raises(KeyboardInterrupt):
         embedder.embed(texts)
-    assert time.perf_counter() - start < 1.5
+    assert time.perf_counter() - fired[0] < 1.0
     assert embedder.embed(["still works"]).shape == (1, 384)
 
 
