@@ -205,13 +205,17 @@ fn openai_and_tei_answers_match_the_library() {
     let (_, raw) = server.post("/embed", &json!({ "inputs": "A man is eating food.", "normalize": false }));
     let norm = floats(&raw[0]).iter().map(|x| x * x).sum::<f32>().sqrt();
     assert!(norm > 1.5, "raw vectors of this model are not unit length: {norm}");
-    // TEI refuses a text longer than the model unless truncate is set.
+    // A text longer than the model: truncated by default (--long truncate, as the CLI does), and
+    // refused with 413 when the request says "truncate": false, as TEI does.
     let long = "word ".repeat(400);
-    let (status, e) = server.post("/embed", &json!({ "inputs": long }));
+    let (status, e) = server.post("/embed", &json!({ "inputs": long, "truncate": false }));
     assert_eq!(status, 413, "{e}");
     assert_eq!(e["error_type"], "Validation");
     assert!(e["error"].as_str().expect("message").contains("truncate"), "{e}");
-    assert_eq!(server.post("/embed", &json!({ "inputs": long, "truncate": true })).0, 200);
+    let (status, cut) = server.post("/embed", &json!({ "inputs": long }));
+    assert_eq!(status, 200, "{cut}");
+    let want_cut = lib.embed(&[long.as_str()]).expect("truncated");
+    assert!(cosine(&floats(&cut[0]), want_cut.row(0)) > 0.9999);
 
     let (status, info) = server.get("/info");
     let info: Value = serde_json::from_str(&info).expect("info JSON");
@@ -389,7 +393,9 @@ fn the_client_libraries_people_point_at_a_server() {
 #[test]
 fn bad_requests_get_their_status_and_the_server_keeps_serving() {
     nornir_test_support::needs_assets!();
-    let server = Server::start(&["--max-body-bytes", "100000"]);
+    // Strict names: a name the server does not know is a bad request here (by default one model
+    // answers any name; see the client tests).
+    let server = Server::start(&["--max-body-bytes", "100000", "--strict-model-names"]);
     let ok = |server: &Server| {
         assert_eq!(server.request("GET", "/health", None, None).0, 200);
         let (status, r) = server.post("/v1/embeddings", &json!({ "input": "still serving" }));
