@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use nornir_ep_select::Plan;
 use nornir_gpu_probe::{
-    OrtCandidate, OrtDiscovery, PluginDiscovery, ProbeContext, discover_ort, discover_plugins, pick_ort,
+    OrtCandidate, OrtDiscovery, PluginDiscovery, ProbeContext, discover_ort, discover_plugins, pick_ort, same_file,
 };
 
 use crate::error::{EmbedError, Result};
@@ -51,14 +51,13 @@ static LOADED: Mutex<Option<Arc<OrtRuntime>>> = Mutex::new(None);
 pub fn load_runtime(plan: &Plan, explicit: Option<&Path>) -> Result<Arc<OrtRuntime>> {
     let mut loaded = LOADED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(rt) = loaded.as_ref() {
-        if let Some(requested) = explicit {
-            let same = |a: &Path, b: &Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
-            if !same(requested, &rt.info.path) {
-                return Err(EmbedError::OrtAlreadyLoaded {
-                    loaded: rt.info.path.clone(),
-                    requested: requested.to_path_buf(),
-                });
-            }
+        if let Some(requested) = explicit
+            && !same_file(requested, &rt.info.path)
+        {
+            return Err(EmbedError::OrtAlreadyLoaded {
+                loaded: rt.info.path.clone(),
+                requested: requested.to_path_buf(),
+            });
         }
         return Ok(rt.clone());
     }

@@ -31,7 +31,7 @@ pub use library::{LibraryReport, LibrarySpec, describe_dl_error, find_soname, lo
 pub use ort_lib::{
     OrtCandidate, OrtDiscovery, discover as discover_ort, nornir_home, pick as pick_ort, providers_beside,
 };
-pub use paths::{RejectedEntry, SearchPath, python_site_dirs};
+pub use paths::{RejectedEntry, SearchPath, python_site_dirs, same_file};
 pub use plugins::{PLUGIN_ENTRY, PluginDiscovery, PluginLibrary, PluginSource, discover_plugins, parse_plugin_entry};
 pub use report::{ProbeReport, write_vendor};
 pub use requirements::{Opened, ProviderRequirements, Requirement, RequirementStatus, provider_requirements};

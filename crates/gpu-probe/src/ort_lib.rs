@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::context::ProbeContext;
-use crate::paths::{python_site_dirs, version_key};
+use crate::paths::{python_site_dirs, same_file, version_key};
 
 /// One ONNX Runtime library found on disk.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,9 +134,8 @@ fn scan_dir(dir: &Path, source: &str, d: &mut OrtDiscovery) {
         .filter(|(_, p)| p.is_file())
         .max_by(|a, b| a.0.cmp(&b.0));
     // The same file reached twice (lib64 -> lib) is listed once.
-    let same = |a: &Path, b: &Path| a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
     if let Some((_, path)) = best
-        && !d.candidates.iter().any(|c| same(&c.path, &path))
+        && !d.candidates.iter().any(|c| same_file(&c.path, &path))
     {
         d.candidates.push(candidate(path, source));
     }

@@ -122,6 +122,12 @@ pub fn python_site_dirs(ctx: &ProbeContext) -> Vec<PathBuf> {
     out
 }
 
+/// Whether two paths name the same existing file or folder (symbolic links and `lib64 -> lib`
+/// resolved); `false` when either cannot be resolved.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
 /// The `site-packages` / `dist-packages` folders under one Python prefix.
 pub(crate) fn site_dirs_of(prefix: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::context::ProbeContext;
 use crate::elf::read_export;
 use crate::ort_lib::nornir_home;
-use crate::paths::python_site_dirs;
+use crate::paths::{python_site_dirs, same_file};
 
 /// The symbol every plugin execution provider exports (ONNX Runtime's `OrtEpApi`).
 pub const PLUGIN_ENTRY: &str = "CreateEpFactories";
@@ -157,9 +157,7 @@ pub fn discover_plugins(ctx: &ProbeContext, explicit: &[(String, PathBuf)]) -> P
 
 impl PluginDiscovery {
     fn push(&mut self, lib: PluginLibrary) {
-        let same =
-            |a: &Path, b: &Path| a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
-        if lib.usable() && self.libraries.iter().any(|l| l.usable() && same(&l.path, &lib.path)) {
+        if lib.usable() && self.libraries.iter().any(|l| l.usable() && same_file(&l.path, &lib.path)) {
             return;
         }
         self.libraries.push(lib);

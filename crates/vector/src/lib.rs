@@ -50,7 +50,7 @@ pub mod diagnostics {
     pub use nornir_gpu_probe::{
         DriverReport, LibraryReport, Opened, OrtCandidate, OrtDiscovery, PluginDiscovery, PluginLibrary, PluginSource,
         ProbeContext, ProbeReport, ProviderRequirements, RejectedEntry, Requirement, RequirementStatus, SearchPath,
-        VendorReport, VisibleDevices, discover_plugins, nornir_home, parse_plugin_entry, version_at_least,
+        VendorReport, VisibleDevices, discover_plugins, nornir_home, parse_plugin_entry, same_file, version_at_least,
         write_vendor,
     };
 

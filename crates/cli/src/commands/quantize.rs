@@ -38,7 +38,7 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     if !parent.is_dir() {
         bail!("the folder {} for --output does not exist: create it first", parent.display());
     }
-    if out.exists() && same_dir(out, &source_dir) {
+    if out.exists() && nornir_vector::diagnostics::same_file(out, &source_dir) {
         bail!("--output {} is the model folder itself: write the int8 model to another folder", out.display());
     }
     let mut opts = options(&a.model)?;
@@ -244,10 +244,6 @@ fn record(
             "worst_text": worst,
         },
     })
-}
-
-fn same_dir(a: &Path, b: &Path) -> bool {
-    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
 /// Copies every file of `from` except the ONNX graphs, keeping sub-folders (`1_Pooling/`) and
