@@ -86,14 +86,15 @@ fn source_label(s: PluginSource) -> &'static str {
     }
 }
 
-/// Registers every usable library of `found` not registered before in this process, then reads
-/// ONNX Runtime's list. The devices a library adds are the ones that appear when it registers.
-pub(crate) fn register_and_list(rt: &OrtRuntime, found: &PluginDiscovery) -> DeviceList {
+/// The devices ONNX Runtime lists now, as plain values (empty when it cannot list them).
+fn listed(rt: &OrtRuntime) -> Vec<EpDevice> {
+    raw_devices(rt).unwrap_or_default().into_iter().enumerate().map(|(i, d)| read_device(d, i, None)).collect()
+}
+
+/// Registers every usable library of `found` not registered before in this process. The devices
+/// a library adds are the ones that appear in ONNX Runtime's list when it registers.
+pub(crate) fn register_new(rt: &OrtRuntime, found: &PluginDiscovery) {
     let mut state = rt.plugins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut origin: Vec<((String, u32, u32, Hardware), PluginRef)> = state.origins.clone();
-    let before = |rt: &OrtRuntime| -> Vec<EpDevice> {
-        raw_devices(rt).unwrap_or_default().into_iter().enumerate().map(|(i, d)| read_device(d, i, None)).collect()
-    };
     for lib in &found.libraries {
         if state.reports.iter().any(|r| r.path == lib.path && r.error.is_none()) {
             continue;
@@ -106,18 +107,18 @@ pub(crate) fn register_and_list(rt: &OrtRuntime, found: &PluginDiscovery) -> Dev
             devices: Vec::new(),
         };
         if report.error.is_none() {
-            let listed = before(rt);
+            let before = listed(rt);
             match register(rt, &lib.name, &lib.path) {
                 Ok(()) => {
                     let plugin = PluginRef { name: lib.name.clone(), path: lib.path.display().to_string() };
-                    for d in before(rt).into_iter().filter(|d| !listed.iter().any(|l| key(l) == key(d))) {
+                    for d in listed(rt).into_iter().filter(|d| !before.iter().any(|b| key(b) == key(d))) {
                         report.devices.push(format!(
                             "{} on {} {}",
                             d.provider,
                             d.hardware_vendor,
                             d.hardware.label().to_ascii_uppercase()
                         ));
-                        origin.push((key(&d), plugin.clone()));
+                        state.origins.push((key(&d), plugin.clone()));
                     }
                     if report.devices.is_empty() {
                         tracing::info!(plugin = %lib.name, "registered, but it lists no device on this machine");
@@ -129,7 +130,12 @@ pub(crate) fn register_and_list(rt: &OrtRuntime, found: &PluginDiscovery) -> Dev
         state.reports.retain(|r| r.path != report.path);
         state.reports.push(report);
     }
-    state.origins = origin.clone();
+}
+
+/// ONNX Runtime's device list as it stands, each plugin device with its library, and every
+/// plugin library tried so far in this process.
+pub(crate) fn device_list(rt: &OrtRuntime) -> DeviceList {
+    let state = rt.plugins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let (devices, error) = match raw_devices(rt) {
         Ok(list) => {
             let devices = list
@@ -137,7 +143,7 @@ pub(crate) fn register_and_list(rt: &OrtRuntime, found: &PluginDiscovery) -> Dev
                 .enumerate()
                 .map(|(i, d)| {
                     let mut dev = read_device(d, i, None);
-                    dev.library = origin.iter().find(|(k, _)| *k == key(&dev)).map(|(_, p)| p.clone());
+                    dev.library = state.origins.iter().find(|(k, _)| *k == key(&dev)).map(|(_, p)| p.clone());
                     dev
                 })
                 .collect();

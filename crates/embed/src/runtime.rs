@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use nornir_ep_select::Plan;
-use nornir_gpu_probe::{
-    OrtCandidate, OrtDiscovery, PluginDiscovery, ProbeContext, discover_ort, discover_plugins, pick_ort, same_file,
-};
+use nornir_gpu_probe::{OrtCandidate, OrtDiscovery, ProbeContext, discover_ort, discover_plugins, pick_ort, same_file};
 
 use crate::error::{EmbedError, Result};
 use crate::plugins::PluginState;
@@ -25,7 +23,7 @@ pub struct OrtRuntime {
 impl OrtRuntime {
     /// ONNX Runtime's device list as it stands, with the plugins registered so far.
     pub(crate) fn devices(&self) -> DeviceList {
-        crate::plugins::register_and_list(self, &PluginDiscovery::default())
+        crate::plugins::device_list(self)
     }
 }
 
@@ -40,8 +38,8 @@ pub fn device_list(plan: &Plan, ort_library: Option<&Path>, ep_libraries: &[(Str
 /// pip packages and `$NORNIR_HOME/ep`), registers those not registered before in this process
 /// with `rt`, and returns ONNX Runtime's device list. Failures are lines of the list, never errors.
 pub fn list_devices(rt: &OrtRuntime, explicit: &[(String, PathBuf)]) -> DeviceList {
-    let found = discover_plugins(&ProbeContext::from_process(), explicit);
-    crate::plugins::register_and_list(rt, &found)
+    crate::plugins::register_new(rt, &discover_plugins(&ProbeContext::from_process(), explicit));
+    rt.devices()
 }
 
 static LOADED: Mutex<Option<Arc<OrtRuntime>>> = Mutex::new(None);
