@@ -85,11 +85,7 @@ impl Engine {
         let cfg = SessionConfig { model: &folder.model_file, intra_threads, profile_to: None };
         let (session, report) = session::build(&runtime, &plan, &cfg)?;
         let session_growth = Mutex::new(growth_since(resident).into_iter().collect());
-        let workers = if report.active_provider == Provider::Cpu.ort_name() {
-            cpu_workers
-        } else {
-            options.chosen_workers().unwrap_or(1)
-        };
+        let workers = if report.on_builtin_cpu() { cpu_workers } else { options.chosen_workers().unwrap_or(1) };
         let mut io = graph_io(&session, &folder, options.output_name.as_deref())?;
         match (&mut io.task, &prompt.task) {
             (Some(input), Some((_, index))) => input.value = *index,
@@ -281,7 +277,7 @@ impl Engine {
     /// it; otherwise (a GPU, a plugin provider) each worker has a session of its own, which
     /// falls back to the CPU on its own.
     fn workers_share_session(&self) -> bool {
-        self.report.active_provider == Provider::Cpu.ort_name()
+        self.report.on_builtin_cpu()
     }
 
     /// The session worker `k` runs: on the CPU the first, for every worker at once; on a GPU

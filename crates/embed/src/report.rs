@@ -196,6 +196,13 @@ pub struct SessionReport {
     pub graph_optimization: String,
 }
 
+impl SessionReport {
+    /// The session runs on ONNX Runtime's own CPU provider alone (not a GPU, not a plugin).
+    pub(crate) fn on_builtin_cpu(&self) -> bool {
+        self.active_provider == Provider::Cpu.ort_name()
+    }
+}
+
 /// The oldest ONNX Runtime this build loads: 1.22, the last with the ROCm provider.
 pub const MIN_ORT: (u64, u64) = (1, 22);
 

@@ -40,7 +40,7 @@ pub(crate) struct Slot {
 
 impl Slot {
     pub(crate) fn new(session: Session, report: &SessionReport) -> Self {
-        Self { session, builtin_cpu: report.active_provider == Provider::Cpu.ort_name() }
+        Self { session, builtin_cpu: report.on_builtin_cpu() }
     }
 }
 
