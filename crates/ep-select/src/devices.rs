@@ -145,9 +145,3 @@ impl fmt::Display for Planned {
         f.write_str(self.ort_name())
     }
 }
-
-impl PartialEq<Provider> for Planned {
-    fn eq(&self, other: &Provider) -> bool {
-        self.builtin() == Some(*other)
-    }
-}
