@@ -6,12 +6,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
+use nornir_server::LongInputs;
 use nornir_vector::diagnostics::{
     EpDevice, MIN_ORT, ModelFolder, Plan, check_library, choose_library, device_list, plan_with,
 };
 use nornir_vector::diagnostics::{ProbeContext, nornir_home};
 use nornir_vector::quantize::WeightType;
-use nornir_vector::{CallOptions, Chunking, Embedder, EmbedderOptions, Prompt, Truncation};
+use nornir_vector::{Chunking, Embedder, EmbedderOptions, Prompt};
 
 use super::{EmbedJob, LongText, OrtChoice, SessionDoc};
 use crate::output::{ChunkOut, RowWriter, Sink};
@@ -135,35 +136,27 @@ fn progress(enabled: bool, total: Option<u64>) -> ProgressBar {
     }
 }
 
-/// The chunking of `--long chunk|late` with `--window` and `--overlap`; `None` for truncate and
-/// refuse. `embed` and `serve` both read `--long` through it.
-pub fn long_chunking(long: LongText, window: Option<usize>, overlap: usize) -> Option<Chunking> {
+/// `--long` with `--window` and `--overlap`: the one policy `embed` and `serve` both follow (the
+/// server's for requests that do not say). `--window` without chunking is an error.
+pub fn long_inputs(long: LongText, window: Option<usize>, overlap: usize) -> Result<LongInputs> {
     let late = match long {
-        LongText::Truncate | LongText::Refuse => return None,
+        LongText::Truncate | LongText::Refuse if window.is_some() => {
+            bail!("--window sets the chunk size of --long chunk or --long late; add one of them")
+        }
+        LongText::Truncate => return Ok(LongInputs::Truncate),
+        LongText::Refuse => return Ok(LongInputs::Refuse),
         LongText::Chunk => false,
         LongText::Late => true,
     };
     let c = Chunking::new().with_overlap(overlap).with_late(late);
-    Some(match window {
+    Ok(LongInputs::Chunk(match window {
         Some(w) => c.with_window(w),
         None => c,
-    })
-}
-
-/// The call options of `--long`.
-fn long_text_options(job: &EmbedJob) -> CallOptions {
-    match (job.long, long_chunking(job.long, job.window, job.overlap)) {
-        (_, Some(c)) => CallOptions::new().with_chunking(c),
-        (LongText::Refuse, None) => CallOptions::new().with_truncation(Truncation::Refuse),
-        _ => CallOptions::new(),
-    }
+    }))
 }
 
 pub fn embed(job: &EmbedJob) -> Result<()> {
-    let options = long_text_options(job);
-    if job.window.is_some() && options.chunking.is_none() {
-        bail!("--window sets the chunk size of --long chunk or --long late; add one of them");
-    }
+    let options = long_inputs(job.long, job.window, job.overlap)?.call_options();
     let (mut source, size) = open_source(job)?;
     let sink = Sink::open(job.output.as_deref())?;
     let mut writer = RowWriter::new(job.format, sink);

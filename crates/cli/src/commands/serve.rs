@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use nornir_server::{LongInputs, Models, ServerConfig, TokenIds};
+use nornir_server::{Models, ServerConfig, TokenIds};
 use nornir_vector::{Device, Embedder, EmbedderOptions, QueueFull};
 use serde::Deserialize;
 
-use super::{LongText, model_dir, options};
+use super::{model_dir, options};
 use crate::ServeArgs;
 
 /// One model to serve: its name, other names, folder and options.
@@ -148,14 +148,7 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
     let served = served_models(a)?;
     let models = Arc::new(Models::with_aliases(served.iter().map(|m| (m.name.clone(), m.aliases.clone())))?);
     let token_ids: TokenIds = a.token_ids.parse().map_err(anyhow::Error::msg)?;
-    if a.window.is_some() && !matches!(a.long, LongText::Chunk | LongText::Late) {
-        bail!("--window sets the chunk size of --long chunk or --long late; add one of them");
-    }
-    let long = match (a.long, super::long_chunking(a.long, a.window.map(|w| w as usize), a.overlap as usize)) {
-        (_, Some(c)) => LongInputs::Chunk(c),
-        (LongText::Refuse, None) => LongInputs::Refuse,
-        _ => LongInputs::Truncate,
-    };
+    let long = super::long_inputs(a.long, a.window.map(|w| w as usize), a.overlap as usize)?;
     let mut config = ServerConfig::default()
         .with_max_inputs(a.max_inputs as usize)
         .with_max_body_bytes(a.max_body_bytes as usize)
