@@ -61,28 +61,9 @@ fn intel_cpu() -> bool {
     std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains("GenuineIntel"))
 }
 
-/// Embeds the parity sample as float32 rows of 384.
+/// Embeds the parity sample as float32 rows of 384 on the CPU build of ONNX Runtime.
 fn embed_sample(extra: &[&str], env: &[(&str, &Path)]) -> Vec<Vec<f32>> {
-    let sample = env_path("NORNIR_TEST_CORPUS").join("parity-sample.txt");
-    let m = model();
-    let ort = env_path("NORNIR_TEST_ORT_CPU");
-    let mut args = vec![
-        "vector",
-        "embed",
-        "--quiet",
-        "--format",
-        "f32",
-        "--model",
-        s(&m),
-        "--ort-lib",
-        s(&ort),
-        "--input",
-        s(&sample),
-    ];
-    args.extend_from_slice(extra);
-    let bytes = ok(&nornir(&args, env)).to_vec();
-    let floats: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-    floats.chunks(384).map(<[f32]>::to_vec).collect()
+    common::embed_parity_sample(&env_path("NORNIR_TEST_ORT_CPU"), extra, env)
 }
 
 #[test]

@@ -49,31 +49,11 @@ fn doctor_with(ort: &Path, device: &str, env: &[(&str, &Path)], extra: &[&str]) 
 
 /// Embeds the parity sample and checks it against the reference (cosine >= 0.9999).
 fn assert_parity(ort: &Path, env: &[(&str, &Path)]) {
-    let sample = env_path("NORNIR_TEST_CORPUS").join("parity-sample.txt");
     let reference = std::fs::read(env_path("NORNIR_TEST_CORPUS").join("parity-sample.f32")).expect("reference");
-    let m = model();
-    let o = nornir(
-        &[
-            "vector",
-            "embed",
-            "--quiet",
-            "--format",
-            "f32",
-            "--model",
-            s(&m),
-            "--ort-lib",
-            s(ort),
-            "--input",
-            s(&sample),
-        ],
-        env,
-    );
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    assert_eq!(o.stdout.len(), reference.len());
-    let f =
-        |b: &[u8]| -> Vec<f32> { b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
-    let (got, want) = (f(&o.stdout), f(&reference));
-    for (i, (a, b)) in got.chunks_exact(384).zip(want.chunks_exact(384)).enumerate() {
+    let (got, want) = (common::embed_parity_sample(ort, &[], env), common::f32_rows(&reference));
+    assert_eq!(got.len(), want.len());
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a.len(), 384, "row {i}");
         let cos: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
         assert!(cos >= 0.9999, "{}: row {i} cosine {cos}", ort.display());
     }

@@ -104,6 +104,25 @@ pub fn nornir_with(args: &[&str], env: &[(&str, &Path)]) -> Output {
     cmd.output().expect("run nornir")
 }
 
+/// `nornir vector embed --format f32` of the parity sample with the test model on ONNX Runtime
+/// `ort`, `extra` flags and `env` added: its rows of 384 (a failed run fails the test).
+pub fn embed_parity_sample(ort: &Path, extra: &[&str], env: &[(&str, &Path)]) -> Vec<Vec<f32>> {
+    let sample = nornir_test_support::env_path("NORNIR_TEST_CORPUS").join("parity-sample.txt");
+    let m = model();
+    let mut args = vec!["vector", "embed", "--quiet", "--format", "f32", "--model", s(&m), "--ort-lib", s(ort)];
+    args.extend_from_slice(&["--input", s(&sample)]);
+    args.extend_from_slice(extra);
+    let o = nornir_with(&args, env);
+    assert!(o.status.success(), "{}: {}", ort.display(), stderr(&o));
+    f32_rows(&o.stdout)
+}
+
+/// Little-endian float32 bytes as rows of 384.
+pub fn f32_rows(bytes: &[u8]) -> Vec<Vec<f32>> {
+    let floats: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    floats.chunks(384).map(<[f32]>::to_vec).collect()
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
