@@ -54,7 +54,7 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
         doc.insert("next_step".into(), json!(next));
         println!("{}", serde_json::to_string_pretty(&Value::Object(doc))?);
     } else if a.summary {
-        print!("{}", summary(probe, plan.as_ref(), &ort, session.as_ref(), &next));
+        print!("{}", summary(probe, plan.as_ref(), &ort, &witnesses, session.as_ref(), &next));
     } else {
         let mut out = String::new();
         if show_cuda {
@@ -138,6 +138,7 @@ fn summary(
     probe: &ProbeReport,
     plan: Option<&Plan>,
     ort: &OrtChoice,
+    witnesses: &Witnesses,
     session: Option<&SessionDoc>,
     next: &str,
 ) -> String {
@@ -156,7 +157,7 @@ fn summary(
         let names: Vec<&str> = p.providers.iter().map(|x| x.ort_name()).collect();
         let _ = writeln!(s, "plan: {} [{}]", p.vendor, names.join(", "));
     }
-    let _ = writeln!(s, "witnesses: {}", witnesses_line(&witnesses_of(probe, ort)));
+    let _ = writeln!(s, "witnesses: {}", witnesses_line(witnesses));
     if let Some(active) = session.and_then(|x| x.active_provider.as_deref()) {
         let _ = writeln!(s, "active provider: {active}");
     } else if let Some(e) = session.and_then(|x| x.error.as_deref()) {
@@ -399,10 +400,6 @@ pub struct Witnesses {
     pub listed: bool,
     /// One line per disagreement.
     pub disagreements: Vec<String>,
-}
-
-fn witnesses_of(probe: &ProbeReport, ort: &commands::OrtChoice) -> Witnesses {
-    witnesses(probe, &commands::listed_devices(ort), ort.path.is_some() && ort.error.is_none())
 }
 
 fn witnesses(probe: &ProbeReport, devices: &[EpDevice], listed: bool) -> Witnesses {
