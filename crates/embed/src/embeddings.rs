@@ -90,6 +90,10 @@ impl Embeddings {
     pub fn truncated(&self, i: usize) -> bool {
         self.tokens.get(i).is_some_and(|t| t.truncated)
     }
+    /// How many texts were longer than the model's length and cut.
+    pub fn truncated_count(&self) -> usize {
+        self.tokens.iter().filter(|t| t.truncated).count()
+    }
     /// The width of every row.
     pub fn dim(&self) -> usize {
         self.dim

@@ -129,8 +129,7 @@ pub(crate) fn dimensions(d: i64, width: usize) -> Result<usize, ApiError> {
 /// `response` with `x-truncated-inputs`: how many of the request's texts were cut to the
 /// model's length.
 pub(crate) fn truncated_header(mut response: Response, rows: &Embeddings) -> Response {
-    let n = (0..rows.len()).filter(|&i| rows.truncated(i)).count();
-    response.headers_mut().insert("x-truncated-inputs", HeaderValue::from(n));
+    response.headers_mut().insert("x-truncated-inputs", HeaderValue::from(rows.truncated_count()));
     response
 }
 
@@ -187,8 +186,7 @@ impl App {
                 ));
             }
         };
-        let truncated = (0..rows.len()).filter(|&i| rows.truncated(i)).count();
-        self.metrics.count_texts(entry, texts.len(), rows.total_tokens(), truncated);
+        self.metrics.count_texts(entry, texts.len(), rows.total_tokens(), rows.truncated_count());
         Ok(rows)
     }
 
