@@ -242,11 +242,8 @@ impl std::error::Error for InvalidConfig {}
 /// [`ServerConfig::validate`] refuses is refused here.
 pub fn router(models: Arc<Models>, config: ServerConfig) -> Result<Router, InvalidConfig> {
     config.validate()?;
-    if let Some(name) = config.default_model.as_deref().filter(|n| models.served_name(n).is_none()) {
-        return Err(InvalidConfig {
-            option: "default_model",
-            reason: format!("no model is named {name:?}; the models are {}", models.all_names().join(", ")),
-        });
+    if let Some(Err(unknown)) = config.default_model.as_deref().map(|n| models.entry(n)) {
+        return Err(InvalidConfig { option: "default_model", reason: unknown.to_string() });
     }
     let app = Arc::new(api::App::new(models, config));
     let tei_routes = || {
