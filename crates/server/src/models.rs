@@ -122,11 +122,6 @@ impl Models {
         self.entries.iter().flat_map(|e| std::iter::once(&e.name).chain(&e.aliases).cloned()).collect()
     }
 
-    /// The served name of the model `name` or an alias of it stands for.
-    pub fn served_name(&self, name: &str) -> Option<&str> {
-        self.find(name).map(|e| e.name.as_str())
-    }
-
     /// Model `name`'s (or an alias's) embedder, once it has loaded.
     pub fn get(&self, name: &str) -> Option<&Arc<Embedder>> {
         self.find(name).and_then(|e| e.embedder.get())
@@ -177,7 +172,7 @@ mod tests {
         ])
         .expect("names");
         assert_eq!(m.all_names(), ["minilm", "text-embedding-3-small", "ada", "para"]);
-        assert_eq!(m.served_name("ada"), Some("minilm"));
+        assert_eq!(m.entry("ada").expect("alias").name, "minilm");
         assert_eq!(m.entry("text-embedding-3-small").expect("alias").name, "minilm");
         assert!(m.entry("nope").unwrap_err().to_string().contains("minilm, text-embedding-3-small, ada, para"));
         for clash in [
@@ -194,7 +189,7 @@ mod tests {
         ));
         let hub =
             Models::with_aliases([("bge".to_owned(), vec!["BAAI/bge-small-en-v1.5".to_owned()])]).expect("a hub id");
-        assert_eq!(hub.served_name("BAAI/bge-small-en-v1.5"), Some("bge"));
+        assert_eq!(hub.entry("BAAI/bge-small-en-v1.5").expect("alias").name, "bge");
         assert!(
             matches!(Models::new(["BAAI/bge".to_owned()]), Err(ModelsError::BadName(_))),
             "a served name is a path"
