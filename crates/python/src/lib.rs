@@ -17,7 +17,7 @@ use pyo3::types::{PyDict, PyList};
 
 use nornir_vector::{
     CallOptions, CancelHandle, Chunking, Device, EmbedError, Embedder as RustEmbedder, EmbedderOptions, Embeddings,
-    Pooling, Truncation,
+    Pooling, Prompt, Truncation,
 };
 
 pyo3::create_exception!(_nornir, EmbedErrorPy, PyException, "Every error of nornir's embedder.");
@@ -181,6 +181,16 @@ impl Embedder {
     }
 }
 
+/// The prompt of `prompt_name=` or `prompt=`, which an embedder and a call both take; both at
+/// once is an error.
+fn one_prompt(prompt_name: Option<String>, prompt: Option<String>) -> PyResult<Option<Prompt>> {
+    match (prompt_name, prompt) {
+        (Some(_), Some(_)) => Err(invalid("prompt", "give prompt or prompt_name, not both".to_owned())),
+        (Some(name), None) => Ok(Some(Prompt::Name(name))),
+        (None, text) => Ok(text.map(Prompt::Text)),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn call_options(
     prompt_name: Option<String>,
@@ -193,15 +203,7 @@ fn call_options(
     overlap: Option<usize>,
 ) -> PyResult<CallOptions> {
     let mut o = CallOptions::new().with_truncation(truncation_of(truncation)?);
-    if prompt_name.is_some() && prompt.is_some() {
-        return Err(invalid("prompt", "give prompt or prompt_name, not both".to_owned()));
-    }
-    if let Some(p) = prompt_name {
-        o = o.with_prompt_name(p);
-    }
-    if let Some(p) = prompt {
-        o = o.with_prompt(p);
-    }
+    o.prompt = one_prompt(prompt_name, prompt)?;
     if let Some(n) = normalize {
         o = o.with_normalize(n);
     }
@@ -254,15 +256,7 @@ impl Embedder {
         let mut o = EmbedderOptions::default().with_device(device);
         o.threads = threads;
         o.workers = workers;
-        if prompt_name.is_some() && prompt.is_some() {
-            return Err(invalid("prompt", "give prompt or prompt_name, not both".to_owned()));
-        }
-        if let Some(p) = prompt_name {
-            o = o.with_prompt_name(p);
-        }
-        if let Some(p) = prompt {
-            o = o.with_prompt(p);
-        }
+        o.prompt = one_prompt(prompt_name, prompt)?;
         o.dimensions = dimensions;
         o.normalize = normalize;
         o.max_length = max_length;
