@@ -98,9 +98,13 @@ pub struct SessionDoc {
     /// For a plugin provider: its device, library, vendor and device id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub active_device: Option<nornir_vector::diagnostics::EpDevice>,
-    /// Why the session was rebuilt on the CPU after a GPU session failed.
+    /// Why the session was rebuilt on the CPU after a GPU session failed, or why the provider
+    /// registered first runs nothing (`unclaimed`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
+    /// Set when the provider registered first claimed none of the model's nodes: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unclaimed: Option<String>,
     #[cfg(feature = "embed-ort")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placement: Option<nornir_vector::diagnostics::Placement>,

@@ -340,8 +340,8 @@ fn next_step(probe: &ProbeReport, plan: Option<&Plan>, ort: &OrtChoice, session:
                 .to_owned();
         }
         let active = s.active_provider.as_deref().unwrap_or("");
-        if let Some(f) = s.fallback.as_deref().filter(|f| f.contains("gave it none of the model's")) {
-            return format!("{f}: name another provider, or run a model whose operators it has");
+        if let Some(why) = &s.unclaimed {
+            return format!("{why}: name another provider, or run a model whose operators it has");
         }
         if let Some(f) = &s.fallback {
             return format!(

@@ -506,12 +506,14 @@ pub fn session_doc(m: &ModelArgs) -> SessionDoc {
             let mut r = e.report();
             let placement = e.placement();
             // What really runs: a provider that claimed no node runs nothing.
-            if let Some((main, why)) = placement.unclaimed(&r.active_provider) {
+            let unclaimed = placement.unclaimed(&r.active_provider).map(|(main, why)| {
                 r.active_provider = main;
                 r.active_device = None;
-                r.fallback = Some(r.fallback.map_or(why.clone(), |f| format!("{f}; {why}")));
-            }
+                r.fallback = Some(r.fallback.take().map_or(why.clone(), |f| format!("{f}; {why}")));
+                why
+            });
             SessionDoc {
+                unclaimed,
                 active_provider: Some(r.active_provider),
                 active_device: r.active_device,
                 gpu_vendor: Some(r.gpu_vendor),
