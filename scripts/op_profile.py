@@ -1,9 +1,10 @@
 """Where a model's run time goes, by operator type: ONNX Runtime's own profile of the CPU
-session, at the basic graph optimisation level nornir uses, on corpus texts packed the way nornir
-packs them (sorted by length, under a token budget). Prints, for each model folder, the kernel
-time of each operator type and its share.
+session, at a graph optimisation level (`--level`, basic by default), on corpus texts packed the
+way nornir packs them (sorted by length, under a token budget). Prints, for each model folder, the
+kernel time of each operator type and its share. `MODEL_DIR:LEVEL` profiles one folder at its own
+level, so that two levels of one model can be compared in one run.
 
-    python scripts/op_profile.py MODEL_DIR [MODEL_DIR ...] --corpus testdata/corpus.txt \
+    python scripts/op_profile.py MODEL_DIR [MODEL_DIR:extended ...] --corpus testdata/corpus.txt \
         --texts 256 --threads 1
 
 Run it with the venv `cargo xtask bench-compare` makes (onnxruntime, tokenizers, numpy).
@@ -16,7 +17,15 @@ import os
 
 import numpy as np
 import onnxruntime as ort
+
+ort.set_default_logger_severity(3)
 from tokenizers import Tokenizer
+
+LEVELS = {
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
 
 
 def batches(encodings, budget):
@@ -43,6 +52,12 @@ def feed(batch, names):
     return {k: v for k, v in values.items() if k in names}
 
 
+def model_and_level(spec, default):
+    """`DIR:LEVEL` split, or `DIR` with the default level."""
+    model, sep, level = spec.rpartition(":")
+    return (model, level) if sep and level in LEVELS else (spec, default)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="+", help="model folders (model.onnx, tokenizer.json)")
@@ -51,15 +66,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--budget", type=int, default=256, help="tokens per batch (nornir's default)")
     ap.add_argument("--max-length", type=int, default=256)
+    ap.add_argument("--level", choices=sorted(LEVELS), default="basic", help="for folders given without :LEVEL")
+    ap.add_argument("--top", type=int, default=12, help="how many operator types to list")
     a = ap.parse_args()
     with open(a.corpus, encoding="utf-8") as f:
         texts = [line for line in f.read().split("\n") if line][: a.texts]
-    for model in a.models:
+    for spec in a.models:
+        model, level = model_and_level(spec, a.level)
         tok = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
         tok.no_padding()
         tok.enable_truncation(a.max_length)
         options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.graph_optimization_level = LEVELS[level]
         options.intra_op_num_threads = a.threads
         options.enable_mem_pattern = False
         options.enable_profiling = True
@@ -72,14 +90,15 @@ def main() -> None:
         with open(profile, encoding="utf-8") as f:
             events = json.load(f)
         os.remove(profile)
-        by_op = collections.Counter()
+        by_op, nodes = collections.Counter(), collections.defaultdict(set)
         for e in events:
             if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
                 by_op[e["args"]["op_name"]] += e["dur"]
+                nodes[e["args"]["op_name"]].add(e["name"])
         total = sum(by_op.values())
-        print(f"== {model}: {total / 1e3:.0f} ms in kernels, {len(packed)} batches of {len(texts)} texts")
-        for op, micros in by_op.most_common(12):
-            print(f"  {op:24s} {micros / 1e3:8.1f} ms {100 * micros / total:5.1f}%")
+        print(f"== {model} ({level}): {total / 1e3:.0f} ms in kernels, {len(packed)} batches of {len(texts)} texts")
+        for op, micros in by_op.most_common(a.top):
+            print(f"  {op:28s} {micros / 1e3:8.1f} ms {100 * micros / total:5.1f}%  {len(nodes[op]):4d} nodes")
 
 
 if __name__ == "__main__":

@@ -398,6 +398,12 @@ pub struct QuantizeArgs {
     /// Keep in float32 every MatMul/Gemm whose node or weight name contains PATTERN (repeatable).
     #[arg(long, value_name = "PATTERN")]
     pub keep_fp32: Vec<String>,
+    /// Subgraphs to replace by one ONNX Runtime operator each: gelu (the erf form of GELU ->
+    /// Gelu), attention (self-attention over heads -> MultiHeadAttention), both (comma-separated),
+    /// or none. A fused graph that does not run, or whose vectors differ from the unfused one's,
+    /// is written unfused, and quantization.json says why.
+    #[arg(long, value_name = "LIST", default_value = "gelu,attention", value_parser = parse_fusions)]
+    pub fuse: Fusions,
     /// Print quantization.json instead of a summary.
     #[arg(long)]
     pub json: bool,
@@ -412,6 +418,28 @@ fn parse_timeout(s: &str) -> Result<f64, String> {
         Ok(t) if t > 0.0 && t <= 86_400.0 => Ok(t),
         _ => Err(format!("{s:?} is not a number of seconds between 0 and 86400")),
     }
+}
+
+/// The fusions `--fuse` asks for.
+#[derive(Clone, Debug)]
+pub struct Fusions(pub Vec<nornir_vector::quantize::Fusion>);
+
+fn parse_fusions(s: &str) -> Result<Fusions, String> {
+    use nornir_vector::quantize::Fusion;
+    if s == "none" {
+        return Ok(Fusions(Vec::new()));
+    }
+    let mut out = Vec::new();
+    for name in s.split(',').map(str::trim) {
+        match Fusion::ALL.into_iter().find(|f| f.name() == name) {
+            Some(f) if !out.contains(&f) => out.push(f),
+            Some(_) => {}
+            None => {
+                return Err(format!("{name:?} is not a fusion: give gelu, attention, both comma-separated, or none"));
+            }
+        }
+    }
+    Ok(Fusions(out))
 }
 
 /// SmoothQuant's strength, or `None` for off.

@@ -17,6 +17,7 @@
 
 #![forbid(unsafe_code)]
 
+mod fuse;
 mod rewrite;
 mod tensor;
 
@@ -127,6 +128,29 @@ impl WeightType {
     }
 }
 
+/// A subgraph that the rewrite replaces by one ONNX Runtime operator (see `fuse.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Fusion {
+    /// `x * 0.5 * (1 + erf(x / sqrt 2))` -> `com.microsoft.Gelu`.
+    Gelu,
+    /// Self-attention over heads (reshape, transpose, scale, `Q Kᵀ`, mask, softmax, `· V`, transpose
+    /// back) -> `com.microsoft.MultiHeadAttention`, with the query, key and value biases.
+    Attention,
+}
+
+impl Fusion {
+    pub const ALL: [Fusion; 2] = [Fusion::Gelu, Fusion::Attention];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fusion::Gelu => "gelu",
+            Fusion::Attention => "attention",
+        }
+    }
+}
+
 /// What to rewrite and how. `Default` is the same on every machine: per-channel weights, per-token
 /// activations, smoothing 0.5, and [`WeightType::Auto`], which [`quantize`] decides for the CPU it
 /// runs on.
@@ -145,6 +169,8 @@ pub struct QuantizeOptions {
     pub channel_max: std::collections::HashMap<String, Vec<f32>>,
     /// Nodes to keep in float32: a node whose name or weight name contains any of these.
     pub keep_fp32: Vec<String>,
+    /// Subgraphs to replace by one ONNX Runtime operator each: all of [`Fusion::ALL`] by default.
+    pub fusions: Vec<Fusion>,
 }
 
 impl Default for QuantizeOptions {
@@ -156,6 +182,7 @@ impl Default for QuantizeOptions {
             smoothing: Some(0.5),
             channel_max: std::collections::HashMap::new(),
             keep_fp32: Vec::new(),
+            fusions: Fusion::ALL.to_vec(),
         }
     }
 }
@@ -183,6 +210,10 @@ impl QuantizeOptions {
     }
     pub fn with_keep_fp32(mut self, patterns: Vec<String>) -> Self {
         self.keep_fp32 = patterns;
+        self
+    }
+    pub fn with_fusions(mut self, fusions: Vec<Fusion>) -> Self {
+        self.fusions = fusions;
         self
     }
 }
@@ -225,6 +256,15 @@ pub struct Kept {
     pub reason: String,
 }
 
+/// One subgraph replaced by one operator.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct Fused {
+    pub fusion: Fusion,
+    /// The new node's name.
+    pub node: String,
+}
+
 /// What `quantize` did.
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
@@ -233,6 +273,11 @@ pub struct QuantizeReport {
     pub kept_fp32: Vec<Kept>,
     /// `Gather` nodes that now read int8 rows and dequantize after gathering.
     pub int8_gathers: Vec<String>,
+    /// Subgraphs replaced by one operator each.
+    pub fused: Vec<Fused>,
+    /// The graph's node count before and after.
+    pub nodes_before: usize,
+    pub nodes_after: usize,
     /// The model's default-domain opset.
     pub opset: i64,
     /// Weight bytes before (as stored) and after.

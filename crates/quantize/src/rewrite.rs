@@ -14,7 +14,7 @@ use crate::{
     WeightType,
 };
 
-const MS_DOMAIN: &str = "com.microsoft";
+pub(crate) const MS_DOMAIN: &str = "com.microsoft";
 
 /// Rewrites `model` (the bytes of an .onnx file) for int8 on the CPU. Returns the new model's
 /// bytes and what was done; a model with no constant-weight MatMul or Gemm is an error that says
@@ -33,9 +33,11 @@ pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, Qua
     }
     let graph = m.graph.as_mut().ok_or(QuantizeError::NoGraph)?;
     let before = initializer_bytes(graph);
+    let nodes_before = graph.node.len();
     let mut r = Rewriter::new(graph, options, opset);
     r.run()?;
     let (rewritten, kept_fp32, int8_gathers) = (r.rewritten, r.kept, r.gathers);
+    let fused = crate::fuse::fuse(graph, &options.fusions, opset);
     if rewritten.is_empty() && int8_gathers.is_empty() {
         let why = if kept_fp32.is_empty() {
             "the graph has no MatMul or Gemm node".to_owned()
@@ -45,6 +47,7 @@ pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, Qua
         return Err(QuantizeError::NothingToQuantize(why));
     }
     let after = initializer_bytes(graph);
+    let nodes_after = graph.node.len();
     if !m.opset_import.iter().any(|o| o.domain.as_deref() == Some(MS_DOMAIN)) {
         let mut ms = OperatorSetIdProto::new();
         ms.domain = Some(MS_DOMAIN.to_owned());
@@ -56,6 +59,9 @@ pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, Qua
         rewritten,
         kept_fp32,
         int8_gathers,
+        fused,
+        nodes_before,
+        nodes_after,
         opset,
         weight_bytes_before: before,
         weight_bytes_after: after,
@@ -121,11 +127,11 @@ fn initializer_bytes(g: &GraphProto) -> usize {
         .sum()
 }
 
-fn attr<'a>(n: &'a NodeProto, name: &str) -> Option<&'a AttributeProto> {
+pub(crate) fn attr<'a>(n: &'a NodeProto, name: &str) -> Option<&'a AttributeProto> {
     n.attribute.iter().find(|a| a.name.as_deref() == Some(name))
 }
 
-fn attr_i(n: &NodeProto, name: &str, default: i64) -> i64 {
+pub(crate) fn attr_i(n: &NodeProto, name: &str, default: i64) -> i64 {
     attr(n, name).and_then(|a| a.i).unwrap_or(default)
 }
 
@@ -133,22 +139,22 @@ fn attr_f(n: &NodeProto, name: &str, default: f32) -> f32 {
     attr(n, name).and_then(|a| a.f).unwrap_or(default)
 }
 
-fn node_name(n: &NodeProto, index: usize) -> String {
+pub(crate) fn node_name(n: &NodeProto, index: usize) -> String {
     match n.name.as_deref() {
         Some(s) if !s.is_empty() => s.to_owned(),
         _ => format!("#{index}"),
     }
 }
 
-fn op(n: &NodeProto) -> &str {
+pub(crate) fn op(n: &NodeProto) -> &str {
     n.op_type.as_deref().unwrap_or_default()
 }
 
-fn default_domain(n: &NodeProto) -> bool {
+pub(crate) fn default_domain(n: &NodeProto) -> bool {
     matches!(n.domain.as_deref().unwrap_or_default(), "" | "ai.onnx")
 }
 
-fn new_node(op_type: &str, domain: &str, name: String, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+pub(crate) fn new_node(op_type: &str, domain: &str, name: String, inputs: &[&str], outputs: &[&str]) -> NodeProto {
     let mut n = NodeProto::new();
     n.op_type = Some(op_type.to_owned());
     if !domain.is_empty() {
@@ -167,7 +173,7 @@ fn cast_to_float(name: String, input: &str, output: &str) -> NodeProto {
 }
 
 /// A node attribute holding one integer (`AttributeProto.type` INT, 2).
-fn int_attribute(name: &str, value: i64) -> AttributeProto {
+pub(crate) fn int_attribute(name: &str, value: i64) -> AttributeProto {
     let mut a = AttributeProto::new();
     a.name = Some(name.to_owned());
     a.i = Some(value);
@@ -186,7 +192,7 @@ fn ints_attribute(name: &str, values: Vec<i64>) -> AttributeProto {
 
 /// How many times each value is read: by a node of the graph or of any subgraph, or as a graph
 /// output.
-fn count_uses(g: &GraphProto, uses: &mut HashMap<String, usize>, top: bool) {
+pub(crate) fn count_uses(g: &GraphProto, uses: &mut HashMap<String, usize>, top: bool) {
     for n in &g.node {
         for i in n.input.iter().filter(|i| !i.is_empty()) {
             *uses.entry(i.clone()).or_default() += 1;

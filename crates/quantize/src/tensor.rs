@@ -62,6 +62,22 @@ pub fn int8_values(t: &TensorProto) -> Result<Vec<i32>, QuantizeError> {
     Ok(values)
 }
 
+/// An int64 tensor's values.
+pub fn i64_values(t: &TensorProto) -> Result<Vec<i64>, QuantizeError> {
+    check_stored_here(t)?;
+    let n = numel(t);
+    let values: Vec<i64> = match &t.raw_data {
+        Some(raw) if !raw.is_empty() || n == 0 => {
+            raw.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()
+        }
+        _ => t.int64_data.clone(),
+    };
+    if values.len() != n {
+        return Err(bad(t, format!("holds {} int64 values for {n} elements", values.len())));
+    }
+    Ok(values)
+}
+
 pub fn new_f32(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
     let mut t = TensorProto::new();
     t.name = Some(name.to_owned());

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use nornir_vector::quantize::{
-    Activations, CALIBRATION_OUTPUT, Granularity, QuantizeOptions, QuantizeReport, WeightType, calibration_model,
-    quantize as rewrite,
+    Activations, CALIBRATION_OUTPUT, Fusion, Granularity, QuantizeOptions, QuantizeReport, WeightType,
+    calibration_model, quantize as rewrite,
 };
 use nornir_vector::{Device, Embedder, EmbedderOptions, Pooling};
 use sha2::{Digest, Sha256};
@@ -57,7 +57,8 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
             "uint8" => WeightType::Uint8,
             _ => WeightType::Auto,
         })
-        .with_keep_fp32(a.keep_fp32.clone());
+        .with_keep_fp32(a.keep_fp32.clone())
+        .with_fusions(a.fuse.0.clone());
     let texts: Vec<&str> = SAMPLE.lines().collect();
     let calibration_texts = match &a.calibrate {
         Some(file) => {
@@ -78,32 +79,33 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     } else {
         qopts
     };
-    let (int8_bytes, report) =
+    let (fused_bytes, fused_report) =
         rewrite(&bytes, &qopts).with_context(|| format!("cannot quantize {}", model_file.display()))?;
 
     let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "int8".to_owned());
     let tmp = parent.join(format!(".{name}.nornir-{}.tmp", std::process::id()));
-    let result = (|| -> Result<serde_json::Value> {
+    let mut int8_opts = opts.clone();
+    int8_opts.model_file = None;
+    let result = (|| -> Result<(serde_json::Value, QuantizeReport)> {
         std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
         copy_folder(&source_dir, &tmp)?;
-        std::fs::write(tmp.join("model.onnx"), &int8_bytes)
-            .with_context(|| format!("cannot write {}", tmp.join("model.onnx").display()))?;
-        let mut int8_opts = opts.clone();
-        int8_opts.model_file = None;
-        let int8 = Embedder::new(&tmp, &int8_opts).context("the int8 model does not load")?;
-        let (a32, a8) = (fp32.embed(&texts)?, int8.embed(&texts)?);
+        let a32 = fp32.embed(&texts)?;
+        let (report, a8, fallback) = checked_fusions(&tmp, &int8_opts, &texts, (fused_bytes, fused_report), || {
+            rewrite(&bytes, &qopts.clone().with_fusions(Vec::new())).context("cannot quantize without fusions")
+        })?;
         let cosines: Vec<f32> = a32.rows().zip(a8.rows()).map(|(x, y)| cosine(x, y)).collect();
         let (worst, min) =
             cosines.iter().copied().enumerate().fold((0, f32::INFINITY), |b, (i, c)| if c < b.1 { (i, c) } else { b });
         let mean = cosines.iter().map(|&c| f64::from(c)).sum::<f64>() / cosines.len() as f64;
         let calibration =
             a.calibrate.as_ref().map_or("built-in sample (99 texts)".to_owned(), |f| f.display().to_string());
-        let record = record(&model_file, &bytes, &report, &qopts, &calibration, (min, mean, texts[worst]));
+        let mut record = record(&model_file, &bytes, &report, &qopts, &calibration, (min, mean, texts[worst]));
+        record["fusion_fallback"] = fallback.into();
         let text = serde_json::to_string_pretty(&record)?;
         std::fs::write(tmp.join("quantization.json"), text + "\n")?;
-        Ok(record)
+        Ok((record, report))
     })();
-    let record = match result {
+    let (record, report) = match result {
         Ok(r) => r,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&tmp);
@@ -132,8 +134,62 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
             record["cost"]["cosine_min"].as_f64().unwrap_or(f64::NAN),
             record["cost"]["cosine_mean"].as_f64().unwrap_or(f64::NAN),
         );
+        let count = |f: Fusion| report.fused.iter().filter(|x| x.fusion == f).count();
+        match record["fusion_fallback"].as_str() {
+            Some(why) => println!("fusions not applied: {why}"),
+            None if !report.fused.is_empty() => println!(
+                "fused: {} attention and {} gelu subgraphs, each now one ONNX Runtime operator; nodes {} -> {}",
+                count(Fusion::Attention),
+                count(Fusion::Gelu),
+                report.nodes_before,
+                report.nodes_after
+            ),
+            None => {}
+        }
     }
     Ok(())
+}
+
+/// The least cosine between a fused graph's vectors and the unfused graph's on the sample: the
+/// fusions only reorder float arithmetic, which moves a few int8 roundings, no more.
+const FUSED_MIN_COSINE: f32 = 0.999;
+
+/// Writes `fused` into `dir` and embeds `texts` with it. Where fusions were applied, the unfused
+/// graph (`unfused()`) runs too: if the fused one does not load or run, or its vectors are not
+/// the unfused one's, the unfused graph is written instead and the reason returned.
+fn checked_fusions(
+    dir: &Path,
+    opts: &EmbedderOptions,
+    texts: &[&str],
+    (fused, report): (Vec<u8>, QuantizeReport),
+    unfused: impl FnOnce() -> Result<(Vec<u8>, QuantizeReport)>,
+) -> Result<(QuantizeReport, nornir_vector::Embeddings, Option<String>)> {
+    let file = dir.join("model.onnx");
+    let write = |bytes: &[u8]| std::fs::write(&file, bytes).with_context(|| format!("cannot write {}", file.display()));
+    let embed = |bytes: &[u8]| -> Result<nornir_vector::Embeddings> {
+        write(bytes)?;
+        let e = Embedder::new(dir, opts).context("the int8 model does not load")?;
+        Ok(e.embed(texts)?)
+    };
+    let tried = embed(&fused);
+    if report.fused.is_empty() {
+        return Ok((report, tried?, None));
+    }
+    let (plain_bytes, plain_report) = unfused()?;
+    let plain = embed(&plain_bytes)?;
+    let why = match tried {
+        Ok(rows) => {
+            let min = rows.rows().zip(plain.rows()).map(|(x, y)| cosine(x, y)).fold(f32::INFINITY, f32::min);
+            if min >= FUSED_MIN_COSINE {
+                write(&fused)?;
+                return Ok((report, rows, None));
+            }
+            format!("the fused graph's vectors differ from the unfused graph's (min cosine {min:.4} on the sample)")
+        }
+        Err(e) => format!("the fused graph does not run: {e:#}"),
+    };
+    tracing::warn!("{why}; writing the graph without fusions");
+    Ok((plain_report, plain, Some(why)))
 }
 
 /// The largest magnitude of each channel of the activations smoothing divides, measured by
@@ -237,6 +293,8 @@ fn record(
         "rewritten": report.rewritten,
         "kept_fp32": report.kept_fp32,
         "int8_gathers": report.int8_gathers,
+        "fused": report.fused,
+        "nodes": { "before": report.nodes_before, "after": report.nodes_after },
         "cost": {
             "sample": "built-in sample (testdata/parity-sample.txt, 99 texts)",
             "cosine_min": min,
