@@ -25,62 +25,125 @@ use crate::{Fused, Fusion};
 
 /// Applies the fusions in `which`; returns what was fused, in graph order.
 pub(crate) fn fuse(g: &mut GraphProto, which: &[Fusion], opset: i64) -> Vec<Fused> {
-    let (mut replacements, mut new_inits, mut fused) = (HashMap::new(), Vec::new(), Vec::new());
+    let mut out = Rewrites::default();
     {
         let view = View::new(g);
         for (i, n) in g.node.iter().enumerate() {
             if !default_domain(n) {
                 continue;
             }
-            let found = match op(n) {
-                "Erf" if which.contains(&Fusion::Gelu) => view.gelu(n).map(|(last, x)| {
-                    let out = g.node[last].output[0].as_str();
-                    (last, new_node("Gelu", MS_DOMAIN, format!("{}_gelu", node_name(n, i)), &[x], &[out]), None)
-                }),
-                "Softmax" if which.contains(&Fusion::Attention) => view.attention(n, opset).map(|a| {
-                    let name = format!("{}_attention", node_name(n, i));
-                    let bias = a
-                        .bias
-                        .map(|values| tensor::new_f32(&format!("{name}_qkv_bias"), &[values.len() as i64], &values));
-                    let bias_name = bias.as_ref().map_or("", tensor::name);
-                    let inputs = [a.q, a.k, a.v, bias_name, "", a.mask.unwrap_or_default()];
-                    let used = if a.mask.is_some() {
-                        6
-                    } else if bias.is_some() {
-                        4
-                    } else {
-                        3
-                    };
-                    let out = g.node[a.last].output[0].as_str();
-                    let mut node = new_node("MultiHeadAttention", MS_DOMAIN, name, &inputs[..used], &[out]);
-                    node.attribute.push(int_attribute("num_heads", a.heads as i64));
-                    node.attribute.push(float_attribute("scale", a.scale));
-                    (a.last, node, bias)
-                }),
-                _ => None,
-            };
-            // Two matches never end at the same node; a later one ending there would be dropped.
-            if let Some((last, node, init)) = found
-                && !replacements.contains_key(&last)
-            {
-                fused.push(Fused {
-                    fusion: if op(n) == "Erf" { Fusion::Gelu } else { Fusion::Attention },
-                    node: node.name.clone().unwrap_or_default(),
-                });
-                replacements.insert(last, node);
-                new_inits.extend(init);
+            let name = node_name(n, i);
+            match op(n) {
+                "Erf" if which.contains(&Fusion::Gelu) => {
+                    if let Some((last, x)) = view.gelu(n) {
+                        let y = g.node[last].output[0].as_str();
+                        let node = new_node("Gelu", MS_DOMAIN, format!("{name}_gelu"), &[x], &[y]);
+                        out.replace(last, vec![node], Fusion::Gelu);
+                    }
+                }
+                "Softmax" if which.contains(&Fusion::Attention) => {
+                    if let Some(a) = view.attention(n, opset) {
+                        let nodes = out.attention(&a, &format!("{name}_attention"), g.node[a.last].output[0].as_str());
+                        out.replace(a.last, nodes, Fusion::Attention);
+                    }
+                }
+                _ => {}
             }
         }
     }
-    if fused.is_empty() {
-        return fused;
+    if out.fused.is_empty() {
+        return out.fused;
     }
-    for (i, node) in replacements {
-        g.node[i] = node;
+    let old = std::mem::take(&mut g.node);
+    for (i, n) in old.into_iter().enumerate() {
+        match out.replacements.remove(&i) {
+            Some(nodes) => g.node.extend(nodes),
+            None => g.node.push(n),
+        }
     }
-    g.initializer.extend(new_inits);
+    g.initializer.extend(out.inits);
     remove_dead(g);
-    fused
+    out.fused
+}
+
+/// The nodes that replace a subgraph's last node, by its index, and what they need.
+#[derive(Default)]
+struct Rewrites {
+    replacements: HashMap<usize, Vec<NodeProto>>,
+    inits: Vec<TensorProto>,
+    fused: Vec<Fused>,
+    /// Each attention mask, broadcast to `[batch, 1, queries, keys]`, by its name: made once,
+    /// where the first attention reads it.
+    masks: HashMap<String, String>,
+}
+
+impl Rewrites {
+    fn replace(&mut self, last: usize, nodes: Vec<NodeProto>, fusion: Fusion) {
+        // Two matches never end at the same node; a later one ending there would be dropped.
+        if self.replacements.contains_key(&last) {
+            return;
+        }
+        let node = nodes.last().and_then(|n| n.name.clone()).unwrap_or_default();
+        self.fused.push(Fused { fusion, node });
+        self.replacements.insert(last, nodes);
+    }
+
+    fn int64(&mut self, name: String, values: &[i64]) -> String {
+        self.inits.push(tensor::new_i64(&name, &[values.len() as i64], values));
+        name
+    }
+
+    /// `MultiHeadAttention` writing `y`, after the nodes that broadcast its mask if this is the
+    /// mask's first reader: ONNX Runtime takes `attention_bias` as `[batch or 1, heads or 1,
+    /// queries, keys]`, where exports often give `[batch, 1, 1, keys]`; expanding it to
+    /// `[.., .., queries, ..]` changes no value.
+    fn attention(&mut self, a: &Attention<'_>, name: &str, y: &str) -> Vec<NodeProto> {
+        let mut nodes = Vec::new();
+        let mask = a.mask.map(|mask| match self.masks.get(mask) {
+            Some(done) => done.clone(),
+            None => {
+                let (shape, queries, target, expanded) = [
+                    format!("{name}_q_shape"),
+                    format!("{name}_queries"),
+                    format!("{name}_mask_shape"),
+                    format!("{name}_mask"),
+                ]
+                .into();
+                let (one, two, ones) = (
+                    self.int64(format!("{name}_one"), &[1]),
+                    self.int64(format!("{name}_two"), &[2]),
+                    self.int64(format!("{name}_ones"), &[1, 1]),
+                );
+                nodes.push(new_node("Shape", "", format!("{name}_mask_q_shape"), &[a.q], &[&shape]));
+                nodes.push(new_node("Slice", "", format!("{name}_mask_queries"), &[&shape, &one, &two], &[&queries]));
+                let mut concat =
+                    new_node("Concat", "", format!("{name}_mask_shape"), &[&ones, &queries, &one], &[&target]);
+                concat.attribute.push(int_attribute("axis", 0));
+                nodes.push(concat);
+                nodes.push(new_node("Expand", "", format!("{name}_mask_expand"), &[mask, &target], &[&expanded]));
+                self.masks.insert(mask.to_owned(), expanded.clone());
+                expanded
+            }
+        });
+        let bias = a.bias.as_ref().map(|values| {
+            let bias = format!("{name}_qkv_bias");
+            self.inits.push(tensor::new_f32(&bias, &[values.len() as i64], values));
+            bias
+        });
+        let inputs = [a.q, a.k, a.v, bias.as_deref().unwrap_or_default(), "", mask.as_deref().unwrap_or_default()];
+        let used = if mask.is_some() {
+            6
+        } else if bias.is_some() {
+            4
+        } else {
+            3
+        };
+        let mut node = new_node("MultiHeadAttention", MS_DOMAIN, name.to_owned(), &inputs[..used], &[y]);
+        node.attribute.push(int_attribute("num_heads", a.heads as i64));
+        node.attribute.push(float_attribute("scale", a.scale));
+        nodes.push(node);
+        nodes
+    }
 }
 
 /// Removes nodes none of whose outputs is read (by a node, a subgraph or as a graph output), until
