@@ -21,7 +21,7 @@ mod onnx {
     pub use onnx_subset::*;
 }
 
-use nornir_quantize::{Activations, Granularity, QuantizeError, QuantizeOptions, WeightType, quantize};
+use nornir_quantize::{Activations, Fusion, Granularity, QuantizeError, QuantizeOptions, WeightType, quantize};
 use onnx::{
     AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TypeProto, ValueInfoProto,
     tensor_shape_proto, type_proto,
@@ -573,4 +573,174 @@ fn smoothing_leaves_out_a_gemm_that_reads_its_input_transposed() {
     let worst = fp32.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
     let largest = fp32.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     assert!(worst < 0.05 * largest, "int8 within 5% of the largest output: {worst} of {largest}");
+}
+
+const HIDDEN: usize = 8;
+const SEQ: usize = 3;
+const BATCH: usize = 2;
+
+fn i64_tensor(name: &str, v: &[i64]) -> TensorProto {
+    let mut t = TensorProto::new();
+    t.name = Some(name.into());
+    t.dims = vec![v.len() as i64];
+    t.data_type = Some(7);
+    t.raw_data = Some(v.iter().flat_map(|x| x.to_le_bytes()).collect());
+    t
+}
+
+fn ints_node(op: &str, inputs: &[&str], output: &str, name: &str, values: &[i64]) -> NodeProto {
+    let mut n = node(op, inputs, &[output], &[]);
+    let mut a = AttributeProto::new();
+    a.name = Some(name.into());
+    a.ints = values.to_vec();
+    a.type_ = Some(7);
+    n.attribute.push(a);
+    n
+}
+
+/// One encoder self-attention (2 heads of 4) and an exact Gelu of its output, in the two forms
+/// exporters write: `classic` (torch.onnx's: keys transposed by one Transpose(0, 2, 3, 1), scores
+/// divided by a constant, a `[batch, 1, 1, keys]` mask) or torch.export's (query and keys each
+/// multiplied by a constant, `k.transpose(-2, -1)` through a reshape to three axes, a
+/// `[batch, 1, queries, keys]` mask, softmax's NaN guard). Inputs `x` `[2, 3, 8]` and `mask`.
+fn attention_block(classic: bool) -> Vec<u8> {
+    let (h, d) = (2i64, 4i64);
+    let mut inits = vec![
+        i64_tensor("heads_shape", &[0, 0, h, d]),
+        i64_tensor("back_shape", &[0, 0, HIDDEN as i64]),
+        f32_tensor("half", &[], &[0.5]),
+        f32_tensor("one", &[], &[1.0]),
+        f32_tensor("sqrt2", &[], &[std::f32::consts::SQRT_2]),
+        f32_tensor("zero", &[], &[0.0]),
+    ];
+    let mut nodes = Vec::new();
+    for (i, p) in ["q", "k", "v"].into_iter().enumerate() {
+        let w = values(10 + i, HIDDEN * HIDDEN).iter().map(|v| v * 0.5).collect::<Vec<_>>();
+        inits.push(f32_tensor(&format!("w{p}"), &[HIDDEN as i64, HIDDEN as i64], &w));
+        inits.push(f32_tensor(&format!("b{p}"), &[HIDDEN as i64], &values(20 + i, HIDDEN)));
+        nodes.push(node("MatMul", &["x", &format!("w{p}")], &[&format!("{p}_mm")], &[]));
+        nodes.push(node("Add", &[&format!("{p}_mm"), &format!("b{p}")], &[p], &[]));
+        nodes.push(node("Reshape", &[p, "heads_shape"], &[&format!("{p}_heads")], &[]));
+    }
+    nodes.push(ints_node("Transpose", &["q_heads"], "qt", "perm", &[0, 2, 1, 3]));
+    nodes.push(ints_node("Transpose", &["v_heads"], "vt", "perm", &[0, 2, 1, 3]));
+    if classic {
+        inits.push(f32_tensor("root_d", &[], &[2.0]));
+        nodes.push(ints_node("Transpose", &["k_heads"], "kt", "perm", &[0, 2, 3, 1]));
+        nodes.push(node("MatMul", &["qt", "kt"], &["qk"], &[]));
+        nodes.push(node("Div", &["qk", "root_d"], &["scores"], &[]));
+    } else {
+        inits.push(f32_tensor("quarter_root", &[], &[0.5f32.sqrt()]));
+        inits.push(i64_tensor("three_axes", &[-1, SEQ as i64, d]));
+        inits.push(i64_tensor("four_axes", &[BATCH as i64, h, d, SEQ as i64]));
+        nodes.push(ints_node("Transpose", &["k_heads"], "k4", "perm", &[0, 2, 1, 3]));
+        nodes.push(node("Reshape", &["k4", "three_axes"], &["k3"], &[]));
+        nodes.push(ints_node("Transpose", &["k3"], "k3t", "perm", &[0, 2, 1]));
+        nodes.push(node("Reshape", &["k3t", "four_axes"], &["kt"], &[]));
+        nodes.push(node("Mul", &["qt", "quarter_root"], &["qs"], &[]));
+        nodes.push(node("Mul", &["kt", "quarter_root"], &["ks"], &[]));
+        nodes.push(node("MatMul", &["qs", "ks"], &["scores"], &[]));
+    }
+    nodes.push(node("Add", &["scores", "mask"], &["masked"], &[]));
+    nodes.push(node("Softmax", &["masked"], &["probs"], &[("axis", -1)]));
+    let probs = if classic {
+        "probs"
+    } else {
+        nodes.push(node("IsNaN", &["probs"], &["nan"], &[]));
+        nodes.push(node("Where", &["nan", "zero", "probs"], &["guarded"], &[]));
+        "guarded"
+    };
+    nodes.push(node("MatMul", &[probs, "vt"], &["context"], &[]));
+    nodes.push(ints_node("Transpose", &["context"], "context_t", "perm", &[0, 2, 1, 3]));
+    nodes.push(node("Reshape", &["context_t", "back_shape"], &["a"], &[]));
+    nodes.push(node("Div", &["a", "sqrt2"], &["a_scaled"], &[]));
+    nodes.push(node("Erf", &["a_scaled"], &["erf"], &[]));
+    nodes.push(node("Add", &["erf", "one"], &["one_plus"], &[]));
+    nodes.push(node("Mul", &["one_plus", "half"], &["halved"], &[]));
+    nodes.push(node("Mul", &["a", "halved"], &["y"], &[]));
+    let mask_dims = if classic { [BATCH, 1, 1, SEQ] } else { [BATCH, 1, SEQ, SEQ] }.map(|d| d as i64);
+    let x_dims = [BATCH, SEQ, HIDDEN].map(|d| d as i64);
+    model(nodes, inits, vec![value("x", 1, &x_dims), value("mask", 1, &mask_dims)], &x_dims)
+}
+
+/// Runs an [`attention_block`] on rows of `x` with the last key of the second text masked.
+fn run_block(bytes: &[u8], classic: bool) -> Vec<f32> {
+    let x = values(3, BATCH * SEQ * HIDDEN);
+    let mask_dims = if classic { vec![BATCH, 1, 1, SEQ] } else { vec![BATCH, 1, SEQ, SEQ] };
+    let mask: Vec<f32> = (0..mask_dims.iter().product::<usize>())
+        .map(|i| if i / (mask_dims[1] * mask_dims[2] * SEQ) == 1 && i % SEQ == SEQ - 1 { f32::MIN } else { 0.0 })
+        .collect();
+    let mut s = Session::builder(env())
+        .expect("builder")
+        .with_optimization_level(GraphOptimizationLevel::Level1)
+        .expect("level")
+        .commit_from_memory(bytes)
+        .expect("the model loads in ONNX Runtime");
+    let feed: Vec<(String, ort::session::SessionInputValue<'_>)> = vec![
+        ("x".into(), TensorRef::from_array_view(([BATCH, SEQ, HIDDEN], x.as_slice())).expect("x").into()),
+        ("mask".into(), TensorRef::from_array_view((mask_dims, mask.as_slice())).expect("mask").into()),
+    ];
+    let out = s.run(feed).expect("run");
+    out["y"].try_extract_tensor::<f32>().expect("float output").1.to_vec()
+}
+
+#[test]
+fn attention_and_gelu_become_one_operator_each_and_compute_the_same() {
+    nornir_test_support::needs_assets!();
+    for classic in [true, false] {
+        let bytes = attention_block(classic);
+        let (fused, report) = quantize(&bytes, &QuantizeOptions::default()).expect("quantize");
+        let (plain, plain_report) =
+            quantize(&bytes, &QuantizeOptions::default().with_fusions(Vec::new())).expect("quantize without fusions");
+        let kinds: Vec<Fusion> = report.fused.iter().map(|f| f.fusion).collect();
+        assert_eq!(kinds, [Fusion::Attention, Fusion::Gelu], "classic {classic}");
+        assert!(plain_report.fused.is_empty());
+        let ops = ops(&fused);
+        for gone in ["Softmax", "Erf", "Transpose", "IsNaN", "Where"] {
+            assert!(!ops.iter().any(|o| o == gone), "{gone} left in {ops:?}");
+        }
+        assert_eq!(ops.iter().filter(|o| *o == "MultiHeadAttention" || *o == "Gelu").count(), 2, "{ops:?}");
+        assert!(
+            report.nodes_after < plain_report.nodes_after,
+            "{} vs {}",
+            report.nodes_after,
+            plain_report.nodes_after
+        );
+        // Only the order of float operations changes (the biases are added inside the attention).
+        let (a, b) = (run_block(&fused, classic), run_block(&plain, classic));
+        let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        assert!(worst < 1e-4, "classic {classic}: fused vs unfused differ by {worst}");
+        let float = run_block(&bytes, classic);
+        let largest = float.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let off = float.iter().zip(&a).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        assert!(off < 0.05 * largest, "classic {classic}: int8 within 5% of float32: {off} of {largest}");
+    }
+}
+
+#[test]
+fn near_misses_are_not_fused() {
+    // A "Gelu" whose half is 0.6, and scores that are no product of heads (no transposes).
+    let mut inits = vec![
+        f32_tensor("w", &[K as i64, K as i64], &values(4, K * K)),
+        f32_tensor("half", &[], &[0.6]),
+        f32_tensor("one", &[], &[1.0]),
+        f32_tensor("sqrt2", &[], &[std::f32::consts::SQRT_2]),
+    ];
+    inits.push(f32_tensor("w2", &[K as i64, N as i64], &values(5, K * N)));
+    let nodes = vec![
+        node("MatMul", &["x", "w"], &["h"], &[]),
+        ints_node("Transpose", &["h"], "ht", "perm", &[1, 0]),
+        node("MatMul", &["h", "ht"], &["scores"], &[]),
+        node("Softmax", &["scores"], &["p"], &[("axis", -1)]),
+        node("MatMul", &["p", "h"], &["a"], &[]),
+        node("Div", &["a", "sqrt2"], &["a_scaled"], &[]),
+        node("Erf", &["a_scaled"], &["erf"], &[]),
+        node("Add", &["erf", "one"], &["one_plus"], &[]),
+        node("Mul", &["one_plus", "half"], &["halved"], &[]),
+        node("Mul", &["a", "halved"], &["g"], &[]),
+        node("MatMul", &["g", "w2"], &["y"], &[]),
+    ];
+    let bytes = model(nodes, inits, vec![value("x", 1, &[ROWS as i64, K as i64])], &[ROWS as i64, N as i64]);
+    let (_, report) = quantize(&bytes, &QuantizeOptions::default()).expect("quantize");
+    assert!(report.fused.is_empty(), "{:?}", report.fused);
 }
