@@ -10,6 +10,8 @@
 //!   scale, `Q Kᵀ`, an additive mask, softmax, `· V`, transpose and reshape back) becomes
 //!   `MultiHeadAttention(q, k, v, bias, attention_bias = mask)`, the query, key and value biases
 //!   taken into it. Each row of the result still depends on its own text only.
+//! - [`Fusion::Qkv`] (asked for only): the `MatMulIntegerToFloat` nodes that read one quantized
+//!   input with the same scales become one, over their weights side by side, and a `Split`.
 //!
 //! A fusion adds the new node in place of the subgraph's last node, so that it writes the same
 //! value; the nodes it made dead are then removed, and a node whose value something else still
@@ -19,7 +21,9 @@
 use std::collections::HashMap;
 
 use crate::onnx::{AttributeProto, GraphProto, NodeProto, TensorProto};
-use crate::rewrite::{MS_DOMAIN, attr, attr_i, count_uses, default_domain, int_attribute, new_node, node_name, op};
+use crate::rewrite::{
+    MS_DOMAIN, attr, attr_i, count_uses, default_domain, int_attribute, ints_attribute, new_node, node_name, op,
+};
 use crate::tensor::{self, FLOAT, INT64};
 use crate::{Fused, Fusion};
 
@@ -51,19 +55,109 @@ pub(crate) fn fuse(g: &mut GraphProto, which: &[Fusion], opset: i64) -> Vec<Fuse
             }
         }
     }
-    if out.fused.is_empty() {
-        return out.fused;
+    let mut fused = out.fused;
+    if !fused.is_empty() {
+        let old = std::mem::take(&mut g.node);
+        for (i, n) in old.into_iter().enumerate() {
+            match out.replacements.remove(&i) {
+                Some(nodes) => g.node.extend(nodes),
+                None => g.node.push(n),
+            }
+        }
+        g.initializer.extend(out.inits);
+    }
+    if which.contains(&Fusion::Qkv) {
+        fused.extend(shared_input_products(g, opset));
+    }
+    if !fused.is_empty() {
+        remove_dead(g);
+    }
+    fused
+}
+
+/// The `MatMulIntegerToFloat` nodes that read the same input, scale and zero points, with
+/// constant 2-D weights of one type and one scale per column: one node over the weights side by
+/// side at the first one's place, and a `Split` of its output into theirs.
+fn shared_input_products(g: &mut GraphProto, opset: i64) -> Vec<Fused> {
+    let inits: HashMap<String, usize> =
+        g.initializer.iter().enumerate().map(|(i, t)| (tensor::name(t).to_owned(), i)).collect();
+    let mut groups: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
+    for (i, n) in g.node.iter().enumerate() {
+        if op(n) != "MatMulIntegerToFloat" || n.domain.as_deref() != Some(MS_DOMAIN) || n.input.len() < 5 {
+            continue;
+        }
+        let (Some(&w), Some(&s)) = (inits.get(&n.input[1]), inits.get(&n.input[3])) else { continue };
+        let (w, s) = (&g.initializer[w], &g.initializer[s]);
+        if w.dims.len() != 2 || s.dims.len() != 1 || s.dims[0] != w.dims[1] {
+            continue;
+        }
+        let key: Vec<String> = [0, 2, 4, 5].iter().map(|&k| n.input.get(k).cloned().unwrap_or_default()).collect();
+        let key_with_type = [key, vec![format!("{:?}/{}", w.data_type, w.dims[0])]].concat();
+        match groups.iter_mut().find(|(k, _)| *k == key_with_type) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((key_with_type, vec![i])),
+        }
+    }
+    let mut fused = Vec::new();
+    let mut replaced: HashMap<usize, Vec<NodeProto>> = HashMap::new();
+    let mut new_inits = Vec::new();
+    for (_, members) in groups.into_iter().filter(|(_, m)| m.len() > 1) {
+        let nodes: Vec<&NodeProto> = members.iter().map(|&i| &g.node[i]).collect();
+        let weights: Vec<&TensorProto> = nodes.iter().map(|n| &g.initializer[inits[&n.input[1]]]).collect();
+        let scales: Vec<&TensorProto> = nodes.iter().map(|n| &g.initializer[inits[&n.input[3]]]).collect();
+        let (Ok(w), Ok(s)) = (
+            weights.iter().map(|t| tensor::int8_values(t)).collect::<Result<Vec<_>, _>>(),
+            scales.iter().map(|t| tensor::f32_values(t)).collect::<Result<Vec<_>, _>>(),
+        ) else {
+            continue;
+        };
+        let rows = weights[0].dims[0] as usize;
+        let widths: Vec<usize> = weights.iter().map(|t| t.dims[1] as usize).collect();
+        let total: usize = widths.iter().sum();
+        let bytes: Vec<u8> = (0..rows)
+            .flat_map(|r| w.iter().zip(&widths).flat_map(move |(v, &n)| v[r * n..(r + 1) * n].iter().map(|&x| x as u8)))
+            .collect();
+        let name = format!("{}_side_by_side", nodes[0].name.as_deref().unwrap_or("matmul"));
+        let mut weight = TensorProto::new();
+        weight.name = Some(format!("{name}_weight"));
+        weight.dims = vec![rows as i64, total as i64];
+        weight.data_type = weights[0].data_type;
+        weight.raw_data = Some(bytes);
+        let scale = tensor::new_f32(&format!("{name}_scale"), &[total as i64], &s.concat());
+        let y = format!("{name}_output");
+        let mut inputs: Vec<&str> = nodes[0].input.iter().map(String::as_str).collect();
+        inputs[1] = tensor::name(&weight);
+        inputs[3] = tensor::name(&scale);
+        let product = new_node("MatMulIntegerToFloat", MS_DOMAIN, name.clone(), &inputs, &[&y]);
+        let outputs: Vec<&str> = nodes.iter().map(|n| n.output[0].as_str()).collect();
+        let sizes: Vec<i64> = widths.iter().map(|&n| n as i64).collect();
+        let split = if opset >= 13 {
+            let sizes_name = format!("{name}_split_sizes");
+            new_inits.push(tensor::new_i64(&sizes_name, &[sizes.len() as i64], &sizes));
+            new_node("Split", "", format!("{name}_split"), &[&y, &sizes_name], &outputs)
+        } else {
+            let mut n = new_node("Split", "", format!("{name}_split"), &[&y], &outputs);
+            n.attribute.push(ints_attribute("split", sizes));
+            n
+        };
+        let mut split = split;
+        split.attribute.push(int_attribute("axis", -1));
+        new_inits.extend([weight, scale]);
+        replaced.insert(members[0], vec![product, split]);
+        for &i in &members[1..] {
+            replaced.insert(i, Vec::new());
+        }
+        fused.push(Fused { fusion: Fusion::Qkv, node: name });
     }
     let old = std::mem::take(&mut g.node);
     for (i, n) in old.into_iter().enumerate() {
-        match out.replacements.remove(&i) {
+        match replaced.remove(&i) {
             Some(nodes) => g.node.extend(nodes),
             None => g.node.push(n),
         }
     }
-    g.initializer.extend(out.inits);
-    remove_dead(g);
-    out.fused
+    g.initializer.extend(new_inits);
+    fused
 }
 
 /// The nodes that replace a subgraph's last node, by its index, and what they need.

@@ -138,15 +138,22 @@ pub enum Fusion {
     /// Self-attention over heads (reshape, transpose, scale, `Q Kᵀ`, mask, softmax, `· V`, transpose
     /// back) -> `com.microsoft.MultiHeadAttention`, with the query, key and value biases.
     Attention,
+    /// The int8 products that read the same quantized input (a layer's query, key and value) ->
+    /// one product of their weights side by side, then a `Split`. Not in the default: measured no
+    /// faster on an AVX-512 VNNI CPU (docs/int8.md).
+    Qkv,
 }
 
 impl Fusion {
-    pub const ALL: [Fusion; 2] = [Fusion::Gelu, Fusion::Attention];
+    pub const ALL: [Fusion; 3] = [Fusion::Gelu, Fusion::Attention, Fusion::Qkv];
+    /// What `QuantizeOptions::default()` applies.
+    pub const DEFAULT: [Fusion; 2] = [Fusion::Gelu, Fusion::Attention];
 
     pub fn name(self) -> &'static str {
         match self {
             Fusion::Gelu => "gelu",
             Fusion::Attention => "attention",
+            Fusion::Qkv => "qkv",
         }
     }
 }
@@ -169,7 +176,7 @@ pub struct QuantizeOptions {
     pub channel_max: std::collections::HashMap<String, Vec<f32>>,
     /// Nodes to keep in float32: a node whose name or weight name contains any of these.
     pub keep_fp32: Vec<String>,
-    /// Subgraphs to replace by one ONNX Runtime operator each: all of [`Fusion::ALL`] by default.
+    /// Subgraphs to replace by one ONNX Runtime operator each: [`Fusion::DEFAULT`] by default.
     pub fusions: Vec<Fusion>,
 }
 
@@ -182,7 +189,7 @@ impl Default for QuantizeOptions {
             smoothing: Some(0.5),
             channel_max: std::collections::HashMap::new(),
             keep_fp32: Vec::new(),
-            fusions: Fusion::ALL.to_vec(),
+            fusions: Fusion::DEFAULT.to_vec(),
         }
     }
 }

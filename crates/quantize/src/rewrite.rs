@@ -182,7 +182,7 @@ pub(crate) fn int_attribute(name: &str, value: i64) -> AttributeProto {
 }
 
 /// A node attribute holding a list of integers (`AttributeProto.type` INTS, 7).
-fn ints_attribute(name: &str, values: Vec<i64>) -> AttributeProto {
+pub(crate) fn ints_attribute(name: &str, values: Vec<i64>) -> AttributeProto {
     let mut a = AttributeProto::new();
     a.name = Some(name.to_owned());
     a.ints = values;

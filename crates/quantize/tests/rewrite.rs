@@ -710,6 +710,15 @@ fn attention_and_gelu_become_one_operator_each_and_compute_the_same() {
         let (a, b) = (run_block(&fused, classic), run_block(&plain, classic));
         let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
         assert!(worst < 1e-4, "classic {classic}: fused vs unfused differ by {worst}");
+        // Asked for, the query, key and value products become one product and a Split.
+        let (side_by_side, report) =
+            quantize(&bytes, &QuantizeOptions::default().with_fusions(Fusion::ALL.to_vec())).expect("quantize");
+        assert_eq!(report.fused.iter().filter(|f| f.fusion == Fusion::Qkv).count(), 1, "{:?}", report.fused);
+        let products = |bytes: &[u8]| ops(bytes).iter().filter(|o| *o == "MatMulIntegerToFloat").count();
+        assert_eq!((products(&fused), products(&side_by_side)), (3, 1));
+        let c = run_block(&side_by_side, classic);
+        let worst = a.iter().zip(&c).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        assert!(worst < 1e-4, "classic {classic}: one product vs three differ by {worst}");
         let float = run_block(&bytes, classic);
         let largest = float.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let off = float.iter().zip(&a).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);

@@ -137,13 +137,19 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
         let count = |f: Fusion| report.fused.iter().filter(|x| x.fusion == f).count();
         match record["fusion_fallback"].as_str() {
             Some(why) => println!("fusions not applied: {why}"),
-            None if !report.fused.is_empty() => println!(
-                "fused: {} attention and {} gelu subgraphs, each now one ONNX Runtime operator; nodes {} -> {}",
-                count(Fusion::Attention),
-                count(Fusion::Gelu),
-                report.nodes_before,
-                report.nodes_after
-            ),
+            None if !report.fused.is_empty() => {
+                let counts: Vec<String> = Fusion::ALL
+                    .into_iter()
+                    .filter(|&f| count(f) > 0)
+                    .map(|f| format!("{} {}", count(f), f.name()))
+                    .collect();
+                println!(
+                    "fused, each now one ONNX Runtime operator: {}; nodes {} -> {}",
+                    counts.join(", "),
+                    report.nodes_before,
+                    report.nodes_after
+                );
+            }
             None => {}
         }
     }
