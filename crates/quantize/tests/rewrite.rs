@@ -695,11 +695,12 @@ fn attention_and_gelu_become_one_operator_each_and_compute_the_same() {
         let kinds: Vec<Fusion> = report.fused.iter().map(|f| f.fusion).collect();
         assert_eq!(kinds, [Fusion::Attention, Fusion::Gelu], "classic {classic}");
         assert!(plain_report.fused.is_empty());
-        let ops = ops(&fused);
+        let fused_ops = ops(&fused);
         for gone in ["Softmax", "Erf", "Transpose", "IsNaN", "Where"] {
-            assert!(!ops.iter().any(|o| o == gone), "{gone} left in {ops:?}");
+            assert!(!fused_ops.iter().any(|o| o == gone), "{gone} left in {fused_ops:?}");
         }
-        assert_eq!(ops.iter().filter(|o| *o == "MultiHeadAttention" || *o == "Gelu").count(), 2, "{ops:?}");
+        let one_each = fused_ops.iter().filter(|o| *o == "MultiHeadAttention" || *o == "Gelu").count();
+        assert_eq!(one_each, 2, "{fused_ops:?}");
         assert!(
             report.nodes_after < plain_report.nodes_after,
             "{} vs {}",
