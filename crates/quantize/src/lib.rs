@@ -282,7 +282,7 @@ pub struct QuantizeReport {
     pub int8_gathers: Vec<String>,
     /// Subgraphs replaced by one operator each.
     pub fused: Vec<Fused>,
-    /// The graph's node count before and after.
+    /// The node count of the source graph and of the rewritten one.
     pub nodes_before: usize,
     pub nodes_after: usize,
     /// The model's default-domain opset.

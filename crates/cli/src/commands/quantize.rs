@@ -144,10 +144,10 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
                     .map(|f| format!("{} {}", count(f), f.name()))
                     .collect();
                 println!(
-                    "fused, each now one ONNX Runtime operator: {}; nodes {} -> {}",
+                    "fused, each now one ONNX Runtime operator: {}; {} nodes (the source graph has {})",
                     counts.join(", "),
-                    report.nodes_before,
-                    report.nodes_after
+                    report.nodes_after,
+                    report.nodes_before
                 );
             }
             None => {}
