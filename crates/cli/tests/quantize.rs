@@ -68,6 +68,7 @@ fn the_default_model_quantized_is_complete_close_to_float32_and_cpu_only() {
     assert!(b.status.success(), "{}", stderr(&b));
     let bench: serde_json::Value = serde_json::from_slice(&b.stdout).expect("bench JSON");
     assert!(bench["precision"].as_str().is_some_and(|p| p.starts_with("nornir int8 for the cpu")), "{bench}");
+    assert!(bench["precision"].as_str().is_some_and(|p| p.contains("; fused: 6 attention, 6 gelu;")), "{bench}");
 
     assert_one_line_error(
         &nornir(&["vector", "embed", "--model", s(&out), "--device", "cuda", "x"]),

@@ -322,6 +322,19 @@ pub struct Quantization {
     /// `"per-token"` or `"per-tensor"`: how activations are scaled (absent: per-tensor).
     #[serde(default)]
     pub activations: Option<String>,
+    /// The subgraphs replaced by one ONNX Runtime operator each (`"attention"`, `"gelu"`, `"qkv"`),
+    /// one entry per subgraph (absent before nornir fused any).
+    #[serde(default, deserialize_with = "fusion_names")]
+    pub fused: Vec<String>,
+}
+
+/// `quantization.json`'s `fused` list (`[{"fusion": "gelu", "node": ...}, ...]`) as the fusions' names.
+fn fusion_names<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    struct Entry {
+        fusion: String,
+    }
+    Ok(Vec::<Entry>::deserialize(d)?.into_iter().map(|e| e.fusion).collect())
 }
 
 /// What `modules.json` lists, as far as nornir applies it.

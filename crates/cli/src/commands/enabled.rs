@@ -455,8 +455,17 @@ pub fn precision(f: &ModelFolder) -> String {
         Some(q) => {
             let weights = q.weights.as_deref().unwrap_or("int8");
             let saturates = weights == "int8" && WeightType::for_this_cpu() == WeightType::Uint8;
+            let mut kinds: Vec<&String> = Vec::new();
+            for name in &q.fused {
+                if !kinds.contains(&name) {
+                    kinds.push(name);
+                }
+            }
+            let counts: Vec<String> =
+                kinds.iter().map(|k| format!("{} {k}", q.fused.iter().filter(|n| n == k).count())).collect();
+            let fused = if counts.is_empty() { String::new() } else { format!("; fused: {}", counts.join(", ")) };
             format!(
-                "{} for the {} ({}, {weights} weights, activations {}; from quantization.json){}",
+                "{} for the {} ({}, {weights} weights, activations {}{fused}; from quantization.json){}",
                 q.format,
                 q.target,
                 q.operator.as_deref().unwrap_or("operator not recorded"),
