@@ -142,14 +142,22 @@ fn run(bytes: &[u8], x: &[f32]) -> Vec<f32> {
 
 /// Runs `bytes` on `x` (`[rows, K]` float) and returns `y`.
 fn run_rows(bytes: &[u8], x: &[f32], rows: usize) -> Vec<f32> {
+    run_feed(bytes, &[("x", vec![rows, K], x)])
+}
+
+/// Runs `bytes` at the basic level nornir uses on the CPU on float `inputs` (name, shape,
+/// values) and returns its output `y`.
+fn run_feed(bytes: &[u8], inputs: &[(&str, Vec<usize>, &[f32])]) -> Vec<f32> {
     let mut s = Session::builder(env())
         .expect("builder")
         .with_optimization_level(GraphOptimizationLevel::Level1)
         .expect("level")
         .commit_from_memory(bytes)
         .expect("the model loads in ONNX Runtime");
-    let feed: Vec<(String, ort::session::SessionInputValue<'_>)> =
-        vec![("x".into(), TensorRef::from_array_view(([rows, K], x)).expect("tensor").into())];
+    let feed: Vec<(String, ort::session::SessionInputValue<'_>)> = inputs
+        .iter()
+        .map(|(name, dims, v)| ((*name).into(), TensorRef::from_array_view((dims.clone(), *v)).expect("tensor").into()))
+        .collect();
     let out = s.run(feed).expect("run");
     out["y"].try_extract_tensor::<f32>().expect("float output").1.to_vec()
 }
@@ -670,18 +678,7 @@ fn run_block(bytes: &[u8], classic: bool) -> Vec<f32> {
     let mask: Vec<f32> = (0..mask_dims.iter().product::<usize>())
         .map(|i| if i / (mask_dims[1] * mask_dims[2] * SEQ) == 1 && i % SEQ == SEQ - 1 { f32::MIN } else { 0.0 })
         .collect();
-    let mut s = Session::builder(env())
-        .expect("builder")
-        .with_optimization_level(GraphOptimizationLevel::Level1)
-        .expect("level")
-        .commit_from_memory(bytes)
-        .expect("the model loads in ONNX Runtime");
-    let feed: Vec<(String, ort::session::SessionInputValue<'_>)> = vec![
-        ("x".into(), TensorRef::from_array_view(([BATCH, SEQ, HIDDEN], x.as_slice())).expect("x").into()),
-        ("mask".into(), TensorRef::from_array_view((mask_dims, mask.as_slice())).expect("mask").into()),
-    ];
-    let out = s.run(feed).expect("run");
-    out["y"].try_extract_tensor::<f32>().expect("float output").1.to_vec()
+    run_feed(bytes, &[("x", vec![BATCH, SEQ, HIDDEN], &x), ("mask", mask_dims, &mask)])
 }
 
 #[test]
