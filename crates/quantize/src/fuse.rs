@@ -18,7 +18,7 @@
 //! reads stays. The result is checked by the command that runs it (`nornir vector quantize`
 //! compares it with the unfused graph).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::onnx::{AttributeProto, GraphProto, NodeProto, TensorProto};
 use crate::rewrite::{
@@ -29,7 +29,7 @@ use crate::{Fused, Fusion};
 
 /// Applies the fusions in `which`; returns what was fused, in graph order.
 pub(crate) fn fuse(g: &mut GraphProto, which: &[Fusion], opset: i64) -> Vec<Fused> {
-    let mut out = Rewrites::default();
+    let mut out = Rewrites { names: Names::of(g), ..Rewrites::default() };
     {
         let view = View::new(g);
         for (i, n) in g.node.iter().enumerate() {
@@ -39,14 +39,14 @@ pub(crate) fn fuse(g: &mut GraphProto, which: &[Fusion], opset: i64) -> Vec<Fuse
             let name = node_name(n, i);
             match op(n) {
                 "Erf" if which.contains(&Fusion::Gelu) => {
-                    if let Some((last, x)) = view.gelu(n) {
+                    if let Some((last, x)) = view.gelu(n).filter(|(last, _)| !out.replacements.contains_key(last)) {
                         let y = g.node[last].output[0].as_str();
-                        let node = new_node("Gelu", MS_DOMAIN, format!("{name}_gelu"), &[x], &[y]);
+                        let node = new_node("Gelu", MS_DOMAIN, out.names.fresh(&format!("{name}_gelu")), &[x], &[y]);
                         out.replace(last, vec![node], Fusion::Gelu);
                     }
                 }
                 "Softmax" if which.contains(&Fusion::Attention) => {
-                    if let Some(a) = view.attention(n, opset) {
+                    if let Some(a) = view.attention(n, opset).filter(|a| !out.replacements.contains_key(&a.last)) {
                         let nodes = out.attention(&a, &format!("{name}_attention"), g.node[a.last].output[0].as_str());
                         out.replace(a.last, nodes, Fusion::Attention);
                     }
@@ -56,16 +56,7 @@ pub(crate) fn fuse(g: &mut GraphProto, which: &[Fusion], opset: i64) -> Vec<Fuse
         }
     }
     let mut fused = out.fused;
-    if !fused.is_empty() {
-        let old = std::mem::take(&mut g.node);
-        for (i, n) in old.into_iter().enumerate() {
-            match out.replacements.remove(&i) {
-                Some(nodes) => g.node.extend(nodes),
-                None => g.node.push(n),
-            }
-        }
-        g.initializer.extend(out.inits);
-    }
+    splice(g, out.replacements, out.inits);
     if which.contains(&Fusion::Qkv) {
         fused.extend(shared_input_products(g, opset));
     }
@@ -75,89 +66,133 @@ pub(crate) fn fuse(g: &mut GraphProto, which: &[Fusion], opset: i64) -> Vec<Fuse
     fused
 }
 
+/// Puts each node list of `replacements` in place of the node at its index, and adds `inits`.
+fn splice(g: &mut GraphProto, mut replacements: HashMap<usize, Vec<NodeProto>>, inits: Vec<TensorProto>) {
+    if replacements.is_empty() {
+        return;
+    }
+    let old = std::mem::take(&mut g.node);
+    for (i, n) in old.into_iter().enumerate() {
+        match replacements.remove(&i) {
+            Some(nodes) => g.node.extend(nodes),
+            None => g.node.push(n),
+        }
+    }
+    g.initializer.extend(inits);
+}
+
+/// The names a graph uses (values, initializers, nodes), to make new ones that it does not.
+#[derive(Default)]
+struct Names(HashSet<String>);
+
+impl Names {
+    fn of(g: &GraphProto) -> Self {
+        let mut names: HashSet<String> = g.initializer.iter().map(|t| tensor::name(t).to_owned()).collect();
+        names.extend(g.input.iter().filter_map(|v| v.name.clone()));
+        for n in &g.node {
+            names.extend(n.output.iter().cloned());
+            names.extend(n.name.clone());
+        }
+        Names(names)
+    }
+
+    /// `base`, or `base_2`, `base_3`... if the graph has it.
+    fn fresh(&mut self, base: &str) -> String {
+        let mut name = base.to_owned();
+        let mut k = 1;
+        while self.0.contains(&name) {
+            k += 1;
+            name = format!("{base}_{k}");
+        }
+        self.0.insert(name.clone());
+        name
+    }
+}
+
 /// The `MatMulIntegerToFloat` nodes that read the same input, scale and zero points, with
-/// constant 2-D weights of one type and one scale per column: one node over the weights side by
-/// side at the first one's place, and a `Split` of its output into theirs.
+/// constant 2-D weights of one type and as many rows, and one scale per column: one node over the
+/// weights side by side at the first one's place, and a `Split` of its output into theirs.
 fn shared_input_products(g: &mut GraphProto, opset: i64) -> Vec<Fused> {
-    let inits: HashMap<String, usize> =
-        g.initializer.iter().enumerate().map(|(i, t)| (tensor::name(t).to_owned(), i)).collect();
+    let inits: HashMap<&str, &TensorProto> = g.initializer.iter().map(|t| (tensor::name(t), t)).collect();
     let mut groups: Vec<(Vec<String>, Vec<usize>)> = Vec::new();
     for (i, n) in g.node.iter().enumerate() {
         if op(n) != "MatMulIntegerToFloat" || n.domain.as_deref() != Some(MS_DOMAIN) || n.input.len() < 5 {
             continue;
         }
-        let (Some(&w), Some(&s)) = (inits.get(&n.input[1]), inits.get(&n.input[3])) else { continue };
-        let (w, s) = (&g.initializer[w], &g.initializer[s]);
+        let (Some(w), Some(s)) = (inits.get(n.input[1].as_str()), inits.get(n.input[3].as_str())) else { continue };
         if w.dims.len() != 2 || s.dims.len() != 1 || s.dims[0] != w.dims[1] {
             continue;
         }
-        let key: Vec<String> = [0, 2, 4, 5].iter().map(|&k| n.input.get(k).cloned().unwrap_or_default()).collect();
-        let key_with_type = [key, vec![format!("{:?}/{}", w.data_type, w.dims[0])]].concat();
-        match groups.iter_mut().find(|(k, _)| *k == key_with_type) {
+        let mut key: Vec<String> = [0, 2, 4, 5].iter().map(|&k| n.input.get(k).cloned().unwrap_or_default()).collect();
+        key.push(format!("{:?}/{}", w.data_type, w.dims[0]));
+        match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, members)) => members.push(i),
-            None => groups.push((key_with_type, vec![i])),
+            None => groups.push((key, vec![i])),
         }
     }
-    let mut fused = Vec::new();
-    let mut replaced: HashMap<usize, Vec<NodeProto>> = HashMap::new();
-    let mut new_inits = Vec::new();
+    let mut names = Names::of(g);
+    let (mut fused, mut replaced, mut new_inits) = (Vec::new(), HashMap::new(), Vec::new());
     for (_, members) in groups.into_iter().filter(|(_, m)| m.len() > 1) {
         let nodes: Vec<&NodeProto> = members.iter().map(|&i| &g.node[i]).collect();
-        let weights: Vec<&TensorProto> = nodes.iter().map(|n| &g.initializer[inits[&n.input[1]]]).collect();
-        let scales: Vec<&TensorProto> = nodes.iter().map(|n| &g.initializer[inits[&n.input[3]]]).collect();
-        let (Ok(w), Ok(s)) = (
-            weights.iter().map(|t| tensor::int8_values(t)).collect::<Result<Vec<_>, _>>(),
-            scales.iter().map(|t| tensor::f32_values(t)).collect::<Result<Vec<_>, _>>(),
-        ) else {
-            continue;
-        };
-        let rows = weights[0].dims[0] as usize;
-        let widths: Vec<usize> = weights.iter().map(|t| t.dims[1] as usize).collect();
-        let total: usize = widths.iter().sum();
-        let bytes: Vec<u8> = (0..rows)
-            .flat_map(|r| w.iter().zip(&widths).flat_map(move |(v, &n)| v[r * n..(r + 1) * n].iter().map(|&x| x as u8)))
-            .collect();
-        let name = format!("{}_side_by_side", nodes[0].name.as_deref().unwrap_or("matmul"));
-        let mut weight = TensorProto::new();
-        weight.name = Some(format!("{name}_weight"));
-        weight.dims = vec![rows as i64, total as i64];
-        weight.data_type = weights[0].data_type;
-        weight.raw_data = Some(bytes);
-        let scale = tensor::new_f32(&format!("{name}_scale"), &[total as i64], &s.concat());
-        let y = format!("{name}_output");
-        let mut inputs: Vec<&str> = nodes[0].input.iter().map(String::as_str).collect();
-        inputs[1] = tensor::name(&weight);
-        inputs[3] = tensor::name(&scale);
-        let product = new_node("MatMulIntegerToFloat", MS_DOMAIN, name.clone(), &inputs, &[&y]);
-        let outputs: Vec<&str> = nodes.iter().map(|n| n.output[0].as_str()).collect();
-        let sizes: Vec<i64> = widths.iter().map(|&n| n as i64).collect();
-        let split = if opset >= 13 {
-            let sizes_name = format!("{name}_split_sizes");
-            new_inits.push(tensor::new_i64(&sizes_name, &[sizes.len() as i64], &sizes));
-            new_node("Split", "", format!("{name}_split"), &[&y, &sizes_name], &outputs)
-        } else {
-            let mut n = new_node("Split", "", format!("{name}_split"), &[&y], &outputs);
-            n.attribute.push(ints_attribute("split", sizes));
-            n
-        };
-        let mut split = split;
-        split.attribute.push(int_attribute("axis", -1));
-        new_inits.extend([weight, scale]);
+        let Some((product, split, tensors)) = side_by_side(&nodes, &inits, &mut names, opset) else { continue };
+        fused.push(Fused { fusion: Fusion::Qkv, node: product.name.clone().unwrap_or_default() });
+        new_inits.extend(tensors);
         replaced.insert(members[0], vec![product, split]);
-        for &i in &members[1..] {
-            replaced.insert(i, Vec::new());
-        }
-        fused.push(Fused { fusion: Fusion::Qkv, node: name });
+        replaced.extend(members[1..].iter().map(|&i| (i, Vec::new())));
     }
-    let old = std::mem::take(&mut g.node);
-    for (i, n) in old.into_iter().enumerate() {
-        match replaced.remove(&i) {
-            Some(nodes) => g.node.extend(nodes),
-            None => g.node.push(n),
-        }
-    }
-    g.initializer.extend(new_inits);
+    splice(g, replaced, new_inits);
     fused
+}
+
+/// One `MatMulIntegerToFloat` over the weights of `nodes` side by side, the `Split` of its output
+/// into theirs, and the new initializers; `None` if a weight or scale cannot be read.
+fn side_by_side(
+    nodes: &[&NodeProto],
+    inits: &HashMap<&str, &TensorProto>,
+    names: &mut Names,
+    opset: i64,
+) -> Option<(NodeProto, NodeProto, Vec<TensorProto>)> {
+    let weights: Vec<&TensorProto> = nodes.iter().map(|n| inits[n.input[1].as_str()]).collect();
+    let values = weights.iter().map(|t| tensor::int8_values(t)).collect::<Result<Vec<_>, _>>().ok()?;
+    let scales =
+        nodes.iter().map(|n| tensor::f32_values(inits[n.input[3].as_str()])).collect::<Result<Vec<_>, _>>().ok()?;
+    let rows = weights[0].dims[0] as usize;
+    let widths: Vec<usize> = weights.iter().map(|t| t.dims[1] as usize).collect();
+    let total: usize = widths.iter().sum();
+    let name = names.fresh(&format!("{}_side_by_side", nodes[0].name.as_deref().unwrap_or("matmul")));
+    let mut weight = TensorProto::new();
+    weight.name = Some(names.fresh(&format!("{name}_weight")));
+    weight.dims = vec![rows as i64, total as i64];
+    weight.data_type = weights[0].data_type;
+    // Row r of the new weight is row r of each weight in turn; 8-bit values are stored as bytes.
+    weight.raw_data = Some(
+        (0..rows)
+            .flat_map(|r| {
+                values.iter().zip(&widths).flat_map(move |(v, &n)| v[r * n..(r + 1) * n].iter().map(|&x| x as u8))
+            })
+            .collect(),
+    );
+    let scale = tensor::new_f32(&names.fresh(&format!("{name}_scale")), &[total as i64], &scales.concat());
+    let y = names.fresh(&format!("{name}_output"));
+    let mut inputs: Vec<&str> = nodes[0].input.iter().map(String::as_str).collect();
+    inputs[1] = tensor::name(&weight);
+    inputs[3] = tensor::name(&scale);
+    let product = new_node("MatMulIntegerToFloat", MS_DOMAIN, name.clone(), &inputs, &[&y]);
+    let outputs: Vec<&str> = nodes.iter().map(|n| n.output[0].as_str()).collect();
+    let sizes: Vec<i64> = widths.iter().map(|&n| n as i64).collect();
+    let mut tensors = vec![weight, scale];
+    // `split` is an input from opset 13 on, an attribute before.
+    let mut split = if opset >= 13 {
+        let sizes_name = names.fresh(&format!("{name}_split_sizes"));
+        tensors.push(tensor::new_i64(&sizes_name, &[sizes.len() as i64], &sizes));
+        new_node("Split", "", names.fresh(&format!("{name}_split")), &[&y, &sizes_name], &outputs)
+    } else {
+        let mut n = new_node("Split", "", names.fresh(&format!("{name}_split")), &[&y], &outputs);
+        n.attribute.push(ints_attribute("split", sizes));
+        n
+    };
+    split.attribute.push(int_attribute("axis", -1));
+    Some((product, split, tensors))
 }
 
 /// The nodes that replace a subgraph's last node, by its index, and what they need.
@@ -166,23 +201,22 @@ struct Rewrites {
     replacements: HashMap<usize, Vec<NodeProto>>,
     inits: Vec<TensorProto>,
     fused: Vec<Fused>,
+    names: Names,
     /// Each attention mask, broadcast to `[batch, 1, queries, keys]`, by its name: made once,
     /// where the first attention reads it.
     masks: HashMap<String, String>,
 }
 
 impl Rewrites {
+    /// Records `nodes` in place of node `last`, which no earlier match ends at.
     fn replace(&mut self, last: usize, nodes: Vec<NodeProto>, fusion: Fusion) {
-        // Two matches never end at the same node; a later one ending there would be dropped.
-        if self.replacements.contains_key(&last) {
-            return;
-        }
         let node = nodes.last().and_then(|n| n.name.clone()).unwrap_or_default();
         self.fused.push(Fused { fusion, node });
         self.replacements.insert(last, nodes);
     }
 
-    fn int64(&mut self, name: String, values: &[i64]) -> String {
+    fn int64(&mut self, base: &str, values: &[i64]) -> String {
+        let name = self.names.fresh(base);
         self.inits.push(tensor::new_i64(&name, &[values.len() as i64], values));
         name
     }
@@ -196,31 +230,36 @@ impl Rewrites {
         let mask = a.mask.map(|mask| match self.masks.get(mask) {
             Some(done) => done.clone(),
             None => {
-                let (shape, queries, target, expanded) = [
-                    format!("{name}_q_shape"),
-                    format!("{name}_queries"),
-                    format!("{name}_mask_shape"),
-                    format!("{name}_mask"),
-                ]
-                .into();
+                let [shape, queries, target, expanded] =
+                    ["q_shape", "queries", "mask_shape", "mask"].map(|v| self.names.fresh(&format!("{name}_{v}")));
                 let (one, two, ones) = (
-                    self.int64(format!("{name}_one"), &[1]),
-                    self.int64(format!("{name}_two"), &[2]),
-                    self.int64(format!("{name}_ones"), &[1, 1]),
+                    self.int64(&format!("{name}_one"), &[1]),
+                    self.int64(&format!("{name}_two"), &[2]),
+                    self.int64(&format!("{name}_ones"), &[1, 1]),
                 );
-                nodes.push(new_node("Shape", "", format!("{name}_mask_q_shape"), &[a.q], &[&shape]));
-                nodes.push(new_node("Slice", "", format!("{name}_mask_queries"), &[&shape, &one, &two], &[&queries]));
-                let mut concat =
-                    new_node("Concat", "", format!("{name}_mask_shape"), &[&ones, &queries, &one], &[&target]);
+                let mut node = |op_type: &str, inputs: &[&str], output: &str| {
+                    new_node(
+                        op_type,
+                        "",
+                        self.names.fresh(&format!("{output}_{}", op_type.to_lowercase())),
+                        inputs,
+                        &[output],
+                    )
+                };
+                let mut concat = node("Concat", &[&ones, &queries, &one], &target);
                 concat.attribute.push(int_attribute("axis", 0));
-                nodes.push(concat);
-                nodes.push(new_node("Expand", "", format!("{name}_mask_expand"), &[mask, &target], &[&expanded]));
+                nodes.extend([
+                    node("Shape", &[a.q], &shape),
+                    node("Slice", &[&shape, &one, &two], &queries),
+                    concat,
+                    node("Expand", &[mask, &target], &expanded),
+                ]);
                 self.masks.insert(mask.to_owned(), expanded.clone());
                 expanded
             }
         });
         let bias = a.bias.as_ref().map(|values| {
-            let bias = format!("{name}_qkv_bias");
+            let bias = self.names.fresh(&format!("{name}_qkv_bias"));
             self.inits.push(tensor::new_f32(&bias, &[values.len() as i64], values));
             bias
         });
@@ -232,7 +271,7 @@ impl Rewrites {
         } else {
             3
         };
-        let mut node = new_node("MultiHeadAttention", MS_DOMAIN, name.to_owned(), &inputs[..used], &[y]);
+        let mut node = new_node("MultiHeadAttention", MS_DOMAIN, self.names.fresh(name), &inputs[..used], &[y]);
         node.attribute.push(int_attribute("num_heads", a.heads as i64));
         node.attribute.push(float_attribute("scale", a.scale));
         nodes.push(node);
