@@ -481,7 +481,7 @@ impl<'g> View<'g> {
         let (_, back) = self
             .read_by(&pv.output[0], "Transpose")
             .find(|(_, t)| attr(t, "perm").is_some_and(|p| p.ints == [0, 2, 1, 3]))?;
-        let (last, _) = self.read_by(&back.output[0], "Reshape").next()?;
+        let (last, back_to_3d) = self.read_by(&back.output[0], "Reshape").next()?;
         let q = q_heads.input[0].as_str();
         let head_size = self.head_shape(&q_heads.input[1])?;
         let (q_in, k_in, v_in, bias) = match [q, k, v].map(|x| self.bias_add(x)) {
@@ -499,6 +499,12 @@ impl<'g> View<'g> {
             (None, d) if d > 0 && hidden % d == 0 => hidden / d,
             _ => return None,
         };
+        // MultiHeadAttention writes [batch, seq, hidden]: the reshape back must too.
+        match self.shape_parts(&back_to_3d.input[1])?.as_slice() {
+            [_, _, None | Some(-1)] => {}
+            [_, _, Some(w)] if *w == hidden as i64 => {}
+            _ => return None,
+        }
         Some(Attention { q: q_in, k: k_in, v: v_in, bias, mask, heads, scale: s0 * s1 * s2, last })
     }
 
@@ -519,16 +525,21 @@ impl<'g> View<'g> {
     /// `(heads, head size)` from the shape a `[batch, seq, hidden]` value is reshaped to: a
     /// constant, or a `Concat` whose last one or two parts are; heads unknown when given as -1.
     fn head_shape(&self, shape: &str) -> Option<(Option<usize>, usize)> {
-        let dims: Vec<Option<i64>> = match self.ints(shape) {
-            Some(d) => d.into_iter().map(Some).collect(),
-            None => {
-                let c = self.made_by(shape, "Concat")?;
-                c.input.iter().map(|p| self.ints(p).filter(|v| v.len() == 1).map(|v| v[0])).collect()
-            }
-        };
-        match dims.as_slice() {
+        match self.shape_parts(shape)?.as_slice() {
             [_, _, h, Some(d)] if *d > 0 => Some((h.filter(|&h| h > 0).map(|h| h as usize), *d as usize)),
             _ => None,
+        }
+    }
+
+    /// The dimensions a `Reshape` is given: a constant, or a `Concat` of one-element parts, each
+    /// known where it is a constant.
+    fn shape_parts(&self, shape: &str) -> Option<Vec<Option<i64>>> {
+        match self.ints(shape) {
+            Some(d) => Some(d.into_iter().map(Some).collect()),
+            None => {
+                let c = self.made_by(shape, "Concat")?;
+                Some(c.input.iter().map(|p| self.ints(p).filter(|v| v.len() == 1).map(|v| v[0])).collect())
+            }
         }
     }
 
