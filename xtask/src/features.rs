@@ -34,38 +34,6 @@ const AMD_MARKERS: &[&str] = &["libmigraphx_c.so", "libamdhip64.so", "gfx_target
 /// The panic message of the embedder's fault injection, which only its tests compile in.
 const TEST_HOOK_MARKER: &str = "fault injected";
 
-/// `cargo clippy --quiet ARGS -- -D warnings`, with standard input closed. Once more if it fails
-/// when cargo could not ask rustc about the target: in a full `cargo xtask test` on this project's
-/// machines, cargo's probe under clippy-driver (`rustc - --print=cfg ...`) was seen reading
-/// compiler warnings as its source and caching that failure in `target/.rustc_info.json`; the same
-/// command passed alone, and passes once that cache is gone.
-fn clippy(args: &[&[&str]]) -> Result<()> {
-    let run = || {
-        let out = cargo()
-            .args(["clippy", "--quiet"])
-            .args(args.iter().flat_map(|a| a.iter()))
-            .args(["--", "-D", "warnings"])
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .output()
-            .context("run cargo clippy")?;
-        eprint!("{}", String::from_utf8_lossy(&out.stderr));
-        Ok::<_, anyhow::Error>((out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned()))
-    };
-    let (ok, stderr) = run()?;
-    if ok {
-        return Ok(());
-    }
-    if stderr.contains("failed to run `rustc` to learn about target-specific information") {
-        eprintln!("xtask: cargo's rustc probe failed; removing target/.rustc_info.json and running clippy again");
-        let _ = std::fs::remove_file(workspace_root().join("target/.rustc_info.json"));
-        if run()?.0 {
-            return Ok(());
-        }
-    }
-    bail!("cargo clippy {args:?} found problems (above)")
-}
-
 /// `tests_ran`: `cargo xtask test` has just run every test of the default and the AMD build, so
 /// the feature sets equal to those are not tested twice (they are still linted and built).
 pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) -> Result<()> {
@@ -73,7 +41,13 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) 
     for (label, flags, amd, tested_by_xtask_test) in CONFIGS {
         eprintln!("xtask: check-features: {label}");
         let packages = ["-p", "nornir-vector", "-p", "nornir-cli"];
-        clippy(&[&["--all-targets"], &packages[..], flags])?;
+        run_checked(
+            cargo()
+                .args(["clippy", "--quiet", "--all-targets"])
+                .args(packages)
+                .args(*flags)
+                .args(["--", "-D", "warnings"]),
+        )?;
         if tests_ran && *tested_by_xtask_test {
             eprintln!("xtask: check-features: {label}: tests already run with these features by `cargo xtask test`");
         } else {
@@ -98,7 +72,7 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) 
     }
     for (label, flags) in EMBED_COMBINATIONS {
         eprintln!("xtask: check-features: {label}");
-        clippy(&[flags])?;
+        run_checked(cargo().args(["clippy", "--quiet"]).args(*flags).args(["--", "-D", "warnings"]))?;
     }
     for pkg in ["nornir-gpu-probe", "nornir-ep-select", "nornir-quantize"] {
         let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
