@@ -18,11 +18,12 @@
 //! reads stays. The result is checked by the command that runs it (`nornir vector quantize`
 //! compares it with the unfused graph).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::onnx::{AttributeProto, GraphProto, NodeProto, TensorProto};
 use crate::rewrite::{
-    MS_DOMAIN, attr, attr_i, count_uses, default_domain, int_attribute, ints_attribute, new_node, node_name, op,
+    MS_DOMAIN, Names, attr, attr_i, default_domain, int_attribute, ints_attribute, new_node, node_name, op,
+    remove_dead, splice,
 };
 use crate::tensor::{self, FLOAT, INT64};
 use crate::{Fused, Fusion};
@@ -61,52 +62,9 @@ pub(crate) fn fuse(g: &mut GraphProto, which: &[Fusion], opset: i64) -> Vec<Fuse
         fused.extend(shared_input_products(g, opset));
     }
     if !fused.is_empty() {
-        remove_dead(g);
+        remove_dead(g, |_| true);
     }
     fused
-}
-
-/// Puts each node list of `replacements` in place of the node at its index, and adds `inits`.
-fn splice(g: &mut GraphProto, mut replacements: HashMap<usize, Vec<NodeProto>>, inits: Vec<TensorProto>) {
-    if replacements.is_empty() {
-        return;
-    }
-    let old = std::mem::take(&mut g.node);
-    for (i, n) in old.into_iter().enumerate() {
-        match replacements.remove(&i) {
-            Some(nodes) => g.node.extend(nodes),
-            None => g.node.push(n),
-        }
-    }
-    g.initializer.extend(inits);
-}
-
-/// The names a graph uses (values, initializers, nodes), to make new ones that it does not.
-#[derive(Default)]
-struct Names(HashSet<String>);
-
-impl Names {
-    fn of(g: &GraphProto) -> Self {
-        let mut names: HashSet<String> = g.initializer.iter().map(|t| tensor::name(t).to_owned()).collect();
-        names.extend(g.input.iter().filter_map(|v| v.name.clone()));
-        for n in &g.node {
-            names.extend(n.output.iter().cloned());
-            names.extend(n.name.clone());
-        }
-        Names(names)
-    }
-
-    /// `base`, or `base_2`, `base_3`... if the graph has it.
-    fn fresh(&mut self, base: &str) -> String {
-        let mut name = base.to_owned();
-        let mut k = 1;
-        while self.0.contains(&name) {
-            k += 1;
-            name = format!("{base}_{k}");
-        }
-        self.0.insert(name.clone());
-        name
-    }
 }
 
 /// The `MatMulIntegerToFloat` nodes that read the same input, scale and zero points, with
@@ -276,22 +234,6 @@ impl Rewrites {
         node.attribute.push(float_attribute("scale", a.scale));
         nodes.push(node);
         nodes
-    }
-}
-
-/// Removes nodes none of whose outputs is read (by a node, a subgraph or as a graph output), until
-/// none is left, then initializers nothing reads.
-fn remove_dead(g: &mut GraphProto) {
-    loop {
-        let mut uses = HashMap::new();
-        count_uses(g, &mut uses, true);
-        let before = g.node.len();
-        g.node.retain(|n| n.output.iter().any(|o| uses.contains_key(o)));
-        if g.node.len() == before {
-            let inputs: Vec<String> = g.input.iter().filter_map(|v| v.name.clone()).collect();
-            g.initializer.retain(|t| uses.contains_key(tensor::name(t)) || inputs.iter().any(|i| i == tensor::name(t)));
-            return;
-        }
     }
 }
 

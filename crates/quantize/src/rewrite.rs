@@ -37,7 +37,6 @@ pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, Qua
     let mut r = Rewriter::new(graph, options, opset);
     r.run()?;
     let (rewritten, kept_fp32, int8_gathers) = (r.rewritten, r.kept, r.gathers);
-    let fused = crate::fuse::fuse(graph, &options.fusions, opset);
     if rewritten.is_empty() && int8_gathers.is_empty() {
         let why = if kept_fp32.is_empty() {
             "the graph has no MatMul or Gemm node".to_owned()
@@ -46,6 +45,7 @@ pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, Qua
         };
         return Err(QuantizeError::NothingToQuantize(why));
     }
+    let fused = crate::fuse::fuse(graph, &options.fusions, opset);
     let after = initializer_bytes(graph);
     let nodes_after = graph.node.len();
     if !m.opset_import.iter().any(|o| o.domain.as_deref() == Some(MS_DOMAIN)) {
@@ -210,6 +210,63 @@ pub(crate) fn count_uses(g: &GraphProto, uses: &mut HashMap<String, usize>, top:
     }
 }
 
+/// The names a graph uses (values, initializers, inputs, nodes), to make new ones that it does not.
+#[derive(Default)]
+pub(crate) struct Names(HashSet<String>);
+
+impl Names {
+    pub(crate) fn of(g: &GraphProto) -> Self {
+        let mut names: HashSet<String> = g.initializer.iter().map(|t| tensor::name(t).to_owned()).collect();
+        names.extend(g.input.iter().filter_map(|v| v.name.clone()));
+        for n in &g.node {
+            names.extend(n.output.iter().cloned());
+            names.extend(n.name.clone());
+        }
+        Names(names)
+    }
+
+    /// `base`, or `base_2`, `base_3`... if the graph has it.
+    pub(crate) fn fresh(&mut self, base: &str) -> String {
+        let mut name = base.to_owned();
+        let mut k = 1;
+        while self.0.contains(&name) {
+            k += 1;
+            name = format!("{base}_{k}");
+        }
+        self.0.insert(name.clone());
+        name
+    }
+}
+
+/// Puts each node list of `replacements` in place of the node at its index (an empty list removes
+/// it), and adds `inits`.
+pub(crate) fn splice(g: &mut GraphProto, mut replacements: HashMap<usize, Vec<NodeProto>>, inits: Vec<TensorProto>) {
+    let old = std::mem::take(&mut g.node);
+    for (i, n) in old.into_iter().enumerate() {
+        match replacements.remove(&i) {
+            Some(nodes) => g.node.extend(nodes),
+            None => g.node.push(n),
+        }
+    }
+    g.initializer.extend(inits);
+}
+
+/// Removes the nodes whose outputs are all `removable` and read by nothing (no node, subgraph or
+/// graph output), until none is left, then the initializers nothing reads.
+pub(crate) fn remove_dead(g: &mut GraphProto, removable: impl Fn(&str) -> bool) {
+    loop {
+        let mut uses = HashMap::new();
+        count_uses(g, &mut uses, true);
+        let before = g.node.len();
+        g.node.retain(|n| !n.output.iter().all(|o| removable(o) && !uses.contains_key(o)));
+        if g.node.len() == before {
+            let inputs: HashSet<String> = g.input.iter().filter_map(|v| v.name.clone()).collect();
+            g.initializer.retain(|t| uses.contains_key(tensor::name(t)) || inputs.contains(tensor::name(t)));
+            return;
+        }
+    }
+}
+
 /// Where the scale of a stored int8 weight applies.
 #[derive(Clone, Copy, PartialEq)]
 enum ScaleAxis {
@@ -311,7 +368,7 @@ struct Rewriter<'g> {
     producer: HashMap<String, usize>,
     consumers: HashMap<String, Vec<usize>>,
     uses: HashMap<String, usize>,
-    names: HashSet<String>,
+    names: Names,
     replaced: HashMap<usize, Vec<NodeProto>>,
     removed: HashSet<usize>,
     dead_candidates: Vec<usize>,
@@ -349,16 +406,14 @@ impl<'g> Rewriter<'g> {
         let inits = g.initializer.iter().enumerate().map(|(i, t)| (tensor::name(t).to_owned(), i)).collect();
         let mut producer = HashMap::new();
         let mut consumers: HashMap<String, Vec<usize>> = HashMap::new();
-        let mut names: HashSet<String> = g.initializer.iter().map(|t| tensor::name(t).to_owned()).collect();
+        let names = Names::of(g);
         for (i, n) in g.node.iter().enumerate() {
             for o in &n.output {
                 producer.insert(o.clone(), i);
-                names.insert(o.clone());
             }
             for input in &n.input {
                 consumers.entry(input.clone()).or_default().push(i);
             }
-            names.extend(n.name.clone());
         }
         let mut uses = HashMap::new();
         count_uses(g, &mut uses, true);
@@ -386,14 +441,7 @@ impl<'g> Rewriter<'g> {
 
     /// A name no value, initializer or node of the graph has yet.
     fn fresh(&mut self, base: &str) -> String {
-        let mut name = base.to_owned();
-        let mut k = 1;
-        while self.names.contains(&name) {
-            k += 1;
-            name = format!("{base}_{k}");
-        }
-        self.names.insert(name.clone());
-        name
+        self.names.fresh(base)
     }
 
     fn init(&self, name: &str) -> Option<&TensorProto> {
@@ -916,36 +964,12 @@ impl<'g> Rewriter<'g> {
 
     /// The new node list, then nodes and initializers left dead by the rewrite removed.
     fn finish(&mut self) {
-        let old = std::mem::take(&mut self.g.node);
         let candidates: HashSet<String> =
-            self.dead_candidates.iter().flat_map(|&i| old[i].output.iter().cloned()).collect();
-        let mut nodes = Vec::with_capacity(old.len());
-        for (i, n) in old.into_iter().enumerate() {
-            if self.removed.contains(&i) {
-                continue;
-            }
-            match self.replaced.remove(&i) {
-                Some(new) => nodes.extend(new),
-                None => nodes.push(n),
-            }
-        }
-        self.g.node = nodes;
-        self.g.initializer.extend(std::mem::take(&mut self.new_inits));
-        // Drop dead chain nodes until none is left, then initializers nothing reads any more.
-        loop {
-            let mut uses = HashMap::new();
-            count_uses(self.g, &mut uses, true);
-            let before = self.g.node.len();
-            self.g.node.retain(|n| !n.output.iter().all(|o| candidates.contains(o) && !uses.contains_key(o)));
-            if self.g.node.len() == before {
-                let inputs: HashSet<String> = self.g.input.iter().filter_map(|v| v.name.clone()).collect();
-                self.g.initializer.retain(|t| {
-                    let name = tensor::name(t);
-                    uses.contains_key(name) || inputs.contains(name)
-                });
-                return;
-            }
-        }
+            self.dead_candidates.iter().flat_map(|&i| self.g.node[i].output.iter().cloned()).collect();
+        let mut replacements = std::mem::take(&mut self.replaced);
+        replacements.extend(self.removed.iter().map(|&i| (i, Vec::new())));
+        splice(self.g, replacements, std::mem::take(&mut self.new_inits));
+        remove_dead(self.g, |o| candidates.contains(o));
     }
 }
 
