@@ -29,53 +29,45 @@ fn bad(t: &TensorProto, why: String) -> QuantizeError {
     QuantizeError::BadTensor { tensor: name(t).to_owned(), why }
 }
 
-/// A float32 tensor's values.
-pub fn f32_values(t: &TensorProto) -> Result<Vec<f32>, QuantizeError> {
+/// A tensor's values: decoded from `raw_data` by `from_raw` where the values are stored there,
+/// else the typed field `typed`; `what` names them in the error for a wrong count.
+fn stored<T: Clone>(
+    t: &TensorProto,
+    what: &str,
+    from_raw: impl Fn(&[u8]) -> Vec<T>,
+    typed: &[T],
+) -> Result<Vec<T>, QuantizeError> {
     check_stored_here(t)?;
     let n = numel(t);
-    let values: Vec<f32> = match &t.raw_data {
-        Some(raw) if !raw.is_empty() || n == 0 => {
-            raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-        }
-        _ => t.float_data.clone(),
+    let values = match &t.raw_data {
+        Some(raw) if !raw.is_empty() || n == 0 => from_raw(raw),
+        _ => typed.to_vec(),
     };
     if values.len() != n {
-        return Err(bad(t, format!("holds {} float32 values for {n} elements", values.len())));
+        return Err(bad(t, format!("holds {} {what} values for {n} elements", values.len())));
     }
     Ok(values)
+}
+
+/// A float32 tensor's values.
+pub fn f32_values(t: &TensorProto) -> Result<Vec<f32>, QuantizeError> {
+    let from_raw = |raw: &[u8]| raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    stored(t, "float32", from_raw, &t.float_data)
 }
 
 /// An int8 or uint8 tensor's values, widened to i32.
 pub fn int8_values(t: &TensorProto) -> Result<Vec<i32>, QuantizeError> {
-    check_stored_here(t)?;
-    let n = numel(t);
     let signed = t.data_type == Some(INT8);
-    let values: Vec<i32> = match &t.raw_data {
-        Some(raw) if !raw.is_empty() || n == 0 => {
-            raw.iter().map(|&b| if signed { i32::from(b as i8) } else { i32::from(b) }).collect()
-        }
-        _ => t.int32_data.clone(),
-    };
-    if values.len() != n {
-        return Err(bad(t, format!("holds {} 8-bit values for {n} elements", values.len())));
-    }
-    Ok(values)
+    let from_raw = |raw: &[u8]| raw.iter().map(|&b| if signed { i32::from(b as i8) } else { i32::from(b) }).collect();
+    stored(t, "8-bit", from_raw, &t.int32_data)
 }
 
 /// An int64 tensor's values.
 pub fn i64_values(t: &TensorProto) -> Result<Vec<i64>, QuantizeError> {
-    check_stored_here(t)?;
-    let n = numel(t);
-    let values: Vec<i64> = match &t.raw_data {
-        Some(raw) if !raw.is_empty() || n == 0 => {
-            raw.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()
-        }
-        _ => t.int64_data.clone(),
+    let from_raw = |raw: &[u8]| {
+        raw.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()
     };
-    if values.len() != n {
-        return Err(bad(t, format!("holds {} int64 values for {n} elements", values.len())));
-    }
-    Ok(values)
+    stored(t, "int64", from_raw, &t.int64_data)
 }
 
 pub fn new_f32(name: &str, dims: &[i64], values: &[f32]) -> TensorProto {
