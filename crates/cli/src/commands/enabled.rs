@@ -449,21 +449,27 @@ pub fn ort_pick(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
     c
 }
 
+/// How many subgraphs each fusion replaced, in the order the fusions first appear: "6 attention,
+/// 6 gelu" (empty for none). `doctor`, `bench` and `quantize` print it.
+pub fn fusion_counts<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for name in names {
+        match counts.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, c)) => *c += 1,
+            None => counts.push((name, 1)),
+        }
+    }
+    counts.iter().map(|(n, c)| format!("{c} {n}")).collect::<Vec<_>>().join(", ")
+}
+
 /// How the model's weights are stored, as far as its folder says.
 pub fn precision(f: &ModelFolder) -> String {
     match &f.quantization {
         Some(q) => {
             let weights = q.weights.as_deref().unwrap_or("int8");
             let saturates = weights == "int8" && WeightType::for_this_cpu() == WeightType::Uint8;
-            let mut kinds: Vec<&String> = Vec::new();
-            for name in &q.fused {
-                if !kinds.contains(&name) {
-                    kinds.push(name);
-                }
-            }
-            let counts: Vec<String> =
-                kinds.iter().map(|k| format!("{} {k}", q.fused.iter().filter(|n| n == k).count())).collect();
-            let fused = if counts.is_empty() { String::new() } else { format!("; fused: {}", counts.join(", ")) };
+            let counts = fusion_counts(q.fused.iter().map(String::as_str));
+            let fused = if counts.is_empty() { String::new() } else { format!("; fused: {counts}") };
             format!(
                 "{} for the {} ({}, {weights} weights, activations {}{fused}; from quantization.json){}",
                 q.format,

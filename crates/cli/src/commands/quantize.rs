@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use nornir_vector::quantize::{
-    Activations, CALIBRATION_OUTPUT, Fusion, Granularity, QuantizeOptions, QuantizeReport, WeightType,
-    calibration_model, quantize as rewrite,
+    Activations, CALIBRATION_OUTPUT, Granularity, QuantizeOptions, QuantizeReport, WeightType, calibration_model,
+    quantize as rewrite,
 };
 use nornir_vector::{Device, Embedder, EmbedderOptions, Pooling};
 use sha2::{Digest, Sha256};
 
-use super::enabled::{SAMPLE, model_dir, options};
+use super::enabled::{SAMPLE, fusion_counts, model_dir, options};
 use crate::QuantizeArgs;
 
 /// Files of the source folder that are not copied: the ONNX graphs (the int8 one replaces them),
@@ -134,22 +134,14 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
             record["cost"]["cosine_min"].as_f64().unwrap_or(f64::NAN),
             record["cost"]["cosine_mean"].as_f64().unwrap_or(f64::NAN),
         );
-        let count = |f: Fusion| report.fused.iter().filter(|x| x.fusion == f).count();
         match record["fusion_fallback"].as_str() {
             Some(why) => println!("fusions not applied: {why}"),
-            None if !report.fused.is_empty() => {
-                let counts: Vec<String> = Fusion::ALL
-                    .into_iter()
-                    .filter(|&f| count(f) > 0)
-                    .map(|f| format!("{} {}", count(f), f.name()))
-                    .collect();
-                println!(
-                    "fused, each now one ONNX Runtime operator: {}; {} nodes (the source graph has {})",
-                    counts.join(", "),
-                    report.nodes_after,
-                    report.nodes_before
-                );
-            }
+            None if !report.fused.is_empty() => println!(
+                "fused, each now one ONNX Runtime operator: {}; {} nodes (the source graph has {})",
+                fusion_counts(report.fused.iter().map(|f| f.fusion.name())),
+                report.nodes_after,
+                report.nodes_before
+            ),
             None => {}
         }
     }
