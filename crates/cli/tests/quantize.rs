@@ -91,9 +91,9 @@ fn the_default_model_quantized_is_complete_close_to_float32_and_cpu_only() {
     assert_eq!(files_in(t.path()), ["dim", "int8"], "no calibration folder left");
 }
 
-/// A text's int8 vector is the same, bit for bit, in any batch: 200 corpus texts of mixed
-/// lengths embedded in bulk and one per batch (`--batch-tokens 1`). With per-token scales (the default) the rows
-/// batch freely; a per-tensor model (`--activations per-tensor`, like third-party dynamic-int8
+/// A text's int8 vector is the same, bit for bit, in any batch: 200 corpus texts of mixed lengths
+/// embedded in bulk and one per batch (`--batch-tokens 1`). With per-token scales (the default) the
+/// rows batch freely; a per-tensor model (`--activations per-tensor`, like third-party dynamic-int8
 /// exports) is run one text at a time by nornir itself, and doctor says so. Before per-token
 /// scales, 18 of 20 such rows differed, with cosines down to 0.957.
 #[test]
