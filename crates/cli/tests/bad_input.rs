@@ -54,7 +54,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Run, assert_one_line_error, files_in, model, nornir, s, stderr};
+use common::{Run, assert_one_line_error, f32_rows, files_in, model, nornir, s, stderr};
 use nornir_vector::{Device, Embedder, EmbedderOptions};
 
 fn embed_error(dir: &Path, needle: &str) {
@@ -85,13 +85,6 @@ fn model_copy(dir: &Path, replace: &[(&str, &[u8])]) -> PathBuf {
         std::fs::write(&p, bytes).expect("write replacement");
     }
     copy
-}
-
-fn f32_rows(bytes: &[u8]) -> Vec<Vec<f32>> {
-    bytes
-        .chunks_exact(384 * 4)
-        .map(|r| r.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-        .collect()
 }
 
 #[test]

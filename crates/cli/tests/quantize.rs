@@ -6,12 +6,7 @@
 
 mod common;
 
-use common::{assert_one_line_error, files_in, model, nornir, s, stderr};
-
-fn f32_rows(bytes: &[u8]) -> Vec<Vec<f32>> {
-    let v: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    v.chunks_exact(384).map(<[f32]>::to_vec).collect()
-}
+use common::{assert_one_line_error, f32_rows, files_in, model, nornir, s, stderr};
 
 #[test]
 fn the_default_model_quantized_is_complete_close_to_float32_and_cpu_only() {

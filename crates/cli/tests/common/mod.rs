@@ -117,8 +117,9 @@ pub fn embed_parity_sample(ort: &Path, extra: &[&str], env: &[(&str, &Path)]) ->
     f32_rows(&o.stdout)
 }
 
-/// Little-endian float32 bytes as rows of 384.
+/// Little-endian float32 bytes as rows of 384; bytes that are not whole rows fail the test.
 pub fn f32_rows(bytes: &[u8]) -> Vec<Vec<f32>> {
+    assert_eq!(bytes.len() % (384 * 4), 0, "{} bytes are not whole rows of 384 float32", bytes.len());
     let floats: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
     floats.chunks(384).map(<[f32]>::to_vec).collect()
 }
