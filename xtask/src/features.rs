@@ -1,7 +1,6 @@
 //! `cargo xtask check-features`: the feature promise, checked rather than assumed.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -75,8 +74,7 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) 
         run_checked(cargo().args(["clippy", "--quiet"]).args(*flags).args(["--", "-D", "warnings"]))?;
     }
     for pkg in ["nornir-gpu-probe", "nornir-ep-select", "nornir-quantize"] {
-        let out = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-            .current_dir(workspace_root())
+        let out = cargo()
             .args(["tree", "--quiet", "--all-features", "-e", "normal", "-p", pkg])
             .output()
             .context("run cargo tree")?;

@@ -16,6 +16,7 @@
 
 mod assets;
 mod compare;
+mod dev_null;
 mod features;
 mod fetch;
 mod gpu_bundle;
@@ -120,7 +121,9 @@ pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// A cargo command run in the workspace root, with `/dev/null` made fit for its compiler probe.
 pub(crate) fn cargo() -> Command {
+    dev_null::empty_if_regular_file();
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(workspace_root());
     c
@@ -243,6 +246,7 @@ fn python_package(home: &Path, env: &[(&'static str, PathBuf)]) -> Result<()> {
     let wheels = workspace_root().join("target/wheels");
     let _ = std::fs::remove_dir_all(&wheels);
     eprintln!("xtask: building the Python wheel (maturin)");
+    dev_null::empty_if_regular_file(); // maturin runs cargo
     run_checked(
         Command::new(bin.join("maturin"))
             .current_dir(workspace_root().join("crates/python"))
