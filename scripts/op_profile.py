@@ -14,6 +14,8 @@ import argparse
 import collections
 import json
 import os
+import sys
+import tempfile
 
 import numpy as np
 import onnxruntime as ort
@@ -74,6 +76,9 @@ def main() -> None:
         texts = [line for line in f.read().split("\n") if line][: a.texts]
     for spec in a.models:
         model, level = model_and_level(spec, a.level)
+        for name in ("model.onnx", "tokenizer.json"):
+            if not os.path.isfile(os.path.join(model, name)):
+                sys.exit(f"op_profile: {model} has no {name}: give a model folder (nornir vector quantize writes one)")
         tok = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
         tok.no_padding()
         tok.enable_truncation(a.max_length)
@@ -82,6 +87,8 @@ def main() -> None:
         options.intra_op_num_threads = a.threads
         options.enable_mem_pattern = False
         options.enable_profiling = True
+        # ONNX Runtime writes the profile into the working folder unless told otherwise.
+        options.profile_file_prefix = os.path.join(tempfile.gettempdir(), "nornir_op_profile")
         session = ort.InferenceSession(os.path.join(model, "model.onnx"), options, providers=["CPUExecutionProvider"])
         names = {i.name for i in session.get_inputs()}
         packed = batches(tok.encode_batch(texts), a.budget)
