@@ -355,10 +355,12 @@ fn soak(args: &[String]) -> Result<()> {
     let calls = numeric_flag(args, "--calls", 500)?;
     let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
     eprintln!("xtask: soak, 8 threads x {calls} calls, release build");
+    // Made before `cargo()`, which readies /dev/null for cargo: making them runs pip and apt-get.
+    let env = test_env(&home)?;
     run_checked(
         cargo()
             .args(["test", "--release", "-p", "nornir-embed", "--test", "soak", "--", "--nocapture"])
-            .envs(test_env(&home)?)
+            .envs(env)
             .env("NORNIR_SOAK_CALLS", calls.to_string()),
     )
 }
