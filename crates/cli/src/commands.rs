@@ -12,6 +12,10 @@ mod errors;
 #[cfg(feature = "embed-ort")]
 pub use errors::{embed_error_text, oldest_ort};
 #[cfg(feature = "embed-ort")]
+mod convert_check;
+#[cfg(feature = "embed-ort")]
+pub use convert_check::check_converted;
+#[cfg(feature = "embed-ort")]
 mod quantize;
 #[cfg(feature = "embed-ort")]
 mod serve;
@@ -19,6 +23,9 @@ mod serve;
 pub use quantize::quantize;
 #[cfg(feature = "embed-ort")]
 pub use serve::serve;
+
+mod convert;
+pub use convert::{ConvertArgs, convert};
 
 #[cfg(not(feature = "embed-ort"))]
 mod disabled;

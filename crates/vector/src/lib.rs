@@ -1,5 +1,5 @@
 //! nornir's text-embedding facade: the one crate other nornir crates depend on. It owns the
-//! feature names (`embed-ort`, default, `embed-ort-rocm` and `quantize`) and re-exports a chosen
+//! feature names (`embed-ort`, default, `embed-ort-rocm`, `quantize` and `convert`) and re-exports a chosen
 //! list; it has no logic of its own.
 //!
 //! - At the root: the embedder and what a call needs ([`Embedder`], [`EmbedderOptions`],
@@ -8,6 +8,7 @@
 //!   `rocm_ready()` and `vendor()`).
 //! - [`diagnostics`]: the typed reports (probe, plan, registrations, placement, memory).
 //! - `quantize` (feature `quantize`): the int8 rewrite.
+//! - `convert` (feature `convert`): safetensors weights to an ONNX graph.
 //!
 //! Library loading with `RTLD_GLOBAL` and the probe's other building blocks stay inside their
 //! crates. The README's library example (compiled as a doctest) shows the API in use.
@@ -65,6 +66,10 @@ pub mod diagnostics {
 /// The int8 rewrite for the CPU (feature `quantize`).
 #[cfg(feature = "quantize")]
 pub use nornir_quantize as quantize;
+
+/// Conversion of safetensors weights into an ONNX graph (feature `convert`).
+#[cfg(feature = "convert")]
+pub use nornir_convert as convert;
 
 /// Whether this build contains the ONNX Runtime embedder.
 pub const EMBED_ORT: bool = cfg!(feature = "embed-ort");

@@ -37,6 +37,18 @@ pub fn quantize(_: &QuantizeArgs) -> Result<()> {
     bail!(NOT_COMPILED)
 }
 
+/// Without the embedder a converted folder is written but not loaded.
+pub fn check_converted(
+    _: &std::path::Path,
+    _: &std::path::Path,
+    _: &nornir_vector::convert::Conversion,
+) -> Result<super::convert::Checked> {
+    Ok(super::convert::Checked {
+        summary: "not checked: this nornir was built without the ONNX Runtime embedder".to_owned(),
+        replaced_by: None,
+    })
+}
+
 pub fn plan(_: &ModelArgs, _: &[EpDevice]) -> Result<Option<nornir_vector::diagnostics::Plan>> {
     Ok(None)
 }

@@ -257,7 +257,7 @@ fn granularity_name(g: Granularity) -> &'static str {
     }
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
+pub(super) fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
     let norm = a.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt();
     if norm > 0.0 { dot / norm } else { 0.0 }

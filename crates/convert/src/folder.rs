@@ -1,0 +1,168 @@
+//! The conversion of a folder: read the config and weights, build the graph, and write the
+//! output folder under a temporary name, renamed into place only when whole.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::config::{Config, Head};
+use crate::graph::{Graph, OPSET};
+use crate::weights::{SHARD_INDEX, Weights};
+use crate::{Conversion, ConvertError, ConvertOptions, SourceFile, network};
+
+/// Weights over this many bytes go to an external data file: protobuf cannot hold 2 GB.
+const INLINE_LIMIT: usize = 1_800_000_000;
+const EXTERNAL_DATA: &str = "model.onnx_data";
+
+/// Files of the source folder's top level that are not copied: weights in any format (the graph
+/// replaces them), ONNX files and records of earlier conversions, and hidden files.
+fn is_copied(name: &str) -> bool {
+    const WEIGHTS: [&str; 8] = [".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx"];
+    !(name.starts_with('.')
+        || WEIGHTS.iter().any(|ext| name.ends_with(ext))
+        || name.ends_with(".onnx_data")
+        || name.ends_with(".onnx.data")
+        || [SHARD_INDEX, "conversion.json", "quantization.json", "onnx", "openvino"].contains(&name))
+}
+
+fn display(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> ConvertError + '_ {
+    move |source| ConvertError::Write { path: display(path), source }
+}
+
+/// Converts the model in `source` into a new folder `output`: `model.onnx`, the tokenizer and
+/// configuration files copied, and `conversion.json`. Nothing is left at `output` if it fails.
+pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result<Conversion, ConvertError> {
+    if output.exists() {
+        if same_folder(source, output) {
+            return Err(ConvertError::OutputIsSource { path: display(output) });
+        }
+        if !options.replace {
+            return Err(ConvertError::OutputExists { path: display(output) });
+        }
+    }
+    let parent = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        return Err(ConvertError::NoOutputParent { path: display(&parent) });
+    }
+    let (mut g, mut conversion) = build(source, options)?;
+    let name = output.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = parent.join(format!(".{name}.nornir-convert-{}.tmp", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let written = (|| {
+        std::fs::create_dir(&tmp).map_err(write_err(&tmp))?;
+        if g.weight_bytes() > INLINE_LIMIT {
+            let mut data = Vec::new();
+            g.move_weights_out(EXTERNAL_DATA, &mut data);
+            let file = tmp.join(EXTERNAL_DATA);
+            std::fs::write(&file, data).map_err(write_err(&file))?;
+            conversion.external_data = Some(EXTERNAL_DATA.to_owned());
+        }
+        let model = g.into_model(env!("CARGO_PKG_VERSION"));
+        let bytes = protobuf::Message::write_to_bytes(&model).map_err(ConvertError::Encode)?;
+        let file = tmp.join("model.onnx");
+        std::fs::write(&file, bytes).map_err(write_err(&file))?;
+        conversion.copied = copy_folder(source, &tmp, Path::new(""))?;
+        conversion.folder = output.to_path_buf();
+        let record = tmp.join("conversion.json");
+        let text = serde_json::to_string_pretty(&conversion).unwrap_or_default() + "\n";
+        std::fs::write(&record, text).map_err(write_err(&record))?;
+        replace_dir(&tmp, output)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    written.map(|()| conversion)
+}
+
+/// The graph of the model in `dir` and its record (without the copied files and the folder).
+pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conversion), ConvertError> {
+    let config_file = dir.join("config.json");
+    if !config_file.is_file() {
+        return Err(ConvertError::NoConfig { dir: display(dir) });
+    }
+    let text = std::fs::read_to_string(&config_file)
+        .map_err(|e| ConvertError::Read { file: display(&config_file), source: e })?;
+    let config = Config::parse(&text, &display(&config_file))?;
+    let weights = Weights::open(dir)?;
+    let mut g = Graph::new(&config.architecture);
+    network::build(&mut g, &config, &weights, options.fused)?;
+    let mut sources = vec![source_file(dir, &config_file, text.as_bytes())];
+    sources.extend(weights.files().map(|(path, bytes)| source_file(dir, path, bytes)));
+    let conversion = Conversion {
+        architecture: config.architecture.clone(),
+        family: config.family,
+        head: config.head,
+        output: (if config.head == Head::Encoder { "last_hidden_state" } else { "logits" }).to_owned(),
+        opset: OPSET,
+        fused: options.fused,
+        layers: config.layers,
+        hidden: config.hidden,
+        vocabulary: config.vocab,
+        labels: config.labels,
+        nodes: g.node_count(),
+        operators: g.op_counts(),
+        weight_bytes: g.weight_bytes(),
+        external_data: None,
+        sources,
+        copied: Vec::new(),
+        nornir_version: env!("CARGO_PKG_VERSION").to_owned(),
+        folder: PathBuf::new(),
+    };
+    Ok((g, conversion))
+}
+
+fn source_file(dir: &Path, path: &Path, bytes: &[u8]) -> SourceFile {
+    SourceFile {
+        file: path.strip_prefix(dir).map_or_else(|_| display(path), display),
+        sha256: format!("{:x}", Sha256::digest(bytes)),
+        bytes: bytes.len() as u64,
+    }
+}
+
+/// Copies what [`is_copied`] keeps from `from` into `to` (subfolders whole, symbolic links
+/// followed, as a hub cache's snapshot holds them); returns the files, relative to the source.
+fn copy_folder(from: &Path, to: &Path, relative: &Path) -> Result<Vec<String>, ConvertError> {
+    let read = |e| ConvertError::Read { file: display(from), source: e };
+    let mut entries: Vec<_> = std::fs::read_dir(from).map_err(read)?.collect::<Result<_, _>>().map_err(read)?;
+    entries.sort_by_key(std::fs::DirEntry::file_name);
+    let mut copied = Vec::new();
+    for entry in entries {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if relative.as_os_str().is_empty() && !is_copied(&name) || name.starts_with('.') {
+            continue;
+        }
+        let (src, dst) = (entry.path(), to.join(&name));
+        if src.is_dir() {
+            std::fs::create_dir_all(&dst).map_err(write_err(&dst))?;
+            copied.extend(copy_folder(&src, &dst, &relative.join(&name))?);
+        } else if src.is_file() {
+            std::fs::copy(&src, &dst).map_err(write_err(&dst))?;
+            copied.push(display(&relative.join(&name)));
+        }
+    }
+    Ok(copied)
+}
+
+/// Moves the finished `tmp` folder to `out`, replacing an earlier folder there.
+fn replace_dir(tmp: &Path, out: &Path) -> Result<(), ConvertError> {
+    if out.exists() {
+        let old = tmp.with_extension("old");
+        std::fs::rename(out, &old).map_err(write_err(out))?;
+        std::fs::rename(tmp, out).map_err(write_err(out))?;
+        let _ = std::fs::remove_dir_all(&old);
+        Ok(())
+    } else {
+        std::fs::rename(tmp, out).map_err(write_err(out))
+    }
+}
+
+fn same_folder(a: &Path, b: &Path) -> bool {
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}

@@ -1,0 +1,146 @@
+//! `nornir-convert`: a model brought as its weights becomes a folder nornir loads. It reads
+//! `config.json` and `model.safetensors` (float32, float16, bfloat16 or float64 tensors; or the
+//! shards of `model.safetensors.index.json`) and writes `model.onnx`: a BERT or XLM-RoBERTa
+//! encoder, with the masked-LM head (SPLADE) or the sequence-classification head (cross-encoders)
+//! where `config.json`'s `architectures` names one. The tokenizer and sentence-transformers files
+//! are copied beside it, and `conversion.json` records the source files' hashes and the graph.
+//!
+//! It is not an exporter of arbitrary PyTorch code: the graph is written from the published
+//! definitions of these architectures, so any other architecture is refused by name. It knows
+//! nothing of ONNX Runtime and runs nothing; the tests run what it writes against independent
+//! reference implementations. The output folder is written under a temporary name and renamed
+//! into place only when complete.
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod folder;
+mod graph;
+mod network;
+mod weights;
+
+/// The ONNX message types (generated from the quantizer's `proto/onnx_subset.proto`).
+#[allow(clippy::all, clippy::pedantic, clippy::restriction, missing_debug_implementations, unused_qualifications)]
+mod onnx {
+    include!(concat!(env!("OUT_DIR"), "/onnx/mod.rs"));
+    pub use onnx_subset::*;
+}
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+pub use config::{Family, Head, SUPPORTED};
+pub use folder::convert;
+
+/// How to write the graph.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConvertOptions {
+    /// Attention as ONNX Runtime's `com.microsoft.MultiHeadAttention` and GELU as its `Gelu`
+    /// (`FastGelu` for the tanh form), where ONNX Runtime's CPU provider runs fewer, faster
+    /// kernels; `false` writes ONNX's standard operators only (opset 17), for any runtime.
+    pub fused: bool,
+    /// Replace an existing output folder instead of refusing.
+    pub replace: bool,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        ConvertOptions { fused: true, replace: false }
+    }
+}
+
+impl ConvertOptions {
+    pub fn with_fused(mut self, fused: bool) -> Self {
+        self.fused = fused;
+        self
+    }
+    pub fn with_replace(mut self, replace: bool) -> Self {
+        self.replace = replace;
+        self
+    }
+}
+
+/// One file the conversion read.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct SourceFile {
+    /// The name inside the source folder.
+    pub file: String,
+    pub sha256: String,
+    pub bytes: u64,
+}
+
+/// What [`convert`] wrote; also `conversion.json` in the output folder.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct Conversion {
+    /// `config.json`'s architecture that was converted, e.g. `BertModel`.
+    pub architecture: String,
+    pub family: Family,
+    pub head: Head,
+    /// The graph's output: `last_hidden_state` (encoder) or `logits` (the heads).
+    pub output: String,
+    /// The default domain's opset; `com.microsoft` opset 1 where `fused`.
+    pub opset: i64,
+    pub fused: bool,
+    pub layers: usize,
+    pub hidden: usize,
+    pub vocabulary: usize,
+    /// The classifier's labels (0 for the other heads).
+    pub labels: usize,
+    /// Node count of the graph, and per operator in order of first appearance.
+    pub nodes: usize,
+    pub operators: Vec<(String, usize)>,
+    /// Float32 weight bytes written.
+    pub weight_bytes: usize,
+    /// The file beside `model.onnx` holding the weights where they pass protobuf's 2 GB limit.
+    pub external_data: Option<String>,
+    pub sources: Vec<SourceFile>,
+    /// Files copied from the source folder (tokenizer, configs), relative to it.
+    pub copied: Vec<String>,
+    /// The version of nornir that converted.
+    pub nornir_version: String,
+    /// Where the folder was written.
+    pub folder: PathBuf,
+}
+
+/// Why a conversion did not happen. Every message names the file (and tensor) and what to do;
+/// nothing is left in the output folder.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConvertError {
+    #[error("{dir} has no config.json: pass the folder of a transformers model (config.json beside model.safetensors)")]
+    NoConfig { dir: String },
+    #[error(
+        "{dir} has no model.safetensors or model.safetensors.index.json: pass a folder with the model's safetensors weights (save a pytorch_model.bin as safetensors first)"
+    )]
+    NoWeights { dir: String },
+    #[error("{file} {why}")]
+    Config { file: String, why: String },
+    #[error("cannot convert architecture {architecture}: supported are {supported}")]
+    Unsupported { architecture: String, supported: String },
+    #[error("{file} {why}")]
+    Weights { file: String, why: String },
+    #[error("tensor {tensor:?} is not in {files}: the weights do not match config.json's architecture")]
+    MissingTensor { tensor: String, files: String },
+    #[error(
+        "tensor {tensor:?} in {file} has shape {found:?} where config.json implies {expected:?}: the weights and config.json do not belong together"
+    )]
+    Shape { file: String, tensor: String, found: Vec<usize>, expected: Vec<usize> },
+    #[error("tensor {tensor:?} in {file} is of dtype {dtype}: converted are F32, F16, BF16 and F64 weights")]
+    Dtype { file: String, tensor: String, dtype: String },
+    #[error("cannot read {file}: {source}")]
+    Read { file: String, source: std::io::Error },
+    #[error("{path} already exists: choose another output folder, or ask to replace it (--force)")]
+    OutputExists { path: String },
+    #[error("the output folder {path} is the model folder itself: write the converted model to another folder")]
+    OutputIsSource { path: String },
+    #[error("the folder {path} for the output does not exist: create it first")]
+    NoOutputParent { path: String },
+    #[error("cannot write {path}: {source}")]
+    Write { path: String, source: std::io::Error },
+    #[error("cannot encode the ONNX graph: {0}")]
+    Encode(#[source] protobuf::Error),
+}
