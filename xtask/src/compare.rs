@@ -169,7 +169,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn bench_compare(args: &[String]) -> Result<()> {
     let o = parse(args)?;
     let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
-    let model = home.join(assets::DEFAULT_MODEL_DIR);
+    let model = home.join(assets::EXPORT_MODEL_DIR);
     let texts =
         std::fs::read_to_string(&o.corpus).with_context(|| format!("read {}", o.corpus.display()))?.lines().count();
     let py = python_env(&home)?;

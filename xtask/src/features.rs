@@ -73,7 +73,7 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) 
         eprintln!("xtask: check-features: {label}");
         run_checked(cargo().args(["clippy", "--quiet"]).args(*flags).args(["--", "-D", "warnings"]))?;
     }
-    for pkg in ["nornir-gpu-probe", "nornir-ep-select", "nornir-quantize"] {
+    for pkg in ["nornir-gpu-probe", "nornir-ep-select", "nornir-quantize", "nornir-convert"] {
         let out = cargo()
             .args(["tree", "--quiet", "--all-features", "-e", "normal", "-p", pkg])
             .output()

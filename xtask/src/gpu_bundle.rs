@@ -106,7 +106,7 @@ fn build(o: &Options, home: &Path, nornir: &Path, work: &Path) -> Result<Vec<(St
     let mut model_files: Vec<&str> = assets::MODEL_ONNX.files.iter().map(|(_, to)| *to).collect();
     model_files.extend(assets::MODEL_TOKENIZER.files.iter().map(|(_, to)| *to));
     for f in model_files {
-        files.push((home.join(assets::DEFAULT_MODEL_DIR).join(f), format!("model/{f}")));
+        files.push((home.join(assets::EXPORT_MODEL_DIR).join(f), format!("model/{f}")));
     }
     if o.peer {
         for (_, f) in assets::PEER_MODEL.files {

@@ -14,7 +14,7 @@ pub fn nornir_int8(nornir: &Path, home: &Path) -> Result<PathBuf> {
     run_checked(
         Command::new(nornir)
             .args(["vector", "quantize", "--quiet", "--force", "--device", "cpu", "--model"])
-            .arg(home.join(assets::DEFAULT_MODEL_DIR))
+            .arg(home.join(assets::EXPORT_MODEL_DIR))
             .arg("--output")
             .arg(&out),
     )?;
@@ -27,7 +27,7 @@ pub fn python_int8(py: &Path, home: &Path) -> Result<PathBuf> {
     run_checked(
         Command::new(py)
             .arg(workspace_root().join("scripts/quantize_python.py"))
-            .arg(home.join(assets::DEFAULT_MODEL_DIR))
+            .arg(home.join(assets::EXPORT_MODEL_DIR))
             .arg(&out)
             .arg("per-channel"),
     )?;

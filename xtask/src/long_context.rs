@@ -15,7 +15,7 @@ use crate::{assets, cargo, fetch, run_checked, workspace_root};
 /// Writes the fixture folder: graph, tokenizer without its 128-token truncation, config.json.
 fn write_fixture(dir: &Path, home: &Path) -> Result<()> {
     fixtures::write_model(dir, Kind::LongContext, 30522);
-    let text = std::fs::read_to_string(home.join(assets::DEFAULT_MODEL_DIR).join("tokenizer.json"))?;
+    let text = std::fs::read_to_string(home.join(assets::EXPORT_MODEL_DIR).join("tokenizer.json"))?;
     let mut tokenizer: serde_json::Value = serde_json::from_str(&text)?;
     tokenizer["truncation"] = serde_json::Value::Null;
     std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string())?;

@@ -136,7 +136,7 @@ pub fn long_docs() -> Result<()> {
     let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
     run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
     let nornir = workspace_root().join("target/release/nornir");
-    let model = home.join(assets::DEFAULT_MODEL_DIR);
+    let model = home.join(assets::EXPORT_MODEL_DIR);
     let corpus = std::fs::read_to_string(workspace_root().join("testdata/corpus.txt"))?;
     let paragraphs: Vec<&str> = corpus.lines().filter(|l| l.split_whitespace().count() >= 200).collect();
     let distractors: Vec<String> =

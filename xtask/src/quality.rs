@@ -105,7 +105,7 @@ pub fn quality(args: &[String]) -> Result<()> {
     let nornir = workspace_root().join("target/release/nornir");
     if models.is_empty() {
         let py = compare::python_env(&home)?;
-        models.push(("float32 (default model)".to_owned(), home.join(assets::DEFAULT_MODEL_DIR)));
+        models.push(("float32 (the int8-weight export)".to_owned(), home.join(assets::EXPORT_MODEL_DIR)));
         models.push(("nornir int8".to_owned(), int8::nornir_int8(&nornir, &home)?));
         models.push(("ONNX Runtime quantize_dynamic int8".to_owned(), int8::python_int8(&py, &home)?));
     }

@@ -34,7 +34,7 @@ pub fn serve_bench(args: &[String]) -> Result<()> {
             workspace_root().join("target/release/nornir")
         }
     };
-    let mut model = home.join(assets::DEFAULT_MODEL_DIR);
+    let mut model = home.join(assets::EXPORT_MODEL_DIR);
     let corpus = std::fs::read_to_string(workspace_root().join("testdata/corpus.txt"))?;
     let texts: Vec<String> = corpus.lines().take(count).map(str::to_owned).collect();
     // Request r carries texts r*K.. (r+1)*K; with --mixed-prompts every other request is a query.

@@ -127,7 +127,7 @@ Examples:
 #[derive(Args, Clone, Debug)]
 pub struct ModelArgs {
     /// Model folder (model.onnx or onnx/model.onnx, tokenizer.json, sentence-transformers configs).
-    /// Default: all-MiniLM-L6-v2 int8 in the nornir cache (`cargo xtask fetch`). `serve` takes it
+    /// Default: all-MiniLM-L6-v2 (float32) in the nornir cache (`cargo xtask fetch`). `serve` takes it
     /// more than once, as NAME=DIR or NAME,ALIAS...=DIR (a bare DIR is named after its folder).
     #[arg(long, value_name = "DIR")]
     pub model: Vec<PathBuf>,

@@ -10,8 +10,6 @@ use crate::graph::{Graph, OPSET};
 use crate::weights::{SHARD_INDEX, Weights};
 use crate::{Conversion, ConvertError, ConvertOptions, SourceFile, network};
 
-/// Weights over this many bytes go to an external data file: protobuf cannot hold 2 GB.
-const INLINE_LIMIT: usize = 1_800_000_000;
 const EXTERNAL_DATA: &str = "model.onnx_data";
 
 /// Files of the source folder's top level that are not copied: weights in any format (the graph
@@ -57,7 +55,7 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
     let _ = std::fs::remove_dir_all(&tmp);
     let written = (|| {
         std::fs::create_dir(&tmp).map_err(write_err(&tmp))?;
-        if g.weight_bytes() > INLINE_LIMIT {
+        if g.weight_bytes() > options.external_data_over {
             let mut data = Vec::new();
             g.move_weights_out(EXTERNAL_DATA, &mut data);
             let file = tmp.join(EXTERNAL_DATA);

@@ -160,10 +160,15 @@ impl Graph {
         self.g.node.len()
     }
 
-    /// Moves every initializer's bytes into `data` (the external data file `location`), leaving a
-    /// reference: for models whose weights pass protobuf's 2 GB limit.
+    /// Moves the bytes of every float initializer of 1 KiB or more into `data` (the external data
+    /// file `location`), leaving a reference: for models whose weights pass protobuf's 2 GB limit.
+    /// Small constants stay inline: shape inference reads them (ONNX Runtime refuses an external
+    /// `Slice` bound).
     pub(crate) fn move_weights_out(&mut self, location: &str, data: &mut Vec<u8>) {
         for t in &mut self.g.initializer {
+            if t.data_type != Some(FLOAT) || t.raw_data.as_ref().is_none_or(|r| r.len() < 1024) {
+                continue;
+            }
             let Some(raw) = t.raw_data.take() else { continue };
             let entry = |key: &str, value: String| {
                 let mut e = StringStringEntryProto::new();

@@ -43,15 +43,26 @@ pub struct ConvertOptions {
     pub fused: bool,
     /// Replace an existing output folder instead of refusing.
     pub replace: bool,
+    /// Write the weights to `model.onnx_data` beside `model.onnx` (ONNX's external data) when
+    /// they are larger than this many bytes. Protobuf cannot hold 2 GB, so the default is
+    /// [`ConvertOptions::EXTERNAL_DATA_OVER`]; 0 always writes them apart.
+    pub external_data_over: usize,
 }
 
 impl Default for ConvertOptions {
     fn default() -> Self {
-        ConvertOptions { fused: true, replace: false }
+        ConvertOptions { fused: true, replace: false, external_data_over: Self::EXTERNAL_DATA_OVER }
     }
 }
 
 impl ConvertOptions {
+    /// The weight size above which they go to an external data file by default.
+    pub const EXTERNAL_DATA_OVER: usize = 1_800_000_000;
+
+    pub fn with_external_data_over(mut self, bytes: usize) -> Self {
+        self.external_data_over = bytes;
+        self
+    }
     pub fn with_fused(mut self, fused: bool) -> Self {
         self.fused = fused;
         self

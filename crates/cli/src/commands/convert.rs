@@ -23,6 +23,10 @@ pub struct ConvertArgs {
     /// Gelu: for another runtime than ONNX Runtime.
     #[arg(long)]
     pub no_fuse: bool,
+    /// Write the weights to model.onnx_data beside model.onnx (ONNX's external data), as is done
+    /// anyway for weights over 1.8 GB (protobuf cannot hold 2 GB).
+    #[arg(long)]
+    pub external_data: bool,
     /// Print conversion.json instead of a summary.
     #[arg(long)]
     pub json: bool,
@@ -31,7 +35,10 @@ pub struct ConvertArgs {
 }
 
 pub fn convert(a: &ConvertArgs) -> Result<()> {
-    let options = ConvertOptions::default().with_fused(!a.no_fuse).with_replace(a.force);
+    let mut options = ConvertOptions::default().with_fused(!a.no_fuse).with_replace(a.force);
+    if a.external_data {
+        options = options.with_external_data_over(0);
+    }
     let mut conversion = write_folder(&a.model, &a.output, &options)?;
     let mut check = None;
     if conversion.head == Head::Encoder {

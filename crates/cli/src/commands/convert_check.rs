@@ -24,6 +24,12 @@ fn embed(dir: &Path) -> Result<Embeddings> {
 }
 
 pub fn check_converted(source: &Path, out: &Path, conversion: &Conversion) -> Result<Checked> {
+    if !out.join("tokenizer.json").is_file() {
+        return Ok(Checked {
+            summary: "not checked: the folder has no tokenizer.json, so nornir cannot embed with it; add the model's tokenizer.json".to_owned(),
+            replaced_by: None,
+        });
+    }
     let tried = embed(out);
     if !conversion.fused {
         let rows = tried?;

@@ -22,7 +22,7 @@ use nornir_cli::input::{InputFormat, Record, Records};
 /// Texts embedded per call when streaming: bounds memory whatever the input size.
 const CHUNK: usize = 4096;
 
-const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2-int8";
+const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2";
 
 pub fn model_dir(m: &ModelArgs) -> Result<PathBuf> {
     if m.model.len() > 1 {

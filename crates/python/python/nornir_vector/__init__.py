@@ -12,7 +12,8 @@ ONNX Runtime is not part of this package: nornir loads the `libonnxruntime.so` o
 `onnxruntime` (or `onnxruntime-gpu`, `onnxruntime-migraphx`) package installed beside it, or the
 one `ort_library=` / `ORT_DYLIB_PATH` names, and `report()["ort"]` says which and why. The GIL is
 released while texts wait and run: Python threads calling one `Embedder` share its batches.
-Errors are `EmbedError` subclasses with nornir's one-line messages.
+Errors are `EmbedError` subclasses with nornir's one-line messages. `convert(model, output)` writes
+an ONNX model folder from a transformers folder's safetensors weights (BERT, XLM-RoBERTa).
 """
 
 import os as _os
@@ -24,6 +25,7 @@ _os.environ.setdefault("NORNIR_PYTHON_PREFIX", _sys.prefix)
 
 from ._nornir import (  # noqa: E402
     Cancelled,
+    ConvertError,
     DeviceError,
     EmbedError,
     Embedder,
@@ -36,6 +38,7 @@ from ._nornir import (  # noqa: E402
     Overloaded,
     TooLong,
     __version__,
+    convert,
     doctor,
     preflight,
 )
@@ -43,6 +46,7 @@ from ._fetch import DEFAULT_MODEL, fetch_default_model  # noqa: E402
 
 __all__ = [
     "Cancelled",
+    "ConvertError",
     "DEFAULT_MODEL",
     "DeviceError",
     "EmbedError",
@@ -56,6 +60,7 @@ __all__ = [
     "Overloaded",
     "TooLong",
     "__version__",
+    "convert",
     "doctor",
     "fetch_default_model",
     "preflight",

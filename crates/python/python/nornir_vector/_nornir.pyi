@@ -104,3 +104,14 @@ class Embedder:
 
 def preflight() -> tuple[bool, str]: ...
 def doctor(device: str = "auto") -> dict[str, Any]: ...
+
+class ConvertError(Exception): ...
+
+def convert(
+    model: str | PathLike[str],
+    output: str | PathLike[str],
+    *,
+    fuse: bool = True,
+    replace: bool = False,
+    external_data: bool = False,
+) -> dict[str, Any]: ...

@@ -1,0 +1,296 @@
+//! `nornir vector convert`: every architecture against an independent NumPy reference
+//! (scripts/convert_reference.py, run in the test venv with ONNX Runtime), the real splade-tiny
+//! and all-MiniLM-L6-v2 weights, and each bad input as one line, exit 2, nothing written.
+
+mod common;
+
+use std::path::Path;
+
+use common::{assert_one_line_error, files_in, nornir, s, stderr};
+use nornir_test_support::env_path;
+use serde_json::{Value, json};
+
+/// Runs scripts/convert_reference.py with `args` after the nornir binary; its JSON result.
+fn reference(args: &[&str]) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/convert_reference.py");
+    let o = std::process::Command::new(env_path("NORNIR_TEST_REFERENCE_PYTHON"))
+        .arg(script)
+        .arg(args[0])
+        .arg(env!("CARGO_BIN_EXE_nornir"))
+        .args(&args[1..])
+        .output()
+        .expect("run the reference script");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "the reference check failed:\n{out}\n{}", stderr(&o));
+    serde_json::from_str(&out).expect("the reference script's JSON")
+}
+
+#[test]
+fn every_architecture_equals_an_independent_numpy_implementation() {
+    nornir_test_support::needs_assets!();
+    let t = tempfile::tempdir().expect("tempdir");
+    let r = reference(&["synthetic", s(t.path())]);
+    let cases = r["cases"].as_array().expect("cases");
+    // Six architectures x float32 and float16 weights x fused and plain graphs, and one with its
+    // weights in model.onnx_data.
+    assert_eq!(cases.len(), 25, "{r:#}");
+    for c in cases {
+        assert!(c["max_abs_diff"].as_f64().is_some_and(|d| d <= 1e-4), "{c:#}");
+        let fused = c["graph"] != "plain";
+        let ops = &c["operators"];
+        assert_eq!(ops.get("MultiHeadAttention").is_some(), fused, "{c:#}");
+        assert_eq!(ops.get("Softmax").is_some(), !fused, "{c:#}");
+    }
+}
+
+#[test]
+fn real_splade_tiny_logits_equal_the_reference_and_rank_the_right_terms() {
+    nornir_test_support::needs_assets!();
+    let t = tempfile::tempdir().expect("tempdir");
+    let corpus = env_path("NORNIR_TEST_CORPUS").join("corpus.txt");
+    let model = env_path("NORNIR_TEST_SPLADE_SAFETENSORS");
+    let out = t.path().join("splade-tiny");
+    let r = reference(&["splade", s(&model), s(&out), s(&corpus), "500"]);
+    assert_eq!(r["texts"], 500);
+    assert!(r["max_abs_diff"].as_f64().is_some_and(|d| d <= 1e-4), "{r:#}");
+    let top: Vec<&str> = r["top_terms"]["The capital of France is Paris."]
+        .as_array()
+        .expect("top terms")
+        .iter()
+        .take(3)
+        .filter_map(|p| p[0].as_str())
+        .collect();
+    assert_eq!(top, ["capital", "paris", "france"], "{r:#}");
+}
+
+#[test]
+fn converted_minilm_is_checked_fused_and_close_to_the_int8_export() {
+    nornir_test_support::needs_assets!();
+    let t = tempfile::tempdir().expect("tempdir");
+    let out = t.path().join("minilm");
+    let source = env_path("NORNIR_TEST_MINILM_SAFETENSORS");
+    let o = nornir(&["vector", "convert", "--model", s(&source), "--output", s(&out), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let record: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(record["architecture"], "BertModel");
+    let check = record["check"].as_str().expect("the check's line");
+    assert!(check.contains("the fused graph's vectors against the plain graph's: min cosine"), "{check}");
+    let on_disk: Value =
+        serde_json::from_slice(&std::fs::read(out.join("conversion.json")).expect("conversion.json")).expect("JSON");
+    assert_eq!(on_disk["sources"], record["sources"]);
+    assert!(files_in(&out).iter().any(|f| f == "tokenizer.json") && out.join("1_Pooling/config.json").is_file());
+    assert!(!files_in(&out).iter().any(|f| f.ends_with(".safetensors")), "the weights are not copied");
+
+    // The fetched conversion of the same weights against the int8-weight export, first 1,000
+    // corpus texts (the export's weights were rounded to int8).
+    let corpus = env_path("NORNIR_TEST_CORPUS").join("corpus.txt");
+    let text = std::fs::read_to_string(&corpus).expect("corpus");
+    let first: String = text.lines().take(1000).map(|l| format!("{l}\n")).collect();
+    let input = t.path().join("first-1000.txt");
+    std::fs::write(&input, first).expect("write");
+    let embed = |model: &Path, name: &str| {
+        let file = t.path().join(name);
+        let o = nornir(&[
+            "vector",
+            "embed",
+            "-q",
+            "--model",
+            s(model),
+            "--input",
+            s(&input),
+            "--format",
+            "f32",
+            "--output",
+            s(&file),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        common::f32_rows(&std::fs::read(file).expect("vectors"))
+    };
+    let converted = embed(&env_path("NORNIR_TEST_CONVERTED_MODEL"), "converted.f32");
+    let export = embed(&common::model(), "export.f32");
+    assert_eq!(converted.len(), 1000);
+    let min = converted.iter().zip(&export).map(|(a, b)| nornir_test_support::cosine(a, b)).fold(1.0f32, f32::min);
+    assert!(min >= 0.999, "min cosine {min}");
+
+    // The converted float32 graph is a source for the int8 rewrite: every weight product becomes
+    // int8 (attention is already one MultiHeadAttention, so nothing is left to fuse).
+    let int8 = t.path().join("int8");
+    let fetched = env_path("NORNIR_TEST_CONVERTED_MODEL");
+    let o = nornir(&["vector", "quantize", "--model", s(&fetched), "--output", s(&int8), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let q: Value = serde_json::from_slice(&o.stdout).expect("quantization.json");
+    assert_eq!(q["rewritten"].as_array().map(Vec::len), Some(36), "{q:#}");
+    assert!(q["cost"]["cosine_min"].as_f64().is_some_and(|c| c >= 0.99), "{q:#}");
+}
+
+// --- bad input: one line, exit 2, nothing written ----------------------------------------------
+
+/// A small BertModel checkpoint: (name, dtype, shape) of each tensor, zero-filled except where
+/// `tweak` changes the list.
+fn tiny_bert(
+    tweak: impl FnOnce(&mut Vec<(String, &'static str, Vec<usize>)>),
+) -> Vec<(String, &'static str, Vec<usize>)> {
+    let (h, i) = (4usize, 8usize);
+    let mut t: Vec<(String, &'static str, Vec<usize>)> = vec![
+        ("embeddings.word_embeddings.weight".into(), "F32", vec![10, h]),
+        ("embeddings.position_embeddings.weight".into(), "F32", vec![8, h]),
+        ("embeddings.token_type_embeddings.weight".into(), "F32", vec![2, h]),
+        ("embeddings.LayerNorm.weight".into(), "F32", vec![h]),
+        ("embeddings.LayerNorm.bias".into(), "F32", vec![h]),
+    ];
+    let l = "encoder.layer.0";
+    for (name, shape) in [
+        ("attention.self.query", vec![h, h]),
+        ("attention.self.key", vec![h, h]),
+        ("attention.self.value", vec![h, h]),
+        ("attention.output.dense", vec![h, h]),
+        ("intermediate.dense", vec![i, h]),
+        ("output.dense", vec![h, i]),
+    ] {
+        t.push((format!("{l}.{name}.bias"), "F32", vec![shape[0]]));
+        t.push((format!("{l}.{name}.weight"), "F32", shape));
+    }
+    for norm in ["attention.output.LayerNorm", "output.LayerNorm"] {
+        t.push((format!("{l}.{norm}.weight"), "F32", vec![h]));
+        t.push((format!("{l}.{norm}.bias"), "F32", vec![h]));
+    }
+    tweak(&mut t);
+    t
+}
+
+/// The safetensors bytes of `tensors` (the values are zeros).
+fn safetensors(tensors: &[(String, &str, Vec<usize>)]) -> Vec<u8> {
+    let mut header = serde_json::Map::new();
+    let mut offset = 0usize;
+    for (name, dtype, shape) in tensors {
+        let width = match *dtype {
+            "F16" | "BF16" => 2,
+            "I8" | "U8" => 1,
+            "F64" | "I64" => 8,
+            _ => 4,
+        };
+        let len = width * shape.iter().product::<usize>();
+        header.insert(name.clone(), json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len]}));
+        offset += len;
+    }
+    let text = Value::Object(header).to_string();
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(text.as_bytes());
+    out.resize(out.len() + offset, 0);
+    out
+}
+
+const CONFIG: &str = r#"{"architectures":["BertModel"],"model_type":"bert","hidden_size":4,"num_hidden_layers":1,
+"num_attention_heads":2,"intermediate_size":8,"vocab_size":10,"max_position_embeddings":8,"type_vocab_size":2}"#;
+
+/// A model folder with `config` and `weights` (None: no weights file) in a fresh temp folder.
+fn folder(config: Option<&str>, weights: Option<Vec<u8>>) -> tempfile::TempDir {
+    let t = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(t.path().join("model")).expect("mkdir");
+    if let Some(c) = config {
+        std::fs::write(t.path().join("model/config.json"), c).expect("config");
+    }
+    if let Some(w) = weights {
+        std::fs::write(t.path().join("model/model.safetensors"), w).expect("weights");
+    }
+    t
+}
+
+/// Converts `t/model` into `t/out`; asserts the one-line error and that nothing was written.
+fn refused(t: &tempfile::TempDir, needle: &str) {
+    let (model, out) = (t.path().join("model"), t.path().join("out"));
+    let o = nornir(&["vector", "convert", "--model", s(&model), "--output", s(&out)]);
+    assert_one_line_error(&o, needle);
+    assert_eq!(files_in(t.path()), ["model"], "nothing written beside the model");
+}
+
+#[test]
+fn a_tiny_checkpoint_converts_and_records_what_it_read() {
+    let t = folder(Some(CONFIG), Some(safetensors(&tiny_bert(|_| {}))));
+    std::fs::create_dir(t.path().join("model/1_Pooling")).expect("mkdir");
+    std::fs::write(t.path().join("model/1_Pooling/config.json"), "{}").expect("pooling");
+    std::fs::write(t.path().join("model/pytorch_model.bin"), "x").expect("bin");
+    let out = t.path().join("out");
+    let o = nornir(&["vector", "convert", "--model", s(&t.path().join("model")), "--output", s(&out), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(
+        (r["architecture"].as_str(), r["head"].as_str(), r["output"].as_str()),
+        (Some("BertModel"), Some("encoder"), Some("last_hidden_state"))
+    );
+    assert_eq!(r["sources"][0]["file"], "config.json");
+    assert_eq!(r["sources"][1]["file"], "model.safetensors");
+    assert_eq!(r["sources"][1]["sha256"].as_str().map(str::len), Some(64));
+    assert!(
+        r["check"].as_str().is_some_and(|c| c.starts_with("not checked: the folder has no tokenizer.json")),
+        "{r:#}"
+    );
+    // Weights in any format stay behind; configs and module folders are copied.
+    assert_eq!(files_in(&out), ["1_Pooling", "config.json", "conversion.json", "model.onnx"]);
+    assert_eq!(files_in(t.path()), ["model", "out"], "no temporary folder left");
+    // An existing output is refused, and left as it was; --force replaces it.
+    std::fs::write(out.join("mine.txt"), "keep").expect("write");
+    let o = nornir(&["vector", "convert", "--model", s(&t.path().join("model")), "--output", s(&out)]);
+    assert_one_line_error(&o, "already exists: choose another output folder, or ask to replace it (--force)");
+    assert!(out.join("mine.txt").is_file());
+    let o = nornir(&["vector", "convert", "-q", "--model", s(&t.path().join("model")), "--output", s(&out), "--force"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!out.join("mine.txt").exists());
+}
+
+#[test]
+fn a_truncated_or_corrupt_safetensors_file_is_named() {
+    let mut bytes = safetensors(&tiny_bert(|_| {}));
+    bytes.truncate(bytes.len() - 10);
+    refused(&folder(Some(CONFIG), Some(bytes)), "model.safetensors is truncated or has bytes after its tensors");
+    refused(
+        &folder(Some(CONFIG), Some(b"PK\x03\x04 not safetensors".to_vec())),
+        "model.safetensors is not a safetensors file",
+    );
+    refused(&folder(Some(CONFIG), Some(Vec::new())), "model.safetensors is not a safetensors file or is cut short");
+}
+
+#[test]
+fn a_missing_or_misshapen_tensor_is_named_with_its_file() {
+    let missing = tiny_bert(|t| t.retain(|(n, ..)| n != "encoder.layer.0.attention.self.key.weight"));
+    refused(
+        &folder(Some(CONFIG), Some(safetensors(&missing))),
+        "tensor \"encoder.layer.0.attention.self.key.weight\" is not in",
+    );
+    let misshapen = tiny_bert(|t| t[0].2 = vec![11, 4]);
+    refused(&folder(Some(CONFIG), Some(safetensors(&misshapen))), "tensor \"embeddings.word_embeddings.weight\" in ");
+    let o = {
+        let t = folder(Some(CONFIG), Some(safetensors(&misshapen)));
+        let o =
+            nornir(&["vector", "convert", "--model", s(&t.path().join("model")), "--output", s(&t.path().join("o"))]);
+        stderr(&o)
+    };
+    assert!(o.contains("has shape [11, 4] where config.json implies [10, 4]"), "{o}");
+}
+
+#[test]
+fn an_unknown_or_unconverted_dtype_is_named_with_its_tensor() {
+    let unknown = tiny_bert(|t| t[3].1 = "Q4");
+    refused(
+        &folder(Some(CONFIG), Some(safetensors(&unknown))),
+        "tensor \"embeddings.LayerNorm.weight\" has the dtype \"Q4\", which is not a safetensors type",
+    );
+    let int8 = tiny_bert(|t| t[3].1 = "I8");
+    refused(&folder(Some(CONFIG), Some(safetensors(&int8))), "tensor \"embeddings.LayerNorm.weight\" in ");
+}
+
+#[test]
+fn a_config_without_a_converted_architecture_is_refused_by_name() {
+    let weights = || Some(safetensors(&tiny_bert(|_| {})));
+    refused(
+        &folder(Some(r#"{"model_type":"bert"}"#), weights()),
+        "config.json has no `architectures` (model_type \"bert\")",
+    );
+    refused(
+        &folder(Some(r#"{"architectures":["LlamaForCausalLM"]}"#), weights()),
+        "cannot convert architecture LlamaForCausalLM: supported are BertModel, BertForMaskedLM",
+    );
+    refused(&folder(Some("{not json"), weights()), "config.json is not a valid config");
+    refused(&folder(None, weights()), "has no config.json");
+    refused(&folder(Some(CONFIG), None), "has no model.safetensors or model.safetensors.index.json");
+}
