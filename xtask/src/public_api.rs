@@ -1,6 +1,6 @@
 //! `cargo xtask public-api [--bless]`: the public API of the crates other code builds on (the
-//! facade `nornir-vector` with everything it re-exports, `nornir-server`, `nornir-quantize`), read
-//! from rustdoc's HTML: every item, and each of its methods, fields and variants (trait
+//! facade `nornir-vector` with everything it re-exports, `nornir-server`, `nornir-quantize`,
+//! `nornir-convert`), read from rustdoc's HTML: every item, and each of its methods, fields and variants (trait
 //! implementations left out), one per line, sorted. It is checked in as `public-api.txt`, and
 //! `check-features` fails when the code no longer matches it, so every public change shows up in
 //! review as a change of that file (`--bless` writes it). Stable rustdoc has no JSON output, so the
@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use crate::{cargo, run_checked, workspace_root};
 
 /// The crates whose public items are listed (as rustdoc names their folders).
-const CRATES: &[&str] = &["nornir_vector", "nornir_server", "nornir_quantize"];
+const CRATES: &[&str] = &["nornir_vector", "nornir_server", "nornir_quantize", "nornir_convert"];
 /// The listing, at the repository's root.
 const LISTING: &str = "public-api.txt";
 
