@@ -1,7 +1,7 @@
 //! `cargo xtask public-api [--bless]`: the public API of the crates other code builds on (the
 //! facade `nornir-vector` with everything it re-exports, `nornir-server`, `nornir-quantize`,
-//! `nornir-convert`), read from rustdoc's HTML: every item, and each of its methods, fields and variants (trait
-//! implementations left out), one per line, sorted. It is checked in as `public-api.txt`, and
+//! `nornir-convert`), read from rustdoc's HTML: every item, and each of its methods, fields and
+//! variants (trait implementations left out), one per line, sorted. It is checked in as `public-api.txt`, and
 //! `check-features` fails when the code no longer matches it, so every public change shows up in
 //! review as a change of that file (`--bless` writes it). Stable rustdoc has no JSON output, so the
 //! listing holds names, not signatures.
