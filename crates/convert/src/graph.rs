@@ -95,28 +95,26 @@ impl Graph {
         name
     }
 
-    /// A float32 initializer; returns its name.
-    pub(crate) fn f32(&mut self, name: &str, dims: &[usize], values: Vec<f32>) -> String {
+    /// An initializer of `data_type` holding `raw` (little-endian); returns its name.
+    fn initializer(&mut self, name: &str, dims: &[usize], data_type: i32, raw: Vec<u8>) -> String {
         let name = self.initializer_name(name);
         let mut t = TensorProto::new();
         t.name = Some(name.clone());
         t.dims = dims.iter().map(|&d| d as i64).collect();
-        t.data_type = Some(FLOAT);
-        t.raw_data = Some(values.iter().flat_map(|v| v.to_le_bytes()).collect());
+        t.data_type = Some(data_type);
+        t.raw_data = Some(raw);
         self.g.initializer.push(t);
         name
     }
 
+    /// A float32 initializer; returns its name.
+    pub(crate) fn f32(&mut self, name: &str, dims: &[usize], values: Vec<f32>) -> String {
+        self.initializer(name, dims, FLOAT, values.iter().flat_map(|v| v.to_le_bytes()).collect())
+    }
+
     /// An int64 constant (an initializer); returns its name.
     pub(crate) fn i64(&mut self, name: &str, dims: &[usize], values: &[i64]) -> String {
-        let name = self.initializer_name(name);
-        let mut t = TensorProto::new();
-        t.name = Some(name.clone());
-        t.dims = dims.iter().map(|&d| d as i64).collect();
-        t.data_type = Some(INT64);
-        t.raw_data = Some(values.iter().flat_map(|v| v.to_le_bytes()).collect());
-        self.g.initializer.push(t);
-        name
+        self.initializer(name, dims, INT64, values.iter().flat_map(|v| v.to_le_bytes()).collect())
     }
 
     /// A graph input or output of `elem_type` with these axes (a name is a dynamic axis).
