@@ -34,20 +34,43 @@ ERF = np.frompyfunc(math.erf, 1, 1)
 DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": None, "I64": np.int64}
 
 
+def bf16_bits(value):
+    """float32 values rounded to bfloat16 (to nearest, ties to even), as their 16-bit patterns."""
+    bits = np.ascontiguousarray(value, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def stored(value, dtype):
+    """What a file of `dtype` ("F32", "F16", "BF16") holds of `value`: (its bytes, its values)."""
+    if dtype == "BF16":
+        bits = bf16_bits(value)
+        return bits.tobytes(), (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    typed = np.ascontiguousarray(value.astype(np.float16 if dtype == "F16" else np.float32))
+    return typed.tobytes(), typed.astype(np.float64)
+
+
 def write_safetensors(path, tensors, dtype):
     header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
     for name, value in tensors.items():
-        data = np.ascontiguousarray(value.astype(dtype)).tobytes()
-        header[name] = {
-            "dtype": "F16" if dtype == np.float16 else "F32",
-            "shape": list(value.shape),
-            "data_offsets": [offset, offset + len(data)],
-        }
+        data, _ = stored(value, dtype)
+        header[name] = {"dtype": dtype, "shape": list(value.shape), "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
     path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def write_shards(folder, tensors, dtype):
+    """The same tensors in two files and a `model.safetensors.index.json`, as large models ship."""
+    names = list(tensors)
+    half = len(names) // 2
+    weight_map = {}
+    for i, part in enumerate((names[:half], names[half:])):
+        file = f"model-{i + 1:05d}-of-00002.safetensors"
+        write_safetensors(folder / file, {n: tensors[n] for n in part}, dtype)
+        weight_map.update({n: file for n in part})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
 
 
 def read_safetensors(path):
@@ -198,8 +221,8 @@ def synthetic(arch, dtype, rng):
     """A small random checkpoint of `arch` as transformers names its tensors."""
     xlmr = arch.startswith("XLMRoberta")
     hidden, heads, layers, inter, vocab, positions = 32, 4, 2, 64, 97, 40
-    labels = 3 if dtype == np.float16 else 1
-    act = {("BertModel", np.float16): "gelu_pytorch_tanh", ("XLMRobertaModel", np.float16): "relu"}.get((arch, dtype), "gelu")
+    labels = 1 if dtype == "F32" else 3
+    act = {("BertModel", "F16"): "gelu_pytorch_tanh", ("XLMRobertaModel", "F16"): "relu"}.get((arch, dtype), "gelu")
     cfg = {
         "architectures": [arch],
         "model_type": "xlm-roberta" if xlmr else "bert",
@@ -259,7 +282,7 @@ def synthetic(arch, dtype, rng):
         dense("classifier.dense", hidden, hidden)
         dense("classifier.out_proj", labels, hidden)
     # What the file holds is what both sides compute with: the weights rounded to its dtype.
-    return cfg, {k: v.astype(dtype).astype(np.float64) for k, v in w.items()}
+    return cfg, w
 
 
 def batch(cfg, rng):
@@ -281,23 +304,30 @@ def run_synthetic(nornir, work):
     work = Path(work)
     rng = np.random.default_rng(44)
     results, worst = [], 0.0
-    for dtype in (np.float32, np.float16):
+    for dtype in ("F32", "F16", "BF16"):
         for arch in ARCHITECTURES:
             cfg, w = synthetic(arch, dtype, rng)
-            name = f"{arch}-{np.dtype(dtype).name}"
+            name = f"{arch}-{dtype}"
             source = work / name
             source.mkdir(parents=True, exist_ok=True)
             (source / "config.json").write_text(json.dumps(cfg))
             write_safetensors(source / "model.safetensors", w, dtype)
             ids, mask, types = batch(cfg, rng)
             expected = reference(read_safetensors(source / "model.safetensors"), cfg, ids, mask, types)
-            # Each graph fused and plain; the first also with its weights in model.onnx_data.
-            graphs = [("fused", []), ("plain", ["--no-fuse"])]
+            # Each graph fused and plain; the first also with its weights in model.onnx_data, and
+            # from the same weights in two shards.
+            graphs = [("fused", source, []), ("plain", source, ["--no-fuse"])]
             if not results:
-                graphs.append(("external-data", ["--external-data"]))
-            for graph, flags in graphs:
+                sharded = work / f"{name}-shards"
+                sharded.mkdir(parents=True, exist_ok=True)
+                (sharded / "config.json").write_text(json.dumps(cfg))
+                write_shards(sharded, w, dtype)
+                graphs += [("external-data", source, ["--external-data"]), ("sharded", sharded, [])]
+            for graph, folder, flags in graphs:
                 out = work / f"{name}-{graph}"
-                record = convert(nornir, source, out, *flags)
+                record = convert(nornir, folder, out, *flags)
+                if graph == "sharded" and len(record["sources"]) != 3:
+                    raise SystemExit(f"the sharded checkpoint was not read from its two files: {record}")
                 if graph == "external-data" and record["external_data"] != "model.onnx_data":
                     raise SystemExit(f"--external-data wrote no model.onnx_data: {record}")
                 got = run_onnx(out, ids, mask, types)

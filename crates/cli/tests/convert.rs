@@ -31,9 +31,9 @@ fn every_architecture_equals_an_independent_numpy_implementation() {
     let t = tempfile::tempdir().expect("tempdir");
     let r = reference(&["synthetic", s(t.path())]);
     let cases = r["cases"].as_array().expect("cases");
-    // Six architectures x float32 and float16 weights x fused and plain graphs, and one with its
-    // weights in model.onnx_data.
-    assert_eq!(cases.len(), 25, "{r:#}");
+    // Six architectures x float32, float16 and bfloat16 weights x fused and plain graphs; one
+    // with its weights in model.onnx_data, and one from two shards.
+    assert_eq!(cases.len(), 38, "{r:#}");
     for c in cases {
         assert!(c["max_abs_diff"].as_f64().is_some_and(|d| d <= 1e-4), "{c:#}");
         let fused = c["graph"] != "plain";
