@@ -94,9 +94,38 @@ fn supported_names() -> String {
     SUPPORTED.iter().map(|(name, ..)| *name).collect::<Vec<_>>().join(", ")
 }
 
+/// What a sentence-transformers folder's `modules.json` says its first module loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StModule {
+    /// `models.Transformer`: the base model (transformers' `AutoModel`), whatever head
+    /// `architectures` names: sentence-transformers pools the token vectors.
+    Transformer,
+    /// `MLMTransformer` (a `SparseEncoder`'s): the masked-LM head.
+    MlmTransformer,
+}
+
+impl StModule {
+    /// Reads `modules.json`'s text: the type of its first module, where it is one of the two.
+    pub(crate) fn parse(text: &str) -> Option<StModule> {
+        let modules: Vec<Value> = serde_json::from_str(text).ok()?;
+        let first = modules.iter().min_by_key(|m| m.get("idx").and_then(Value::as_u64).unwrap_or(u64::MAX))?;
+        let ty = first.get("type")?.as_str()?;
+        if ty.ends_with(".MLMTransformer") {
+            Some(StModule::MlmTransformer)
+        } else if ty.ends_with("models.Transformer") {
+            Some(StModule::Transformer)
+        } else {
+            None
+        }
+    }
+}
+
 impl Config {
-    /// Reads `config.json`'s text (`file` names it in errors).
-    pub(crate) fn parse(text: &str, file: &str) -> Result<Config, ConvertError> {
+    /// Reads `config.json`'s text (`file` names it in errors). Where `modules.json` names the
+    /// first module (`st`), the head is what sentence-transformers loads: the encoder for its
+    /// `Transformer` (any BERT or XLM-RoBERTa architecture), the masked-LM head for
+    /// `MLMTransformer`; else the head `architectures` names.
+    pub(crate) fn parse(text: &str, file: &str, st: Option<StModule>) -> Result<Config, ConvertError> {
         let bad = |why: String| ConvertError::Config { file: file.to_owned(), why };
         let raw: Raw = serde_json::from_str(text).map_err(|e| bad(format!("is not a valid config ({e})")))?;
         let archs = raw.architectures.clone().unwrap_or_default();
@@ -107,8 +136,26 @@ impl Config {
                 supported_names()
             )));
         }
-        let Some(&(architecture, family, head)) = archs.iter().find_map(|a| SUPPORTED.iter().find(|(n, ..)| n == a))
-        else {
+        let named = archs.iter().find_map(|a| SUPPORTED.iter().find(|(n, ..)| n == a).copied());
+        // sentence-transformers loads the base model of any head of these families.
+        let family_of = |a: &String| {
+            if a.starts_with("XLMRoberta") {
+                Some(Family::XlmRoberta)
+            } else if a.starts_with("Bert") {
+                Some(Family::Bert)
+            } else {
+                None
+            }
+        };
+        let found = match (st, named) {
+            (Some(StModule::Transformer), _) => archs.iter().find_map(|a| family_of(a).map(|f| (a, f, Head::Encoder))),
+            (Some(StModule::MlmTransformer), _) => {
+                archs.iter().find_map(|a| family_of(a).map(|f| (a, f, Head::MaskedLm)))
+            }
+            (None, Some((name, family, head))) => archs.iter().find(|a| *a == name).map(|a| (a, family, head)),
+            (None, None) => None,
+        };
+        let Some((architecture, family, head)) = found else {
             return Err(ConvertError::Unsupported { architecture: archs.join(", "), supported: supported_names() });
         };
         if let Some(kind) = raw.position_embedding_type.as_deref().filter(|k| *k != "absolute") {
@@ -141,7 +188,7 @@ impl Config {
             _ => 0,
         };
         Ok(Config {
-            architecture: architecture.to_owned(),
+            architecture: architecture.clone(),
             family,
             head,
             hidden,
@@ -173,6 +220,7 @@ mod tests {
             "num_attention_heads":2,"intermediate_size":16,"vocab_size":10,"max_position_embeddings":20,
             "id2label":{"0":"a","1":"b","2":"c"}}"#,
             "config.json",
+            None,
         )
         .expect("parses");
         assert_eq!(
@@ -183,13 +231,37 @@ mod tests {
 
     #[test]
     fn an_unknown_or_missing_architecture_is_named() {
-        let e = Config::parse(r#"{"architectures":["GPT2LMHeadModel"]}"#, "m/config.json").expect_err("refused");
+        let e = Config::parse(r#"{"architectures":["GPT2LMHeadModel"]}"#, "m/config.json", None).expect_err("refused");
         assert_eq!(
             e.to_string(),
             "cannot convert architecture GPT2LMHeadModel: supported are BertModel, BertForMaskedLM, \
              BertForSequenceClassification, XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification"
         );
-        let e = Config::parse(r#"{"model_type":"bert"}"#, "m/config.json").expect_err("refused");
+        let e = Config::parse(r#"{"model_type":"bert"}"#, "m/config.json", None).expect_err("refused");
         assert!(e.to_string().starts_with("m/config.json has no `architectures` (model_type \"bert\")"), "{e}");
+    }
+
+    #[test]
+    fn a_sentence_transformers_folder_decides_the_head_as_sentence_transformers_does() {
+        let config = |arch: &str| {
+            format!(
+                r#"{{"architectures":["{arch}"],"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,
+                "intermediate_size":16,"vocab_size":10,"max_position_embeddings":20}}"#
+            )
+        };
+        let transformer = StModule::parse(
+            r#"[{"idx":1,"type":"sentence_transformers.models.Pooling"},{"idx":0,"type":"sentence_transformers.models.Transformer"}]"#,
+        );
+        assert_eq!(transformer, Some(StModule::Transformer));
+        // A fine-tuned embedder whose config still names its pre-training head is an encoder.
+        for arch in ["BertForMaskedLM", "BertForPreTraining", "BertModel"] {
+            let c = Config::parse(&config(arch), "config.json", transformer).expect("parses");
+            assert_eq!((c.head, c.architecture.as_str()), (Head::Encoder, arch));
+        }
+        let mlm = StModule::parse(r#"[{"idx":0,"type":"sentence_transformers.sparse_encoder.models.MLMTransformer"}]"#);
+        let c = Config::parse(&config("BertForMaskedLM"), "config.json", mlm).expect("parses");
+        assert_eq!(c.head, Head::MaskedLm);
+        let c = Config::parse(&config("BertForPreTraining"), "config.json", None);
+        assert!(c.is_err(), "without modules.json only the listed architectures convert");
     }
 }

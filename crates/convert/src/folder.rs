@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::config::{Config, Head};
+use crate::config::{Config, Head, StModule};
 use crate::graph::{Graph, OPSET};
 use crate::weights::{SHARD_INDEX, Weights};
 use crate::{Conversion, ConvertError, ConvertOptions, SourceFile, network};
@@ -87,7 +87,8 @@ pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conv
     }
     let text = std::fs::read_to_string(&config_file)
         .map_err(|e| ConvertError::Read { file: display(&config_file), source: e })?;
-    let config = Config::parse(&text, &display(&config_file))?;
+    let st = std::fs::read_to_string(dir.join("modules.json")).ok().and_then(|t| StModule::parse(&t));
+    let config = Config::parse(&text, &display(&config_file), st)?;
     let weights = Weights::open(dir)?;
     let mut g = Graph::new(&config.architecture);
     network::build(&mut g, &config, &weights, options.fused)?;
