@@ -81,21 +81,6 @@ Examples:
     Quantize(QuantizeArgs),
     /// Write model.onnx from a model's safetensors weights (BERT, XLM-RoBERTa; encoder,
     /// masked-LM or classifier head), without torch.
-    #[command(after_help = "Reads config.json and model.safetensors (float32, float16 or bfloat16; or the shards of
-model.safetensors.index.json) and writes a folder nornir loads: model.onnx, the tokenizer and
-sentence-transformers files copied, and conversion.json (the source files' sha256, the
-architecture, the graph's operators). Converted: BertModel, BertForMaskedLM,
-BertForSequenceClassification, XLMRobertaModel, XLMRobertaForMaskedLM,
-XLMRobertaForSequenceClassification (MiniLM, BGE, e5, GTE v1, bge-m3, SPLADE, cross-encoders).
-Attention and GELU are written as ONNX Runtime's MultiHeadAttention and Gelu; an encoder is then
-embedded with both that graph and the plain one on the built-in sample, and the plain one is
-written if they differ. OUTPUT is written into a temporary folder and renamed into place only when
-whole; on any error nothing is left there.
-
-Examples:
-  nornir vector convert --model all-MiniLM-L6-v2 --output all-MiniLM-L6-v2-onnx
-  nornir vector convert --model splade-tiny --output splade-tiny-onnx --json
-  nornir vector convert --model bge-reranker-base --output reranker --no-fuse")]
     Convert(commands::ConvertArgs),
     /// Serve one or several models over HTTP: OpenAI's /v1/embeddings and /v1/models,
     /// text-embeddings-inference's / and /embed, /tokenize, /decode, /similarity, and /health,

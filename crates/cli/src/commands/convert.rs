@@ -8,6 +8,23 @@ use clap::Args;
 use nornir_vector::convert::{Conversion, ConvertOptions, Head, convert as write_folder};
 
 #[derive(Args, Debug)]
+#[command(after_help = "Reads config.json and model.safetensors (float32, float16 or bfloat16; or the shards of
+model.safetensors.index.json) and writes a folder nornir loads: model.onnx, the tokenizer and
+sentence-transformers files copied, and conversion.json (the source files' sha256, the
+architecture, the graph's operators). Converted: BertModel, BertForMaskedLM,
+BertForSequenceClassification, XLMRobertaModel, XLMRobertaForMaskedLM,
+XLMRobertaForSequenceClassification (MiniLM, BGE, e5, GTE v1, bge-m3, SPLADE, cross-encoders);
+in a sentence-transformers folder modules.json decides the head, as sentence-transformers does
+(its Transformer module: the encoder). More: docs/convert.md.
+Attention and GELU are written as ONNX Runtime's MultiHeadAttention and Gelu; an encoder is then
+embedded with both that graph and the plain one on the built-in sample, and the plain one is
+written if they differ. OUTPUT is written into a temporary folder and renamed into place only when
+whole; on any error nothing is left there.
+
+Examples:
+  nornir vector convert --model all-MiniLM-L6-v2 --output all-MiniLM-L6-v2-onnx
+  nornir vector convert --model splade-tiny --output splade-tiny-onnx --json
+  nornir vector convert --model bge-reranker-base --output reranker --no-fuse")]
 pub struct ConvertArgs {
     /// The folder of the model: config.json, model.safetensors (or model.safetensors.index.json
     /// and its shards), and the tokenizer and sentence-transformers files to copy.
@@ -30,6 +47,7 @@ pub struct ConvertArgs {
     /// Print conversion.json instead of a summary.
     #[arg(long)]
     pub json: bool,
+    /// Print nothing on success.
     #[arg(long, short)]
     pub quiet: bool,
 }
