@@ -30,6 +30,16 @@ pub enum Head {
     SequenceClassification,
 }
 
+impl Head {
+    /// The graph's output: `last_hidden_state` for the encoder, `logits` for the heads.
+    pub fn output_name(self) -> &'static str {
+        match self {
+            Head::Encoder => "last_hidden_state",
+            Head::MaskedLm | Head::SequenceClassification => "logits",
+        }
+    }
+}
+
 /// The activation of the feed-forward layers (`hidden_act`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Activation {

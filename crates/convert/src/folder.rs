@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::config::{Config, Head, StModule};
+use crate::config::{Config, StModule};
 use crate::graph::{Graph, OPSET};
 use crate::weights::{SHARD_INDEX, Weights};
 use crate::{Conversion, ConvertError, ConvertOptions, SourceFile, network};
@@ -98,7 +98,7 @@ pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conv
         architecture: config.architecture.clone(),
         family: config.family,
         head: config.head,
-        output: (if config.head == Head::Encoder { "last_hidden_state" } else { "logits" }).to_owned(),
+        output: config.head.output_name().to_owned(),
         opset: OPSET,
         fused: options.fused,
         layers: config.layers,

@@ -55,7 +55,7 @@ pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -
         Head::MaskedLm => (net.masked_lm(&x)?, &["batch", "sequence", "vocabulary"]),
         Head::SequenceClassification => (net.classifier(&x)?, &["batch", "labels"]),
     };
-    let name = if c.head == Head::Encoder { "last_hidden_state" } else { "logits" };
+    let name = c.head.output_name();
     net.g.rename_value(&output, name);
     net.g.output(name, FLOAT, axes);
     Ok(())
