@@ -109,8 +109,9 @@ pub const PEER_MODEL: Asset = Asset {
 
 /// The default model: all-MiniLM-L6-v2 in float32, converted from [`PEER_MODEL`]'s safetensors by
 /// nornir-convert when it is fetched (`fetch::convert_peer_model`). Chosen over the export for
-/// quality (STS Benchmark test 82.03, as MTEB publishes, against 81.99) and speed (1.07x, its
-/// attention and GELU as ONNX Runtime's fused operators), measured side by side (docs/convert.md).
+/// quality (STS Benchmark test 82.03, as MTEB publishes, against 81.99) and speed (6-9% less
+/// kernel time: its attention and GELU are ONNX Runtime's fused operators), measured side by
+/// side (docs/convert.md).
 pub const DEFAULT_MODEL_DIR: &str = "models/all-MiniLM-L6-v2";
 
 /// splade-tiny (`BertForMaskedLM`, 2 layers, hidden 128, Apache-2.0) as safetensors: the real
