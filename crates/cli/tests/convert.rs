@@ -114,6 +114,30 @@ fn converted_minilm_is_checked_fused_and_close_to_the_int8_export() {
     let min = converted.iter().zip(&export).map(|(a, b)| nornir_test_support::cosine(a, b)).fold(1.0f32, f32::min);
     assert!(min >= 0.999, "min cosine {min}");
 
+    // A folder nornir does not embed with (a module it does not apply) still converts; the check
+    // says why it did not run.
+    let with_dense = t.path().join("with-dense");
+    std::fs::create_dir(&with_dense).expect("mkdir");
+    for f in files_in(&source) {
+        if f != "modules.json" {
+            std::os::unix::fs::symlink(source.join(&f), with_dense.join(&f)).expect("symlink");
+        }
+    }
+    std::fs::write(
+        with_dense.join("modules.json"),
+        r#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+            {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
+            {"idx":2,"name":"2","path":"2_Dense","type":"sentence_transformers.models.Dense"}]"#,
+    )
+    .expect("modules.json");
+    let dense_out = t.path().join("dense-out");
+    let o = nornir(&["vector", "convert", "--model", s(&with_dense), "--output", s(&dense_out), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let record: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let check = record["check"].as_str().expect("the check's line");
+    assert!(check.starts_with("not checked: ") && check.contains("Dense"), "{check}");
+    assert!(dense_out.join("model.onnx").is_file());
+
     // The converted float32 graph is a source for the int8 rewrite: every weight product becomes
     // int8 (attention is already one MultiHeadAttention, so nothing is left to fuse).
     let int8 = t.path().join("int8");
@@ -241,6 +265,22 @@ fn a_tiny_checkpoint_converts_and_records_what_it_read() {
     let o = nornir(&["vector", "convert", "-q", "--model", s(&t.path().join("model")), "--output", s(&out), "--force"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!out.join("mine.txt").exists());
+    // An output inside the model folder is never copied into the next conversion.
+    let inside = t.path().join("model/converted");
+    for _ in 0..2 {
+        let o = nornir(&[
+            "vector",
+            "convert",
+            "-q",
+            "--model",
+            s(&t.path().join("model")),
+            "--output",
+            s(&inside),
+            "--force",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    assert_eq!(files_in(&inside), ["1_Pooling", "config.json", "conversion.json", "model.onnx"]);
 }
 
 #[test]

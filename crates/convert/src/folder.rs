@@ -66,7 +66,7 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
         let bytes = protobuf::Message::write_to_bytes(&model).map_err(ConvertError::Encode)?;
         let file = tmp.join("model.onnx");
         std::fs::write(&file, bytes).map_err(write_err(&file))?;
-        conversion.copied = copy_folder(source, &tmp, Path::new(""))?;
+        conversion.copied = copy_folder(source, &tmp, Path::new(""), output)?;
         conversion.folder = output.to_path_buf();
         let record = tmp.join("conversion.json");
         let text = serde_json::to_string_pretty(&conversion).unwrap_or_default() + "\n";
@@ -126,8 +126,9 @@ fn source_file(dir: &Path, path: &Path, bytes: &[u8]) -> SourceFile {
 }
 
 /// Copies what [`is_copied`] keeps from `from` into `to` (subfolders whole, symbolic links
-/// followed, as a hub cache's snapshot holds them); returns the files, relative to the source.
-fn copy_folder(from: &Path, to: &Path, relative: &Path) -> Result<Vec<String>, ConvertError> {
+/// followed, as a hub cache's snapshot holds them), but never `output` (an earlier output inside
+/// the source folder); returns the files, relative to the source.
+fn copy_folder(from: &Path, to: &Path, relative: &Path, output: &Path) -> Result<Vec<String>, ConvertError> {
     let read = |e| ConvertError::Read { file: display(from), source: e };
     let mut entries: Vec<_> = std::fs::read_dir(from).map_err(read)?.collect::<Result<_, _>>().map_err(read)?;
     entries.sort_by_key(std::fs::DirEntry::file_name);
@@ -139,8 +140,11 @@ fn copy_folder(from: &Path, to: &Path, relative: &Path) -> Result<Vec<String>, C
         }
         let (src, dst) = (entry.path(), to.join(&name));
         if src.is_dir() {
+            if same_folder(&src, output) {
+                continue;
+            }
             std::fs::create_dir_all(&dst).map_err(write_err(&dst))?;
-            copied.extend(copy_folder(&src, &dst, &relative.join(&name))?);
+            copied.extend(copy_folder(&src, &dst, &relative.join(&name), output)?);
         } else if src.is_file() {
             std::fs::copy(&src, &dst).map_err(write_err(&dst))?;
             copied.push(display(&relative.join(&name)));
