@@ -16,6 +16,7 @@
 
 mod assets;
 mod compare;
+mod cycles;
 mod dev_null;
 mod features;
 mod fetch;
@@ -110,6 +111,7 @@ fn run() -> Result<()> {
         Some("long-docs") => long_docs::long_docs(),
         Some("serve-bench") => serve_bench::serve_bench(&args[1..]),
         Some("public-api") => public_api::public_api(&args[1..]),
+        Some("cycles") => cycles::check(&workspace_root()),
         Some("check-features") => {
             let env = test_env(&fetch::fetch(&all_test_assets())?)?;
             dry_run_bundle()?;

@@ -18,7 +18,6 @@ use ort::session::builder::SessionBuilder;
 
 use crate::error::one_line;
 use crate::report::{DeviceList, PluginReport};
-use crate::runtime::OrtRuntime;
 
 type EpDevicePtr = *const ort::sys::OrtEpDevice;
 
@@ -36,7 +35,7 @@ fn c_text(ptr: *const c_char) -> String {
 }
 
 /// ONNX Runtime's device list, as the pointers it owns (valid while the environment lives).
-fn raw_devices(rt: &OrtRuntime) -> Result<Vec<EpDevicePtr>, String> {
+fn raw_devices(rt: &Host<'_>) -> Result<Vec<EpDevicePtr>, String> {
     let mut list: *const EpDevicePtr = std::ptr::null();
     let mut n = 0usize;
     // SAFETY: the environment is alive; ONNX Runtime writes an array it owns and its length.
@@ -87,13 +86,13 @@ fn source_label(s: PluginSource) -> &'static str {
 }
 
 /// The devices ONNX Runtime lists now, as plain values (empty when it cannot list them).
-fn listed(rt: &OrtRuntime) -> Vec<EpDevice> {
+fn listed(rt: &Host<'_>) -> Vec<EpDevice> {
     raw_devices(rt).unwrap_or_default().into_iter().enumerate().map(|(i, d)| read_device(d, i, None)).collect()
 }
 
 /// Registers every usable library of `found` not registered before in this process. The devices
 /// a library adds are the ones that appear in ONNX Runtime's list when it registers.
-pub(crate) fn register_new(rt: &OrtRuntime, found: &PluginDiscovery) {
+pub(crate) fn register_new(rt: &Host<'_>, found: &PluginDiscovery) {
     let mut state = rt.plugins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     for lib in &found.libraries {
         if state.reports.iter().any(|r| r.path == lib.path && r.error.is_none()) {
@@ -124,7 +123,7 @@ pub(crate) fn register_new(rt: &OrtRuntime, found: &PluginDiscovery) {
                         tracing::info!(plugin = %lib.name, "registered, but it lists no device on this machine");
                     }
                 }
-                Err(e) => report.error = Some(explain(&e, &rt.info.version)),
+                Err(e) => report.error = Some(explain(&e, &rt.ort_version)),
             }
         }
         state.reports.retain(|r| r.path != report.path);
@@ -134,7 +133,7 @@ pub(crate) fn register_new(rt: &OrtRuntime, found: &PluginDiscovery) {
 
 /// ONNX Runtime's device list as it stands, each plugin device with its library, and every
 /// plugin library tried so far in this process.
-pub(crate) fn device_list(rt: &OrtRuntime) -> DeviceList {
+pub(crate) fn device_list(rt: &Host<'_>) -> DeviceList {
     let state = rt.plugins.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let (devices, error) = match raw_devices(rt) {
         Ok(list) => {
@@ -154,7 +153,7 @@ pub(crate) fn device_list(rt: &OrtRuntime) -> DeviceList {
     DeviceList { plugins: state.reports.clone(), devices, error }
 }
 
-fn register(rt: &OrtRuntime, name: &str, path: &Path) -> Result<(), String> {
+fn register(rt: &Host<'_>, name: &str, path: &Path) -> Result<(), String> {
     let name = CString::new(name).map_err(|_| "a plugin name with a NUL byte".to_owned())?;
     let path = CString::new(path.as_os_str().as_bytes()).map_err(|_| "a plugin path with a NUL byte".to_owned())?;
     tracing::debug!(plugin = ?name, path = ?path, "registering a plugin execution provider");
@@ -162,7 +161,7 @@ fn register(rt: &OrtRuntime, name: &str, path: &Path) -> Result<(), String> {
     register_here(rt, &name, &path)
 }
 
-fn register_here(rt: &OrtRuntime, name: &CStr, path: &CStr) -> Result<(), String> {
+fn register_here(rt: &Host<'_>, name: &CStr, path: &CStr) -> Result<(), String> {
     // SAFETY: the environment is alive and the two strings outlive the call. ONNX Runtime loads
     // the library and calls its `CreateEpFactories`: the probe checked that it exports it.
     status(unsafe {
@@ -176,7 +175,7 @@ const TRIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Registers the plugin first in a forked copy of this process, so that a plugin that crashes
 /// ONNX Runtime (one built for a newer ONNX Runtime dereferences the null API table the older
 /// one returns) kills the copy, not the caller. Its standard error comes back for the report.
-fn trial(rt: &OrtRuntime, name: &CStr, path: &CStr) -> Result<(), String> {
+fn trial(rt: &Host<'_>, name: &CStr, path: &CStr) -> Result<(), String> {
     let mut fds = [0i32; 2];
     // SAFETY: `pipe` writes two descriptors into the array.
     if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
@@ -230,7 +229,7 @@ fn trial(rt: &OrtRuntime, name: &CStr, path: &CStr) -> Result<(), String> {
         let signal = libc::WTERMSIG(wstatus);
         let mut why = format!(
             "registering it crashes ONNX Runtime {} (signal {signal}{}), so it was not loaded",
-            rt.info.version,
+            rt.ort_version,
             if signal == libc::SIGSEGV { ", SIGSEGV" } else { "" }
         );
         if let Some(line) = said.iter().rev().find(|l| l.contains("API version")) {
@@ -258,7 +257,7 @@ fn explain(error: &str, ort_version: &str) -> String {
 }
 
 /// Appends the plugin provider on `device` to the session being built.
-pub(crate) fn append_device(rt: &OrtRuntime, builder: &mut SessionBuilder, device: &EpDevice) -> Result<(), String> {
+pub(crate) fn append_device(rt: &Host<'_>, builder: &mut SessionBuilder, device: &EpDevice) -> Result<(), String> {
     let list = raw_devices(rt)?;
     let Some(&d) = list.get(device.index).filter(|&&d| read_device(d, device.index, None).provider == device.provider)
     else {
@@ -278,6 +277,14 @@ pub(crate) fn append_device(rt: &OrtRuntime, builder: &mut SessionBuilder, devic
             0,
         )
     })
+}
+
+/// What the plugin calls need of the loaded ONNX Runtime (runtime.rs lends it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Host<'a> {
+    pub env: &'a ort::environment::Environment,
+    pub ort_version: &'a str,
+    pub plugins: &'a std::sync::Mutex<PluginState>,
 }
 
 /// What registering plugins remembers for the life of the process.

@@ -172,7 +172,7 @@ fn register(rt: &OrtRuntime, planned: &Planned, builder: &mut SessionBuilder) ->
     let p = match planned {
         Planned::Builtin(p) => *p,
         Planned::Plugin(device) => {
-            let outcome = match crate::plugins::append_device(rt, builder, device) {
+            let outcome = match crate::plugins::append_device(&rt.plugin_host(), builder, device) {
                 Ok(()) => RegistrationOutcome::Registered,
                 Err(e) => RegistrationOutcome::Failed(e),
             };

@@ -18,8 +18,10 @@
 #![forbid(unsafe_code)]
 
 mod fuse;
+mod graph;
 mod rewrite;
 mod tensor;
+mod weight;
 
 /// The ONNX message types the quantizer reads and writes (generated from
 /// `proto/onnx_subset.proto`). The tests include the same generated file to build their graphs.
@@ -31,7 +33,66 @@ mod onnx {
 
 use serde::Serialize;
 
-pub use rewrite::{CALIBRATION_OUTPUT, calibration_model, quantize};
+use protobuf::Message;
+
+use crate::graph::{MS_DOMAIN, initializer_bytes};
+use crate::onnx::{ModelProto, OperatorSetIdProto};
+use crate::rewrite::Rewriter;
+
+pub use rewrite::{CALIBRATION_OUTPUT, calibration_model};
+
+/// Rewrites `model` (the bytes of an .onnx file) for int8 on the CPU. Returns the new model's
+/// bytes and what was done; a model with no constant-weight MatMul or Gemm is an error that says
+/// why each candidate was left alone.
+pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, QuantizeReport), QuantizeError> {
+    let mut m = ModelProto::parse_from_bytes(model).map_err(QuantizeError::NotOnnx)?;
+    let opset = m
+        .opset_import
+        .iter()
+        .filter(|o| matches!(o.domain.as_deref().unwrap_or_default(), "" | "ai.onnx"))
+        .filter_map(|o| o.version)
+        .max()
+        .unwrap_or(0);
+    if opset < 10 {
+        return Err(QuantizeError::UnsupportedOpset(opset));
+    }
+    let graph = m.graph.as_mut().ok_or(QuantizeError::NoGraph)?;
+    let before = initializer_bytes(graph);
+    let nodes_before = graph.node.len();
+    let mut r = Rewriter::new(graph, options, opset);
+    r.run()?;
+    let (rewritten, kept_fp32, int8_gathers) = (r.rewritten, r.kept, r.gathers);
+    if rewritten.is_empty() && int8_gathers.is_empty() {
+        let why = if kept_fp32.is_empty() {
+            "the graph has no MatMul or Gemm node".to_owned()
+        } else {
+            kept_fp32.iter().map(|k| format!("{} {}: {}", k.op, k.node, k.reason)).collect::<Vec<_>>().join("; ")
+        };
+        return Err(QuantizeError::NothingToQuantize(why));
+    }
+    let fused = fuse::fuse(graph, &options.fusions, opset);
+    let after = initializer_bytes(graph);
+    let nodes_after = graph.node.len();
+    if !m.opset_import.iter().any(|o| o.domain.as_deref() == Some(MS_DOMAIN)) {
+        let mut ms = OperatorSetIdProto::new();
+        ms.domain = Some(MS_DOMAIN.to_owned());
+        ms.version = Some(1);
+        m.opset_import.push(ms);
+    }
+    let bytes = m.write_to_bytes().map_err(QuantizeError::Write)?;
+    let report = QuantizeReport {
+        rewritten,
+        kept_fp32,
+        int8_gathers,
+        fused,
+        nodes_before,
+        nodes_after,
+        opset,
+        weight_bytes_before: before,
+        weight_bytes_after: after,
+    };
+    Ok((bytes, report))
+}
 
 /// One scale for a whole weight, or one per output column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]

@@ -1,0 +1,469 @@
+//! The import-cycle check of `cargo xtask check-features`: no two files of one crate that are not
+//! parent and child may reach each other through `crate::`/`super::`/`self::` paths.
+//!
+//! It reads the source as text (comments and string literals blanked), expands `use` trees and
+//! inline paths into module paths, and resolves each to the file of its longest known module.
+//! A path through a re-export resolves to the re-exporting module (usually the crate root, a
+//! parent of everything), so a cycle hidden behind `pub use` is not seen.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+/// One crate's source folder: every `.rs` file under it, as `(module path, file)`.
+fn modules(src: &Path) -> Result<Vec<(Vec<String>, PathBuf)>> {
+    let mut found = Vec::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).with_context(|| format!("read {}", dir.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                let rel = path.strip_prefix(src).unwrap_or(&path);
+                let mut parts: Vec<String> =
+                    rel.iter().map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned()).collect();
+                if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+                    parts.pop();
+                }
+                found.push((parts, path));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The source with comments, string and char literals replaced by spaces (lines kept).
+fn blank_non_code(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    let blank = |out: &mut Vec<u8>, c: u8| out.push(if c == b'\n' { b'\n' } else { b' ' });
+    while i < b.len() {
+        if b[i..].starts_with(b"//") {
+            while i < b.len() && b[i] != b'\n' {
+                out.push(b' ');
+                i += 1;
+            }
+        } else if b[i..].starts_with(b"/*") {
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i..].starts_with(b"/*") {
+                    depth += 1;
+                    out.extend_from_slice(b"  ");
+                    i += 2;
+                } else if b[i..].starts_with(b"*/") {
+                    depth -= 1;
+                    out.extend_from_slice(b"  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    blank(&mut out, b[i]);
+                    i += 1;
+                }
+            }
+        } else if b[i] == b'r' && (b.get(i + 1) == Some(&b'"') || b.get(i + 1) == Some(&b'#')) && !ident_byte(b, i) {
+            // A raw string: r"..." or r#"..."#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while b.get(j) == Some(&b'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if b.get(j) != Some(&b'"') {
+                out.push(b[i]);
+                i += 1;
+                continue;
+            }
+            let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
+            let end =
+                b[j + 1..].windows(close.len()).position(|w| w == close).map_or(b.len(), |p| j + 1 + p + close.len());
+            for &c in &b[i..end] {
+                blank(&mut out, c);
+            }
+            i = end;
+        } else if b[i] == b'"' {
+            out.push(b' ');
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                if b[i] == b'\\' && i + 1 < b.len() {
+                    blank(&mut out, b[i]);
+                    i += 1;
+                }
+                blank(&mut out, b[i]);
+                i += 1;
+            }
+            out.push(b' ');
+            i += 1;
+        } else if b[i] == b'\'' && is_char_literal(b, i) {
+            let end = b[i + 1..].iter().position(|&c| c == b'\'').map_or(b.len(), |p| i + 2 + p);
+            let end = if b.get(i + 1) == Some(&b'\\') {
+                b[i + 3..].iter().position(|&c| c == b'\'').map_or(b.len(), |p| i + 4 + p)
+            } else {
+                end
+            };
+            out.extend(std::iter::repeat_n(b' ', end.min(b.len()) - i));
+            i = end;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn ident_byte(b: &[u8], i: usize) -> bool {
+    i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')
+}
+
+/// `'x'` or `'\n'`, not a lifetime `'a`.
+fn is_char_literal(b: &[u8], i: usize) -> bool {
+    match (b.get(i + 1), b.get(i + 2)) {
+        (Some(b'\\'), _) => true,
+        (Some(_), Some(b'\'')) => true,
+        (Some(c), _) if *c >= 0x80 => b[i + 1..].iter().take(6).any(|&c| c == b'\''),
+        _ => false,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Token {
+    Ident(String),
+    PathSep,
+    Open,
+    Close,
+    Comma,
+    Semi,
+    Other,
+}
+
+fn tokens(code: &str) -> Vec<Token> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            out.push(Token::Ident(code[start..i].to_owned()));
+            continue;
+        }
+        out.push(match c {
+            b':' if b.get(i + 1) == Some(&b':') => {
+                i += 1;
+                Token::PathSep
+            }
+            b'{' => Token::Open,
+            b'}' => Token::Close,
+            b',' => Token::Comma,
+            b';' => Token::Semi,
+            c if c.is_ascii_whitespace() => {
+                i += 1;
+                continue;
+            }
+            _ => Token::Other,
+        });
+        i += 1;
+    }
+    out
+}
+
+/// Every module path one file names through `crate::`, `super::` or `self::`, made absolute.
+/// `module` is the file's own module path; inline `mod x { ... }` blocks shift `super`/`self`.
+fn referenced_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let toks = tokens(&blank_non_code(code));
+    let mut found = Vec::new();
+    // The inline modules we are inside, with the brace depth each opened at.
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i] {
+            Token::Open => depth += 1,
+            Token::Close => {
+                depth = depth.saturating_sub(1);
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+            }
+            Token::Ident(kw) if kw == "mod" => {
+                if let (Some(Token::Ident(name)), Some(Token::Open)) = (toks.get(i + 1), toks.get(i + 2)) {
+                    inline.push((name.clone(), depth));
+                    depth += 1;
+                    i += 3;
+                    continue;
+                }
+            }
+            Token::Ident(root) if matches!(root.as_str(), "crate" | "super" | "self") => {
+                let preceded_by_sep = i > 0 && toks[i - 1] == Token::PathSep;
+                if !preceded_by_sep && toks.get(i + 1) == Some(&Token::PathSep) {
+                    let here: Vec<String> =
+                        module.iter().cloned().chain(inline.iter().map(|(n, _)| n.clone())).collect();
+                    let (prefix, next) = path_start(&toks, i, &here);
+                    let (paths, end) = use_tree(&toks, next, prefix);
+                    found.extend(paths);
+                    i = end;
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    found
+}
+
+/// Where a path starting at `toks[i]` (`crate`, `super` or `self`) begins, made absolute, and the
+/// index of the token after its leading `crate::`/`super::super::` part.
+fn path_start(toks: &[Token], mut i: usize, here: &[String]) -> (Vec<String>, usize) {
+    let mut base: Vec<String> = here.to_vec();
+    loop {
+        match &toks[i] {
+            Token::Ident(s) if s == "crate" => base.clear(),
+            Token::Ident(s) if s == "super" => {
+                base.pop();
+            }
+            Token::Ident(s) if s == "self" => {}
+            _ => break,
+        }
+        if toks.get(i + 1) != Some(&Token::PathSep) {
+            break;
+        }
+        i += 2;
+    }
+    (base, i)
+}
+
+/// Parses a path or use tree from `toks[i]` under `prefix`; returns the leaf paths and the index after it.
+fn use_tree(toks: &[Token], mut i: usize, prefix: Vec<String>) -> (Vec<Vec<String>>, usize) {
+    let mut path = prefix;
+    loop {
+        match toks.get(i) {
+            Some(Token::Ident(s)) => {
+                if s != "self" {
+                    path.push(s.clone());
+                }
+                i += 1;
+                if toks.get(i) == Some(&Token::PathSep) {
+                    i += 1;
+                    continue;
+                }
+                return (vec![path], i);
+            }
+            Some(Token::Open) => {
+                i += 1;
+                let mut all = Vec::new();
+                while i < toks.len() {
+                    match toks[i] {
+                        Token::Close => return (if all.is_empty() { vec![path] } else { all }, i + 1),
+                        Token::Comma => i += 1,
+                        Token::Ident(ref s) if s == "as" => i += 2,
+                        _ => {
+                            let (paths, end) = use_tree(toks, i, path.clone());
+                            all.extend(paths);
+                            i = end.max(i + 1);
+                        }
+                    }
+                }
+                return (all, i);
+            }
+            _ => return (vec![path], i),
+        }
+    }
+}
+
+/// A cycle between files of one crate that are not parent and child, as the files in order.
+pub fn crate_cycles(src: &Path) -> Result<Vec<Vec<PathBuf>>> {
+    let mods = modules(src)?;
+    let by_path: BTreeMap<Vec<String>, usize> = mods.iter().enumerate().map(|(k, (m, _))| (m.clone(), k)).collect();
+    let mut edges: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); mods.len()];
+    for (k, (module, file)) in mods.iter().enumerate() {
+        let code = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
+        for path in referenced_paths(&code, module) {
+            let target = (0..=path.len()).rev().find_map(|n| by_path.get(&path[..n]).copied());
+            if let Some(t) = target {
+                let (a, b) = (&mods[k].0, &mods[t].0);
+                if t != k && !a.starts_with(b) && !b.starts_with(a) {
+                    edges[k].insert(t);
+                }
+            }
+        }
+    }
+    let mut cycles = Vec::new();
+    for component in strongly_connected(&edges) {
+        if component.len() > 1 {
+            let mut files: Vec<PathBuf> = component.iter().map(|&k| mods[k].1.clone()).collect();
+            files.sort();
+            cycles.push(files);
+        }
+    }
+    Ok(cycles)
+}
+
+/// Tarjan's strongly connected components.
+fn strongly_connected(edges: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
+    struct State<'a> {
+        edges: &'a [BTreeSet<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on_stack: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        out: Vec<Vec<usize>>,
+    }
+    fn visit(s: &mut State, v: usize) {
+        s.index[v] = Some(s.next);
+        s.low[v] = s.next;
+        s.next += 1;
+        s.stack.push(v);
+        s.on_stack[v] = true;
+        for &w in s.edges[v].iter() {
+            match s.index[w] {
+                None => {
+                    visit(s, w);
+                    s.low[v] = s.low[v].min(s.low[w]);
+                }
+                Some(iw) if s.on_stack[w] => s.low[v] = s.low[v].min(iw),
+                _ => {}
+            }
+        }
+        if Some(s.low[v]) == s.index[v] {
+            let mut component = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack[w] = false;
+                component.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            s.out.push(component);
+        }
+    }
+    let n = edges.len();
+    let mut s = State {
+        edges,
+        index: vec![None; n],
+        low: vec![0; n],
+        on_stack: vec![false; n],
+        stack: Vec::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    for v in 0..n {
+        if s.index[v].is_none() {
+            visit(&mut s, v);
+        }
+    }
+    s.out
+}
+
+/// Every crate's `src` (and xtask's): fails naming each cycle.
+pub fn check(root: &Path) -> Result<()> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))?
+        .filter_map(|e| e.ok().map(|e| e.path().join("src")))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.push(root.join("xtask/src"));
+    dirs.sort();
+    let mut report = Vec::new();
+    for dir in &dirs {
+        for cycle in crate_cycles(dir)? {
+            let names: Vec<String> =
+                cycle.iter().map(|f| f.strip_prefix(root).unwrap_or(f).display().to_string()).collect();
+            report.push(format!("  {}", names.join(" <-> ")));
+        }
+    }
+    if !report.is_empty() {
+        bail!(
+            "import cycles between files that are not parent and child (ARCHITECTURE.md: modules never import back); move what both need into one of them or a third file:\n{}",
+            report.join("\n")
+        );
+    }
+    eprintln!("xtask: check-features: no import cycles in {} crates", dirs.len());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(files: &[(&str, &str)]) -> tempfile_dir::Dir {
+        let dir = tempfile_dir::Dir::new();
+        for (name, code) in files {
+            let path = dir.0.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, code).unwrap();
+        }
+        dir
+    }
+
+    /// A throwaway folder under the target directory (xtask has no tempfile dependency).
+    mod tempfile_dir {
+        pub struct Dir(pub std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Self {
+                static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+                let k = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let p = std::env::temp_dir().join(format!("xtask-cycles-{}-{k}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&p);
+                std::fs::create_dir_all(&p).unwrap();
+                Dir(p)
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn a_back_import_between_siblings_is_a_cycle() {
+        let d = tree(&[
+            ("lib.rs", "mod a;\nmod b;\n"),
+            ("a.rs", "use crate::b::Thing;\n"),
+            ("b.rs", "pub struct Thing;\nfn f() { crate::a::g() }\n"),
+        ]);
+        let cycles = crate_cycles(&d.0).unwrap();
+        assert_eq!(cycles.len(), 1, "{cycles:?}");
+        assert_eq!(cycles[0].len(), 2);
+    }
+
+    #[test]
+    fn one_way_imports_parents_children_and_text_are_not_cycles() {
+        let d = tree(&[
+            ("lib.rs", "mod a;\nmod b;\nmod c;\npub use a::X;\nuse crate::c::Y;\n"),
+            ("a.rs", "use crate::{b::{self, Z}, X as W};\npub struct X;\n"),
+            // Mentions of the other file in comments and strings are not imports.
+            (
+                "b.rs",
+                "// crate::a::X\nconst S: &str = \"crate::a::X\";\nconst R: &str = r#\"super::a\"#;\npub struct Z;\n",
+            ),
+            ("c/mod.rs", "mod d;\npub struct Y;\nuse d::D;\n"),
+            // A child importing its parent, and its sibling through `super`.
+            ("c/d.rs", "use super::Y;\npub struct D;\n#[cfg(test)]\nmod tests { use super::D; }\n"),
+        ]);
+        assert_eq!(crate_cycles(&d.0).unwrap(), Vec::<Vec<PathBuf>>::new());
+    }
+
+    #[test]
+    fn cycles_through_super_paths_and_nested_modules_are_found() {
+        let d = tree(&[
+            ("main.rs", "mod commands;\n"),
+            ("commands/mod.rs", "mod x;\nmod y;\n"),
+            ("commands/x.rs", "use super::y::{Alpha, beta::Gamma};\n"),
+            (
+                "commands/y.rs",
+                "pub mod beta { pub struct Gamma; }\npub struct Alpha;\nfn f() { let _ = super::x::helper; }\n",
+            ),
+        ]);
+        let cycles = crate_cycles(&d.0).unwrap();
+        assert_eq!(cycles.len(), 1, "{cycles:?}");
+    }
+}
