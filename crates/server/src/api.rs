@@ -326,6 +326,15 @@ async fn read_body(mut body: Body, headers: &HeaderMap, limit: usize) -> Result<
     Ok(data.into())
 }
 
+/// `/metrics`: the server's and each model's counters in Prometheus' text format.
+pub(crate) async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if let Err(e) = app.authorize(&headers) {
+        return error_response(Flavour::Plain, e);
+    }
+    let text = crate::metrics::render(&app.metrics, &app.models.entries);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
 /// 200 once every model has loaded, else 503 with the ones still loading.
 pub(crate) async fn health(State(app): State<Arc<App>>) -> Response {
     let models = &app.models.entries;

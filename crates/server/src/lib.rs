@@ -265,7 +265,7 @@ pub fn router(models: Arc<Models>, config: ServerConfig) -> Result<Router, Inval
         .merge(tei_routes())
         .nest("/models/{model}", tei_routes())
         .route("/health", get(api::health))
-        .route("/metrics", get(metrics::metrics))
+        .route("/metrics", get(api::metrics))
         .with_state(app))
 }
 

@@ -1,17 +1,13 @@
-//! `/metrics`: the server's and each model's counters in Prometheus' text format.
+//! The counters behind `/metrics`, and their Prometheus text exposition (api.rs serves it).
 
 use std::fmt::Write;
-use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 use nornir_vector::BATCH_SIZE_BOUNDS;
 
-use crate::api::{App, Flavour, error_response};
 use crate::models::Entry;
 
 /// Request latency histogram bounds, in seconds.
@@ -50,23 +46,15 @@ impl Metrics {
     }
 }
 
-pub(crate) async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Err(e) = app.authorize(&headers) {
-        return error_response(Flavour::Plain, e);
-    }
-    let mut out = String::new();
-    render(&app, &mut out);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
-}
-
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 /// The Prometheus text exposition of the server's counters, then each model's, labelled
 /// `model="name"`.
-fn render(app: &App, out: &mut String) {
-    let m = &app.metrics;
+pub(crate) fn render(m: &Metrics, entries: &[Entry]) -> String {
+    let mut out = String::new();
+    let out = &mut out;
     family(out, "nornir_requests_total", "counter", "HTTP requests by endpoint and status.");
     for ((endpoint, status), n) in m.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
         let _ = writeln!(out, "nornir_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {n}");
@@ -82,7 +70,6 @@ fn render(app: &App, out: &mut String) {
     let _ =
         writeln!(out, "nornir_request_duration_seconds_sum {}", m.latency_micros.load(Ordering::Relaxed) as f64 * 1e-6);
     let _ = writeln!(out, "nornir_request_duration_seconds_count {count}");
-    let entries = &app.models.entries;
     let loaded: Vec<(&str, _)> = entries.iter().filter_map(|e| Some((e.name.as_str(), e.embedder.get()?))).collect();
 
     family(out, "nornir_texts_total", "counter", "Texts embedded for requests.");
@@ -174,6 +161,7 @@ fn render(app: &App, out: &mut String) {
             label(&r.gpu_vendor.to_string())
         );
     }
+    std::mem::take(out)
 }
 
 /// `value` as a Prometheus label value: backslash, double quote and line feed escaped, so that no
