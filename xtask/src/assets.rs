@@ -112,7 +112,7 @@ pub const PEER_MODEL: Asset = Asset {
 /// quality (STS Benchmark test 82.03, as MTEB publishes, against 81.99) and speed (6-9% less
 /// kernel time: its attention and GELU are ONNX Runtime's fused operators), measured side by
 /// side (docs/convert.md).
-pub const DEFAULT_MODEL_DIR: &str = "models/all-MiniLM-L6-v2";
+pub const DEFAULT_MODEL_DIR: &str = nornir_gpu_probe::DEFAULT_MODEL_SUBDIR;
 
 /// splade-tiny (`BertForMaskedLM`, 2 layers, hidden 128, Apache-2.0) as safetensors: the real
 /// masked-LM weights the converter's tests run.

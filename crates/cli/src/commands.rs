@@ -47,21 +47,12 @@ pub struct EmbedJob {
     pub format: OutputFormat,
     pub output: Option<PathBuf>,
     pub model: ModelArgs,
-    pub long: LongText,
+    pub long: crate::LongPolicy,
     pub window: Option<usize>,
-    pub overlap: usize,
+    pub overlap: Option<usize>,
     pub json: bool,
     pub quiet: bool,
     pub verbose: bool,
-}
-
-/// `nornir vector embed --long`: what happens to a text longer than the model reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LongText {
-    Truncate,
-    Refuse,
-    Chunk,
-    Late,
 }
 
 /// The ONNX Runtime library the plan would load, as `doctor` reports it.

@@ -20,6 +20,12 @@ type Pooling = nornir_vector::Pooling;
 #[cfg(not(feature = "embed-ort"))]
 type Pooling = String;
 
+/// The long-text policy (`--long`): the library's type, or (without the embedder) any word.
+#[cfg(feature = "embed-ort")]
+type LongPolicy = nornir_vector::LongInputs;
+#[cfg(not(feature = "embed-ort"))]
+type LongPolicy = String;
+
 #[cfg(not(feature = "embed-ort"))]
 fn parse_with_library<T: std::str::FromStr>(s: &str) -> Result<T, String> {
     s.parse().map_err(|_| format!("invalid value {s:?}"))
@@ -210,15 +216,16 @@ struct EmbedArgs {
     /// or OUTPUT.chunks.npy|f32 with OUTPUT.chunks.tsv), late (late chunking: the same chunks,
     /// each pooled from one run over as much of the document as the model reads; for
     /// mean-pooled long-context models).
-    #[arg(long, value_enum, default_value = "truncate")]
-    long: commands::LongText,
+    #[arg(long, value_name = "POLICY", default_value = "truncate", value_parser = parse_with_library::<LongPolicy>,
+        help_heading = None)]
+    long: LongPolicy,
     /// Tokens per chunk with --long chunk|late, special tokens and prompt included (default: the
     /// model's length).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     window: Option<u32>,
-    /// Tokens shared by neighbouring chunks with --long chunk|late.
-    #[arg(long, value_name = "N", default_value_t = 32)]
-    overlap: u32,
+    /// Tokens shared by neighbouring chunks with --long chunk|late (default 32).
+    #[arg(long, value_name = "N")]
+    overlap: Option<u32>,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -349,14 +356,14 @@ pub struct ServeArgs {
     /// tokens; the answer's x-truncated-inputs header counts them), refuse (413 naming the text
     /// and its token count, TEI's default), chunk or late (the document's vector, as `nornir
     /// vector embed --long chunk|late`).
-    #[arg(long, value_enum, default_value = "truncate")]
-    pub long: commands::LongText,
+    #[arg(long, value_name = "POLICY", default_value = "truncate", value_parser = parse_with_library::<LongPolicy>)]
+    pub long: LongPolicy,
     /// Tokens per chunk with --long chunk|late (default: the model's length).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub window: Option<u32>,
-    /// Tokens shared by neighbouring chunks with --long chunk|late.
-    #[arg(long, value_name = "N", default_value_t = 32)]
-    pub overlap: u32,
+    /// Tokens shared by neighbouring chunks with --long chunk|late (default 32).
+    #[arg(long, value_name = "N")]
+    pub overlap: Option<u32>,
     /// With several models, the one that answers a model name the server does not know
     /// (otherwise 404 with the list). With one model, every name is answered by it anyway.
     #[arg(long, value_name = "NAME")]
@@ -382,13 +389,15 @@ pub struct QuantizeArgs {
     /// How activations are quantized at run time: per-token (a scale per token: vectors do not
     /// depend on the batch) or per-tensor (one scale per batch, ONNX Runtime's
     /// DynamicQuantizeMatMul: vectors change with their neighbours in a batch).
-    #[arg(long, value_name = "SCHEME", default_value = "per-token", value_parser = ["per-token", "per-tensor"])]
-    pub activations: String,
+    #[arg(long, value_name = "SCHEME", default_value = "per-token",
+        value_parser = |s: &str| s.parse::<nornir_vector::quantize::Activations>())]
+    pub activations: nornir_vector::quantize::Activations,
     /// How the weights are stored: int8 (fastest on CPUs with VNNI or AMX; with AVX2 alone, ONNX
     /// Runtime's kernel can saturate on it), uint8 (int8 + 128: never saturates, for AVX2), or
     /// auto: the one for the CPU this command runs on.
-    #[arg(long, value_name = "TYPE", default_value = "auto", value_parser = ["auto", "int8", "uint8"])]
-    pub weights: String,
+    #[arg(long, value_name = "TYPE", default_value = "auto",
+        value_parser = |s: &str| s.parse::<nornir_vector::quantize::WeightType>())]
+    pub weights: nornir_vector::quantize::WeightType,
     /// SmoothQuant strength (0 to 1) for MatMuls fed by a LayerNormalization: their large
     /// channels are divided down before per-token quantization and the weights multiplied up.
     /// "off" turns it off.
@@ -501,7 +510,7 @@ fn main() -> ExitCode {
                 model: a.model,
                 long: a.long,
                 window: a.window.map(|w| w as usize),
-                overlap: a.overlap as usize,
+                overlap: a.overlap.map(|o| o as usize),
                 json: a.json,
                 quiet: a.quiet,
                 verbose: a.verbose > 0,

@@ -17,6 +17,7 @@ mod error;
 mod fault;
 mod graph_io;
 mod graph_scan;
+mod long;
 mod model;
 mod options;
 mod placement;
@@ -42,6 +43,7 @@ pub use call::{CallOptions, CancelHandle, Chunking, DocumentVector, Prompt, Trun
 pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::{CharChunk, Chunk, Embeddings};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
+pub use long::LongInputs;
 pub use options::{EmbedderOptions, QueueFull};
 pub use plan::{plan_for, plan_for_model, plan_with};
 pub use pooling::{Pooling, normalize};

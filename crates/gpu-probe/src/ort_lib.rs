@@ -64,6 +64,15 @@ pub fn nornir_home(ctx: &ProbeContext) -> Option<PathBuf> {
         .or_else(|| ctx.home().map(|h| h.join(".cache/nornir")))
 }
 
+/// The default model's folder inside the nornir cache: all-MiniLM-L6-v2, float32, as
+/// `cargo xtask fetch` and the Python package's `fetch_default_model()` put it there.
+pub const DEFAULT_MODEL_SUBDIR: &str = "models/all-MiniLM-L6-v2";
+
+/// The default model's folder: [`DEFAULT_MODEL_SUBDIR`] in [`nornir_home`] (it may not exist yet).
+pub fn default_model_dir(ctx: &ProbeContext) -> Option<PathBuf> {
+    nornir_home(ctx).map(|h| h.join(DEFAULT_MODEL_SUBDIR))
+}
+
 /// Searches, in order: `ORT_DYLIB_PATH`, `NORNIR_ORT_LIB` (file or folder), the Python
 /// interpreter nornir runs in (`NORNIR_PYTHON_PREFIX`, which the Python package sets: the
 /// onnxruntime its user installed beside it), the nornir cache (`<home>/ort/<flavor>/`, `cpu`

@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use nornir_vector::{
-    CallOptions, CancelHandle, Chunking, Device, EmbedError, Embedder as RustEmbedder, EmbedderOptions, Embeddings,
+    CallOptions, CancelHandle, Device, EmbedError, Embedder as RustEmbedder, EmbedderOptions, Embeddings, LongInputs,
     Pooling, Prompt, Truncation,
 };
 
@@ -148,15 +148,6 @@ fn texts_of(texts: &Bound<'_, PyAny>) -> PyResult<(Vec<String>, bool)> {
         .map_err(|_| PyTypeError::new_err("texts must be a str or a sequence of str"))
 }
 
-fn truncation_of(name: &str) -> PyResult<Truncation> {
-    match name {
-        "right" => Ok(Truncation::Right),
-        "left" => Ok(Truncation::Left),
-        "refuse" => Ok(Truncation::Refuse),
-        other => Err(invalid("truncation", format!("{other:?}: use \"right\", \"left\" or \"refuse\""))),
-    }
-}
-
 /// The embedder's rows as a float32 array of shape (n, d), or (d,) for one string.
 fn to_array<'py>(py: Python<'py>, rows: Embeddings, one: bool) -> PyResult<Bound<'py, PyAny>> {
     let (n, d) = (rows.len(), rows.dim());
@@ -204,7 +195,21 @@ fn call_options(
     window: Option<usize>,
     overlap: Option<usize>,
 ) -> PyResult<CallOptions> {
-    let mut o = CallOptions::new().with_truncation(truncation_of(truncation)?);
+    let truncation: Truncation = truncation.parse().map_err(|e| invalid("truncation", e))?;
+    let policy = match long {
+        None if window.is_some() || overlap.is_some() => {
+            return Err(invalid("window", "window and overlap need long=\"chunk\" or long=\"late\"".to_owned()));
+        }
+        None => LongInputs::Truncate,
+        Some(name) => {
+            name.parse::<LongInputs>().and_then(|p| p.with_window(window, overlap)).map_err(|e| invalid("long", e))?
+        }
+    };
+    // `truncation` says which end a truncating policy keeps.
+    let mut o = match policy {
+        LongInputs::Truncate => CallOptions::new().with_truncation(truncation),
+        other => other.call_options(),
+    };
     o.prompt = one_prompt(prompt_name, prompt)?;
     if let Some(n) = normalize {
         o = o.with_normalize(n);
@@ -212,25 +217,7 @@ fn call_options(
     if let Some(d) = dimensions {
         o = o.with_dimensions(d);
     }
-    let late = match long {
-        None => {
-            if window.is_some() || overlap.is_some() {
-                return Err(invalid("window", "window and overlap need long=\"chunk\" or long=\"late\"".to_owned()));
-            }
-            return Ok(o);
-        }
-        Some("chunk") => false,
-        Some("late") => true,
-        Some(other) => return Err(invalid("long", format!("{other:?}: use None, \"chunk\" or \"late\""))),
-    };
-    let mut c = Chunking::new().with_late(late);
-    if let Some(w) = window {
-        c = c.with_window(w);
-    }
-    if let Some(v) = overlap {
-        c = c.with_overlap(v);
-    }
-    Ok(o.with_chunking(c))
+    Ok(o)
 }
 
 #[pymethods]
@@ -436,8 +423,7 @@ impl Embedder {
 /// The default model in the nornir cache (`fetch_default_model()` puts it there).
 fn default_model() -> PyResult<PathBuf> {
     let ctx = nornir_vector::diagnostics::ProbeContext::from_process();
-    let dir = nornir_vector::diagnostics::nornir_home(&ctx)
-        .map(|h| h.join("models/all-MiniLM-L6-v2"))
+    let dir = nornir_vector::diagnostics::default_model_dir(&ctx)
         .ok_or_else(|| ModelError::new_err("no nornir cache folder: set NORNIR_HOME, or pass model=DIR"))?;
     if !dir.join("model.onnx").is_file() {
         return Err(ModelError::new_err(format!(
@@ -482,6 +468,7 @@ fn _nornir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Embedder>()?;
     m.add_function(wrap_pyfunction!(preflight, m)?)?;
+    m.add("DEFAULT_MODEL_SUBDIR", nornir_vector::diagnostics::DEFAULT_MODEL_SUBDIR)?;
     m.add_function(wrap_pyfunction!(doctor, m)?)?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     m.add("ConvertError", py.get_type::<convert::ConvertError>())?;

@@ -94,6 +94,31 @@ pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, Qua
     Ok((bytes, report))
 }
 
+impl std::str::FromStr for Activations {
+    type Err = String;
+    /// `per-token` or `per-tensor`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "per-token" => Ok(Self::PerToken),
+            "per-tensor" => Ok(Self::PerTensor),
+            other => Err(format!("{other:?} is not an activation scheme: use per-token or per-tensor")),
+        }
+    }
+}
+
+impl std::str::FromStr for WeightType {
+    type Err = String;
+    /// `auto`, `int8` or `uint8`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "int8" => Ok(Self::Int8),
+            "uint8" => Ok(Self::Uint8),
+            other => Err(format!("{other:?} is not a weight type: use auto, int8 or uint8")),
+        }
+    }
+}
+
 /// One scale for a whole weight, or one per output column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "kebab-case")]

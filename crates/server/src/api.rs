@@ -15,7 +15,8 @@ use sha2::{Digest, Sha256};
 
 use crate::metrics::Metrics;
 use crate::models::{Entry, Models};
-use crate::{LongInputs, ServerConfig, TokenIds};
+use crate::{ServerConfig, TokenIds};
+use nornir_vector::LongInputs;
 
 /// Most bytes of a too-large body read and dropped before its 413 goes out: a client still
 /// writing it then reads the answer, not a reset connection. A larger body, or one announced with

@@ -41,6 +41,7 @@ mod openai;
 mod serve;
 mod tei;
 
+use nornir_vector::LongInputs;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,42 +73,6 @@ impl std::str::FromStr for TokenIds {
             "cl100k" => Ok(Self::Cl100k),
             "refuse" => Ok(Self::Refuse),
             other => Err(format!("{other:?} is not a token-id reading: use cl100k or refuse")),
-        }
-    }
-}
-
-/// What the server does with a text longer than the model reads when the request does not say
-/// (TEI's `truncate` says; OpenAI's requests never do): the CLI's `--long`.
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub enum LongInputs {
-    /// Keep its first tokens, as the CLI and sentence-transformers do; the answer's
-    /// `x-truncated-inputs` header counts the texts cut.
-    #[default]
-    Truncate,
-    /// 413 naming the text and its token count: TEI's default.
-    Refuse,
-    /// The document's vector over overlapping chunks, as `nornir vector embed --long chunk`.
-    Chunk(nornir_vector::Chunking),
-}
-
-impl LongInputs {
-    /// `truncate`, `refuse` or `chunk`, as `--long` names it.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::Truncate => "truncate",
-            Self::Refuse => "refuse",
-            Self::Chunk(_) => "chunk",
-        }
-    }
-
-    /// The call options of this policy.
-    pub fn call_options(&self) -> nornir_vector::CallOptions {
-        use nornir_vector::{CallOptions, Truncation};
-        match self {
-            Self::Truncate => CallOptions::new().with_truncation(Truncation::Right),
-            Self::Refuse => CallOptions::new().with_truncation(Truncation::Refuse),
-            Self::Chunk(c) => CallOptions::new().with_chunking(*c),
         }
     }
 }

@@ -12,9 +12,9 @@ use axum::response::{IntoResponse, Response};
 use nornir_vector::{CallOptions, CharChunk, Chunking, DocumentVector, Embedder, Truncation};
 use serde::Deserialize;
 
-use crate::LongInputs;
 use crate::api::{ApiError, App, Flavour, Input, dimensions, truncated_header};
 use crate::models::Entry;
+use nornir_vector::LongInputs;
 
 #[derive(Debug, Clone, Copy, Deserialize)]
 enum Direction {

@@ -37,8 +37,8 @@ pub use nornir_embed::CallPrompt;
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
     BATCH_SIZE_BOUNDS, CallOptions, CancelHandle, Cause, CharChunk, Chunk, Chunking, DocumentVector, EmbedError,
-    EmbedFuture, EmbedStats, Embedder, EmbedderOptions, Embeddings, InferenceKind, Pooling, Prompt, QueueFull, Result,
-    Token, Truncation, error_chain, normalize,
+    EmbedFuture, EmbedStats, Embedder, EmbedderOptions, Embeddings, InferenceKind, LongInputs, Pooling, Prompt,
+    QueueFull, Result, Token, Truncation, error_chain, normalize,
 };
 
 /// What nornir found on this machine and what it decided, as typed reports: the probe's
@@ -49,10 +49,10 @@ pub use nornir_embed::{
 pub mod diagnostics {
     pub use nornir_ep_select::{Compiled, EpDevice, Hardware, PCI_AMD, PCI_NVIDIA, Plan, Planned, PluginRef};
     pub use nornir_gpu_probe::{
-        DriverReport, LibraryReport, Opened, OrtCandidate, OrtDiscovery, PluginDiscovery, PluginLibrary, PluginSource,
-        ProbeContext, ProbeReport, ProviderRequirements, RejectedEntry, Requirement, RequirementStatus, SearchPath,
-        VendorReport, VisibleDevices, discover_plugins, nornir_home, parse_plugin_entry, same_file, version_at_least,
-        write_vendor,
+        DEFAULT_MODEL_SUBDIR, DriverReport, LibraryReport, Opened, OrtCandidate, OrtDiscovery, PluginDiscovery,
+        PluginLibrary, PluginSource, ProbeContext, ProbeReport, ProviderRequirements, RejectedEntry, Requirement,
+        RequirementStatus, SearchPath, VendorReport, VisibleDevices, default_model_dir, discover_plugins, nornir_home,
+        parse_plugin_entry, same_file, version_at_least, write_vendor,
     };
 
     #[cfg(feature = "embed-ort")]

@@ -4,25 +4,22 @@ use std::io::{BufRead, BufReader, IsTerminal};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use nornir_server::LongInputs;
 use nornir_vector::diagnostics::{
     EpDevice, MIN_ORT, ModelFolder, Plan, check_library, choose_library, device_list, plan_with,
 };
-use nornir_vector::diagnostics::{ProbeContext, nornir_home};
+use nornir_vector::diagnostics::{ProbeContext, default_model_dir};
 use nornir_vector::quantize::WeightType;
-use nornir_vector::{Chunking, Embedder, EmbedderOptions, Prompt};
+use nornir_vector::{Embedder, EmbedderOptions, LongInputs, Prompt};
 
-use super::{EmbedJob, LongText, OrtChoice, SessionDoc};
+use super::{EmbedJob, OrtChoice, SessionDoc};
 use crate::output::{ChunkOut, RowWriter, Sink};
 use crate::{BenchArgs, ModelArgs};
 use nornir_cli::input::{InputFormat, Record, Records};
 
 /// Texts embedded per call when streaming: bounds memory whatever the input size.
 const CHUNK: usize = 4096;
-
-const DEFAULT_MODEL: &str = "models/all-MiniLM-L6-v2";
 
 pub fn model_dir(m: &ModelArgs) -> Result<PathBuf> {
     if m.model.len() > 1 {
@@ -31,9 +28,8 @@ pub fn model_dir(m: &ModelArgs) -> Result<PathBuf> {
     if let Some(d) = m.model.first() {
         return Ok(d.clone());
     }
-    let home = nornir_home(&ProbeContext::from_process())
+    let dir = default_model_dir(&ProbeContext::from_process())
         .context("no nornir cache folder (set NORNIR_HOME); pass --model DIR")?;
-    let dir = home.join(DEFAULT_MODEL);
     if !dir.is_dir() {
         bail!("the default model is not at {}: run `cargo xtask fetch`, or pass --model DIR", dir.display());
     }
@@ -137,26 +133,13 @@ fn progress(enabled: bool, total: Option<u64>) -> ProgressBar {
 }
 
 /// `--long` with `--window` and `--overlap`: the one policy `embed` and `serve` both follow (the
-/// server's for requests that do not say). `--window` without chunking is an error.
-pub fn long_inputs(long: LongText, window: Option<usize>, overlap: usize) -> Result<LongInputs> {
-    let late = match long {
-        LongText::Truncate | LongText::Refuse if window.is_some() => {
-            bail!("--window sets the chunk size of --long chunk or --long late; add one of them")
-        }
-        LongText::Truncate => return Ok(LongInputs::Truncate),
-        LongText::Refuse => return Ok(LongInputs::Refuse),
-        LongText::Chunk => false,
-        LongText::Late => true,
-    };
-    let c = Chunking::new().with_overlap(overlap).with_late(late);
-    Ok(LongInputs::Chunk(match window {
-        Some(w) => c.with_window(w),
-        None => c,
-    }))
+/// server's for requests that do not say).
+pub fn long_policy(long: LongInputs, window: Option<usize>, overlap: Option<usize>) -> Result<LongInputs> {
+    long.with_window(window, overlap).map_err(|e| anyhow!("--window, --overlap: {e} with --long"))
 }
 
 pub fn embed(job: &EmbedJob) -> Result<()> {
-    let options = long_inputs(job.long, job.window, job.overlap)?.call_options();
+    let options = long_policy(job.long, job.window, job.overlap)?.call_options();
     let (mut source, size) = open_source(job)?;
     let sink = Sink::open(job.output.as_deref())?;
     let mut writer = RowWriter::new(job.format, sink);

@@ -11,7 +11,7 @@ pub fn flag_for(option: &str) -> String {
     let flag = match option {
         "chunking.window" => "--window",
         "chunking.late" => "--long late",
-        "dimensions" => "--dim",
+        "dimensions" => "--dimensions",
         "device" => "--device",
         "max_length" => "--max-length",
         "max_queued_texts" => "--max-queued-texts",
@@ -41,12 +41,9 @@ pub fn oldest_ort() -> Option<(u64, u64)> {
 }
 
 /// This error's own line (without its causes) as `nornir` says it, when it is an [`EmbedError`]
-/// (or the server's `InvalidConfig`) whose library wording names options or leaves advice to the
+/// whose library wording names options or leaves advice to the
 /// command; `None` otherwise.
 pub fn embed_error_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
-    if let Some(c) = e.downcast_ref::<nornir_server::InvalidConfig>() {
-        return Some(format!("invalid {}: {}", flag_for(c.option), c.reason));
-    }
     let (major, minor) = MIN_ORT;
     Some(match e.downcast_ref::<EmbedError>()? {
         EmbedError::InvalidOption { option, reason, .. } => format!("invalid {}: {reason}", flag_for(option)),

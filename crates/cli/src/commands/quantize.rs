@@ -47,16 +47,12 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     let model_file = fp32.model_info().folder.model_file.clone();
     let bytes = std::fs::read(&model_file).with_context(|| format!("cannot read {}", model_file.display()))?;
     let granularity = if a.per_tensor { Granularity::PerTensor } else { Granularity::PerChannel };
-    let activations = if a.activations == "per-tensor" { Activations::PerTensor } else { Activations::PerToken };
+    let activations = a.activations;
     let qopts = QuantizeOptions::default()
         .with_granularity(granularity)
         .with_activations(activations)
         .with_smoothing(a.smoothing.0)
-        .with_weights(match a.weights.as_str() {
-            "int8" => WeightType::Int8,
-            "uint8" => WeightType::Uint8,
-            _ => WeightType::Auto,
-        })
+        .with_weights(a.weights)
         .with_keep_fp32(a.keep_fp32.clone())
         .with_fusions(a.fuse.0.clone());
     let texts: Vec<&str> = SAMPLE.lines().collect();

@@ -148,7 +148,7 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
     let served = served_models(a)?;
     let models = Arc::new(Models::with_aliases(served.iter().map(|m| (m.name.clone(), m.aliases.clone())))?);
     let token_ids: TokenIds = a.token_ids.parse().map_err(anyhow::Error::msg)?;
-    let long = super::long_inputs(a.long, a.window.map(|w| w as usize), a.overlap as usize)?;
+    let long = super::long_policy(a.long, a.window.map(|w| w as usize), a.overlap.map(|o| o as usize))?;
     let mut config = ServerConfig::default()
         .with_max_inputs(a.max_inputs as usize)
         .with_max_body_bytes(a.max_body_bytes as usize)
@@ -191,7 +191,8 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
             Ok(())
         });
         let read_timeout = config.read_timeout;
-        let router = nornir_server::router(models, config)?;
+        let router = nornir_server::router(models, config)
+            .map_err(|c| anyhow::anyhow!("invalid {}: {}", super::errors::flag_for(c.option), c.reason))?;
         let server = tokio::spawn(nornir_server::serve(listener, router, read_timeout, shutdown_signal()));
         match load.await {
             Ok(Ok(())) => {}

