@@ -371,6 +371,13 @@ impl Embedder {
         json_to_py(py, &doc)
     }
 
+    /// What the embedder has done since it was built: texts, batches, tokens, seconds inside ONNX
+    /// Runtime, texts queued, running and cancelled (the library's `EmbedStats`).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let stats = serde_json::to_value(self.get()?.stats()).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
+        json_to_py(py, &stats)
+    }
+
     /// "rocm", "cuda" or "cpu": where the model really runs now.
     fn gpu_vendor(&self) -> PyResult<&'static str> {
         Ok(self.get()?.gpu_vendor())
