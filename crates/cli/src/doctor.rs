@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use nornir_vector::diagnostics::write_vendor;
 use nornir_vector::diagnostics::{EpDevice, Hardware, PCI_AMD, PCI_NVIDIA, Plan, ProbeReport};
 use serde_json::{Value, json};
 
@@ -58,11 +57,11 @@ pub fn run(a: &DoctorArgs) -> Result<ExitCode> {
     } else {
         let mut out = String::new();
         if show_cuda {
-            write_vendor(&mut out, &probe.cuda)?;
+            write!(out, "{}", probe.cuda)?;
             out.push('\n');
         }
         if show_rocm {
-            write_vendor(&mut out, &probe.rocm)?;
+            write!(out, "{}", probe.rocm)?;
             out.push('\n');
         }
         write_ort(&mut out, &ort)?;
@@ -303,7 +302,7 @@ fn write_model(out: &mut String, m: &nornir_vector::diagnostics::ModelInfo) -> s
     let dim = if m.dimension == m.model_dimension {
         m.dimension.to_string()
     } else {
-        format!("{} (first {} of {}, --dim)", m.dimension, m.dimension, m.model_dimension)
+        format!("{} (first {} of {}, --dimensions)", m.dimension, m.dimension, m.model_dimension)
     };
     writeln!(out, "  model vectors: {dim} dimensions, {} pooling, up to {} tokens", m.pooling, m.max_length)?;
     let normalize = if m.normalize { "normalised" } else { "not normalised" };

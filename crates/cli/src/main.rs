@@ -182,8 +182,8 @@ pub struct ModelArgs {
     #[arg(long, value_name = "NAME")]
     pub task: Option<String>,
     /// Keep the first N dimensions of each vector, then normalise (Matryoshka models).
-    #[arg(long, alias = "dimensions", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub dim: Option<u32>,
+    #[arg(long, alias = "dim", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub dimensions: Option<u32>,
     /// Under load (every session busy), how long a free session may wait for more texts to fill
     /// a batch; an idle embedder never waits.
     #[arg(long, value_name = "MS", default_value_t = 0)]
@@ -346,9 +346,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "READING", default_value = "cl100k", value_parser = ["cl100k", "refuse"])]
     pub token_ids: String,
     /// The models to serve, from a TOML file: one `[[model]]` table each, with name and folder,
-    /// and optionally aliases, device, threads, workers (or sessions), prompt_name, prompt and
-    /// dim (relative folders are read from the file's folder). The other model flags apply to
-    /// every model.
+    /// and optionally aliases, device, threads, workers, prompt_name, prompt and dimensions
+    /// (relative folders are read from the file's folder). The other model flags apply to every
+    /// model.
     #[arg(long, value_name = "FILE", conflicts_with = "model")]
     pub models_file: Option<PathBuf>,
     /// What to do with a text longer than the model reads when the request does not say (TEI's

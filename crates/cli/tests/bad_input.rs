@@ -16,7 +16,7 @@
 //! | modules.json with a Dense module | `module "sentence_transformers.models.Dense" (2_Dense) is not one nornir applies` |
 //! | --prompt-name on a model without prompts | `unknown prompt name "query": the model has no prompts` |
 //! | --task on a model without tasks | `--task "retrieval.query": the model has no tasks` |
-//! | --dim wider than the model | `invalid --dim: 385 is wider than the model's 384-dimensional vectors` |
+//! | --dimensions wider than the model | `invalid --dimensions: 385 is wider than the model's 384-dimensional vectors` |
 //! | serve: a missing model folder | `no such folder` before anything listens |
 //! | serve: a --host that is not an address | `--host "nowhere" is not an IP address` |
 //! | --output-name that the graph lacks | `invalid --output-name: the model has no output "pooled"; its outputs are "last_hidden_state" ...` |
@@ -177,7 +177,7 @@ fn model_contract_mistakes() {
     let cases: [(&[&str], &str); 4] = [
         (&["--prompt-name", "query"], "unknown prompt name \"query\": the model has no prompts"),
         (&["--task", "retrieval.query"], "invalid --task: \"retrieval.query\": the model has no tasks"),
-        (&["--dim", "385"], "invalid --dim: 385 is wider than the model's 384-dimensional vectors"),
+        (&["--dimensions", "385"], "invalid --dimensions: 385 is wider than the model's 384-dimensional vectors"),
         (
             &["--output-name", "pooled"],
             "invalid --output-name: the model has no output \"pooled\"; its outputs are \"last_hidden_state\"",

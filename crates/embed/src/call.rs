@@ -15,10 +15,6 @@ pub enum Prompt {
     Text(String),
 }
 
-/// The old name of [`Prompt`], from when only a call had one.
-#[deprecated(since = "0.1.0", note = "use `Prompt`, the one prompt type of embedders and calls")]
-pub type CallPrompt = Prompt;
-
 /// What to do with a text longer than the model reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

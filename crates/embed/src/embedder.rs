@@ -135,14 +135,10 @@ impl Embedder {
         for k in 0..embedder.engine.workers {
             let engine = Arc::clone(&embedder.engine);
             let worker = std::thread::Builder::new()
-                .name(format!("nornir-session-{k}"))
+                .name(format!("nornir-worker-{k}"))
                 .spawn(move || crate::worker::work(&engine, k))
                 .map_err(|e| {
-                    EmbedError::inference_because(
-                        InferenceKind::WorkerFailed,
-                        "cannot start a session worker thread",
-                        e,
-                    )
+                    EmbedError::inference_because(InferenceKind::WorkerFailed, "cannot start a worker thread", e)
                 })?;
             embedder.workers.push(worker);
         }
@@ -220,17 +216,18 @@ impl Embedder {
         self.engine.tokenizer.decode(ids, skip_special_tokens)
     }
 
-    /// Embeds a stream of texts `chunk` at a time, yielding each chunk's rows in input order.
-    /// Memory stays bounded by the chunk size, whatever the length of the stream.
-    pub fn embed_chunks<'a, I>(&'a self, texts: I, chunk: usize) -> impl Iterator<Item = Result<Embeddings>> + 'a
+    /// Embeds a stream of texts `per_call` at a time, yielding each call's rows in input order.
+    /// Memory stays bounded by `per_call`, whatever the length of the stream. (Long-document
+    /// chunks are [`CallOptions::with_chunking`](crate::CallOptions::with_chunking).)
+    pub fn embed_stream<'a, I>(&'a self, texts: I, per_call: usize) -> impl Iterator<Item = Result<Embeddings>> + 'a
     where
         I: IntoIterator<Item = String>,
         I::IntoIter: 'a,
     {
         let mut it = texts.into_iter();
-        let chunk = chunk.max(1);
+        let per_call = per_call.max(1);
         std::iter::from_fn(move || {
-            let part: Vec<String> = it.by_ref().take(chunk).collect();
+            let part: Vec<String> = it.by_ref().take(per_call).collect();
             (!part.is_empty()).then(|| self.embed(&part))
         })
     }
@@ -275,7 +272,8 @@ impl Embedder {
         self.engine.requested_vendor()
     }
 
-    /// The vendor really running the model now: "rocm", "cuda" or "cpu".
+    /// The vendor really running the model now: "rocm" (an AMD GPU), "cuda", "cpu", or "other"
+    /// (a plugin provider's device of another vendor): [`Vendor::label`] of [`vendor`](Self::vendor).
     pub fn gpu_vendor(&self) -> &'static str {
         self.engine.gpu_vendor()
     }
@@ -285,7 +283,7 @@ impl Embedder {
         self.engine.vendor()
     }
 
-    /// True when an AMD provider is running the model.
+    /// True when an AMD GPU is ready: an AMD provider (MIGraphX or ROCm) runs the model now.
     pub fn rocm_ready(&self) -> bool {
         self.engine.rocm_ready()
     }
@@ -294,12 +292,6 @@ impl Embedder {
     /// share one session).
     pub fn workers(&self) -> usize {
         self.engine.workers
-    }
-
-    /// The old name of [`workers`](Self::workers).
-    #[deprecated(since = "0.1.0", note = "use `workers`")]
-    pub fn sessions(&self) -> usize {
-        self.workers()
     }
 
     /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh

@@ -1,5 +1,5 @@
 //! The engine behind an [`Embedder`](crate::Embedder), and loading it: probe, plan, ONNX Runtime,
-//! sessions, checks. The callers and the session workers share it; a call's stages live in the
+//! sessions, checks. The callers and the workers share it; a call's stages live in the
 //! modules a text meets in order: `prepare` (plan, dedup, tokenize), `scheduler` (the queue),
 //! `worker` (the run with its GPU-to-CPU fallback), `graph_io` (feed, run, widen, pool), and back
 //! in `prepare` (each call's own cut and normalisation).
@@ -26,7 +26,7 @@ use crate::session::{self, SessionConfig, Slot, growth_since, resident_bytes};
 use crate::stats::{Counters, EmbedStats};
 use crate::tokenize::ModelTokenizer;
 
-/// Everything the callers and the session workers share. On the CPU every worker runs the one
+/// Everything the callers and the workers share. On the CPU every worker runs the one
 /// session; on a GPU worker k runs session k (see `slot_for`).
 #[derive(Debug)]
 pub(crate) struct Engine {
@@ -77,7 +77,7 @@ impl Engine {
         let threads = options.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
         let default_workers =
             if plan.providers.iter().all(Planned::is_builtin_cpu) { default_cpu_workers(threads) } else { 1 };
-        let cpu_workers = options.chosen_workers().unwrap_or(default_workers);
+        let cpu_workers = options.workers.unwrap_or(default_workers);
         let intra_threads = intra_threads(threads, cpu_workers);
         let resident = resident_bytes();
         // ONNX Runtime says what is wrong with a file that cannot be read.
@@ -85,7 +85,7 @@ impl Engine {
         let cfg = SessionConfig { model: &folder.model_file, intra_threads, profile_to: None };
         let (session, report) = session::build(&runtime, &plan, &cfg)?;
         let session_growth = Mutex::new(growth_since(resident).into_iter().collect());
-        let workers = if report.on_builtin_cpu() { cpu_workers } else { options.chosen_workers().unwrap_or(1) };
+        let workers = if report.on_builtin_cpu() { cpu_workers } else { options.workers.unwrap_or(1) };
         let mut io = graph_io(&session, &folder, options.output_name.as_deref())?;
         match (&mut io.task, &prompt.task) {
             (Some(input), Some((_, index))) => input.value = *index,
@@ -141,7 +141,7 @@ impl Engine {
             session_growth,
             tokenizer,
             include_prompt,
-            default_dim: options.chosen_dimensions(),
+            default_dim: options.dimensions,
             io,
             settings,
             info,
@@ -270,7 +270,7 @@ impl Engine {
 
     /// True when an AMD provider is running the model.
     pub(crate) fn rocm_ready(&self) -> bool {
-        self.vendor() == Vendor::Rocm
+        self.vendor() == Vendor::Amd
     }
 
     /// The first session was built on ONNX Runtime's CPU provider alone, so every worker runs
@@ -280,7 +280,7 @@ impl Engine {
         self.report.on_builtin_cpu()
     }
 
-    /// The session worker `k` runs: on the CPU the first, for every worker at once; on a GPU
+    /// The worker `k` runs: on the CPU the first, for every worker at once; on a GPU
     /// session `k`, or the first when the others could not be built.
     pub(crate) fn slot_for(&self, k: usize) -> &RwLock<Slot> {
         if k == 0 || self.workers_share_session() {

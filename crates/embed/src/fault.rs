@@ -1,4 +1,4 @@
-//! Faults injected by tests at each stage of a session worker, to prove that a panic anywhere
+//! Faults injected by tests at each stage of a worker, to prove that a panic anywhere
 //! fails the texts the worker holds, keeps every caller from waiting, and leaves the embedder
 //! working. One fault at a time, for the whole process, taken by the first worker that reaches
 //! its stage; nothing is injected unless a test asks. Only a build with the `test-hooks` feature

@@ -37,15 +37,13 @@ mod stats;
 mod tokenize;
 mod worker;
 
-#[allow(deprecated)]
-pub use call::CallPrompt;
 pub use call::{CallOptions, CancelHandle, Chunking, DocumentVector, Prompt, Truncation};
 pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::{CharChunk, Chunk, Embeddings};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use long::LongInputs;
 pub use options::{EmbedderOptions, QueueFull};
-pub use plan::{plan_for, plan_for_model, plan_with};
+pub use plan::{plan_for, plan_with};
 pub use pooling::{Pooling, normalize};
 pub use report::{
     DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport, PoolingSpec,

@@ -44,9 +44,6 @@ pub struct EmbedderOptions {
     /// `None` = on the CPU, half the threads and at least two (1 thread: one); on a GPU, one.
     /// What the default buys is measured in `docs/performance.md`.
     pub workers: Option<usize>,
-    /// The old name of `workers`, read when `workers` is `None`.
-    #[deprecated(since = "0.1.0", note = "use `workers`: they are workers, which share one session on the CPU")]
-    pub sessions: Option<usize>,
     /// Most tokens (texts x longest length) in one batch.
     pub token_budget: usize,
     /// Truncation length; `None` = the model's `max_seq_length`, then the tokenizer's, then
@@ -62,18 +59,12 @@ pub struct EmbedderOptions {
     /// The prompt before every text: a text, or a prompt of `config_sentence_transformers.json`
     /// by name; `None` = the task's instruction, else the folder's `default_prompt_name`, if any.
     pub prompt: Option<Prompt>,
-    /// The old way to name a prompt, read when `prompt` is `None`.
-    #[deprecated(since = "0.1.0", note = "use `prompt: Some(Prompt::Name(..))`, or `with_prompt_name`")]
-    pub prompt_name: Option<String>,
     /// The task of a model with task adapters (jina-embeddings-v3's `lora_adaptations`):
     /// fed to its `task_id` input; its instruction goes before every text.
     pub task: Option<String>,
     /// Matryoshka truncation: keep the first `dimensions` values of each vector (then normalise),
     /// as [`CallOptions::dimensions`](crate::CallOptions::dimensions) does for one call.
     pub dimensions: Option<usize>,
-    /// The old name of `dimensions`, read when `dimensions` is `None`.
-    #[deprecated(since = "0.1.0", note = "use `dimensions`, as `CallOptions` names it")]
-    pub dim: Option<usize>,
     /// Most texts waiting in the queue that every call feeds (a call larger than this still runs,
     /// alone). About 1.6 KB each for a 384-wide model with 256-token texts.
     pub max_queued_texts: usize,
@@ -96,23 +87,19 @@ pub struct EmbedderOptions {
 }
 
 impl Default for EmbedderOptions {
-    #[allow(deprecated)]
     fn default() -> Self {
         Self {
             device: Device::Auto,
             threads: None,
             workers: None,
-            sessions: None,
             token_budget: 256,
             max_length: None,
             pooling: None,
             normalize: None,
             output_name: None,
             prompt: None,
-            prompt_name: None,
             task: None,
             dimensions: None,
-            dim: None,
             max_queued_texts: 65_536,
             queue_full: QueueFull::Wait,
             batch_wait: Duration::ZERO,
@@ -163,11 +150,6 @@ impl EmbedderOptions {
     pub fn with_workers(mut self, workers: usize) -> Self {
         self.workers = Some(workers);
         self
-    }
-    /// The old name of [`with_workers`](Self::with_workers).
-    #[deprecated(since = "0.1.0", note = "use `with_workers`")]
-    pub fn with_sessions(self, sessions: usize) -> Self {
-        self.with_workers(sessions)
     }
     /// Most tokens in one batch (at least 1).
     pub fn with_token_budget(mut self, tokens: usize) -> Self {
@@ -229,30 +211,6 @@ impl EmbedderOptions {
         self.dimensions = Some(dimensions);
         self
     }
-    /// The old name of [`with_dimensions`](Self::with_dimensions).
-    #[deprecated(since = "0.1.0", note = "use `with_dimensions`")]
-    pub fn with_dim(self, dim: usize) -> Self {
-        self.with_dimensions(dim)
-    }
-
-    /// `workers`, or its old name `sessions`.
-    #[allow(deprecated)]
-    pub(crate) fn chosen_workers(&self) -> Option<usize> {
-        self.workers.or(self.sessions)
-    }
-
-    /// `dimensions`, or its old name `dim`.
-    #[allow(deprecated)]
-    pub(crate) fn chosen_dimensions(&self) -> Option<usize> {
-        self.dimensions.or(self.dim)
-    }
-
-    /// `prompt`, or a prompt named by the old `prompt_name`.
-    #[allow(deprecated)]
-    pub(crate) fn chosen_prompt(&self) -> Option<Prompt> {
-        self.prompt.clone().or_else(|| self.prompt_name.clone().map(Prompt::Name))
-    }
-
     /// Refuses a value no embedder can be built with, naming the option. [`Embedder::new`](crate::Embedder::new)
     /// calls it first; what depends on the model (`dimensions` wider than its vectors) is checked
     /// when the model is loaded.
@@ -260,9 +218,9 @@ impl EmbedderOptions {
         let at_least_one = [
             ("token_budget", Some(self.token_budget), "must be at least 1"),
             ("threads", self.threads, "must be at least 1 (or leave it unset for all cores)"),
-            ("workers", self.chosen_workers(), "must be at least 1 (or leave it unset)"),
+            ("workers", self.workers, "must be at least 1 (or leave it unset)"),
             ("max_queued_texts", Some(self.max_queued_texts), "must be at least 1"),
-            ("dimensions", self.chosen_dimensions(), "must be at least 1"),
+            ("dimensions", self.dimensions, "must be at least 1"),
             ("max_length", self.max_length, "must be at least 1"),
         ];
         for (option, value, reason) in at_least_one {
@@ -279,10 +237,6 @@ impl EmbedderOptions {
         if let Some((name, _)) = self.ep_libraries.iter().find(|(n, p)| n.trim().is_empty() || p.as_os_str().is_empty())
         {
             return Err(EmbedError::invalid("ep_libraries", format!("entry {name:?} needs a name and a path")));
-        }
-        #[allow(deprecated)]
-        if self.prompt.is_some() && self.prompt_name.is_some() {
-            return Err(EmbedError::invalid("prompt", "give a prompt text or a prompt name, not both"));
         }
         Ok(())
     }
@@ -362,26 +316,8 @@ mod tests {
         assert_eq!(intra_threads(2, 8), 1, "more workers than threads: one thread each");
     }
 
-    /// The old names still work for one release, and mean the same as the new ones.
-    #[test]
-    #[allow(deprecated)]
-    fn old_names_are_aliases_of_the_new_ones() {
-        let old = EmbedderOptions::default().with_sessions(3).with_dim(64).with_prompt_name("query");
-        let new = EmbedderOptions::default().with_workers(3).with_dimensions(64).with_prompt_name("query");
-        assert_eq!(
-            (old.chosen_workers(), old.chosen_dimensions(), old.chosen_prompt()),
-            (new.chosen_workers(), new.chosen_dimensions(), new.chosen_prompt())
-        );
-        let fields =
-            EmbedderOptions { sessions: Some(2), dim: Some(8), prompt_name: Some("q".into()), ..Default::default() };
-        assert_eq!((fields.chosen_workers(), fields.chosen_dimensions()), (Some(2), Some(8)));
-        assert_eq!(fields.chosen_prompt(), Some(Prompt::Name("q".into())));
-        assert_eq!(new.chosen_prompt(), Some(Prompt::Name("query".into())));
-    }
-
     /// Every option an embedder cannot be built with is refused by name, before any loading.
     #[test]
-    #[allow(deprecated)]
     fn validate_names_the_option() {
         let invalid = |o: EmbedderOptions| match o.validate() {
             Err(EmbedError::InvalidOption { option, .. }) => option,
@@ -391,12 +327,9 @@ mod tests {
         assert!(d().validate().is_ok());
         assert_eq!(invalid(d().with_threads(0)), "threads");
         assert_eq!(invalid(d().with_workers(0)), "workers");
-        assert_eq!(invalid(d().with_sessions(0)), "workers");
         assert_eq!(invalid(d().with_token_budget(0)), "token_budget");
         assert_eq!(invalid(d().with_max_queued_texts(0)), "max_queued_texts");
         assert_eq!(invalid(d().with_dimensions(0)), "dimensions");
         assert_eq!(invalid(d().with_max_length(0)), "max_length");
-        let both = EmbedderOptions { prompt_name: Some("q".into()), ..d().with_prompt("x") };
-        assert_eq!(invalid(both), "prompt");
     }
 }

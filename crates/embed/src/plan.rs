@@ -10,16 +10,11 @@ fn vendor_state(r: &VendorReport) -> VendorState {
 
 /// The plan this process would use for this device (probe + policy, no ONNX Runtime).
 pub fn plan_for(device: Device) -> Plan {
-    plan_for_model(device, None)
+    plan_with(device, None, &[], &[])
 }
 
-/// [`plan_for`] for a model that may run well only on the CPU (`model_cpu_only`: why, as
-/// [`Quantization::cpu_only`](crate::Quantization::cpu_only) says).
-pub fn plan_for_model(device: Device, model_cpu_only: Option<String>) -> Plan {
-    plan_with(device, model_cpu_only, &[], &[])
-}
-
-/// The plan with ONNX Runtime's device list (see [`list_devices`](crate::list_devices)), whose
+/// The plan for a model that may run well only on the CPU (`model_cpu_only`: why, as
+/// [`Quantization::cpu_only`](crate::Quantization::cpu_only) says), with ONNX Runtime's device list (see [`list_devices`](crate::list_devices)), whose
 /// plugin devices join it, and the providers the user named (`--providers`; empty for none).
 pub fn plan_with(device: Device, model_cpu_only: Option<String>, devices: &[EpDevice], providers: &[String]) -> Plan {
     let p = probe();

@@ -123,7 +123,7 @@ pub(crate) fn register_new(rt: &Host<'_>, found: &PluginDiscovery) {
                         tracing::info!(plugin = %lib.name, "registered, but it lists no device on this machine");
                     }
                 }
-                Err(e) => report.error = Some(explain(&e, &rt.ort_version)),
+                Err(e) => report.error = Some(explain(&e, rt.ort_version)),
             }
         }
         state.reports.retain(|r| r.path != report.path);

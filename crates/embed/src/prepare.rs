@@ -163,7 +163,7 @@ pub(crate) fn prepare_texts<S: AsRef<str>>(engine: &Engine, texts: &[S], options
     let plan = plan_call(engine, options)?;
     let mut first: HashMap<&str, usize> = HashMap::with_capacity(texts.len());
     let mut unique: Vec<&str> = Vec::with_capacity(texts.len());
-    let slot: Vec<usize> = texts
+    let unique_of: Vec<usize> = texts
         .iter()
         .map(|t| {
             *first.entry(t.as_ref()).or_insert_with(|| {
@@ -172,17 +172,17 @@ pub(crate) fn prepare_texts<S: AsRef<str>>(engine: &Engine, texts: &[S], options
             })
         })
         .collect();
-    let expand = (unique.len() < texts.len()).then_some(slot);
+    let expand = (unique.len() < texts.len()).then_some(unique_of);
     if let Some(chunking) = &options.chunking {
         return prepare_chunks(engine, &unique, expand, &plan, chunking);
     }
-    let slot = expand.as_deref();
+    let unique_of = expand.as_deref();
     let encodings =
         if unique.is_empty() { Vec::new() } else { engine.tokenizer.encode(&unique, plan.prompt, plan.truncation)? };
     if plan.truncation == Truncation::Refuse
         && let Some(u) = encodings.iter().position(|e| !e.get_overflowing().is_empty())
     {
-        let index = slot.and_then(|slot| slot.iter().position(|&s| s == u)).unwrap_or(u);
+        let index = unique_of.and_then(|of| of.iter().position(|&s| s == u)).unwrap_or(u);
         return Err(too_long(engine, index, unique[u], plan.prompt));
     }
     let request = Request::new(unique.len(), engine.info.model_dimension);
@@ -315,7 +315,7 @@ pub(crate) fn finish(engine: &Engine, mut call: Call, rows: Vec<f32>) -> Embeddi
     let chunked = call.chunked.take();
     // Text i's row among the unique texts (the same when the call had no duplicates).
     let texts = call.expand.as_ref().map_or(call.tokens.len(), Vec::len);
-    let unique = |i: usize| call.expand.as_ref().map_or(i, |slot| slot[i]);
+    let unique = |i: usize| call.expand.as_ref().map_or(i, |of| of[i]);
     engine.counters.texts.fetch_add(texts as u64, Ordering::Relaxed);
     let tokens = (0..texts).map(|i| call.tokens[unique(i)]).collect();
     let finish_row = |out: &mut Vec<f32>, raw: &[f32]| {

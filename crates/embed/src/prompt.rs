@@ -60,7 +60,7 @@ pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result
     let named = |name: &str, source: String| -> Result<(String, Option<String>), EmbedError> {
         Ok((named_prompt(folder, name)?.to_owned(), Some(source)))
     };
-    let chosen = o.chosen_prompt();
+    let chosen = o.prompt.clone();
     let (text, source) = if let Some(Prompt::Text(p)) = chosen {
         (p, Some("the prompt option".to_owned()))
     } else if let Some(Prompt::Name(name)) = chosen {

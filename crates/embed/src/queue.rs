@@ -14,7 +14,7 @@ pub(crate) const ATTENTION_FREE_LENGTH: usize = 512;
 /// Whether `texts` texts padded to `longest` tokens may run as one batch: `texts x longest`
 /// within `token_budget`, and the attention scores within what a full budget of
 /// [`ATTENTION_FREE_LENGTH`]-token texts holds.
-pub(crate) fn fits(texts: usize, longest: usize, token_budget: usize) -> bool {
+pub(crate) fn within_budget(texts: usize, longest: usize, token_budget: usize) -> bool {
     texts.saturating_mul(longest) <= token_budget
         && texts.saturating_mul(longest.saturating_mul(longest)) <= token_budget.saturating_mul(ATTENTION_FREE_LENGTH)
 }
@@ -107,7 +107,7 @@ impl Queue {
                 continue;
             }
             let n = chosen.len() + 1;
-            if len < floor || !fits(n, longest, token_budget) {
+            if len < floor || !within_budget(n, longest, token_budget) {
                 break;
             }
             chosen.push(id);
@@ -153,14 +153,17 @@ mod tests {
     #[test]
     fn long_texts_are_bounded_by_attention_not_only_tokens() {
         // 512 tokens and under: the token budget alone.
-        assert!(fits(8, 512, 4096));
-        assert!(fits(128, 128, 16384));
-        assert!(!fits(9, 512, 4096));
+        assert!(within_budget(8, 512, 4096));
+        assert!(within_budget(128, 128, 16384));
+        assert!(!within_budget(9, 512, 4096));
         // Four 8,192-token texts fit a 65,536-token budget but would hold 16 times the attention
         // scores of 128 texts of 512 tokens: each runs alone.
-        assert!(fits(4, 8192, 65536 * 16) && !fits(2, 8192, 65536), "the token budget alone would allow 8");
+        assert!(
+            within_budget(4, 8192, 65536 * 16) && !within_budget(2, 8192, 65536),
+            "the token budget alone would allow 8"
+        );
         // 1,024 tokens: half the texts the token budget alone would allow.
-        assert!(fits(4, 1024, 8192));
-        assert!(!fits(5, 1024, 8192));
+        assert!(within_budget(4, 1024, 8192));
+        assert!(!within_budget(5, 1024, 8192));
     }
 }

@@ -143,7 +143,7 @@ impl Drop for Item {
                 self.rows(),
                 EmbedError::inference(
                     InferenceKind::WorkerFailed,
-                    "a session worker failed (it panicked) before this text was done; retry",
+                    "a worker failed (it panicked) before this text was done; retry",
                 ),
             );
         }

@@ -1,4 +1,4 @@
-//! Batching across calls: every call hands its tokenized texts to one queue; each session worker
+//! Batching across calls: every call hands its tokenized texts to one queue; each worker
 //! takes the next batch from whatever is waiting (the oldest call's longest text, with the texts
 //! of any call closest below it in length, under the token budget), so concurrent small calls
 //! fill the same batches and the oldest call is always served next. Results go back to each call

@@ -163,7 +163,7 @@ fn provider_library(rt: &OrtRuntime, name: &str) -> PathBuf {
 fn gpu_vendor_of(p: Provider) -> Option<GpuVendor> {
     match p.vendor() {
         Vendor::Cuda => Some(GpuVendor::Cuda),
-        Vendor::Rocm => Some(GpuVendor::Rocm),
+        Vendor::Amd => Some(GpuVendor::Amd),
         _ => None,
     }
 }

@@ -1,4 +1,4 @@
-//! The session workers: worker `k` takes its next batch from the queue, runs it (on the CPU on
+//! The workers: worker `k` takes its next batch from the queue, runs it (on the CPU on
 //! the one session all workers share, on a GPU on session `k`, with the GPU-to-CPU fallback), and
 //! hands each row to its call's request. Also TEI's token vectors, which run on the first session
 //! outside the queue through the same fallback.
@@ -16,7 +16,7 @@ use crate::session::Slot;
 /// as they drop, and the worker starts again.
 pub(crate) fn work(engine: &Engine, k: usize) {
     while std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_batches(engine, k))).is_err() {
-        tracing::error!("session worker {k} panicked; the texts it held failed, and it starts again");
+        tracing::error!("worker {k} panicked; the texts it held failed, and it starts again");
         engine.scheduler.worker_restarted(k);
         // A fault that comes back at once is not run at full speed.
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -48,7 +48,7 @@ fn run_items(engine: &Engine, slot: &RwLock<Slot>, items: &mut [Item]) {
             engine.run_batch(slot, &rows, |_, v| out.extend_from_slice(v))
         }))
         .unwrap_or_else(|_| {
-            Err(EmbedError::inference(InferenceKind::WorkerFailed, "a session worker panicked running this batch"))
+            Err(EmbedError::inference(InferenceKind::WorkerFailed, "a worker panicked running this batch"))
         })?;
         Ok(out)
     };

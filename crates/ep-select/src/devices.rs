@@ -62,7 +62,7 @@ impl EpDevice {
     /// PCI id; `None` for anything else (a CPU, an NPU, another vendor's GPU).
     pub fn gpu_vendor(&self) -> Option<Vendor> {
         match (self.hardware, self.pci_vendor_id) {
-            (Hardware::Gpu, PCI_AMD) => Some(Vendor::Rocm),
+            (Hardware::Gpu, PCI_AMD) => Some(Vendor::Amd),
             (Hardware::Gpu, PCI_NVIDIA) => Some(Vendor::Cuda),
             _ => None,
         }

@@ -53,24 +53,30 @@ impl fmt::Display for Device {
     }
 }
 
-/// Where the model runs: the plan's intended vendor, or what really ran.
+/// Where the model runs: the plan's intended vendor, or what really ran. Written (JSON,
+/// [`label`](Self::label)) as `"cpu"`, `"cuda"`, `"rocm"` and `"other"`: an AMD GPU is `"rocm"`,
+/// as the design's `gpu_vendor()` has always named it, whichever AMD provider runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Vendor {
     Cpu,
+    /// An NVIDIA GPU (the CUDA provider).
     Cuda,
-    Rocm,
+    /// An AMD GPU (the MIGraphX or the ROCm provider).
+    #[serde(rename = "rocm")]
+    Amd,
     /// A GPU or NPU of another vendor, through a plugin provider the user named.
     Other,
 }
 
 impl Vendor {
+    /// `"cpu"`, `"cuda"`, `"rocm"` (AMD) or `"other"`.
     pub fn label(self) -> &'static str {
         match self {
             Self::Cpu => "cpu",
             Self::Cuda => "cuda",
-            Self::Rocm => "rocm",
+            Self::Amd => "rocm",
             Self::Other => "other",
         }
     }
@@ -118,7 +124,7 @@ impl Provider {
     pub fn vendor(self) -> Vendor {
         match self {
             Self::Cuda => Vendor::Cuda,
-            Self::MiGraphX | Self::Rocm => Vendor::Rocm,
+            Self::MiGraphX | Self::Rocm => Vendor::Amd,
             Self::Cpu => Vendor::Cpu,
         }
     }
@@ -216,7 +222,7 @@ pub fn plan(inputs: &Inputs) -> Plan {
         return explicit_plan(inputs);
     }
     let Inputs { compiled, cuda, rocm, device, model_cpu_only, devices, .. } = inputs;
-    let amd_plugins = plugin_gpus(devices, Vendor::Rocm);
+    let amd_plugins = plugin_gpus(devices, Vendor::Amd);
     let nvidia_plugins = plugin_gpus(devices, Vendor::Cuda);
     let amd_ready = compiled.rocm() && (rocm.available || !amd_plugins.is_empty());
     let nvidia_ready = compiled.cuda() && (cuda.available || !nvidia_plugins.is_empty());
@@ -224,7 +230,7 @@ pub fn plan(inputs: &Inputs) -> Plan {
     if let Some(why) = model_cpu_only {
         match device {
             Device::Cuda | Device::Rocm => {
-                let vendor = if *device == Device::Cuda { Vendor::Cuda } else { Vendor::Rocm };
+                let vendor = if *device == Device::Cuda { Vendor::Cuda } else { Vendor::Amd };
                 return refused(
                     vendor,
                     &format!("{why}: run it with --device cpu (or auto), or run the float32 model on the GPU"),
@@ -314,7 +320,7 @@ pub fn explicit_plan(inputs: &Inputs) -> Plan {
         let vendor = entry.vendor();
         if let Some(why) = model_cpu_only.as_ref().filter(|_| vendor != Vendor::Cpu) {
             reasons.push(format!("{entry}: skipped because {why}"));
-        } else if vendor == Vendor::Rocm && !compiled.rocm() {
+        } else if vendor == Vendor::Amd && !compiled.rocm() {
             reasons.push(format!("{entry}: skipped: {AMD_NOT_COMPILED}"));
         } else if !providers.contains(&entry) {
             providers.push(entry);
@@ -401,17 +407,17 @@ fn amd_providers() -> Vec<Planned> {
 fn auto_amd(builtin: bool, plugins: Vec<EpDevice>, mut reasons: Vec<String>) -> Plan {
     let mut providers = if builtin { amd_providers() } else { Vec::new() };
     add_plugins(&mut providers, &mut reasons, plugins);
-    gpu_plan(Vendor::Rocm, providers, reasons, false)
+    gpu_plan(Vendor::Amd, providers, reasons, false)
 }
 
 fn forced_amd(compiled: Compiled, rocm: &VendorState, plugins: Vec<EpDevice>, mut reasons: Vec<String>) -> Plan {
     if !compiled.rocm() {
-        return refused(Vendor::Rocm, AMD_NOT_COMPILED);
+        return refused(Vendor::Amd, AMD_NOT_COMPILED);
     }
     reasons.push(format!("ROCm: requested because the device is forced to rocm (probe: {})", rocm.summary));
     let mut providers = amd_providers();
     add_plugins(&mut providers, &mut reasons, plugins);
-    gpu_plan(Vendor::Rocm, providers, reasons, true)
+    gpu_plan(Vendor::Amd, providers, reasons, true)
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ fn expected(cuda_c: bool, rocm_c: bool, cuda_a: bool, rocm_a: bool, device: Devi
     match device {
         Device::Cpu => (Vendor::Cpu, false),
         Device::Cuda => (Vendor::Cuda, !cuda_c),
-        Device::Rocm => (Vendor::Rocm, !rocm_c),
-        Device::Auto if rocm_c && rocm_a => (Vendor::Rocm, false),
+        Device::Rocm => (Vendor::Amd, !rocm_c),
+        Device::Auto if rocm_c && rocm_a => (Vendor::Amd, false),
         Device::Auto if cuda_c && cuda_a => (Vendor::Cuda, false),
         Device::Auto => (Vendor::Cpu, false),
     }
@@ -85,7 +85,7 @@ fn amd_first_when_both_present() {
     };
     let p = plan(&inputs);
     if cfg!(feature = "rocm") {
-        assert_eq!(p.vendor, Vendor::Rocm);
+        assert_eq!(p.vendor, Vendor::Amd);
         let names: Vec<&str> = p.providers.iter().map(|p| p.ort_name()).collect();
         assert_eq!(names, ["MIGraphXExecutionProvider", "ROCMExecutionProvider", "CPUExecutionProvider"]);
         assert!(p.reasons.iter().any(|r| r.starts_with("CUDA: skipped")), "{:?}", p.reasons);
@@ -175,7 +175,7 @@ fn plugin_gpus_join_their_vendor_in_the_seed_order() {
     let rtx = device("NvTensorRTRTXExecutionProvider", Hardware::Gpu, PCI_NVIDIA, 2);
     let p = plan(&with_devices(true, false, vec![amd.clone(), rtx.clone()]));
     if cfg!(feature = "rocm") {
-        assert_eq!(p.vendor, Vendor::Rocm);
+        assert_eq!(p.vendor, Vendor::Amd);
         assert_eq!(names(&p), ["MIGraphXPluginEP", "CPUExecutionProvider"], "{:?}", p.reasons);
         assert!(p.reasons.iter().any(|r| r.contains("CUDA: skipped because an AMD GPU")), "{:?}", p.reasons);
     } else {

@@ -34,7 +34,7 @@ pub use ort_lib::{
 };
 pub use paths::{RejectedEntry, SearchPath, python_site_dirs, same_file};
 pub use plugins::{PLUGIN_ENTRY, PluginDiscovery, PluginLibrary, PluginSource, discover_plugins, parse_plugin_entry};
-pub use report::{ProbeReport, write_vendor};
+pub use report::ProbeReport;
 pub use requirements::{Opened, ProviderRequirements, Requirement, RequirementStatus, provider_requirements};
 pub use vendor::{VendorReport, VisibleDevices};
 
@@ -48,11 +48,11 @@ pub fn version_at_least(version: &str, min: (u64, u64)) -> Option<bool> {
     Some((*v.first()?, *v.get(1)?) >= min)
 }
 
-/// Vendors a GPU can come from.
+/// Vendors a GPU can come from: NVIDIA (its CUDA stack) and AMD (its ROCm stack).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GpuVendor {
     Cuda,
-    Rocm,
+    Amd,
 }
 
 /// Probes with `ctx`, uncached. Loads vendor libraries only where that vendor's driver is present.
@@ -89,7 +89,7 @@ pub fn preflight() -> (bool, String) {
 pub fn search_path(ctx: &ProbeContext, vendor: GpuVendor) -> SearchPath {
     match vendor {
         GpuVendor::Cuda => cuda::search_path(ctx),
-        GpuVendor::Rocm => rocm_search_path(ctx),
+        GpuVendor::Amd => rocm_search_path(ctx),
     }
 }
 

@@ -28,14 +28,14 @@ pub struct SearchPath {
 
 impl SearchPath {
     /// Adds `dir` unless it is already listed or is not an existing folder.
-    pub fn push(&mut self, dir: PathBuf) {
+    pub(crate) fn push(&mut self, dir: PathBuf) {
         if dir.is_dir() && !self.dirs.contains(&dir) {
             self.dirs.push(dir);
         }
     }
 
     /// Adds every entry of a colon-separated list variable, rejecting empty, relative and missing ones.
-    pub fn push_env_list(&mut self, ctx: &ProbeContext, variable: &str) {
+    pub(crate) fn push_env_list(&mut self, ctx: &ProbeContext, variable: &str) {
         let Some(value) = ctx.var(variable) else { return };
         let value = value.to_string_lossy();
         for entry in value.split(':') {
@@ -58,7 +58,7 @@ impl SearchPath {
     }
 
     /// Adds `$variable/<sub>` for each sub-folder, when the variable holds an absolute path.
-    pub fn push_env_prefix(&mut self, ctx: &ProbeContext, variable: &str, subdirs: &[&str]) {
+    pub(crate) fn push_env_prefix(&mut self, ctx: &ProbeContext, variable: &str, subdirs: &[&str]) {
         let Some(value) = ctx.var(variable) else { return };
         let base = PathBuf::from(value);
         if value.is_empty() || !base.is_absolute() {

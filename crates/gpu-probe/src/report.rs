@@ -39,8 +39,14 @@ impl fmt::Display for ProbeReport {
     }
 }
 
-/// Writes one vendor's section: summary, driver, libraries, variables.
-pub fn write_vendor(f: &mut dyn fmt::Write, v: &VendorReport) -> fmt::Result {
+/// One vendor's section, as `doctor` prints it: summary, driver, libraries, variables.
+impl fmt::Display for VendorReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_vendor(f, self)
+    }
+}
+
+fn write_vendor(f: &mut dyn fmt::Write, v: &VendorReport) -> fmt::Result {
     writeln!(f, "{}", v.summary)?;
     if !v.compiled {
         return Ok(());

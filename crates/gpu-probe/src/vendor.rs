@@ -54,7 +54,8 @@ pub struct VendorReport {
 
 impl VendorReport {
     /// The report for a vendor whose support this build does not contain.
-    pub fn not_compiled(vendor: &str, summary: &str) -> Self {
+    #[cfg_attr(feature = "rocm", allow(dead_code))]
+    pub(crate) fn not_compiled(vendor: &str, summary: &str) -> Self {
         Self {
             vendor: vendor.to_owned(),
             compiled: false,

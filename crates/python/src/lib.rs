@@ -374,16 +374,18 @@ impl Embedder {
     /// What the embedder has done since it was built: texts, batches, tokens, seconds inside ONNX
     /// Runtime, texts queued, running and cancelled (the library's `EmbedStats`).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let stats = serde_json::to_value(self.get()?.stats()).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
+        let stats = serde_json::to_value(self.get()?.stats())
+            .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
         json_to_py(py, &stats)
     }
 
-    /// "rocm", "cuda" or "cpu": where the model really runs now.
+    /// "rocm" (an AMD GPU), "cuda", "cpu" or "other" (a plugin provider's device of another
+    /// vendor): where the model really runs now.
     fn gpu_vendor(&self) -> PyResult<&'static str> {
         Ok(self.get()?.gpu_vendor())
     }
 
-    /// True when an AMD provider runs the model.
+    /// True when an AMD GPU is ready: an AMD provider runs the model now.
     fn rocm_ready(&self) -> PyResult<bool> {
         Ok(self.get()?.rocm_ready())
     }

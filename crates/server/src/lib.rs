@@ -49,7 +49,6 @@ use axum::Router;
 use axum::routing::{get, post};
 
 pub use models::{Models, ModelsError};
-pub use nornir_vector::Chunking;
 pub use serve::serve;
 
 /// How `input` given as token ids is read on the OpenAI routes.

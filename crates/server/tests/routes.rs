@@ -555,7 +555,7 @@ async fn long_texts_follow_the_servers_policy_unless_the_request_says() {
         "{metrics}"
     );
 
-    let refuse = serve(&[("minilm", &lib)], ServerConfig::default().with_long(nornir_server::LongInputs::Refuse));
+    let refuse = serve(&[("minilm", &lib)], ServerConfig::default().with_long(nornir_vector::LongInputs::Refuse));
     for (path, body) in [("/embed", json!({ "inputs": batch })), ("/v1/embeddings", json!({ "input": batch }))] {
         let (status, e, _) = post_counting(&refuse, path, body).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{path}: {e}");
@@ -566,7 +566,7 @@ async fn long_texts_follow_the_servers_policy_unless_the_request_says() {
     let chunking = nornir_vector::Chunking::new().with_window(64).with_overlap(8);
     let documents = lib.embed_with(&batch, &CallOptions::new().with_chunking(chunking)).expect("chunked");
     let chunk =
-        serve(&[("minilm", &lib)], ServerConfig::default().with_long(nornir_server::LongInputs::Chunk(chunking)));
+        serve(&[("minilm", &lib)], ServerConfig::default().with_long(nornir_vector::LongInputs::Chunk(chunking)));
     let (status, answer, n) = post_counting(&chunk, "/embed", json!({ "inputs": batch })).await;
     assert_eq!((status, n), (StatusCode::OK, Some(0)), "{answer}");
     assert_vectors(&answer, &documents, "TEI, chunked");

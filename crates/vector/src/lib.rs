@@ -32,9 +32,6 @@ pub use nornir_ep_select::{Device, Provider, Vendor};
 pub use nornir_gpu_probe::{preflight, probe};
 
 #[cfg(feature = "embed-ort")]
-#[allow(deprecated)]
-pub use nornir_embed::CallPrompt;
-#[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
     BATCH_SIZE_BOUNDS, CallOptions, CancelHandle, Cause, CharChunk, Chunk, Chunking, DocumentVector, EmbedError,
     EmbedFuture, EmbedStats, Embedder, EmbedderOptions, Embeddings, InferenceKind, LongInputs, Pooling, Prompt,
@@ -47,19 +44,19 @@ pub use nornir_embed::{
 /// folder it read. Each type is `#[non_exhaustive]` and (de)serialises as `nornir vector doctor
 /// --json` writes it.
 pub mod diagnostics {
-    pub use nornir_ep_select::{Compiled, EpDevice, Hardware, PCI_AMD, PCI_NVIDIA, Plan, Planned, PluginRef};
+    pub use nornir_ep_select::{EpDevice, Hardware, PCI_AMD, PCI_NVIDIA, Plan, Planned, PluginRef};
     pub use nornir_gpu_probe::{
         DEFAULT_MODEL_SUBDIR, DriverReport, LibraryReport, Opened, OrtCandidate, OrtDiscovery, PluginDiscovery,
         PluginLibrary, PluginSource, ProbeContext, ProbeReport, ProviderRequirements, RejectedEntry, Requirement,
         RequirementStatus, SearchPath, VendorReport, VisibleDevices, default_model_dir, discover_plugins, nornir_home,
-        parse_plugin_entry, same_file, version_at_least, write_vendor,
+        parse_plugin_entry, same_file, version_at_least,
     };
 
     #[cfg(feature = "embed-ort")]
     pub use nornir_embed::{
         DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport, PoolingSpec,
         PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, check_library,
-        choose_library, device_list, plan_for, plan_for_model, plan_with,
+        choose_library, device_list, plan_for, plan_with,
     };
 }
 
@@ -70,11 +67,6 @@ pub use nornir_quantize as quantize;
 /// Conversion of safetensors weights into an ONNX graph (feature `convert`).
 #[cfg(feature = "convert")]
 pub use nornir_convert as convert;
-
-/// Whether this build contains the ONNX Runtime embedder.
-pub const EMBED_ORT: bool = cfg!(feature = "embed-ort");
-/// Whether this build contains the AMD path.
-pub const EMBED_ORT_ROCM: bool = cfg!(feature = "embed-ort-rocm");
 
 /// Compiles the README's Rust example as a doctest.
 #[cfg(all(doctest, feature = "embed-ort"))]

@@ -51,7 +51,7 @@ pub fn options(m: &ModelArgs) -> Result<EmbedderOptions> {
     o.output_name = m.output_name.clone();
     o.prompt = prompt(m.prompt.clone(), m.prompt_name.clone());
     o.task = m.task.clone();
-    o.dimensions = m.dim.map(|d| d as usize);
+    o.dimensions = m.dimensions.map(|d| d as usize);
     o.batch_wait = std::time::Duration::from_millis(m.batch_wait_ms);
     o.threads = m.threads.map(|t| t as usize);
     o.workers = m.workers.map(|s| s as usize);
@@ -305,7 +305,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         "texts_per_second": s.texts as f64 / seconds,
         "tokens_per_second": s.tokens as f64 / seconds,
         "ort_seconds": s.ort_seconds,
-        "ort_seconds_per_session": s.ort_seconds / embedder.workers() as f64,
+        "ort_seconds_per_worker": s.ort_seconds / embedder.workers() as f64,
         "outside_ort_seconds": (seconds - s.ort_seconds / embedder.workers() as f64).max(0.0),
         "load_seconds": load_seconds,
         "peak_rss_mib": peak_rss_mib(&embedder),

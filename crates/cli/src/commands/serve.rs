@@ -32,10 +32,12 @@ struct FileModel {
     folder: PathBuf,
     device: Option<String>,
     threads: Option<usize>,
-    #[serde(alias = "sessions")]
     workers: Option<usize>,
     prompt_name: Option<String>,
     prompt: Option<String>,
+    dimensions: Option<usize>,
+    /// The old names of `workers` and `dimensions`: read, with a warning.
+    sessions: Option<usize>,
     dim: Option<usize>,
 }
 
@@ -86,9 +88,14 @@ fn read_models_file(file: &Path, base: &EmbedderOptions) -> Result<Vec<Served>> 
             if let Some(d) = &m.device {
                 o.device = d.parse::<Device>().map_err(|e| anyhow::anyhow!("model {:?}: device: {e}", m.name))?;
             }
+            for (old, new, given) in [("sessions", "workers", m.sessions), ("dim", "dimensions", m.dim)] {
+                if given.is_some() {
+                    eprintln!("nornir: warning: --models-file, model {:?}: `{old}` is now `{new}`", m.name);
+                }
+            }
             o.threads = m.threads.or(o.threads);
-            o.workers = m.workers.or(o.workers);
-            o.dimensions = m.dim.or(o.dimensions);
+            o.workers = m.workers.or(m.sessions).or(o.workers);
+            o.dimensions = m.dimensions.or(m.dim).or(o.dimensions);
             if m.prompt.is_some() && m.prompt_name.is_some() {
                 anyhow::bail!("model {:?}: give prompt or prompt_name, not both", m.name);
             }
