@@ -72,63 +72,28 @@ pub struct OrtChoice {
     pub devices: Option<nornir_vector::diagnostics::DeviceList>,
 }
 
-/// The session part of `doctor`'s report: what really runs the model, or why nothing does. The
-/// same type is written by `doctor --json` and read back from the child of `doctor --isolate`.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct SessionDoc {
-    /// Why no session could be built (one line); the fields below are then empty, except
-    /// `forced_vendor` and `registrations` when a forced device could not run.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The device was forced to this vendor and none of its providers could run the model.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub forced_vendor: Option<nornir_vector::Vendor>,
-    /// Each provider's registration and preflight.
-    #[cfg(feature = "embed-ort")]
-    pub registrations: Vec<nornir_vector::diagnostics::Registration>,
-    /// The provider running the model, as ONNX Runtime names it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub active_provider: Option<String>,
-    /// Where the model really runs.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu_vendor: Option<nornir_vector::Vendor>,
-    /// For a plugin provider: its device, library, vendor and device id.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub active_device: Option<nornir_vector::diagnostics::EpDevice>,
-    /// Why the session was rebuilt on the CPU after a GPU session failed, or why the provider
-    /// registered first runs nothing (`unclaimed`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fallback: Option<String>,
-    /// Set when the provider registered first claimed none of the model's nodes: why.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub unclaimed: Option<String>,
-    #[cfg(feature = "embed-ort")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub placement: Option<nornir_vector::diagnostics::Placement>,
-    #[cfg(feature = "embed-ort")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ort: Option<nornir_vector::diagnostics::OrtInfo>,
-    #[cfg(feature = "embed-ort")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<nornir_vector::diagnostics::ModelInfo>,
-    /// What the model's sessions hold in memory (every session built first).
-    #[cfg(feature = "embed-ort")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<nornir_vector::diagnostics::Memory>,
-    /// ONNX Runtime's graph optimisation level for the session: `basic` or `all`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub graph_optimization: Option<String>,
-    /// How the weights are stored, as far as the folder says.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub precision: Option<String>,
-    /// The CPU extensions ONNX Runtime's int8 kernels can use, best first.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub cpu_int8_extensions: Vec<String>,
+/// An error and its causes on one line, outermost first, joined by `": "` (ONNX Runtime's
+/// messages can span lines). Each error says only what failed at its layer, so each cause appears
+/// once; the embedder's errors are said in this command's words (its flags, its advice).
+pub fn error_line(e: &anyhow::Error) -> String {
+    let links: Vec<String> =
+        e.chain().map(|cause| embed_error_text(cause).unwrap_or_else(|| cause.to_string())).collect();
+    links.join(": ").split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-impl SessionDoc {
-    pub fn failed(error: String) -> Self {
-        Self { error: Some(error), ..Self::default() }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_line_prints_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = anyhow::Error::new(io).context("reading a.txt").context("loading the corpus");
+        assert_eq!(error_line(&e), "loading the corpus: reading a.txt: no such file");
+        let e = anyhow::Error::new(std::io::Error::other("line one\nline two")).context("reading");
+        assert_eq!(error_line(&e), "reading: line one line two");
+        // A library text is not rewritten: only typed errors are said with the flags.
+        let e = anyhow::Error::msg("invalid `dim`: plain text");
+        assert_eq!(error_line(&e), "invalid `dim`: plain text");
     }
 }

@@ -541,34 +541,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("nornir: error: {}", error_line(&e));
+            eprintln!("nornir: error: {}", commands::error_line(&e));
             ExitCode::from(2)
         }
-    }
-}
-
-/// An error and its causes on one line, outermost first, joined by `": "` (ONNX Runtime's
-/// messages can span lines). Each error says only what failed at its layer, so each cause appears
-/// once; the embedder's errors are said in this command's words (its flags, its advice).
-pub(crate) fn error_line(e: &anyhow::Error) -> String {
-    let links: Vec<String> =
-        e.chain().map(|cause| commands::embed_error_text(cause).unwrap_or_else(|| cause.to_string())).collect();
-    links.join(": ").split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_line_prints_each_cause_once() {
-        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
-        let e = anyhow::Error::new(io).context("reading a.txt").context("loading the corpus");
-        assert_eq!(error_line(&e), "loading the corpus: reading a.txt: no such file");
-        let e = anyhow::Error::new(std::io::Error::other("line one\nline two")).context("reading");
-        assert_eq!(error_line(&e), "reading: line one line two");
-        // A library text is not rewritten: only typed errors are said with the flags.
-        let e = anyhow::Error::msg("invalid `dim`: plain text");
-        assert_eq!(error_line(&e), "invalid `dim`: plain text");
     }
 }

@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use nornir_ep_select::Vendor;
 
 use crate::call::CallOptions;
+use crate::describe::EmbedderReport;
 use crate::embeddings::Embeddings;
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
@@ -292,6 +293,18 @@ impl Embedder {
     /// share one session).
     pub fn workers(&self) -> usize {
         self.engine.workers
+    }
+
+    /// The whole report (the session, the model, workers, precision), as every surface writes
+    /// it; without node placement.
+    pub fn describe(&self) -> EmbedderReport {
+        EmbedderReport::of(&self.engine)
+    }
+
+    /// [`describe`](Self::describe) with the node placement of one profiled run (a session
+    /// build: `doctor` asks for it), and what really runs read from it.
+    pub fn describe_with_placement(&self) -> EmbedderReport {
+        self.describe().with_placement(self.placement())
     }
 
     /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh

@@ -10,6 +10,7 @@
 
 mod call;
 mod chunk;
+mod describe;
 mod embedder;
 mod embeddings;
 mod engine;
@@ -38,6 +39,7 @@ mod tokenize;
 mod worker;
 
 pub use call::{CallOptions, CancelHandle, Chunking, DocumentVector, Prompt, Truncation};
+pub use describe::{EmbedderReport, cpu_int8_extensions, fusion_counts, precision};
 pub use embedder::{EmbedFuture, Embedder};
 pub use embeddings::{CharChunk, Chunk, Embeddings};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};

@@ -353,21 +353,8 @@ impl Embedder {
     /// session).
     fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let e = self.get()?;
-        let report = e.report();
-        let doc = serde_json::json!({
-            "active_provider": report.active_provider,
-            "active_device": report.active_device,
-            "gpu_vendor": report.gpu_vendor,
-            "registrations": report.registrations,
-            "fallback": report.fallback,
-            "plan": report.plan,
-            "ort": report.ort,
-            "devices": report.devices,
-            "memory": report.memory,
-            "graph_optimization": report.graph_optimization,
-            "model": e.model_info(),
-            "workers": e.workers(),
-        });
+        let doc =
+            serde_json::to_value(e.describe()).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
         json_to_py(py, &doc)
     }
 

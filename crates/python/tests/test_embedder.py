@@ -2,6 +2,7 @@
 options, threads sharing one Embedder, every bad input a typed exception, Ctrl-C."""
 
 import _thread
+import os
 import signal
 import threading
 import time
@@ -190,3 +191,46 @@ def test_convert_writes_the_default_model_from_its_safetensors(sample, tmp_path)
     with pytest.raises(nv.ConvertError, match="has no config.json"):
         nv.convert(tmp_path, tmp_path / "other")
     assert not (tmp_path / "other").exists()
+
+
+def test_every_surface_writes_the_same_report_keys(embedder, model):
+    """`doctor --json`'s session, the server's `/info`, `report()` and `bench --json` are one
+    report type: the same keys everywhere (the CLI's and the server's add their own beside them)."""
+    import json
+    import socket
+    import subprocess
+    import urllib.request
+
+    nornir = os.environ["NORNIR_TEST_NORNIR"]
+    keys = set(embedder.report())
+    assert {"active_provider", "gpu_vendor", "registrations", "plan", "ort", "devices", "memory", "model",
+            "workers", "precision", "cpu_int8_extensions", "unclaimed", "placement"} <= keys, keys
+
+    run = lambda *args: json.loads(subprocess.run([nornir, "vector", *args], capture_output=True, check=True).stdout)
+    session = run("doctor", "--json", "--model", model)["session"]
+    assert set(session) == keys, set(session) ^ keys
+    assert session["placement"] is not None and embedder.report()["placement"] is None
+
+    bench = run("bench", "--json", "--quiet", "--model", model, "--input", str(REPO / "testdata/parity-sample.txt"))
+    assert keys <= set(bench), keys - set(bench)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([nornir, "vector", "serve", "--port", str(port), "--model", model],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        info = None
+        deadline = time.monotonic() + 600  # a readiness wait, not a speed target
+        while info is None and server.poll() is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=5) as r:
+                    info = json.load(r)
+            except OSError:
+                time.sleep(0.1)
+        assert info is not None, f"the server did not answer /info (exit status {server.poll()})"
+        assert keys <= set(info), keys - set(info)
+        assert info["model_id"] and info["max_input_length"] == info["model"]["max_length"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

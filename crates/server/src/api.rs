@@ -358,30 +358,31 @@ pub(crate) async fn info(State(app): State<Arc<App>>, model: Option<Path<String>
     let r = (|| {
         app.authorize(&headers)?;
         let (entry, e) = app.model(model.as_ref().map(|p| p.0.as_str()))?;
-        let report = e.report();
-        let info = e.model_info();
-        Ok(axum::Json(json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "model_id": entry.name,
-            "aliases": entry.aliases,
-            "models": app.models.names(),
-            "long_inputs": app.long.label(),
-            "max_input_length": info.max_length,
-            "max_client_batch_size": app.max_inputs,
-            "model": info,
-            "active_provider": report.active_provider,
-            "gpu_vendor": report.gpu_vendor,
-            "registrations": report.registrations,
-            "fallback": report.fallback,
-            "plan": report.plan,
-            "ort": report.ort,
-            "workers": e.workers(),
-            // The old name of "workers", kept for one release.
-            "sessions": e.workers(),
-            "memory": report.memory,
-            "max_inputs": app.max_inputs,
-        }))
-        .into_response())
+        // The embedder's report (the keys of `doctor --json`'s session, Python's `report()` and
+        // `bench --json`), then TEI's keys and the server's.
+        let mut info = match serde_json::to_value(e.describe()) {
+            Ok(Value::Object(report)) => report,
+            _ => {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the embedder's report is not a JSON object",
+                ));
+            }
+        };
+        let max_length = e.model_info().max_length;
+        for (key, value) in [
+            ("version", json!(env!("CARGO_PKG_VERSION"))),
+            ("model_id", json!(entry.name)),
+            ("aliases", json!(entry.aliases)),
+            ("models", json!(app.models.names())),
+            ("long_inputs", json!(app.long.label())),
+            ("max_input_length", json!(max_length)),
+            ("max_client_batch_size", json!(app.max_inputs)),
+            ("max_inputs", json!(app.max_inputs)),
+        ] {
+            info.insert(key.to_owned(), value);
+        }
+        Ok(axum::Json(Value::Object(info)).into_response())
     })();
     app.respond("/info", Flavour::Plain, started, r)
 }

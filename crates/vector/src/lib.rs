@@ -34,8 +34,8 @@ pub use nornir_gpu_probe::{preflight, probe};
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
     BATCH_SIZE_BOUNDS, CallOptions, CancelHandle, Cause, CharChunk, Chunk, Chunking, DocumentVector, EmbedError,
-    EmbedFuture, EmbedStats, Embedder, EmbedderOptions, Embeddings, InferenceKind, LongInputs, Pooling, Prompt,
-    QueueFull, Result, Token, Truncation, error_chain, normalize,
+    EmbedFuture, EmbedStats, Embedder, EmbedderOptions, EmbedderReport, Embeddings, InferenceKind, LongInputs, Pooling,
+    Prompt, QueueFull, Result, Token, Truncation, error_chain, normalize,
 };
 
 /// What nornir found on this machine and what it decided, as typed reports: the probe's
@@ -56,7 +56,7 @@ pub mod diagnostics {
     pub use nornir_embed::{
         DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport, PoolingSpec,
         PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, check_library,
-        choose_library, device_list, plan_for, plan_with,
+        choose_library, cpu_int8_extensions, device_list, fusion_counts, plan_for, plan_with, precision,
     };
 }
 

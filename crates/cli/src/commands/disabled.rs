@@ -4,10 +4,10 @@ use anyhow::{Result, bail};
 
 use nornir_vector::diagnostics::EpDevice;
 
-use super::{EmbedJob, OrtChoice, SessionDoc};
+use super::{EmbedJob, OrtChoice};
 use crate::{BenchArgs, ModelArgs, QuantizeArgs, ServeArgs};
 
-const NOT_COMPILED: &str =
+pub const NOT_COMPILED: &str =
     "this nornir was built without the ONNX Runtime embedder; rebuild with `--features embed-ort` (the default)";
 
 /// Without the embedder no ONNX Runtime is loaded at all.
@@ -64,8 +64,4 @@ pub fn ort_choice(_: Option<&nornir_vector::diagnostics::Plan>, _: &ModelArgs) -
 
 pub fn ort_pick(_: Option<&nornir_vector::diagnostics::Plan>, _: &ModelArgs) -> OrtChoice {
     OrtChoice { error: Some(NOT_COMPILED.to_owned()), ..OrtChoice::default() }
-}
-
-pub fn session_doc(_: &ModelArgs) -> SessionDoc {
-    SessionDoc::failed(NOT_COMPILED.to_owned())
 }

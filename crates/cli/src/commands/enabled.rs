@@ -10,10 +10,9 @@ use nornir_vector::diagnostics::{
     EpDevice, MIN_ORT, ModelFolder, Plan, check_library, choose_library, device_list, plan_with,
 };
 use nornir_vector::diagnostics::{ProbeContext, default_model_dir};
-use nornir_vector::quantize::WeightType;
 use nornir_vector::{Embedder, EmbedderOptions, LongInputs, Prompt};
 
-use super::{EmbedJob, OrtChoice, SessionDoc};
+use super::{EmbedJob, OrtChoice};
 use crate::output::{ChunkOut, RowWriter, Sink};
 use crate::{BenchArgs, ModelArgs};
 use nornir_cli::input::{InputFormat, Record, Records};
@@ -138,6 +137,18 @@ pub fn long_policy(long: LongInputs, window: Option<usize>, overlap: Option<usiz
     long.with_window(window, overlap).map_err(|e| anyhow!("--window, --overlap: {e} with --long"))
 }
 
+/// The embedder's report (the keys of `doctor --json`'s session, `/info` and Python's `report()`)
+/// beside a bench's own figures in `json`.
+fn with_report(json: &mut serde_json::Value, embedder: &Embedder) -> Result<()> {
+    let serde_json::Value::Object(report) = serde_json::to_value(embedder.describe())? else {
+        bail!("the embedder's report is not a JSON object")
+    };
+    if let serde_json::Value::Object(json) = json {
+        json.extend(report);
+    }
+    Ok(())
+}
+
 pub fn embed(job: &EmbedJob) -> Result<()> {
     let options = long_policy(job.long, job.window, job.overlap)?.call_options();
     let (mut source, size) = open_source(job)?;
@@ -255,9 +266,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             let mut j = serde_json::to_value(&r)?;
             j["input"] = serde_json::json!(source);
             j["texts"] = serde_json::json!(texts.len());
-            j["active_provider"] = serde_json::json!(embedder.report().active_provider);
-            j["workers"] = serde_json::json!(embedder.workers());
-            j["sessions"] = serde_json::json!(embedder.workers());
+            with_report(&mut j, &embedder)?;
             j["batch_tokens"] = serde_json::json!(a.model.batch_tokens);
             j["peak_rss_mib"] = serde_json::json!(peak_rss_mib(&embedder));
             println!("{}", serde_json::to_string_pretty(&j)?);
@@ -295,7 +304,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     bar.finish_and_clear();
     let s = embedder.stats();
     let session = embedder.report();
-    let report = serde_json::json!({
+    let mut report = serde_json::json!({
         "input": source,
         "texts": s.texts,
         "tokens": s.tokens,
@@ -309,27 +318,20 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         "outside_ort_seconds": (seconds - s.ort_seconds / embedder.workers() as f64).max(0.0),
         "load_seconds": load_seconds,
         "peak_rss_mib": peak_rss_mib(&embedder),
-        "memory": session.memory,
-        "active_provider": session.active_provider,
-        "gpu_vendor": embedder.gpu_vendor(),
         "threads": a.model.threads,
-        "workers": embedder.workers(),
-        "sessions": embedder.workers(),
         "batch_tokens": a.model.batch_tokens,
-        "model": embedder.model_info().folder.dir,
-        "precision": precision(&embedder.model_info().folder),
-        "cpu_int8_extensions": cpu_int8_extensions(),
     });
+    with_report(&mut report, &embedder)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("input            {source}");
         println!("provider         {} ({})", session.active_provider, embedder.gpu_vendor());
-        println!("precision        {}", precision(&embedder.model_info().folder));
+        println!("precision        {}", nornir_vector::diagnostics::precision(&embedder.model_info().folder));
         if embedder.model_info().folder.quantization.is_some() {
             println!(
                 "CPU int8 ISA     {} (ONNX Runtime picks the best; it does not say which)",
-                cpu_int8_extensions().join(", ")
+                nornir_vector::diagnostics::cpu_int8_extensions().join(", ")
             );
         }
         println!(
@@ -430,102 +432,4 @@ pub fn ort_pick(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
         }
     }
     c
-}
-
-/// How many subgraphs each fusion replaced, in the order the fusions first appear: "6 attention,
-/// 6 gelu" (empty for none). `doctor`, `bench` and `quantize` print it.
-pub fn fusion_counts<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
-    let mut counts: Vec<(&str, usize)> = Vec::new();
-    for name in names {
-        match counts.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, c)) => *c += 1,
-            None => counts.push((name, 1)),
-        }
-    }
-    counts.iter().map(|(n, c)| format!("{c} {n}")).collect::<Vec<_>>().join(", ")
-}
-
-/// How the model's weights are stored, as far as its folder says.
-pub fn precision(f: &ModelFolder) -> String {
-    match &f.quantization {
-        Some(q) => {
-            let weights = q.weights.as_deref().unwrap_or("int8");
-            let saturates = weights == "int8" && WeightType::for_this_cpu() == WeightType::Uint8;
-            let counts = fusion_counts(q.fused.iter().map(String::as_str));
-            let fused = if counts.is_empty() { String::new() } else { format!("; fused: {counts}") };
-            format!(
-                "{} for the {} ({}, {weights} weights, activations {}{fused}; from quantization.json){}",
-                q.format,
-                q.target,
-                q.operator.as_deref().unwrap_or("operator not recorded"),
-                q.activations.as_deref().unwrap_or("per-tensor"),
-                if saturates {
-                    "; this CPU has no VNNI, and ONNX Runtime's AVX2 kernel for int8 weights adds products in 16 bits, \
-                     which saturate: quantize again here (`nornir vector quantize` picks uint8 weights on such a CPU)"
-                } else {
-                    ""
-                }
-            )
-        }
-        None => "as exported (no quantization.json)".to_owned(),
-    }
-}
-
-/// The CPU extensions ONNX Runtime's int8 kernels can use, best first. ONNX Runtime picks among
-/// them itself and does not report which it picked.
-pub fn cpu_int8_extensions() -> Vec<&'static str> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let flags: Vec<&str> =
-        info.lines().find(|l| l.starts_with("flags")).map(|l| l.split_whitespace().collect()).unwrap_or_default();
-    [("amx_int8", "AMX-INT8"), ("avx512_vnni", "AVX-512 VNNI"), ("avx_vnni", "AVX-VNNI"), ("avx2", "AVX2")]
-        .into_iter()
-        .filter(|(flag, _)| flags.contains(flag))
-        .map(|(_, name)| name)
-        .collect()
-}
-
-/// Builds the embedder and reports what really runs, with node placement.
-pub fn session_doc(m: &ModelArgs) -> SessionDoc {
-    match load(m) {
-        Err(e) => {
-            let mut doc = SessionDoc::failed(crate::error_line(&e));
-            // A forced device that cannot run: next to the error, each provider's outcome and
-            // preflight, so a script can read which library was missing.
-            if let Some(nornir_vector::EmbedError::ForcedDeviceFailed { vendor, registrations, .. }) =
-                e.downcast_ref::<nornir_vector::EmbedError>()
-            {
-                doc.forced_vendor = Some(*vendor);
-                doc.registrations = registrations.clone();
-            }
-            doc
-        }
-        Ok(e) => {
-            e.warm_up();
-            let mut r = e.report();
-            let placement = e.placement();
-            // What really runs: a provider that claimed no node runs nothing.
-            let unclaimed = placement.unclaimed(&r.active_provider).map(|(main, why)| {
-                r.active_provider = main;
-                r.active_device = None;
-                r.fallback = Some(r.fallback.take().map_or(why.clone(), |f| format!("{f}; {why}")));
-                why
-            });
-            SessionDoc {
-                unclaimed,
-                active_provider: Some(r.active_provider),
-                active_device: r.active_device,
-                gpu_vendor: Some(r.gpu_vendor),
-                registrations: r.registrations,
-                fallback: r.fallback,
-                placement: Some(placement),
-                ort: Some(r.ort),
-                graph_optimization: Some(r.graph_optimization),
-                memory: Some(r.memory),
-                model: Some(e.model_info().clone()),
-                precision: Some(precision(&e.model_info().folder)),
-                cpu_int8_extensions: cpu_int8_extensions().into_iter().map(str::to_owned).collect(),
-                ..SessionDoc::default()
-            }
-        }
-    }
 }
