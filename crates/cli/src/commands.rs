@@ -2,9 +2,21 @@
 //! without it every entry point says the embedder is not compiled into this build.
 
 #[cfg(feature = "embed-ort")]
-mod enabled;
+mod bench;
 #[cfg(feature = "embed-ort")]
-pub use enabled::*;
+mod embed;
+#[cfg(feature = "embed-ort")]
+mod load;
+#[cfg(feature = "embed-ort")]
+mod ort;
+#[cfg(feature = "embed-ort")]
+pub use bench::bench;
+#[cfg(feature = "embed-ort")]
+pub use embed::embed;
+#[cfg(feature = "embed-ort")]
+pub use load::load;
+#[cfg(feature = "embed-ort")]
+pub use ort::{listed_devices, ort_choice, ort_pick, plan};
 #[cfg(feature = "embed-ort")]
 mod concurrency;
 #[cfg(feature = "embed-ort")]
@@ -25,7 +37,7 @@ pub use quantize::quantize;
 pub use serve::serve;
 
 mod convert;
-pub use convert::{ConvertArgs, convert};
+pub use convert::convert;
 
 #[cfg(not(feature = "embed-ort"))]
 mod disabled;
@@ -34,7 +46,7 @@ pub use disabled::*;
 
 use std::path::PathBuf;
 
-use crate::ModelArgs;
+use crate::args::ModelArgs;
 use crate::output::OutputFormat;
 use nornir_cli::input::InputFormat;
 
@@ -47,7 +59,7 @@ pub struct EmbedJob {
     pub format: OutputFormat,
     pub output: Option<PathBuf>,
     pub model: ModelArgs,
-    pub long: crate::LongPolicy,
+    pub long: crate::args::LongPolicy,
     pub window: Option<usize>,
     pub overlap: Option<usize>,
     pub json: bool,

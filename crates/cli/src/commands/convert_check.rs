@@ -8,8 +8,8 @@ use anyhow::{Context, Result};
 use nornir_vector::convert::{Conversion, ConvertOptions, convert as write_folder};
 use nornir_vector::{Device, Embedder, EmbedderOptions, Embeddings};
 
+use super::bench::SAMPLE;
 use super::convert::Checked;
-use super::enabled::SAMPLE;
 use super::quantize::cosine;
 
 /// The fused graph only reorders float arithmetic (measured: min cosine 1.0000 on the sample for

@@ -5,7 +5,7 @@ use anyhow::{Result, bail};
 use nornir_vector::diagnostics::EpDevice;
 
 use super::{EmbedJob, OrtChoice};
-use crate::{BenchArgs, ModelArgs, QuantizeArgs, ServeArgs};
+use crate::args::{BenchArgs, ModelArgs, QuantizeArgs, ServeArgs};
 
 pub const NOT_COMPILED: &str =
     "this nornir was built without the ONNX Runtime embedder; rebuild with `--features embed-ort` (the default)";

@@ -12,8 +12,9 @@ use nornir_vector::quantize::{
 use nornir_vector::{Device, Embedder, EmbedderOptions, Pooling};
 use sha2::{Digest, Sha256};
 
-use super::enabled::{SAMPLE, model_dir, options};
-use crate::QuantizeArgs;
+use super::bench::SAMPLE;
+use super::load::{model_dir, options};
+use crate::args::QuantizeArgs;
 use nornir_vector::diagnostics::fusion_counts;
 
 /// Files of the source folder that are not copied: the ONNX graphs (the int8 one replaces them),

@@ -11,8 +11,8 @@ use nornir_server::{Models, ServerConfig, TokenIds};
 use nornir_vector::{Device, Embedder, EmbedderOptions, QueueFull};
 use serde::Deserialize;
 
-use super::{model_dir, options};
-use crate::ServeArgs;
+use super::load::{long_policy, model_dir, options, prompt};
+use crate::args::ServeArgs;
 
 /// One model to serve: its name, other names, folder and options.
 struct Served {
@@ -99,7 +99,7 @@ fn read_models_file(file: &Path, base: &EmbedderOptions) -> Result<Vec<Served>> 
             if m.prompt.is_some() && m.prompt_name.is_some() {
                 anyhow::bail!("model {:?}: give prompt or prompt_name, not both", m.name);
             }
-            if let Some(p) = super::prompt(m.prompt, m.prompt_name) {
+            if let Some(p) = prompt(m.prompt, m.prompt_name) {
                 o.prompt = Some(p);
             }
             Ok(Served { name: m.name, aliases: m.aliases, dir: root.join(m.folder), options: o })
@@ -155,7 +155,7 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
     let served = served_models(a)?;
     let models = Arc::new(Models::with_aliases(served.iter().map(|m| (m.name.clone(), m.aliases.clone())))?);
     let token_ids: TokenIds = a.token_ids.parse().map_err(anyhow::Error::msg)?;
-    let long = super::long_policy(a.long, a.window.map(|w| w as usize), a.overlap.map(|o| o as usize))?;
+    let long = long_policy(a.long, a.window.map(|w| w as usize), a.overlap.map(|o| o as usize))?;
     let mut config = ServerConfig::default()
         .with_max_inputs(a.max_inputs as usize)
         .with_max_body_bytes(a.max_body_bytes as usize)

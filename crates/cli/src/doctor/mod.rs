@@ -16,7 +16,7 @@ use anyhow::Result;
 use nornir_vector::diagnostics::Plan;
 use serde_json::{Value, json};
 
-use crate::DoctorArgs;
+use crate::args::DoctorArgs;
 use crate::commands::{self, OrtChoice};
 pub use session::SessionDoc;
 

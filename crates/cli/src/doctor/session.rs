@@ -5,7 +5,7 @@
 use nornir_vector::Vendor;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::ModelArgs;
+use crate::args::ModelArgs;
 
 /// What really runs the model, or why nothing does.
 #[derive(Debug, Clone, Serialize)]

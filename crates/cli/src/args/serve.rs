@@ -1,0 +1,80 @@
+//! `nornir vector serve`'s arguments.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{LongPolicy, ModelArgs, parse_with_library};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The address to listen on (0.0.0.0 for every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// The port to listen on (0: any free port; the chosen one is printed).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health.
+    #[arg(long, env = "NORNIR_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Largest request body in bytes; larger ones get 413.
+    #[arg(long, value_name = "BYTES", default_value_t = 4 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_body_bytes: u64,
+    /// Most texts in one request (OpenAI takes 2,048); more get 413.
+    #[arg(long, value_name = "N", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_inputs: u32,
+    /// Most texts waiting for a batch, across requests; a request that would pass it gets 503.
+    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_queued_texts: u32,
+    /// Threads answering HTTP (the model runs on its own session threads).
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub http_threads: u32,
+    /// Seconds a request's texts may take to queue and run; past it the request gets 504 in its
+    /// API's error shape, and its texts that have not started leave the queue.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0, value_parser = parse_timeout)]
+    pub request_timeout: f64,
+    /// Seconds a client has to send a request's head, and again its body; a client that
+    /// trickles them (slowloris) is disconnected (408 for a body), and so is a connection idle
+    /// that long.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0, value_parser = parse_timeout)]
+    pub read_timeout: f64,
+    /// How OpenAI `input` given as token ids is read: cl100k (as OpenAI defines them: ids of its
+    /// cl100k_base encoding, decoded and tokenized again by the model's tokenizer) or refuse (400).
+    #[arg(long, value_name = "READING", default_value = "cl100k", value_parser = ["cl100k", "refuse"])]
+    pub token_ids: String,
+    /// The models to serve, from a TOML file: one `[[model]]` table each, with name and folder,
+    /// and optionally aliases, device, threads, workers, prompt_name, prompt and dimensions
+    /// (relative folders are read from the file's folder). The other model flags apply to every
+    /// model.
+    #[arg(long, value_name = "FILE", conflicts_with = "model")]
+    pub models_file: Option<PathBuf>,
+    /// What to do with a text longer than the model reads when the request does not say (TEI's
+    /// "truncate": true|false does; OpenAI's requests never do): truncate (keep its first
+    /// tokens; the answer's x-truncated-inputs header counts them), refuse (413 naming the text
+    /// and its token count, TEI's default), chunk or late (the document's vector, as `nornir
+    /// vector embed --long chunk|late`).
+    #[arg(long, value_name = "POLICY", default_value = "truncate", value_parser = parse_with_library::<LongPolicy>)]
+    pub long: LongPolicy,
+    /// Tokens per chunk with --long chunk|late (default: the model's length).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub window: Option<u32>,
+    /// Tokens shared by neighbouring chunks with --long chunk|late (default 32).
+    #[arg(long, value_name = "N")]
+    pub overlap: Option<u32>,
+    /// With several models, the one that answers a model name the server does not know
+    /// (otherwise 404 with the list). With one model, every name is answered by it anyway.
+    #[arg(long, value_name = "NAME")]
+    pub default_model: Option<String>,
+    /// Answer a model name the server does not know with 404 even when one model is served.
+    #[arg(long)]
+    pub strict_model_names: bool,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if t > 0.0 && t <= 86_400.0 => Ok(t),
+        _ => Err(format!("{s:?} is not a number of seconds between 0 and 86400")),
+    }
+}
