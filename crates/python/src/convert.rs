@@ -33,5 +33,5 @@ pub fn convert<'py>(
     }
     let record =
         py.detach(|| convert_folder(&model, &output, &options)).map_err(|e| ConvertError::new_err(e.to_string()))?;
-    crate::json_to_py(py, &record)
+    crate::values::json_to_py(py, &record)
 }

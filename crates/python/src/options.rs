@@ -1,0 +1,53 @@
+//! Keyword arguments to `CallOptions`: the prompt, the long-text policy and the rest.
+
+use pyo3::prelude::*;
+
+use nornir_vector::{CallOptions, LongInputs, Prompt, Truncation};
+
+use crate::errors::invalid;
+
+/// The prompt of `prompt_name=` or `prompt=`, which an embedder and a call both take; both at
+/// once is an error.
+pub(crate) fn one_prompt(prompt_name: Option<String>, prompt: Option<String>) -> PyResult<Option<Prompt>> {
+    match (prompt_name, prompt) {
+        (Some(_), Some(_)) => Err(invalid("prompt", "give prompt or prompt_name, not both".to_owned())),
+        (Some(name), None) => Ok(Some(Prompt::Name(name))),
+        (None, text) => Ok(text.map(Prompt::Text)),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn call_options(
+    prompt_name: Option<String>,
+    prompt: Option<String>,
+    normalize: Option<bool>,
+    dimensions: Option<usize>,
+    truncation: &str,
+    long: Option<&str>,
+    window: Option<usize>,
+    overlap: Option<usize>,
+) -> PyResult<CallOptions> {
+    let truncation: Truncation = truncation.parse().map_err(|e| invalid("truncation", e))?;
+    let policy = match long {
+        None if window.is_some() || overlap.is_some() => {
+            return Err(invalid("window", "window and overlap need long=\"chunk\" or long=\"late\"".to_owned()));
+        }
+        None => LongInputs::Truncate,
+        Some(name) => {
+            name.parse::<LongInputs>().and_then(|p| p.with_window(window, overlap)).map_err(|e| invalid("long", e))?
+        }
+    };
+    // `truncation` says which end a truncating policy keeps.
+    let mut o = match policy {
+        LongInputs::Truncate => CallOptions::new().with_truncation(truncation),
+        other => other.call_options(),
+    };
+    o.prompt = one_prompt(prompt_name, prompt)?;
+    if let Some(n) = normalize {
+        o = o.with_normalize(n);
+    }
+    if let Some(d) = dimensions {
+        o = o.with_dimensions(d);
+    }
+    Ok(o)
+}
