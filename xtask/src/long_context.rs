@@ -10,7 +10,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use nornir_test_support::fixtures::{self, Kind};
 
-use crate::{assets, cargo, fetch, run_checked, workspace_root};
+use crate::process::{cargo, run_checked, workspace_root};
+use crate::{assets, fetch};
 
 /// Writes the fixture folder: graph, tokenizer without its 128-token truncation, config.json.
 fn write_fixture(dir: &Path, home: &Path) -> Result<()> {

@@ -16,7 +16,8 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use crate::{assets, cargo, fetch, run_checked, workspace_root};
+use crate::process::{cargo, run_checked, workspace_root};
+use crate::{assets, fetch};
 
 /// Sentences: cut after `.`, `!`, `?` or `:` and a space; runs of more than 40 words without one
 /// (lists, tables) are cut every 25 words, so that every document yields queries.

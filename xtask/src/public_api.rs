@@ -11,7 +11,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{cargo, run_checked, workspace_root};
+use crate::process::{cargo, run_checked, workspace_root};
 
 /// The crates whose public items are listed (as rustdoc names their folders).
 const CRATES: &[&str] = &["nornir_vector", "nornir_server", "nornir_quantize", "nornir_convert"];
@@ -27,9 +27,9 @@ pub fn build_docs() -> Result<()> {
     )
 }
 
-pub fn public_api(args: &[String]) -> Result<()> {
+pub fn public_api(bless: bool) -> Result<()> {
     build_docs()?;
-    check(args.iter().any(|a| a == "--bless"))
+    check(bless)
 }
 
 /// Compares the docs already built with the checked-in listing (or writes it, with `bless`).

@@ -8,7 +8,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::{assets, cargo, compare, fetch, int8, run_checked, workspace_root};
+use crate::process::{cargo, run_checked, workspace_root};
+use crate::{assets, compare, fetch, int8};
 
 /// (gold score, sentence 1, sentence 2) from an STS Benchmark csv: tab-separated, score in field
 /// 5, sentences in 6 and 7, sometimes followed by source fields.
@@ -82,24 +83,23 @@ fn embed(nornir: &Path, model: &Path, sentences: &Path) -> Result<Vec<Vec<f32>>>
     Ok(floats.chunks_exact(floats.len() / lines).map(<[f32]>::to_vec).collect())
 }
 
-pub fn quality(args: &[String]) -> Result<()> {
-    let mut models: Vec<(String, PathBuf)> = Vec::new();
-    let mut splits = vec!["dev", "test"];
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--model" => {
-                let dir = PathBuf::from(it.next().context("--model needs a folder")?);
-                models.push((dir.display().to_string(), dir));
-            }
-            "--split" => match it.next().map(String::as_str) {
-                Some("dev") => splits = vec!["dev"],
-                Some("test") => splits = vec!["test"],
-                _ => bail!("--split takes dev or test"),
-            },
-            other => bail!("unknown quality option {other:?} (--model DIR, repeatable; --split dev|test)"),
-        }
-    }
+/// `cargo xtask quality`'s options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A model folder to score instead of the default three (repeatable).
+    #[arg(long = "model", value_name = "DIR")]
+    models: Vec<PathBuf>,
+    /// Only this split of STS Benchmark.
+    #[arg(long, value_parser = ["dev", "test"])]
+    split: Option<String>,
+}
+
+pub fn quality(a: &Args) -> Result<()> {
+    let mut models: Vec<(String, PathBuf)> = a.models.iter().map(|d| (d.display().to_string(), d.clone())).collect();
+    let splits: Vec<&str> = match a.split.as_deref() {
+        Some(one) => vec![one],
+        None => vec!["dev", "test"],
+    };
     let home = fetch::fetch(&[&assets::ORT_CPU, &assets::MODEL_ONNX, &assets::MODEL_TOKENIZER, &assets::STSB])?;
     run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
     let nornir = workspace_root().join("target/release/nornir");

@@ -18,17 +18,35 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use nornir_test_support::percentile;
 
-use crate::{assets, cargo, fetch, numeric_flag, run_checked, workspace_root};
+use crate::process::{cargo, run_checked, workspace_root};
+use crate::{assets, fetch};
 
-pub fn serve_bench(args: &[String]) -> Result<()> {
-    let clients = numeric_flag(args, "--clients", 16)? as usize;
-    let count = numeric_flag(args, "--texts", 1500)? as usize;
-    let mixed = args.iter().any(|a| a == "--mixed-prompts");
-    let per_request = numeric_flag(args, "--per-request", 1)? as usize;
+/// `cargo xtask serve-bench`'s options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// HTTP clients at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..))]
+    clients: u64,
+    /// Texts from the corpus.
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(1..))]
+    texts: u64,
+    /// Texts per request.
+    #[arg(long = "per-request", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    per_request: u64,
+    /// Every other request a query with a prompt (prompt_name), the rest passages.
+    #[arg(long = "mixed-prompts")]
+    mixed_prompts: bool,
+    /// Measure this binary (another commit's, side by side) instead of building this tree's.
+    #[arg(long, value_name = "PATH")]
+    nornir: Option<PathBuf>,
+}
+
+pub fn serve_bench(a: &Args) -> Result<()> {
+    let (clients, count, per_request) = (a.clients as usize, a.texts as usize, a.per_request as usize);
+    let mixed = a.mixed_prompts;
     let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
-    // `--nornir PATH`: measure that binary (another commit's, side by side) instead of building.
-    let nornir = match args.iter().position(|a| a == "--nornir") {
-        Some(i) => PathBuf::from(args.get(i + 1).context("--nornir needs a path")?),
+    let nornir = match &a.nornir {
+        Some(path) => path.clone(),
         None => {
             run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
             workspace_root().join("target/release/nornir")

@@ -1,0 +1,247 @@
+//! Reading Rust source as text for the cycle check: comments and literals blanked, tokens, and
+//! every `crate::`/`super::`/`self::` path a file names, `use` trees expanded.
+
+/// The source with comments, string and char literals replaced by spaces (lines kept).
+fn blank_non_code(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    let blank = |out: &mut Vec<u8>, c: u8| out.push(if c == b'\n' { b'\n' } else { b' ' });
+    while i < b.len() {
+        if b[i..].starts_with(b"//") {
+            while i < b.len() && b[i] != b'\n' {
+                out.push(b' ');
+                i += 1;
+            }
+        } else if b[i..].starts_with(b"/*") {
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i..].starts_with(b"/*") {
+                    depth += 1;
+                    out.extend_from_slice(b"  ");
+                    i += 2;
+                } else if b[i..].starts_with(b"*/") {
+                    depth -= 1;
+                    out.extend_from_slice(b"  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    blank(&mut out, b[i]);
+                    i += 1;
+                }
+            }
+        } else if b[i] == b'r' && (b.get(i + 1) == Some(&b'"') || b.get(i + 1) == Some(&b'#')) && !ident_byte(b, i) {
+            // A raw string: r"..." or r#"..."#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while b.get(j) == Some(&b'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if b.get(j) != Some(&b'"') {
+                out.push(b[i]);
+                i += 1;
+                continue;
+            }
+            let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
+            let end =
+                b[j + 1..].windows(close.len()).position(|w| w == close).map_or(b.len(), |p| j + 1 + p + close.len());
+            for &c in &b[i..end] {
+                blank(&mut out, c);
+            }
+            i = end;
+        } else if b[i] == b'"' {
+            out.push(b' ');
+            i += 1;
+            while i < b.len() && b[i] != b'"' {
+                if b[i] == b'\\' && i + 1 < b.len() {
+                    blank(&mut out, b[i]);
+                    i += 1;
+                }
+                blank(&mut out, b[i]);
+                i += 1;
+            }
+            out.push(b' ');
+            i += 1;
+        } else if b[i] == b'\'' && is_char_literal(b, i) {
+            let end = b[i + 1..].iter().position(|&c| c == b'\'').map_or(b.len(), |p| i + 2 + p);
+            let end = if b.get(i + 1) == Some(&b'\\') {
+                b[i + 3..].iter().position(|&c| c == b'\'').map_or(b.len(), |p| i + 4 + p)
+            } else {
+                end
+            };
+            out.extend(std::iter::repeat_n(b' ', end.min(b.len()) - i));
+            i = end;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn ident_byte(b: &[u8], i: usize) -> bool {
+    i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')
+}
+
+/// `'x'` or `'\n'`, not a lifetime `'a`.
+fn is_char_literal(b: &[u8], i: usize) -> bool {
+    match (b.get(i + 1), b.get(i + 2)) {
+        (Some(b'\\'), _) => true,
+        (Some(_), Some(b'\'')) => true,
+        (Some(c), _) if *c >= 0x80 => b[i + 1..].iter().take(6).any(|&c| c == b'\''),
+        _ => false,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Token {
+    Ident(String),
+    PathSep,
+    Open,
+    Close,
+    Comma,
+    Semi,
+    Other,
+}
+
+fn tokens(code: &str) -> Vec<Token> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            out.push(Token::Ident(code[start..i].to_owned()));
+            continue;
+        }
+        out.push(match c {
+            b':' if b.get(i + 1) == Some(&b':') => {
+                i += 1;
+                Token::PathSep
+            }
+            b'{' => Token::Open,
+            b'}' => Token::Close,
+            b',' => Token::Comma,
+            b';' => Token::Semi,
+            c if c.is_ascii_whitespace() => {
+                i += 1;
+                continue;
+            }
+            _ => Token::Other,
+        });
+        i += 1;
+    }
+    out
+}
+
+/// Every module path one file names through `crate::`, `super::` or `self::`, made absolute.
+/// `module` is the file's own module path; inline `mod x { ... }` blocks shift `super`/`self`.
+pub(super) fn referenced_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let toks = tokens(&blank_non_code(code));
+    let mut found = Vec::new();
+    // The inline modules we are inside, with the brace depth each opened at.
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i] {
+            Token::Open => depth += 1,
+            Token::Close => {
+                depth = depth.saturating_sub(1);
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+            }
+            Token::Ident(kw) if kw == "mod" => {
+                if let (Some(Token::Ident(name)), Some(Token::Open)) = (toks.get(i + 1), toks.get(i + 2)) {
+                    inline.push((name.clone(), depth));
+                    depth += 1;
+                    i += 3;
+                    continue;
+                }
+            }
+            Token::Ident(root) if matches!(root.as_str(), "crate" | "super" | "self") => {
+                let preceded_by_sep = i > 0 && toks[i - 1] == Token::PathSep;
+                if !preceded_by_sep && toks.get(i + 1) == Some(&Token::PathSep) {
+                    let here: Vec<String> =
+                        module.iter().cloned().chain(inline.iter().map(|(n, _)| n.clone())).collect();
+                    let (prefix, next) = path_start(&toks, i, &here);
+                    let (paths, end) = use_tree(&toks, next, prefix);
+                    found.extend(paths);
+                    i = end;
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    found
+}
+
+/// Where a path starting at `toks[i]` (`crate`, `super` or `self`) begins, made absolute, and the
+/// index of the token after its leading `crate::`/`super::super::` part.
+fn path_start(toks: &[Token], mut i: usize, here: &[String]) -> (Vec<String>, usize) {
+    let mut base: Vec<String> = here.to_vec();
+    loop {
+        match &toks[i] {
+            Token::Ident(s) if s == "crate" => base.clear(),
+            Token::Ident(s) if s == "super" => {
+                base.pop();
+            }
+            Token::Ident(s) if s == "self" => {}
+            _ => break,
+        }
+        if toks.get(i + 1) != Some(&Token::PathSep) {
+            break;
+        }
+        i += 2;
+    }
+    (base, i)
+}
+
+/// Parses a path or use tree from `toks[i]` under `prefix`; returns the leaf paths and the index after it.
+fn use_tree(toks: &[Token], mut i: usize, prefix: Vec<String>) -> (Vec<Vec<String>>, usize) {
+    let mut path = prefix;
+    loop {
+        match toks.get(i) {
+            Some(Token::Ident(s)) => {
+                if s != "self" {
+                    path.push(s.clone());
+                }
+                i += 1;
+                if toks.get(i) == Some(&Token::PathSep) {
+                    i += 1;
+                    continue;
+                }
+                return (vec![path], i);
+            }
+            Some(Token::Open) => {
+                i += 1;
+                let mut all = Vec::new();
+                while i < toks.len() {
+                    match toks[i] {
+                        Token::Close => return (if all.is_empty() { vec![path] } else { all }, i + 1),
+                        Token::Comma => i += 1,
+                        Token::Ident(ref s) if s == "as" => i += 2,
+                        _ => {
+                            let (paths, end) = use_tree(toks, i, path.clone());
+                            all.extend(paths);
+                            i = end.max(i + 1);
+                        }
+                    }
+                }
+                return (all, i);
+            }
+            _ => return (vec![path], i),
+        }
+    }
+}
+
