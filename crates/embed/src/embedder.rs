@@ -42,7 +42,7 @@ use crate::stats::EmbedStats;
 /// let embedder = Arc::new(Embedder::new("models/all-MiniLM-L6-v2".as_ref(), &EmbedderOptions::default())?);
 /// let rows = embedder.embed(&["A man is eating food.", "A man is riding a horse."])?;
 /// assert_eq!((rows.len(), rows.row(0).len()), (2, embedder.dimension()));
-/// // Which provider really runs the model, and why (the design note's questions):
+/// // Which provider really runs the model, and why (the questions of docs/design.md):
 /// println!("{} ({}), ROCm ready: {}", embedder.report().active_provider, embedder.gpu_vendor(), embedder.rocm_ready());
 /// # Ok::<(), nornir_embed::EmbedError>(())
 /// ```

@@ -126,7 +126,7 @@ impl EmbedderOptions {
         Ok(o)
     }
 
-    /// The design note's `load_with(prefer_gpu)`: `false` runs on the CPU (`Device::Cpu`);
+    /// The original design's `load_with(prefer_gpu)` (docs/design.md): `false` runs on the CPU (`Device::Cpu`);
     /// `true` turns a CPU device back into auto and leaves auto or a forced GPU as they are.
     pub fn with_prefer_gpu(mut self, prefer_gpu: bool) -> Self {
         if !prefer_gpu {
@@ -293,7 +293,7 @@ pub enum QueueFull {
 mod tests {
     use super::*;
 
-    /// `prefer_gpu` is the design note's spelling of the device, not a second switch beside it.
+    /// `prefer_gpu` is the design's (docs/design.md) spelling of the device, not a second switch beside it.
     #[test]
     fn prefer_gpu_is_a_device() {
         let cpu = EmbedderOptions::default().with_prefer_gpu(false);

@@ -1,8 +1,8 @@
 //! Batching across calls: every call hands its tokenized texts to one queue; each worker
-//! takes the next batch from whatever is waiting (the oldest call's longest text, with the texts
-//! of any call closest below it in length, under the token budget), so concurrent small calls
-//! fill the same batches and the oldest call is always served next. Results go back to each call
-//! in its own order.
+//! takes the next batch from whatever is waiting (the most due call's longest text, with texts of
+//! similar length from calls due soon after, under the token budget; queue.rs says what "due"
+//! is), so concurrent small calls fill the same batches and the most due call is always served
+//! next. Results go back to each call in its own order.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;

@@ -7,8 +7,9 @@
 //! session on `CPUExecutionProvider` alone is run concurrently; the caller holds a GPU session
 //! exclusively (`Engine::run_on` takes its write lock).
 //!
-//! This is the one place that calls ONNX Runtime's C API directly: `OrtApi::Run`, exactly as
-//! `ort`'s own run does, minus the `&mut`.
+//! It calls ONNX Runtime's C API directly for one thing, `OrtApi::Run`, exactly as `ort`'s own run
+//! does, minus the `&mut` (plugins.rs is the other caller of the C API, for plugin providers and
+//! the device list).
 
 use std::ffi::{CString, c_char};
 use std::ptr::{self, NonNull};

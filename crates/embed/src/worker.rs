@@ -1,7 +1,6 @@
 //! The workers: worker `k` takes its next batch from the queue, runs it (on the CPU on
 //! the one session all workers share, on a GPU on session `k`, with the GPU-to-CPU fallback), and
-//! hands each row to its call's request. Also TEI's token vectors, which run on the first session
-//! outside the queue through the same fallback.
+//! hands each row to its call's request. (TEI's token vectors run outside the queue: prepare.rs.)
 
 use std::sync::RwLock;
 

@@ -58,7 +58,7 @@ pub struct PluginRef {
 }
 
 impl EpDevice {
-    /// The GPU vendor this device counts for in the seed's order: a GPU with AMD's or NVIDIA's
+    /// The GPU vendor this device counts for in the design's order (docs/design.md): a GPU with AMD's or NVIDIA's
     /// PCI id; `None` for anything else (a CPU, an NPU, another vendor's GPU).
     pub fn gpu_vendor(&self) -> Option<Vendor> {
         match (self.hardware, self.pci_vendor_id) {

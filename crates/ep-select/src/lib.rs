@@ -177,7 +177,7 @@ pub struct Inputs {
     pub compiled: Compiled,
     pub cuda: VendorState,
     pub rocm: VendorState,
-    /// What the user asked for: the CPU, a GPU vendor, or auto (the design note's
+    /// What the user asked for: the CPU, a GPU vendor, or auto (docs/design.md's
     /// `prefer_gpu = false` is `Device::Cpu`).
     pub device: Device,
     /// Set when the model itself can run well only on the CPU (an int8 model for the CPU): why.
@@ -208,7 +208,7 @@ pub struct Plan {
 
 const AMD_NOT_COMPILED: &str = "AMD GPU support is not compiled into this build (add --features embed-ort-rocm)";
 
-/// Makes the plan. Rules (the design note's, plus forcing, plugins and an explicit list):
+/// Makes the plan. Rules (docs/design.md's, plus forcing, plugins and an explicit list):
 /// - `providers` named -> those, in that order, then CPU (see [`explicit_plan`]);
 /// - device forced to cpu -> `[CPU]`;
 /// - device forced to a GPU -> that vendor's providers, then CPU, `forced`; refused if not compiled;

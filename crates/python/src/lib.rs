@@ -20,7 +20,7 @@ use crate::errors::invalid;
 use crate::values::json_to_py;
 use nornir_vector::Device;
 
-/// `(gpu_ready, report)`: the seed's preflight, from the probe alone.
+/// `(gpu_ready, report)`: the design's preflight (docs/design.md), from the probe alone.
 #[pyfunction]
 fn preflight() -> (bool, String) {
     nornir_vector::preflight()

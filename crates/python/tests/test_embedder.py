@@ -142,7 +142,7 @@ def test_ctrl_c_cancels_a_running_call(embedder, sample):
     assert embedder.embed(["still works"]).shape == (1, 384)
 
 
-def test_report_preflight_doctor_and_the_seeds_api(embedder):
+def test_report_preflight_doctor_and_the_designs_api(embedder):
     r = embedder.report()
     assert r["active_provider"] == "CPUExecutionProvider"
     assert r["gpu_vendor"] == "cpu" and embedder.gpu_vendor() == "cpu" and not embedder.rocm_ready()

@@ -4,7 +4,7 @@
 //!
 //! - At the root: the embedder and what a call needs ([`Embedder`], [`EmbedderOptions`],
 //!   [`CallOptions`], [`Embeddings`], [`EmbedError`] and its kinds), the device and vendor types,
-//!   and the design note's [`preflight`] and [`probe`] (the embedder has `gpu_vendor()`,
+//!   and the design's (docs/design.md) [`preflight`] and [`probe`] (the embedder has `gpu_vendor()`,
 //!   `rocm_ready()` and `vendor()`).
 //! - [`diagnostics`]: the typed reports (probe, plan, registrations, placement, memory).
 //! - `quantize` (feature `quantize`): the int8 rewrite.
@@ -72,3 +72,13 @@ pub use nornir_convert as convert;
 #[cfg(all(doctest, feature = "embed-ort"))]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// Compiles the library guide's Rust examples as doctests.
+#[cfg(all(doctest, feature = "embed-ort"))]
+#[doc = include_str!("../../../docs/library.md")]
+pub struct LibraryDoctests;
+
+/// Compiles the long-documents guide's Rust examples as doctests.
+#[cfg(all(doctest, feature = "embed-ort"))]
+#[doc = include_str!("../../../docs/long-documents.md")]
+pub struct LongDocumentsDoctests;

@@ -244,4 +244,3 @@ fn use_tree(toks: &[Token], mut i: usize, prefix: Vec<String>) -> (Vec<Vec<Strin
         }
     }
 }
-

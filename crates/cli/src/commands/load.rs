@@ -74,5 +74,10 @@ pub fn provider_line(e: &Embedder) -> String {
 /// `--long` with `--window` and `--overlap`: the one policy `embed` and `serve` both follow (the
 /// server's for requests that do not say).
 pub fn long_policy(long: LongInputs, window: Option<usize>, overlap: Option<usize>) -> Result<LongInputs> {
-    long.with_window(window, overlap).map_err(|e| anyhow!("--window, --overlap: {e} with --long"))
+    long.with_window(window, overlap).map_err(|_| {
+        anyhow!(
+            "--window and --overlap set the chunks of --long chunk or --long late, not of --long {}; add one of them",
+            long.label()
+        )
+    })
 }
