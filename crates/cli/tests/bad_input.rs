@@ -35,7 +35,7 @@
 //! | a corrupt (truncated) CUDA provider library, simulated NVIDIA machine | never handed to the loader (SIGBUS): forced, `forced to cuda ... not loaded: ... is not a valid ELF shared library`; auto: CPU, the reason recorded |
 //! | NORNIR_CUDA_LIBS with empty, relative and missing entries | each in doctor's `rejected_entries`; stubs in the working folder are never loaded |
 //! | libraries in the model folder, run from inside it | never loaded (stubs there would crash the process) |
-//! | --threads 0, --workers 0 (or its old name --sessions), --batch-tokens 0; an unknown flag | clap's `invalid value '0'` / `unexpected argument`, exit 2; the library says `must be at least 1` |
+//! | --threads 0, --workers 0, --batch-tokens 0; an unknown flag | clap's `invalid value '0'` / `unexpected argument`, exit 2; the library says `must be at least 1` |
 //! | --batch-tokens 1, smaller than any text | each text alone in a batch, the same vectors |
 //! | quantize: a folder that is not a model | `no model.onnx or onnx/model.onnx`; no output folder |
 //! | quantize: --output exists | `already exists: choose another --output, or pass --force`; the old folder untouched |
@@ -442,7 +442,7 @@ fn library_path_variables_with_bad_entries() {
 fn numeric_options_out_of_range() {
     nornir_test_support::needs_assets!();
     let m = model();
-    for flag in ["--threads", "--workers", "--sessions", "--batch-tokens", "--max-length"] {
+    for flag in ["--threads", "--workers", "--batch-tokens", "--max-length"] {
         let o = nornir(&["vector", "embed", "--model", s(&m), flag, "0", "x"]);
         assert_eq!(o.status.code(), Some(2), "{flag}");
         assert!(stderr(&o).contains("invalid value '0'"), "{flag}: {}", stderr(&o));

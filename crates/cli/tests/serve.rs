@@ -226,10 +226,10 @@ fn openai_and_tei_answers_match_the_library() {
     );
     // The session is built before the server says ready, with what it added to memory; on the
     // CPU every worker runs it.
-    let sessions = info["sessions"].as_u64().expect("sessions");
+    let workers = info["workers"].as_u64().expect("workers");
     let memory = &info["memory"];
     assert_eq!(memory["session_growth_bytes"].as_array().map(Vec::len), Some(1), "{info}");
-    assert_eq!(memory["workers_per_session"].as_u64(), Some(sessions), "{info}");
+    assert_eq!(memory["workers_per_session"].as_u64(), Some(workers), "{info}");
     let (_, metrics) = server.get("/metrics");
     for needle in [
         "nornir_requests_total{endpoint=\"/v1/embeddings\",status=\"200\"} 3",

@@ -71,7 +71,7 @@ pub struct EmbedderOptions {
     /// What a call that would pass `max_queued_texts` does: wait for room, or fail at once with
     /// [`EmbedError::Overloaded`].
     pub queue_full: QueueFull,
-    /// Under load (every session busy), how long a free session may wait for more texts to fill
+    /// Under load (every worker busy), how long a free worker may wait for more texts to fill
     /// a batch before running what is there. An idle embedder never waits.
     pub batch_wait: Duration,
     /// Model file name relative to the folder, instead of `model.onnx` / `onnx/model.onnx`.
@@ -201,7 +201,7 @@ impl EmbedderOptions {
         self.queue_full = full;
         self
     }
-    /// How long a free session may wait under load to fill a batch.
+    /// How long a free worker may wait under load to fill a batch.
     pub fn with_batch_wait(mut self, wait: Duration) -> Self {
         self.batch_wait = wait;
         self

@@ -134,11 +134,11 @@ pub struct ModelArgs {
     /// Threads for the model in all (default: all cores).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
-    /// Workers, each running a batch side by side (old name: --sessions). On the CPU they share
+    /// Workers, each running a batch side by side. On the CPU they share
     /// the threads and one ONNX Runtime session, so the weights are in memory once (default: half
     /// the threads, at least 2; 1 for 1 thread; what that buys is measured in docs/performance.md).
     /// On a GPU each has a session of its own (default 1).
-    #[arg(long, alias = "sessions", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: Option<u32>,
     /// The libonnxruntime.so to load, instead of searching for one.
     #[arg(long, env = "ORT_DYLIB_PATH", value_name = "PATH")]
@@ -186,7 +186,7 @@ pub struct ModelArgs {
     /// Keep the first N dimensions of each vector, then normalise (Matryoshka models).
     #[arg(long, alias = "dim", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub dimensions: Option<u32>,
-    /// Under load (every session busy), how long a free session may wait for more texts to fill
+    /// Under load (every worker busy), how long a free worker may wait for more texts to fill
     /// a batch; an idle embedder never waits.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     pub batch_wait_ms: u64,

@@ -26,7 +26,7 @@ pub struct ServeArgs {
     /// Most texts waiting for a batch, across requests; a request that would pass it gets 503.
     #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_queued_texts: u32,
-    /// Threads answering HTTP (the model runs on its own session threads).
+    /// Threads answering HTTP (the model runs on its own worker threads).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     pub http_threads: u32,
     /// Seconds a request's texts may take to queue and run; past it the request gets 504 in its
