@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{Path, State};
+use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use nornir_vector::{CallOptions, EmbedError, Embedder, Embeddings, InferenceKind, error_chain};
 use serde::Deserialize;
@@ -146,6 +147,7 @@ pub(crate) enum Input {
 
 impl App {
     pub(crate) fn new(models: Arc<Models>, config: ServerConfig) -> Self {
+        let metrics = Metrics::new(models.clone());
         Self {
             models,
             api_key: config.api_key.as_deref().map(|k| Sha256::digest(k.as_bytes()).into()),
@@ -157,7 +159,7 @@ impl App {
             long: config.long,
             strict_model_names: config.strict_model_names,
             default_model: config.default_model,
-            metrics: Metrics::default(),
+            metrics,
             created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         }
     }
@@ -239,13 +241,13 @@ impl App {
         }
     }
 
-    /// What every POST route does first: check the key, read the body, parse the JSON.
+    /// What every POST route does first (after `guard` checked the key): read the body, parse
+    /// the JSON.
     pub(crate) async fn accept<T: for<'de> Deserialize<'de>>(
         &self,
         headers: &HeaderMap,
         body: Body,
     ) -> Result<T, ApiError> {
-        self.authorize(headers)?;
         let body = tokio::time::timeout(self.read_timeout, read_body(body, headers, self.max_body_bytes))
             .await
             .map_err(|_| {
@@ -277,22 +279,14 @@ impl App {
         Ok(())
     }
 
-    /// The answer, or the error in the route's API shape; either is counted in the metrics.
-    pub(crate) fn respond(
-        &self,
-        endpoint: &'static str,
-        flavour: Flavour,
-        started: Instant,
-        r: Result<Response, ApiError>,
-    ) -> Response {
-        let response = r.unwrap_or_else(|e| {
+    /// The answer, or the error in the route's API shape (a server error logged).
+    pub(crate) fn respond(&self, endpoint: &'static str, flavour: Flavour, r: Result<Response, ApiError>) -> Response {
+        r.unwrap_or_else(|e| {
             if e.status.is_server_error() && e.status != StatusCode::SERVICE_UNAVAILABLE {
                 tracing::error!("{endpoint}: {}", e.message);
             }
             error_response(flavour, e)
-        });
-        self.metrics.record(endpoint, response.status(), started.elapsed());
-        response
+        })
     }
 }
 
@@ -328,12 +322,49 @@ async fn read_body(mut body: Body, headers: &HeaderMap, limit: usize) -> Result<
 }
 
 /// `/metrics`: the server's and each model's counters in Prometheus' text format.
-pub(crate) async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Err(e) = app.authorize(&headers) {
-        return error_response(Flavour::Plain, e);
+pub(crate) async fn metrics(State(app): State<Arc<App>>) -> Response {
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], app.metrics.render()).into_response()
+}
+
+/// The endpoint a matched route is counted under (one name for a route's aliases and for its
+/// `/models/{model}` form) and the API shape its errors take.
+fn endpoint(matched: &str) -> (&'static str, Flavour) {
+    let path = matched.strip_prefix("/models/{model}").filter(|p| !p.is_empty()).unwrap_or(matched);
+    match path {
+        "/v1/embeddings" | "/embeddings" => ("/v1/embeddings", Flavour::OpenAi),
+        "/v1/models" | "/models" => ("/v1/models", Flavour::OpenAi),
+        "/" | "/embed" => ("/embed", Flavour::Tei),
+        "/embed_all" => ("/embed_all", Flavour::Tei),
+        "/embed_chunks" => ("/embed_chunks", Flavour::Tei),
+        "/tokenize" => ("/tokenize", Flavour::Tei),
+        "/decode" => ("/decode", Flavour::Tei),
+        "/similarity" => ("/similarity", Flavour::Tei),
+        "/info" => ("/info", Flavour::Plain),
+        "/metrics" => ("/metrics", Flavour::Plain),
+        "/health" => ("/health", Flavour::Plain),
+        _ => ("other", Flavour::Plain),
     }
-    let text = crate::metrics::render(&app.metrics, &app.models.entries);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// The one layer around every route: the API key on all but `/health` (401 in the route's API
+/// shape), then the request's status and time counted under its endpoint (all but `/health` and
+/// `/metrics`, which probes and scrapers call). A path no route matches passes through to 404.
+pub(crate) async fn guard(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let Some((name, flavour)) = request.extensions().get::<MatchedPath>().map(|m| endpoint(m.as_str())) else {
+        return next.run(request).await;
+    };
+    if name == "/health" {
+        return next.run(request).await;
+    }
+    let response = match app.authorize(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(e) => error_response(flavour, e),
+    };
+    if name != "/metrics" {
+        app.metrics.record(name, response.status(), started.elapsed());
+    }
+    response
 }
 
 /// 200 once every model has loaded, else 503 with the ones still loading.
@@ -353,10 +384,8 @@ pub(crate) async fn health(State(app): State<Arc<App>>) -> Response {
 }
 
 /// What the doctor says about a model: `/info` for the first, `/models/{name}/info` for any.
-pub(crate) async fn info(State(app): State<Arc<App>>, model: Option<Path<String>>, headers: HeaderMap) -> Response {
-    let started = Instant::now();
+pub(crate) async fn info(State(app): State<Arc<App>>, model: Option<Path<String>>) -> Response {
     let r = (|| {
-        app.authorize(&headers)?;
         let (entry, e) = app.model(model.as_ref().map(|p| p.0.as_str()))?;
         // The embedder's report (the keys of `doctor --json`'s session, Python's `report()` and
         // `bench --json`), then TEI's keys and the server's.
@@ -384,5 +413,5 @@ pub(crate) async fn info(State(app): State<Arc<App>>, model: Option<Path<String>
         }
         Ok(axum::Json(Value::Object(info)).into_response())
     })();
-    app.respond("/info", Flavour::Plain, started, r)
+    app.respond("/info", Flavour::Plain, r)
 }

@@ -230,6 +230,7 @@ pub fn router(models: Arc<Models>, config: ServerConfig) -> Result<Router, Inval
         .nest("/models/{model}", tei_routes())
         .route("/health", get(api::health))
         .route("/metrics", get(api::metrics))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), api::guard))
         .with_state(app))
 }
 

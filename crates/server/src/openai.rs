@@ -1,7 +1,6 @@
 //! OpenAI's routes: `POST /v1/embeddings` (and `/embeddings`), `GET /v1/models` (and `/models`).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -60,9 +59,8 @@ struct Usage {
 }
 
 pub(crate) async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    let started = Instant::now();
     let r = embeddings_inner(&app, &headers, body).await;
-    app.respond("/v1/embeddings", Flavour::OpenAi, started, r)
+    app.respond("/v1/embeddings", Flavour::OpenAi, r)
 }
 
 /// `cl100k_base` token ids back to text, off the async threads (the encoding loads once, and a
@@ -162,14 +160,10 @@ struct Model<'a> {
 }
 
 /// Every model the server answers for, loaded or not, as OpenAI lists them.
-pub(crate) async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    let started = Instant::now();
-    let r = app.authorize(&headers).map(|()| {
-        // Each name a request may give, once: every model's name, then its aliases.
-        let names = app.models.all_names();
-        let data: Vec<Model<'_>> =
-            names.iter().map(|id| Model { id, object: "model", created: app.created, owned_by: "nornir" }).collect();
-        axum::Json(serde_json::json!({ "object": "list", "data": data })).into_response()
-    });
-    app.respond("/v1/models", Flavour::OpenAi, started, r)
+pub(crate) async fn models(State(app): State<Arc<App>>) -> Response {
+    // Each name a request may give, once: every model's name, then its aliases.
+    let names = app.models.all_names();
+    let data: Vec<Model<'_>> =
+        names.iter().map(|id| Model { id, object: "model", created: app.created, owned_by: "nornir" }).collect();
+    axum::Json(serde_json::json!({ "object": "list", "data": data })).into_response()
 }

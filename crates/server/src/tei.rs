@@ -3,7 +3,6 @@
 //! under `/models/{name}/`.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -183,7 +182,6 @@ async fn embed_request<'a>(
 }
 
 pub(crate) async fn embed(State(app): State<Arc<App>>, model: ModelPath, headers: HeaderMap, body: Body) -> Response {
-    let started = Instant::now();
     let r = async {
         let (entry, embedder, texts, options) = embed_request(&app, &model, &headers, body, false, false).await?;
         let rows = app.embed(entry, embedder, &texts, options).await?;
@@ -191,7 +189,7 @@ pub(crate) async fn embed(State(app): State<Arc<App>>, model: ModelPath, headers
         Ok(truncated_header(axum::Json(vectors).into_response(), &rows))
     }
     .await;
-    app.respond("/embed", Flavour::Tei, started, r)
+    app.respond("/embed", Flavour::Tei, r)
 }
 
 #[derive(serde::Serialize)]
@@ -209,7 +207,6 @@ pub(crate) async fn embed_chunks(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let started = Instant::now();
     let r = async {
         let (entry, embedder, texts, options) = embed_request(&app, &model, &headers, body, true, false).await?;
         let rows = app.embed(entry, embedder, &texts, options).await?;
@@ -221,7 +218,7 @@ pub(crate) async fn embed_chunks(
         Ok(axum::Json(answers).into_response())
     }
     .await;
-    app.respond("/embed_chunks", Flavour::Tei, started, r)
+    app.respond("/embed_chunks", Flavour::Tei, r)
 }
 
 /// Every token's vector of each text, raw (TEI's `/embed_all`): `[[[f32]]]`, text by token.
@@ -231,7 +228,6 @@ pub(crate) async fn embed_all(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let started = Instant::now();
     let r = async {
         let (_, embedder, texts, options) = embed_request(&app, &model, &headers, body, false, true).await?;
         let embedder = Arc::clone(embedder);
@@ -251,7 +247,7 @@ pub(crate) async fn embed_all(
         Ok(axum::Json(vectors).into_response())
     }
     .await;
-    app.respond("/embed_all", Flavour::Tei, started, r)
+    app.respond("/embed_all", Flavour::Tei, r)
 }
 
 #[derive(Deserialize)]
@@ -270,7 +266,6 @@ pub(crate) async fn tokenize(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let started = Instant::now();
     let r = async {
         let req: TokenizeRequest = app.accept(&headers, body).await?;
         let (_, embedder) = app.model(name(&model))?;
@@ -292,7 +287,7 @@ pub(crate) async fn tokenize(
         Ok(axum::Json(tokens).into_response())
     }
     .await;
-    app.respond("/tokenize", Flavour::Tei, started, r)
+    app.respond("/tokenize", Flavour::Tei, r)
 }
 
 #[derive(Deserialize)]
@@ -311,7 +306,6 @@ struct DecodeRequest {
 
 /// The text of each list of the model's token ids.
 pub(crate) async fn decode(State(app): State<Arc<App>>, model: ModelPath, headers: HeaderMap, body: Body) -> Response {
-    let started = Instant::now();
     let r = async {
         let req: DecodeRequest = app.accept(&headers, body).await?;
         let (_, embedder) = app.model(name(&model))?;
@@ -325,7 +319,7 @@ pub(crate) async fn decode(State(app): State<Arc<App>>, model: ModelPath, header
         Ok(axum::Json(texts).into_response())
     }
     .await;
-    app.respond("/decode", Flavour::Tei, started, r)
+    app.respond("/decode", Flavour::Tei, r)
 }
 
 #[derive(Deserialize)]
@@ -348,7 +342,6 @@ pub(crate) async fn similarity(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let started = Instant::now();
     let r = async {
         let req: SimilarityRequest = app.accept(&headers, body).await?;
         let (entry, embedder) = app.model(name(&model))?;
@@ -369,5 +362,5 @@ pub(crate) async fn similarity(
         Ok(truncated_header(axum::Json(scores).into_response(), &rows))
     }
     .await;
-    app.respond("/similarity", Flavour::Tei, started, r)
+    app.respond("/similarity", Flavour::Tei, r)
 }
