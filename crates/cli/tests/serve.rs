@@ -696,7 +696,9 @@ fn a_request_past_its_timeout_gets_504_and_its_texts_leave_the_queue() {
 
 /// Tokenizing runs on the embedder's threads, not the server's two async threads: while two
 /// requests of 2,048 long texts and two of a 4 MiB text without whitespace are in flight,
-/// `/health` answers within 200 ms, 50 times in a row (before: up to 5 s in a release build).
+/// `/health` answers 50 times in a row, each well before the 5 s it took when tokenizing blocked
+/// those threads (release build). The bound is half of that, far from both behaviours (a debug
+/// build answers in milliseconds), so a loaded machine cannot miss it and the old one cannot pass.
 #[test]
 fn health_answers_while_heavy_requests_tokenize() {
     nornir_test_support::needs_assets!();
@@ -716,7 +718,7 @@ fn health_answers_while_heavy_requests_tokenize() {
             assert_eq!(server.get("/health").0, 200);
             let took = t.elapsed();
             slowest = slowest.max(took);
-            assert!(took <= Duration::from_millis(200), "/health {i} took {took:?} while the heavy requests ran");
+            assert!(took <= Duration::from_millis(2500), "/health {i} took {took:?} while the heavy requests ran");
             std::thread::sleep(Duration::from_millis(20));
         }
         eprintln!("/health under load: slowest of 50 took {:.1} ms", slowest.as_secs_f64() * 1e3);
