@@ -112,7 +112,7 @@ def test_ctrl_c_cancels_a_running_call(embedder, sample):
     def interrupt():
         # Once the call's first batch has run, whatever the machine's speed or load, and only
         # while the call runs: an interrupt after it would stop pytest itself.
-        while embedder.stats()["texts"] == before["texts"]:
+        while embedder.stats()["batches"] == before["batches"]:
             with lock:
                 if not running[0]:
                     return
@@ -138,7 +138,7 @@ def test_ctrl_c_cancels_a_running_call(embedder, sample):
     # The texts not yet started left the queue instead of running: cancelled, not embedded.
     after = embedder.stats()
     assert after["cancelled_texts"] > before["cancelled_texts"], after
-    assert after["texts"] - before["texts"] < len(texts), after
+    assert after["batched_texts"] - before["batched_texts"] < len(texts), after
     assert embedder.embed(["still works"]).shape == (1, 384)
 
 
