@@ -519,9 +519,14 @@ fn overload_is_answered_200_or_503_and_nothing_hangs() {
                 let send = &send;
                 s.spawn(move || {
                     let mut n = 0;
+                    // A loaded machine may already be full for 16 clients: a 503 is then the
+                    // right answer, and only the 200s count towards the rate.
+                    let mut attempts = 0;
                     while measure.elapsed() < Duration::from_secs(5) {
-                        assert_eq!(send(c * 1000 + n).0, 200);
-                        n += 1;
+                        let status = send(c * 1000 + attempts).0;
+                        assert!(status == 200 || status == 503, "while measuring: {status}");
+                        n += usize::from(status == 200);
+                        attempts += 1;
                     }
                     n
                 })
@@ -529,6 +534,7 @@ fn overload_is_answered_200_or_503_and_nothing_hangs() {
             .collect();
         clients.into_iter().map(|c| c.join().expect("a client failed")).sum()
     });
+    assert!(answered > 0, "no request was served while measuring the rate");
     let capacity = answered as f64 / measure.elapsed().as_secs_f64();
     let rate = capacity * factor;
     let start = Instant::now();
