@@ -108,14 +108,23 @@ fn multiplies_bytes_into_32_bits() -> bool {
 }
 
 /// The CPU extensions ONNX Runtime's int8 kernels can use, best first. ONNX Runtime picks among
-/// them itself and does not report which it picked.
+/// them itself and does not report which it picked. Read from `/proc/cpuinfo` once per process
+/// (every report carries them; the server's `/info` asks on every request).
 pub fn cpu_int8_extensions() -> Vec<&'static str> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let flags: Vec<&str> =
-        info.lines().find(|l| l.starts_with("flags")).map(|l| l.split_whitespace().collect()).unwrap_or_default();
-    [("amx_int8", "AMX-INT8"), ("avx512_vnni", "AVX-512 VNNI"), ("avx_vnni", "AVX-VNNI"), ("avx2", "AVX2")]
-        .into_iter()
-        .filter(|(flag, _)| flags.contains(flag))
-        .map(|(_, name)| name)
-        .collect()
+    static EXTENSIONS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    EXTENSIONS
+        .get_or_init(|| {
+            let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+            let flags: Vec<&str> = info
+                .lines()
+                .find(|l| l.starts_with("flags"))
+                .map(|l| l.split_whitespace().collect())
+                .unwrap_or_default();
+            [("amx_int8", "AMX-INT8"), ("avx512_vnni", "AVX-512 VNNI"), ("avx_vnni", "AVX-VNNI"), ("avx2", "AVX2")]
+                .into_iter()
+                .filter(|(flag, _)| flags.contains(flag))
+                .map(|(_, name)| name)
+                .collect()
+        })
+        .clone()
 }
