@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use nornir_vector::Embedder;
+use nornir_vector::EmbedderReport;
 
 use super::embed::{CHUNK, peak_rss_mib, progress};
 use super::load::load;
@@ -15,8 +15,8 @@ pub(super) const SAMPLE: &str = include_str!("../../../../testdata/parity-sample
 
 /// The embedder's report (the keys of `doctor --json`'s session, `/info` and Python's `report()`)
 /// beside a bench's own figures in `json`.
-fn with_report(json: &mut serde_json::Value, embedder: &Embedder) -> Result<()> {
-    let serde_json::Value::Object(report) = serde_json::to_value(embedder.describe())? else {
+fn with_report(json: &mut serde_json::Value, report: &EmbedderReport) -> Result<()> {
+    let serde_json::Value::Object(report) = serde_json::to_value(report)? else {
         bail!("the embedder's report is not a JSON object")
     };
     if let serde_json::Value::Object(json) = json {
@@ -47,9 +47,10 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             let mut j = serde_json::to_value(&r)?;
             j["input"] = serde_json::json!(source);
             j["texts"] = serde_json::json!(texts.len());
-            with_report(&mut j, &embedder)?;
+            let described = embedder.describe();
+            with_report(&mut j, &described)?;
             j["batch_tokens"] = serde_json::json!(a.model.batch_tokens);
-            j["peak_rss_mib"] = serde_json::json!(peak_rss_mib(&embedder));
+            j["peak_rss_mib"] = serde_json::json!(peak_rss_mib(&described.session.memory));
             println!("{}", serde_json::to_string_pretty(&j)?);
         } else {
             println!("input            {source} ({} texts)", texts.len());
@@ -84,35 +85,37 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     let seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
     let s = embedder.stats();
-    let session = embedder.report();
-    let mut report = serde_json::json!({
-        "input": source,
-        "texts": s.texts,
-        "tokens": s.tokens,
-        "padded_tokens": s.padded_tokens,
-        "batches": s.batches,
-        "seconds": seconds,
-        "texts_per_second": s.texts as f64 / seconds,
-        "tokens_per_second": s.tokens as f64 / seconds,
-        "ort_seconds": s.ort_seconds,
-        "ort_seconds_per_worker": s.ort_seconds / embedder.workers() as f64,
-        "outside_ort_seconds": (seconds - s.ort_seconds / embedder.workers() as f64).max(0.0),
-        "load_seconds": load_seconds,
-        "peak_rss_mib": peak_rss_mib(&embedder),
-        "threads": a.model.threads,
-        "batch_tokens": a.model.batch_tokens,
-    });
-    with_report(&mut report, &embedder)?;
+    // One report for the run: the JSON carries it whole, the text prints parts of it.
+    let described = embedder.describe();
+    let memory = &described.session.memory;
     if a.json {
+        let mut report = serde_json::json!({
+            "input": source,
+            "texts": s.texts,
+            "tokens": s.tokens,
+            "padded_tokens": s.padded_tokens,
+            "batches": s.batches,
+            "seconds": seconds,
+            "texts_per_second": s.texts as f64 / seconds,
+            "tokens_per_second": s.tokens as f64 / seconds,
+            "ort_seconds": s.ort_seconds,
+            "ort_seconds_per_worker": s.ort_seconds / embedder.workers() as f64,
+            "outside_ort_seconds": (seconds - s.ort_seconds / embedder.workers() as f64).max(0.0),
+            "load_seconds": load_seconds,
+            "peak_rss_mib": peak_rss_mib(memory),
+            "threads": a.model.threads,
+            "batch_tokens": a.model.batch_tokens,
+        });
+        with_report(&mut report, &described)?;
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("input            {source}");
-        println!("provider         {} ({})", session.active_provider, embedder.gpu_vendor());
-        println!("precision        {}", nornir_vector::diagnostics::precision(&embedder.model_info().folder));
+        println!("provider         {} ({})", described.session.active_provider, embedder.gpu_vendor());
+        println!("precision        {}", described.precision);
         if embedder.model_info().folder.quantization.is_some() {
             println!(
                 "CPU int8 ISA     {} (ONNX Runtime picks the best; it does not say which)",
-                nornir_vector::diagnostics::cpu_int8_extensions().join(", ")
+                described.cpu_int8_extensions.join(", ")
             );
         }
         println!(
@@ -134,10 +137,9 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             s.padded_tokens
         );
         println!("model load       {load_seconds:.2} s");
-        if let Some(m) = peak_rss_mib(&embedder) {
+        if let Some(m) = peak_rss_mib(memory) {
             println!("peak RSS         {m:.0} MiB");
         }
-        let memory = &session.memory;
         let mib = |b: u64| format!("{:.0}", b as f64 / (1024.0 * 1024.0));
         let each: Vec<String> = memory.session_growth_bytes.iter().map(|&b| mib(b)).collect();
         println!(

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use nornir_vector::Embedder;
+use nornir_vector::diagnostics::Memory;
 
 use super::EmbedJob;
 use super::load::{load, long_policy, provider_line};
@@ -144,13 +144,13 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
             "nornir: {done} texts{chunked} in {seconds:.2} s ({:.1} texts/s) on {}; {truncated} truncated; peak RSS {:.0} MiB",
             done as f64 / seconds.max(1e-9),
             embedder.report().active_provider,
-            peak_rss_mib(&embedder).unwrap_or(f64::NAN)
+            peak_rss_mib(&embedder.report().memory).unwrap_or(f64::NAN)
         );
     }
     Ok(())
 }
 
 /// The process's peak resident memory in MiB, as the embedder's memory report gives it.
-pub(super) fn peak_rss_mib(embedder: &Embedder) -> Option<f64> {
-    embedder.report().memory.peak_resident_bytes.map(|b| b as f64 / (1024.0 * 1024.0))
+pub(super) fn peak_rss_mib(memory: &Memory) -> Option<f64> {
+    memory.peak_resident_bytes.map(|b| b as f64 / (1024.0 * 1024.0))
 }
