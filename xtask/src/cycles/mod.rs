@@ -153,34 +153,14 @@ pub fn check(root: &Path) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn tree(files: &[(&str, &str)]) -> tempfile_dir::Dir {
-        let dir = tempfile_dir::Dir::new();
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
         for (name, code) in files {
-            let path = dir.0.join(name);
+            let path = dir.path().join(name);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, code).unwrap();
         }
         dir
-    }
-
-    /// A throwaway folder under the target directory (xtask has no tempfile dependency).
-    mod tempfile_dir {
-        pub struct Dir(pub std::path::PathBuf);
-        impl Dir {
-            pub fn new() -> Self {
-                static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-                let k = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let p = std::env::temp_dir().join(format!("xtask-cycles-{}-{k}", std::process::id()));
-                let _ = std::fs::remove_dir_all(&p);
-                std::fs::create_dir_all(&p).unwrap();
-                Dir(p)
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
     }
 
     #[test]
@@ -190,7 +170,7 @@ mod tests {
             ("a.rs", "use crate::b::Thing;\n"),
             ("b.rs", "pub struct Thing;\nfn f() { crate::a::g() }\n"),
         ]);
-        let cycles = crate_cycles(&d.0).unwrap();
+        let cycles = crate_cycles(d.path()).unwrap();
         assert_eq!(cycles.len(), 1, "{cycles:?}");
         assert_eq!(cycles[0].len(), 2);
     }
@@ -209,7 +189,7 @@ mod tests {
             // A child importing its parent, and its sibling through `super`.
             ("c/d.rs", "use super::Y;\npub struct D;\n#[cfg(test)]\nmod tests { use super::D; }\n"),
         ]);
-        assert_eq!(crate_cycles(&d.0).unwrap(), Vec::<Vec<PathBuf>>::new());
+        assert_eq!(crate_cycles(d.path()).unwrap(), Vec::<Vec<PathBuf>>::new());
     }
 
     #[test]
@@ -223,7 +203,7 @@ mod tests {
                 "pub mod beta { pub struct Gamma; }\npub struct Alpha;\nfn f() { let _ = super::x::helper; }\n",
             ),
         ]);
-        let cycles = crate_cycles(&d.0).unwrap();
+        let cycles = crate_cycles(d.path()).unwrap();
         assert_eq!(cycles.len(), 1, "{cycles:?}");
     }
 }

@@ -66,13 +66,11 @@ fn blank_non_code(src: &str) -> String {
             out.push(b' ');
             i += 1;
         } else if b[i] == b'\'' && is_char_literal(b, i) {
-            let end = b[i + 1..].iter().position(|&c| c == b'\'').map_or(b.len(), |p| i + 2 + p);
-            let end = if b.get(i + 1) == Some(&b'\\') {
-                b[i + 3..].iter().position(|&c| c == b'\'').map_or(b.len(), |p| i + 4 + p)
-            } else {
-                end
-            };
-            out.extend(std::iter::repeat_n(b' ', end.min(b.len()) - i));
+            // The closing quote: after the escaped character of `'\x'`, else after the first.
+            let from = if b.get(i + 1) == Some(&b'\\') { i + 3 } else { i + 1 };
+            let end =
+                b.get(from..).and_then(|rest| rest.iter().position(|&c| c == b'\'')).map_or(b.len(), |p| from + p + 1);
+            out.extend(std::iter::repeat_n(b' ', end - i));
             i = end;
         } else {
             out.push(b[i]);
@@ -103,7 +101,6 @@ enum Token {
     Open,
     Close,
     Comma,
-    Semi,
     Other,
 }
 
@@ -129,7 +126,6 @@ fn tokens(code: &str) -> Vec<Token> {
             b'{' => Token::Open,
             b'}' => Token::Close,
             b',' => Token::Comma,
-            b';' => Token::Semi,
             c if c.is_ascii_whitespace() => {
                 i += 1;
                 continue;
