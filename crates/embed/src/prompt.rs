@@ -60,11 +60,10 @@ pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result
     let named = |name: &str, source: String| -> Result<(String, Option<String>), EmbedError> {
         Ok((named_prompt(folder, name)?.to_owned(), Some(source)))
     };
-    let chosen = o.prompt.clone();
-    let (text, source) = if let Some(Prompt::Text(p)) = chosen {
-        (p, Some("the prompt option".to_owned()))
-    } else if let Some(Prompt::Name(name)) = chosen {
-        named(&name, format!("prompt {name:?}"))?
+    let (text, source) = if let Some(Prompt::Text(p)) = &o.prompt {
+        (p.clone(), Some("the prompt option".to_owned()))
+    } else if let Some(Prompt::Name(name)) = &o.prompt {
+        named(name, format!("prompt {name:?}"))?
     } else if let Some((t, _)) = &task {
         let text = folder.task_instructions.get(t).or_else(|| prompts.get(t)).cloned().unwrap_or_default();
         (text, Some(format!("task {t:?}")))
