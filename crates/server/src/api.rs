@@ -9,8 +9,8 @@ use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{CallOptions, EmbedError, Embedder, Embeddings, InferenceKind, error_chain};
-use serde::Deserialize;
+use nornir_vector::{CallOptions, EmbedError, Embedder, EmbedderReport, Embeddings, InferenceKind, error_chain};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -383,35 +383,38 @@ pub(crate) async fn health(State(app): State<Arc<App>>) -> Response {
     (StatusCode::OK, axum::Json(json!({ "status": "ok", "provider": first, "providers": providers }))).into_response()
 }
 
+/// `/info`'s answer: the embedder's report (the keys of `doctor --json`'s session, Python's
+/// `report()` and `bench --json`), with TEI's keys and the server's beside them.
+#[derive(Serialize)]
+struct Info<'a> {
+    #[serde(flatten)]
+    report: EmbedderReport,
+    version: &'static str,
+    model_id: &'a str,
+    aliases: &'a [String],
+    models: Vec<String>,
+    long_inputs: &'static str,
+    max_input_length: usize,
+    max_client_batch_size: usize,
+    max_inputs: usize,
+}
+
 /// What the doctor says about a model: `/info` for the first, `/models/{name}/info` for any.
 pub(crate) async fn info(State(app): State<Arc<App>>, model: Option<Path<String>>) -> Response {
     let r = (|| {
         let (entry, e) = app.model(model.as_ref().map(|p| p.0.as_str()))?;
-        // The embedder's report (the keys of `doctor --json`'s session, Python's `report()` and
-        // `bench --json`), then TEI's keys and the server's.
-        let mut info = match serde_json::to_value(e.describe()) {
-            Ok(Value::Object(report)) => report,
-            _ => {
-                return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the embedder's report is not a JSON object",
-                ));
-            }
-        };
-        let max_length = e.model_info().max_length;
-        for (key, value) in [
-            ("version", json!(env!("CARGO_PKG_VERSION"))),
-            ("model_id", json!(entry.name)),
-            ("aliases", json!(entry.aliases)),
-            ("models", json!(app.models.names())),
-            ("long_inputs", json!(app.long.label())),
-            ("max_input_length", json!(max_length)),
-            ("max_client_batch_size", json!(app.max_inputs)),
-            ("max_inputs", json!(app.max_inputs)),
-        ] {
-            info.insert(key.to_owned(), value);
-        }
-        Ok(axum::Json(Value::Object(info)).into_response())
+        Ok(axum::Json(Info {
+            report: e.describe(),
+            version: env!("CARGO_PKG_VERSION"),
+            model_id: &entry.name,
+            aliases: &entry.aliases,
+            models: app.models.names(),
+            long_inputs: app.long.label(),
+            max_input_length: e.model_info().max_length,
+            max_client_batch_size: app.max_inputs,
+            max_inputs: app.max_inputs,
+        })
+        .into_response())
     })();
     app.respond("/info", Flavour::Plain, r)
 }

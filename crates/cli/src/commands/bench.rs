@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use nornir_vector::EmbedderReport;
 
 use super::embed::{CHUNK, peak_rss_mib, progress};
@@ -13,15 +13,17 @@ use nornir_cli::input::{InputFormat, Records};
 /// The built-in benchmark sample: the parity sample's 99 texts.
 pub(super) const SAMPLE: &str = include_str!("../../../../testdata/parity-sample.txt");
 
-/// The embedder's report (the keys of `doctor --json`'s session, `/info` and Python's `report()`)
-/// beside a bench's own figures in `json`.
-fn with_report(json: &mut serde_json::Value, report: &EmbedderReport) -> Result<()> {
-    let serde_json::Value::Object(report) = serde_json::to_value(report)? else {
-        bail!("the embedder's report is not a JSON object")
-    };
-    if let serde_json::Value::Object(json) = json {
-        json.extend(report);
+/// A bench's own figures with the embedder's report beside them (the keys of `doctor --json`'s
+/// session, `/info` and Python's `report()`), as one JSON object on stdout.
+fn print_json(figures: serde_json::Value, report: &EmbedderReport) -> Result<()> {
+    #[derive(serde::Serialize)]
+    struct WithReport<'a> {
+        #[serde(flatten)]
+        figures: serde_json::Value,
+        #[serde(flatten)]
+        report: &'a EmbedderReport,
     }
+    println!("{}", serde_json::to_string_pretty(&WithReport { figures, report })?);
     Ok(())
 }
 
@@ -48,10 +50,9 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             j["input"] = serde_json::json!(source);
             j["texts"] = serde_json::json!(texts.len());
             let described = embedder.describe();
-            with_report(&mut j, &described)?;
             j["batch_tokens"] = serde_json::json!(a.model.batch_tokens);
             j["peak_rss_mib"] = serde_json::json!(peak_rss_mib(&described.session.memory));
-            println!("{}", serde_json::to_string_pretty(&j)?);
+            print_json(j, &described)?;
         } else {
             println!("input            {source} ({} texts)", texts.len());
             println!("provider         {} ({})", embedder.report().active_provider, embedder.gpu_vendor());
@@ -89,7 +90,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     let described = embedder.describe();
     let memory = &described.session.memory;
     if a.json {
-        let mut report = serde_json::json!({
+        let figures = serde_json::json!({
             "input": source,
             "texts": s.texts,
             "tokens": s.tokens,
@@ -106,8 +107,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             "threads": a.model.threads,
             "batch_tokens": a.model.batch_tokens,
         });
-        with_report(&mut report, &described)?;
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        print_json(figures, &described)?;
     } else {
         println!("input            {source}");
         println!("provider         {} ({})", described.session.active_provider, embedder.gpu_vendor());
