@@ -15,22 +15,12 @@ use crate::{assets, fetch, int8};
 /// Pinned so every machine compares against the same Python stack.
 const PYTHON_PACKAGES: &[&str] = &["onnxruntime==1.31.1", "tokenizers==0.23.3", "numpy==2.4.6", "onnx==1.23.2"];
 
-/// [`Args`] with the defaults resolved.
-struct Options {
-    corpus: std::path::PathBuf,
-    threads: u32,
-    budget: u32,
-    rounds: usize,
-    unsorted: bool,
-    memory: bool,
-}
-
 /// `cargo xtask bench-compare`'s options.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The texts, one per line (default: testdata/corpus.txt).
-    #[arg(long, value_name = "FILE")]
-    corpus: Option<std::path::PathBuf>,
+    /// The texts, one per line.
+    #[arg(long, value_name = "FILE", default_value_os_t = workspace_root().join("testdata/corpus.txt"))]
+    corpus: std::path::PathBuf,
     /// Threads for every side.
     #[arg(long, default_value_t = 2)]
     threads: u32,
@@ -69,7 +59,7 @@ pub(crate) fn python_venv(home: &Path, name: &str, packages: &[&str], purpose: &
     Ok(py)
 }
 
-fn python_run(py: &Path, mode: &str, model: &Path, o: &Options) -> Result<f64> {
+fn python_run(py: &Path, mode: &str, model: &Path, o: &Args) -> Result<f64> {
     let out = Command::new(py)
         .arg(workspace_root().join("scripts/bench_python.py"))
         .args([
@@ -96,7 +86,7 @@ struct NornirRun {
 
 /// `nornir vector embed` end to end: read, tokenize, batch, run, pool, write f32. With `repeat`
 /// above 1, the corpus is streamed that many times through standard input.
-fn nornir_run(nornir: &Path, model: &Path, o: &Options, texts: usize, repeat: usize) -> Result<NornirRun> {
+fn nornir_run(nornir: &Path, model: &Path, o: &Args, texts: usize, repeat: usize) -> Result<NornirRun> {
     use std::io::Write;
     let out = std::env::temp_dir().join(format!("nornir-bench-{}.f32", std::process::id()));
     let mut cmd = Command::new(nornir);
@@ -161,15 +151,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-pub fn bench_compare(a: &Args) -> Result<()> {
-    let o = Options {
-        corpus: a.corpus.clone().unwrap_or_else(|| workspace_root().join("testdata/corpus.txt")),
-        threads: a.threads,
-        budget: a.budget,
-        rounds: a.rounds as usize,
-        unsorted: a.unsorted,
-        memory: a.memory,
-    };
+pub fn bench_compare(o: &Args) -> Result<()> {
     let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
     let model = home.join(assets::EXPORT_MODEL_DIR);
     let texts =
@@ -183,24 +165,24 @@ pub fn bench_compare(a: &Args) -> Result<()> {
     let (mut i8, mut i8_rss, mut peer, mut peer_rss) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 1..=o.rounds {
         eprintln!("xtask: bench-compare round {round}/{}", o.rounds);
-        sorted.push(python_run(&py, "sorted", &model, &o)?);
-        floor.push(python_run(&py, "floor", &model, &o)?);
-        let run = nornir_run(&nornir, &model, &o, texts, 1)?;
+        sorted.push(python_run(&py, "sorted", &model, o)?);
+        floor.push(python_run(&py, "floor", &model, o)?);
+        let run = nornir_run(&nornir, &model, o, texts, 1)?;
         ours.push(run.texts_per_second);
         rss.push(run.peak_rss_mib);
-        let run = nornir_run(&nornir, &ours_int8, &o, texts, 1)?;
+        let run = nornir_run(&nornir, &ours_int8, o, texts, 1)?;
         i8.push(run.texts_per_second);
         i8_rss.push(run.peak_rss_mib);
-        let run = nornir_run(&nornir, &peer_int8, &o, texts, 1)?;
+        let run = nornir_run(&nornir, &peer_int8, o, texts, 1)?;
         peer.push(run.texts_per_second);
         peer_rss.push(run.peak_rss_mib);
     }
     let (i8, i8_rss, peer, peer_rss) = (median(i8), median(i8_rss), median(peer), median(peer_rss));
-    let unsorted = if o.unsorted { Some(python_run(&py, "unsorted", &model, &o)?) } else { None };
+    let unsorted = if o.unsorted { Some(python_run(&py, "unsorted", &model, o)?) } else { None };
     let (sorted, floor, ours, rss_once) = (median(sorted), median(floor), median(ours), median(rss));
     let ten = if o.memory {
         eprintln!("xtask: bench-compare: the corpus 10 times through standard input");
-        Some(nornir_run(&nornir, &model, &o, texts, 10)?)
+        Some(nornir_run(&nornir, &model, o, texts, 10)?)
     } else {
         None
     };

@@ -21,19 +21,12 @@ use crate::process::{cargo, run_checked, workspace_root};
 pub const ARCHIVE: &str = "nornir-gpu-bundle.tar.gz";
 const MIB: u64 = 1 << 20;
 
-struct Options {
-    out: PathBuf,
-    part_bytes: u64,
-    nornir: Option<PathBuf>,
-    peer: bool,
-}
-
 /// `cargo xtask gpu-bundle`'s options.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Where the parts go (default: target/gpu-bundle).
-    #[arg(long, value_name = "DIR")]
-    out: Option<PathBuf>,
+    /// Where the parts go.
+    #[arg(long, value_name = "DIR", default_value_os_t = workspace_root().join("target/gpu-bundle"))]
+    out: PathBuf,
     /// Largest part, MiB (1 to 60: one transfer carries 64 MiB in all).
     #[arg(long = "part-mib", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=60))]
     part_mib: u64,
@@ -46,23 +39,25 @@ pub struct Args {
 }
 
 impl Args {
+    fn peer(&self) -> bool {
+        !self.no_peer
+    }
+
+    /// Under the figure: a part of exactly N MiB would not be "under N MiB".
+    fn part_bytes(&self) -> u64 {
+        self.part_mib * MIB - 1
+    }
+
     /// The dry run's bundle: this binary, into `out`.
     pub fn for_dry_run(nornir: PathBuf, out: PathBuf) -> Self {
-        Self { out: Some(out), part_mib: 60, nornir: Some(nornir), no_peer: false }
+        Self { out, part_mib: 60, nornir: Some(nornir), no_peer: false }
     }
 }
 
-fn options(a: &Args) -> Result<Options> {
-    let out = a.out.clone().unwrap_or_else(|| workspace_root().join("target/gpu-bundle"));
-    let out = if out.is_absolute() { out } else { std::env::current_dir()?.join(out) };
-    // Under the figure: a part of exactly N MiB would not be "under N MiB".
-    Ok(Options { out, part_bytes: a.part_mib * MIB - 1, nornir: a.nornir.clone(), peer: !a.no_peer })
-}
-
-pub fn gpu_bundle(a: &Args) -> Result<()> {
-    let o = options(a)?;
+pub fn gpu_bundle(o: &Args) -> Result<()> {
+    let out = if o.out.is_absolute() { o.out.clone() } else { std::env::current_dir()?.join(&o.out) };
     let mut wanted: Vec<&Asset> = vec![&assets::ORT_GPU, &assets::MODEL_ONNX, &assets::MODEL_TOKENIZER];
-    if o.peer {
+    if o.peer() {
         wanted.push(&assets::PEER_MODEL);
     }
     let home = fetch(&wanted)?;
@@ -80,19 +75,19 @@ pub fn gpu_bundle(a: &Args) -> Result<()> {
 
     // Built beside the output and renamed into place, so a failed run leaves no bundle that
     // looks complete.
-    let parent = o.out.parent().context("--out has no parent folder")?;
+    let parent = out.parent().context("--out has no parent folder")?;
     std::fs::create_dir_all(parent).with_context(|| format!("create {}", parent.display()))?;
-    let work = parent.join(format!(".{}.tmp-{}", file_name(&o.out), std::process::id()));
+    let work = parent.join(format!(".{}.tmp-{}", file_name(&out), std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
-    let result = build(&o, &home, &nornir, &work);
+    let result = build(o, &home, &nornir, &work);
     if result.is_err() {
         let _ = std::fs::remove_dir_all(&work);
     }
     let parts = result?;
-    let _ = std::fs::remove_dir_all(&o.out);
-    std::fs::rename(work.join("parts"), &o.out).with_context(|| format!("move the bundle to {}", o.out.display()))?;
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::rename(work.join("parts"), &out).with_context(|| format!("move the bundle to {}", out.display()))?;
     let _ = std::fs::remove_dir_all(&work);
-    print_plan(&o.out, &parts);
+    print_plan(&out, &parts);
     Ok(())
 }
 
@@ -101,7 +96,7 @@ fn file_name(p: &Path) -> String {
 }
 
 /// Stages the files, packs and cuts them. Returns the parts' names and sizes.
-fn build(o: &Options, home: &Path, nornir: &Path, work: &Path) -> Result<Vec<(String, u64)>> {
+fn build(o: &Args, home: &Path, nornir: &Path, work: &Path) -> Result<Vec<(String, u64)>> {
     let stage = work.join("stage");
     let ort = home.join(assets::ORT_GPU.dest);
     let mut files: Vec<(PathBuf, String)> = vec![(nornir.to_path_buf(), "bin/nornir".to_owned())];
@@ -113,7 +108,7 @@ fn build(o: &Options, home: &Path, nornir: &Path, work: &Path) -> Result<Vec<(St
     for f in model_files {
         files.push((home.join(assets::EXPORT_MODEL_DIR).join(f), format!("model/{f}")));
     }
-    if o.peer {
+    if o.peer() {
         for (_, f) in assets::PEER_MODEL.files {
             files.push((home.join(assets::PEER_MODEL_DIR).join(f), format!("st-model/{f}")));
         }
@@ -151,7 +146,7 @@ fn build(o: &Options, home: &Path, nornir: &Path, work: &Path) -> Result<Vec<(St
     let archive_size = std::fs::metadata(&archive)?.len();
     let parts_dir = work.join("parts");
     std::fs::create_dir_all(&parts_dir)?;
-    let parts = cut(&archive, &parts_dir, o.part_bytes)?;
+    let parts = cut(&archive, &parts_dir, o.part_bytes())?;
     let mut manifest = format!(
         "# nornir GPU bundle ({} files); scripts/gpu-check.sh joins the parts in this order and checks every sum\narchive {ARCHIVE} {archive_sha} {archive_size}\n",
         files.len()
