@@ -7,7 +7,7 @@ use nornir_vector::diagnostics::MIN_ORT;
 
 /// The `nornir` flag that sets the library option named `option` (as `EmbedError::InvalidOption`
 /// names it).
-pub fn flag_for(option: &str) -> String {
+fn flag_for(option: &str) -> String {
     let flag = match option {
         "chunking.window" => "--window",
         "chunking.late" => "--long late",
@@ -35,6 +35,12 @@ pub fn flag_for(option: &str) -> String {
     flag.to_owned()
 }
 
+/// A library option (the embedder's or the server's, as their errors name it) refused, said with
+/// the flag that sets it.
+pub fn invalid_flag(option: &str, reason: &str) -> String {
+    format!("invalid {}: {reason}", flag_for(option))
+}
+
 /// The oldest ONNX Runtime this build loads.
 pub fn oldest_ort() -> Option<(u64, u64)> {
     Some(MIN_ORT)
@@ -46,7 +52,7 @@ pub fn oldest_ort() -> Option<(u64, u64)> {
 pub fn embed_error_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     let (major, minor) = MIN_ORT;
     Some(match e.downcast_ref::<EmbedError>()? {
-        EmbedError::InvalidOption { option, reason, .. } => format!("invalid {}: {reason}", flag_for(option)),
+        EmbedError::InvalidOption { option, reason, .. } => invalid_flag(option, reason),
         e @ EmbedError::NoOrtLibrary { .. } => {
             format!(
                 "{e}; or pass --ort-lib FILE (in a nornir checkout, `cargo xtask fetch` puts one in the nornir cache)"

@@ -199,7 +199,7 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
         });
         let read_timeout = config.read_timeout;
         let router = nornir_server::router(models, config)
-            .map_err(|c| anyhow::anyhow!("invalid {}: {}", super::errors::flag_for(c.option), c.reason))?;
+            .map_err(|c| anyhow::anyhow!(super::errors::invalid_flag(c.option, &c.reason)))?;
         let server = tokio::spawn(nornir_server::serve(listener, router, read_timeout, shutdown_signal()));
         match load.await {
             Ok(Ok(())) => {}
