@@ -165,12 +165,19 @@ impl Scheduler {
         }
     }
 
-    /// Worker `k` finished its batch of `tokens` tokens fed (padding included) in `elapsed`.
     /// Worker `k` panicked and starts again: it runs nothing now.
     pub(crate) fn worker_restarted(&self, k: usize) {
         self.done(k, 0, Duration::ZERO);
     }
 
+    /// Worker `k` is about to hand `n` texts to their callers: they stop counting as running
+    /// first, so a caller that reads the stats after its call returned sees them gone.
+    pub(crate) fn handing_over(&self, k: usize, n: usize) {
+        let mut q = self.lock();
+        q.running[k] = q.running[k].saturating_sub(n);
+    }
+
+    /// Worker `k` finished its batch of `tokens` tokens fed (padding included) in `elapsed`.
     pub(crate) fn done(&self, k: usize, tokens: usize, elapsed: Duration) {
         let mut q = self.lock();
         q.busy[k] = false;

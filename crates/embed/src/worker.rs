@@ -27,7 +27,7 @@ fn run_batches(engine: &Engine, k: usize) {
         let slot = engine.slot_for(k);
         let fed = items.len() * items.iter().map(|i| i.ids.len()).max().unwrap_or(0);
         let started = std::time::Instant::now();
-        run_items(engine, slot, &mut items);
+        run_items(engine, k, slot, &mut items);
         engine.scheduler.done(k, fed, started.elapsed());
     }
 }
@@ -36,7 +36,7 @@ fn run_batches(engine: &Engine, k: usize) {
 /// batch is counted in the stats. When the batch fails, each text runs again alone, so one
 /// text (one caller's bad input) fails only its own call; a panic while running fails the
 /// batch's texts, and a panic anywhere else fails them as they drop (see `Item`).
-fn run_items(engine: &Engine, slot: &RwLock<Slot>, items: &mut [Item]) {
+fn run_items(engine: &Engine, k: usize, slot: &RwLock<Slot>, items: &mut [Item]) {
     let run = |batch: &[Item]| -> Result<Vec<f32>> {
         let rows: Vec<Row<'_>> = batch.iter().map(|i| Row { ids: &i.ids, skip: i.skip, spans: &i.spans }).collect();
         // The batch's rows are copied out of ONNX Runtime's output here, and handed over only
@@ -54,6 +54,7 @@ fn run_items(engine: &Engine, slot: &RwLock<Slot>, items: &mut [Item]) {
     // The batch's vectors in order: each item's rows, one after another.
     let hand_over = |batch: &mut [Item], rows: Vec<f32>| {
         crate::fault::hit(crate::fault::Stage::HandOver);
+        engine.scheduler.handing_over(k, batch.len());
         let dim = rows.len() / batch.iter().map(Item::rows).sum::<usize>().max(1);
         let mut at = 0;
         for item in batch {
@@ -64,13 +65,19 @@ fn run_items(engine: &Engine, slot: &RwLock<Slot>, items: &mut [Item]) {
     };
     match run(items) {
         Ok(rows) => hand_over(items, rows),
-        Err(e) if items.len() == 1 => items[0].fail(e),
+        Err(e) if items.len() == 1 => {
+            engine.scheduler.handing_over(k, 1);
+            items[0].fail(e)
+        }
         Err(e) => {
             tracing::warn!("a batch of {} texts failed ({}); running each alone", items.len(), error_chain(&e));
-            for k in 0..items.len() {
-                match run(&items[k..=k]) {
-                    Ok(rows) => hand_over(&mut items[k..=k], rows),
-                    Err(e) => items[k].fail(e),
+            for i in 0..items.len() {
+                match run(&items[i..=i]) {
+                    Ok(rows) => hand_over(&mut items[i..=i], rows),
+                    Err(e) => {
+                        engine.scheduler.handing_over(k, 1);
+                        items[i].fail(e)
+                    }
                 }
             }
         }
