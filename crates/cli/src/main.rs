@@ -55,6 +55,7 @@ fn main() -> ExitCode {
                 long: a.long,
                 window: a.window.map(|w| w as usize),
                 overlap: a.overlap.map(|o| o as usize),
+                sparse: a.sparse,
                 json: a.json,
                 quiet: a.quiet,
                 verbose: a.verbose > 0,
@@ -76,6 +77,10 @@ fn main() -> ExitCode {
         Top::Vector(VectorCommand::Convert(a)) => {
             init_tracing(0);
             commands::convert(&a).map(|()| ExitCode::SUCCESS)
+        }
+        Top::Vector(VectorCommand::Rerank(a)) => {
+            init_tracing(0);
+            commands::rerank(&a).map(|()| ExitCode::SUCCESS)
         }
         Top::Vector(VectorCommand::Serve(a)) => {
             init_tracing(1);

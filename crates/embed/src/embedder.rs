@@ -4,12 +4,9 @@
 //! [`Embedder::embed_async`] is a future any executor can await, whose texts are tokenized on the
 //! embedder's own tokenizing threads, never on the executor's.
 
-use std::future::Future;
 use std::path::Path;
-use std::pin::Pin;
-use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use nornir_ep_select::Vendor;
@@ -19,9 +16,10 @@ use crate::describe::EmbedderReport;
 use crate::embeddings::Embeddings;
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
+use crate::future::{EmbedFuture, TOKENIZING_THREADS, TokenizeJob, Work, tokenizing_thread};
+use crate::kind::ModelKind;
 use crate::options::EmbedderOptions;
-use crate::options::QueueFull;
-use crate::prepare::{self, Call};
+use crate::prepare;
 use crate::report::{ModelInfo, Placement, SessionReport, Token};
 use crate::stats::EmbedStats;
 
@@ -48,70 +46,11 @@ use crate::stats::EmbedStats;
 /// ```
 #[derive(Debug)]
 pub struct Embedder {
-    engine: Arc<Engine>,
+    pub(crate) engine: Arc<Engine>,
     workers: Vec<JoinHandle<()>>,
     /// Texts of async calls for the tokenizing threads; `None` once the embedder is dropped.
-    tokenize_jobs: Option<Sender<TokenizeJob>>,
+    pub(crate) tokenize_jobs: Option<Sender<TokenizeJob>>,
     tokenizers: Vec<JoinHandle<()>>,
-}
-
-/// Threads that tokenize the texts of async calls: two, so that one huge text does not hold up
-/// every small call behind it (a call of more than 16 texts also uses the tokenizer's own pool).
-const TOKENIZING_THREADS: usize = 2;
-
-/// An async call's texts, to be tokenized off the caller's executor.
-#[derive(Debug)]
-struct TokenizeJob {
-    texts: Vec<String>,
-    options: CallOptions,
-    slot: Arc<Tokenized>,
-}
-
-/// Where a tokenizing thread leaves an async call's tokens, and whom to wake.
-#[derive(Debug, Default)]
-struct Tokenized {
-    state: Mutex<TokenizedState>,
-}
-
-#[derive(Debug, Default)]
-struct TokenizedState {
-    result: Option<Result<Call>>,
-    waker: Option<Waker>,
-    /// The future was dropped: nothing to tokenize for.
-    abandoned: bool,
-}
-
-impl Tokenized {
-    fn lock(&self) -> std::sync::MutexGuard<'_, TokenizedState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// A tokenizing thread: prepares each job's call until the embedder is dropped. A panic while
-/// tokenizing fails that call, not the thread.
-fn tokenizing_thread(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJob>>) {
-    loop {
-        let job = match jobs.lock().unwrap_or_else(PoisonError::into_inner).recv() {
-            Ok(job) => job,
-            Err(_) => return,
-        };
-        if job.slot.lock().abandoned {
-            continue;
-        }
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            prepare::prepare(engine, &job.texts, &job.options)
-        }))
-        .unwrap_or_else(|_| {
-            Err(EmbedError::inference(InferenceKind::WorkerFailed, "tokenizing the call's texts panicked"))
-        });
-        let mut s = job.slot.lock();
-        if !s.abandoned {
-            s.result = Some(result);
-            if let Some(w) = s.waker.take() {
-                w.wake();
-            }
-        }
-    }
 }
 
 impl Embedder {
@@ -165,7 +104,12 @@ impl Embedder {
     /// # Ok::<(), nornir_embed::EmbedError>(())
     /// ```
     pub fn embed_with<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<Embeddings> {
-        let mut call = prepare::prepare(&self.engine, texts, options)?;
+        self.engine.expect_kind(ModelKind::Embedder, "embed")?;
+        self.run_call(prepare::prepare(&self.engine, texts, options)?)
+    }
+
+    /// Queues a prepared call and waits for its rows, finished.
+    pub(crate) fn run_call(&self, mut call: prepare::Call) -> Result<Embeddings> {
         self.engine.scheduler.admit(&call.items, call.max_wait)?;
         self.engine.scheduler.submit(std::mem::take(&mut call.items), self.engine.queue_full)?;
         match call.request.wait() {
@@ -191,9 +135,15 @@ impl Embedder {
 
     /// [`embed_with`](Self::embed_with) as a future, as [`embed_async`](Self::embed_async) is.
     pub fn embed_with_async<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> EmbedFuture<'_> {
-        let texts = texts.iter().map(|t| t.as_ref().to_owned()).collect();
-        let state = State::Start(texts, options.clone());
-        EmbedFuture { engine: &self.engine, jobs: self.tokenize_jobs.as_ref(), state }
+        if let Err(e) = self.engine.expect_kind(ModelKind::Embedder, "embed") {
+            return EmbedFuture::refused(&self.engine, e);
+        }
+        self.future(Work::Texts(texts.iter().map(|t| t.as_ref().to_owned()).collect(), options.clone()))
+    }
+
+    /// The future of an async call's `work`.
+    pub(crate) fn future(&self, work: Work) -> EmbedFuture<'_> {
+        EmbedFuture::new(&self.engine, self.tokenize_jobs.as_ref(), work)
     }
 
     /// Every token of `text` with this call's prompt (its truncation is not applied: a text longer
@@ -323,123 +273,6 @@ impl Drop for Embedder {
         self.engine.scheduler.shut_down();
         for w in self.workers.drain(..) {
             let _ = w.join();
-        }
-    }
-}
-
-/// The future of [`Embedder::embed_async`].
-#[derive(Debug)]
-#[must_use = "a future does nothing unless awaited: its texts join the queue at its first poll"]
-pub struct EmbedFuture<'a> {
-    engine: &'a Engine,
-    jobs: Option<&'a Sender<TokenizeJob>>,
-    state: State,
-}
-
-#[derive(Debug)]
-enum State {
-    /// Not polled yet.
-    Start(Vec<String>, CallOptions),
-    /// With a tokenizing thread: where its tokens go, and how many texts.
-    Tokenizing(Arc<Tokenized>, usize),
-    /// Tokenized, waiting for room in the queue.
-    Queueing(Call),
-    Running(Call),
-    Done,
-}
-
-impl Drop for EmbedFuture<'_> {
-    fn drop(&mut self) {
-        match &self.state {
-            State::Running(call) => prepare::cancel_queued(self.engine, &call.request),
-            // Its texts never reach the queue: a job still waiting is skipped.
-            State::Tokenizing(slot, texts) => {
-                let mut s = slot.lock();
-                s.abandoned = true;
-                s.result = None;
-                self.engine.counters.cancelled_texts.fetch_add(*texts as u64, std::sync::atomic::Ordering::Relaxed);
-            }
-            _ => {}
-        }
-    }
-}
-
-impl Future for EmbedFuture<'_> {
-    type Output = Result<Embeddings>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        loop {
-            match std::mem::replace(&mut this.state, State::Done) {
-                State::Start(texts, options) => {
-                    let count = texts.len();
-                    let slot = Arc::new(Tokenized::default());
-                    slot.lock().waker = Some(cx.waker().clone());
-                    let sent = this
-                        .jobs
-                        .is_some_and(|jobs| jobs.send(TokenizeJob { texts, options, slot: Arc::clone(&slot) }).is_ok());
-                    if !sent {
-                        return Poll::Ready(Err(EmbedError::inference(
-                            InferenceKind::WorkerFailed,
-                            "the embedder's tokenizing threads have stopped",
-                        )));
-                    }
-                    this.state = State::Tokenizing(slot, count);
-                    return Poll::Pending;
-                }
-                State::Tokenizing(slot, count) => {
-                    let mut s = slot.lock();
-                    match s.result.take() {
-                        Some(Ok(call)) => {
-                            drop(s);
-                            this.state = State::Queueing(call);
-                        }
-                        Some(Err(e)) => return Poll::Ready(Err(e)),
-                        None => {
-                            s.waker = Some(cx.waker().clone());
-                            drop(s);
-                            this.state = State::Tokenizing(slot, count);
-                            return Poll::Pending;
-                        }
-                    }
-                }
-                State::Queueing(mut call) => {
-                    if let Err(e) = this.engine.scheduler.admit(&call.items, call.max_wait) {
-                        return Poll::Ready(Err(e));
-                    }
-                    let items = std::mem::take(&mut call.items);
-                    let queued = match this.engine.queue_full {
-                        QueueFull::Refuse => this.engine.scheduler.submit(items, QueueFull::Refuse).map_err(Ok),
-                        _ => this.engine.scheduler.try_submit(items, cx.waker()).map_err(Err),
-                    };
-                    match queued {
-                        Ok(()) => this.state = State::Running(call),
-                        Err(Ok(refused)) => return Poll::Ready(Err(refused)),
-                        Err(Err(items)) => {
-                            call.items = items;
-                            this.state = State::Queueing(call);
-                            return Poll::Pending;
-                        }
-                    }
-                }
-                State::Running(call) => match call.request.poll(cx.waker()) {
-                    None => {
-                        this.state = State::Running(call);
-                        return Poll::Pending;
-                    }
-                    Some(Err(EmbedError::Cancelled)) => {
-                        prepare::cancel_queued(this.engine, &call.request);
-                        return Poll::Ready(Err(EmbedError::Cancelled));
-                    }
-                    Some(rows) => return Poll::Ready(rows.map(|rows| prepare::finish(this.engine, call, rows))),
-                },
-                State::Done => {
-                    return Poll::Ready(Err(EmbedError::inference(
-                        InferenceKind::Misuse,
-                        "the embed future was polled after it finished",
-                    )));
-                }
-            }
         }
     }
 }

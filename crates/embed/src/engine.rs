@@ -14,6 +14,7 @@ use ort::session::Session;
 use crate::error::{EmbedError, Result, error_chain};
 use crate::graph_io::{GraphIo, Row, RowSettings, graph_io, run_and_pool};
 use crate::graph_scan::one_text_per_run;
+use crate::kind::{self, ModelKind};
 use crate::options::{EmbedderOptions, QueueFull, default_cpu_workers, intra_threads};
 use crate::plan::plan_with;
 use crate::pooling::Pooling;
@@ -61,7 +62,7 @@ impl Engine {
     /// Every mismatch between the folder and the graph is an error here, not at the first embed.
     pub(crate) fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
         options.validate()?;
-        let folder = ModelFolder::open(dir, options.model_file.as_deref())?;
+        let mut folder = ModelFolder::open(dir, options.model_file.as_deref())?;
         let prompt = choose_prompt(&folder, options)?;
         let tokenizer = ModelTokenizer::load(&folder, options.max_length)?;
         let (max_length, left_padding) = (tokenizer.max_length(), tokenizer.left_padding());
@@ -97,7 +98,16 @@ impl Engine {
             }
             (None, _) => {}
         }
-        let pooling = options.pooling.or(folder.pooling.map(|p| p.mode)).unwrap_or(Pooling::Mean);
+        let output = session.outputs()[io.output].name().to_owned();
+        folder.kind = kind::with_graph(std::mem::take(&mut folder.kind), &output, io.pooled)
+            .map_err(|e| EmbedError::model(&folder.dir, e))?;
+        if folder.kind.kind != ModelKind::Embedder && options.dimensions.is_some() {
+            return Err(EmbedError::invalid(
+                "dimensions",
+                format!("cuts dense vectors; this model is a {}", folder.kind.kind),
+            ));
+        }
+        let pooling = options.pooling.or(folder.kind.pooling).or(folder.pooling.map(|p| p.mode)).unwrap_or(Pooling::Mean);
         let include_prompt = folder.pooling.is_none_or(|p| p.include_prompt);
         let skip = if include_prompt || prompt.text.is_empty() {
             0
@@ -116,7 +126,7 @@ impl Engine {
         let settings = RowSettings { pooling, left_padding };
         let info = ModelInfo {
             inputs: session.inputs().iter().map(|i| i.name().to_owned()).collect(),
-            output: session.outputs()[io.output].name().to_owned(),
+            output,
             output_is_pooled: io.pooled,
             output_reason: io.output_reason.clone(),
             dimension: 0,
@@ -133,6 +143,8 @@ impl Engine {
         };
         let policy = if report.gpu_vendor == Vendor::Cpu { BatchPolicy::CPU } else { BatchPolicy::GPU };
         let info_alone = info.one_text_per_run.is_some();
+        let kind = info.folder.kind.kind;
+        let vocab = tokenizer.truncating().get_vocab_size(true);
         let mut engine = Self {
             session: RwLock::new(Slot::new(session, &report)),
             extra_sessions: std::sync::OnceLock::new(),
@@ -151,7 +163,11 @@ impl Engine {
             counters: Counters::default(),
             scheduler: Scheduler::new(
                 workers,
-                if info_alone { 1 } else { options.token_budget },
+                if info_alone {
+                    1
+                } else {
+                    kind::token_budget(kind, vocab, options.token_budget)
+                },
                 policy,
                 options.max_queued_texts,
                 options.batch_wait,
@@ -178,7 +194,7 @@ impl Engine {
         let last = u32::try_from(vocab.saturating_sub(1)).unwrap_or(u32::MAX);
         ids.insert(ids.len().saturating_sub(1), last);
         let dim =
-            self.run_batch(&self.session, &[Row { ids: &ids, skip: 0, spans: &[] }], |_, _| {}).map_err(
+            self.run_batch(&self.session, &[Row::text(&ids)], |_, _| {}).map_err(
                 |e| match e {
                     EmbedError::ForcedDeviceFailed { .. } => e,
                     e => EmbedError::Model {
@@ -190,12 +206,18 @@ impl Engine {
                     },
                 },
             )?;
-        if let Some(h) = self.info.folder.hidden_size
-            && h != dim
+        let folder = &self.info.folder;
+        let expected = match folder.kind.kind {
+            ModelKind::Embedder => folder.hidden_size.map(|h| (h, "hidden size")),
+            ModelKind::SparseEncoder => folder.vocab_size.map(|v| (v, "vocabulary size")),
+            ModelKind::CrossEncoder => Some((folder.kind.labels.len(), "number of labels")),
+        };
+        if let Some((want, what)) = expected
+            && want != dim
         {
             return Err(EmbedError::model(
-                &self.info.folder.dir,
-                format!("the model's output has width {dim} but its config says hidden size {h}"),
+                &folder.dir,
+                format!("the model's output has width {dim} but its config says {what} {want}"),
             ));
         }
         if let Some(d) = self.default_dim
@@ -210,6 +232,15 @@ impl Engine {
         self.info.dimension = self.default_dim.unwrap_or(dim);
         self.reset_stats();
         Ok(())
+    }
+
+    /// An error unless the model is of kind `wanted` (`call` names the refused call).
+    pub(crate) fn expect_kind(&self, wanted: ModelKind, call: &'static str) -> Result<()> {
+        let kind = self.info.folder.kind.kind;
+        if kind == wanted {
+            return Ok(());
+        }
+        Err(EmbedError::WrongKind { call, wanted, kind })
     }
 
     /// Work done so far: texts, tokens, padding, time inside ONNX Runtime, batch sizes, queue.

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use nornir_ep_select::Vendor;
 
+use crate::kind::ModelKind;
 use crate::report::{MIN_ORT, Registration};
 
 /// Everything the embedder can fail with; match on the variant (and on [`InferenceKind`]), not on
@@ -220,6 +221,26 @@ pub enum EmbedError {
     /// The call's [`CancelHandle`](crate::CancelHandle) was used before it finished.
     #[error("the call was cancelled through its CancelHandle")]
     Cancelled,
+
+    /// The call is for another kind of model ([`ModelKind`]).
+    #[error("`{call}` needs a model of kind {wanted}, but this model is a {kind}: call {} on it", calls_for(.kind))]
+    #[non_exhaustive]
+    WrongKind {
+        /// The call refused.
+        call: &'static str,
+        /// The kind it needs.
+        wanted: ModelKind,
+        /// The model's kind.
+        kind: ModelKind,
+    },
+}
+
+fn calls_for(kind: &ModelKind) -> &'static str {
+    match kind {
+        ModelKind::Embedder => "embed",
+        ModelKind::SparseEncoder => "embed_sparse",
+        ModelKind::CrossEncoder => "rerank or predict",
+    }
 }
 
 /// What part of an embedding failed ([`EmbedError::Inference`]).

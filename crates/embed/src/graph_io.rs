@@ -9,6 +9,7 @@ use ort::session::Session;
 use ort::value::{TensorElementType, TensorRef, ValueType};
 
 use crate::error::{EmbedError, InferenceKind, Result};
+use crate::kind::ModelKind;
 use crate::pooling::{Pooling, pool_tokens};
 use crate::report::ModelFolder;
 
@@ -146,6 +147,11 @@ pub(crate) fn graph_io(session: &Session, folder: &ModelFolder, output_name: Opt
             ));
         }
         (i, "chosen by the caller".to_owned())
+    } else if let Some(i) = (folder.kind.kind != ModelKind::Embedder)
+        .then(|| (0..outputs.len()).find(|&i| outputs[i].name() == "logits" && usable(i).is_some()))
+        .flatten()
+    {
+        (i, format!("named logits: the {} head's output", folder.kind.kind))
     } else if let Some((i, name)) = OUTPUT_NAMES
         .iter()
         .find_map(|n| (0..outputs.len()).find(|&i| outputs[i].name() == *n && usable(i).is_some()).map(|i| (i, n)))
@@ -198,6 +204,15 @@ pub(crate) struct Row<'a> {
     pub(crate) skip: usize,
     /// Token ranges to pool into a vector each (late chunking); empty: the whole text.
     pub(crate) spans: &'a [(usize, usize)],
+    /// Token type ids (1 for a pair's second text); empty: all 0.
+    pub(crate) types: &'a [u32],
+}
+
+impl<'a> Row<'a> {
+    /// A whole text, every token pooled.
+    pub(crate) fn text(ids: &'a [u32]) -> Self {
+        Self { ids, skip: 0, spans: &[], types: &[] }
+    }
 }
 
 /// A batch's ids, attention mask, token type ids and position ids, padded to `l`, in the graph's
@@ -219,15 +234,20 @@ impl<
         + 'static,
 > PaddedInputs<T>
 {
-    fn new(rows: &[&[u32]], l: usize, left: bool, with_positions: bool) -> Self {
+    fn new(rows: &[Row<'_>], l: usize, left: bool, with_positions: bool) -> Self {
         let zero = T::from(0u16);
         let one = T::from(1u16);
         let mut ids = vec![zero; rows.len() * l];
         let mut mask = vec![zero; rows.len() * l];
+        let mut types = vec![zero; rows.len() * l];
         // Padding positions get 1, as transformers' `position_ids` from the mask do.
         let mut positions = if with_positions { vec![one; rows.len() * l] } else { Vec::new() };
-        for (k, r) in rows.iter().enumerate() {
+        for (k, row) in rows.iter().enumerate() {
+            let r = row.ids;
             let start = k * l + if left { l - r.len() } else { 0 };
+            for (j, &t) in row.types.iter().enumerate() {
+                types[start + j] = T::try_from(t).unwrap_or(zero);
+            }
             for (j, &t) in r.iter().enumerate() {
                 // Token ids come from the tokenizer's vocabulary and j from the length limit, far below i32::MAX.
                 ids[start + j] = T::try_from(t).unwrap_or(zero);
@@ -237,7 +257,7 @@ impl<
                 }
             }
         }
-        Self { ids, mask, types: vec![zero; rows.len() * l], positions }
+        Self { ids, mask, types, positions }
     }
 
     /// The inputs the graph declares, viewing this batch's buffers without copying them.
@@ -329,12 +349,11 @@ pub(crate) fn forward(
     let fail = |e: ort::Error| EmbedError::inference_because(InferenceKind::Runtime, "", e);
     let (wide, narrow);
     let positions = io.position_ids.is_some();
-    let ids: Vec<&[u32]> = rows.iter().map(|r| r.ids).collect();
     let feed = if io.int32 {
-        narrow = PaddedInputs::<i32>::new(&ids, l, settings.left_padding, positions);
+        narrow = PaddedInputs::<i32>::new(rows, l, settings.left_padding, positions);
         narrow.feed(io, [b, l]).map_err(fail)?
     } else {
-        wide = PaddedInputs::<i64>::new(&ids, l, settings.left_padding, positions);
+        wide = PaddedInputs::<i64>::new(rows, l, settings.left_padding, positions);
         wide.feed(io, [b, l]).map_err(fail)?
     };
     let started = Instant::now();

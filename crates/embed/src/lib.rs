@@ -16,11 +16,14 @@ mod embeddings;
 mod engine;
 mod error;
 mod fault;
+mod future;
 mod graph_io;
 mod graph_scan;
+mod kind;
 mod long;
 mod model;
 mod options;
+mod pairs;
 mod placement;
 mod plan;
 mod plugins;
@@ -34,23 +37,28 @@ mod runtime;
 mod scheduler;
 mod session;
 mod shared_run;
+mod sparse;
 mod stats;
 mod tokenize;
 mod worker;
 
 pub use call::{CallOptions, CancelHandle, Chunking, DocumentVector, Prompt, Truncation};
 pub use describe::{EmbedderReport, cpu_int8_extensions, fusion_counts, precision};
-pub use embedder::{EmbedFuture, Embedder};
+pub use embedder::Embedder;
+pub use future::EmbedFuture;
 pub use embeddings::{CharChunk, Chunk, Embeddings};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
+pub use kind::{KindChoice, ModelKind, ScoreActivation};
 pub use long::LongInputs;
 pub use options::{EmbedderOptions, QueueFull};
+pub use pairs::{PairOptions, Ranked, rank};
 pub use plan::{plan_for, plan_with};
 pub use pooling::{Pooling, normalize};
 pub use report::{
     DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport, PoolingSpec,
     PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, Token,
 };
+pub use sparse::{SparseOptions, SparseVector};
 pub use runtime::{check_library, choose_library, device_list, list_devices};
 pub use stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 

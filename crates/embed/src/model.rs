@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::error::{EmbedError, Result};
+use crate::kind::{HeadConfig, ModelKind, choose_kind, parse_splade_config};
 use crate::pooling::Pooling;
 use crate::report::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 
@@ -59,8 +60,8 @@ struct Module {
     kind: String,
 }
 
-/// Parses `modules.json`. The transformer (the ONNX graph), Pooling and Normalize modules are
-/// what nornir applies; any other module (Dense, WordEmbeddings, ...) is an error naming it,
+/// Parses `modules.json`. The transformer (the ONNX graph), Pooling, SpladePooling and Normalize
+/// modules are what nornir applies; any other module (Dense, WordEmbeddings, ...) is an error naming it,
 /// since leaving it out would give other vectors than sentence-transformers does.
 pub fn parse_modules(text: &str) -> Result<Modules, String> {
     let modules: Vec<Module> = serde_json::from_str(text).map_err(|e| e.to_string())?;
@@ -68,12 +69,13 @@ pub fn parse_modules(text: &str) -> Result<Modules, String> {
     let mut out = Modules::default();
     for m in &modules {
         match class(m).as_str() {
-            "Transformer" => {}
+            "Transformer" | "MLMTransformer" => {}
             "Pooling" => out.pooling_dir = Some(m.path.clone()),
+            "SpladePooling" => out.splade_dir = Some(m.path.clone()),
             "Normalize" => out.normalize = true,
             _ => {
                 return Err(format!(
-                    "module {:?} ({}) is not one nornir applies (it applies the transformer, Pooling and Normalize); \
+                    "module {:?} ({}) is not one nornir applies (it applies the transformer, Pooling, SpladePooling and Normalize); \
                      its output would differ from sentence-transformers', so the model is refused",
                     m.kind, m.path
                 ));
@@ -161,6 +163,11 @@ impl ModelFolder {
     /// sentence-transformers does where `modules.json` exists, else normalised (as TEI and
     /// fastembed do).
     pub fn normalize_default(&self) -> (bool, &'static str) {
+        match self.kind.kind {
+            ModelKind::SparseEncoder => return (false, "a sparse encoder's term weights are not normalised"),
+            ModelKind::CrossEncoder => return (false, "a cross-encoder's scores are not normalised"),
+            ModelKind::Embedder => {}
+        }
         match &self.modules {
             Some(m) if m.normalize => (true, "modules.json lists a Normalize module"),
             Some(_) => (false, "modules.json lists no Normalize module"),
@@ -206,9 +213,12 @@ impl ModelFolder {
             Some(t) => parse_sentence_bert_config(&t).map_err(|e| err(format!("sentence_bert_config.json: {e}")))?,
             None => None,
         };
-        let hf = match read_json("config.json")? {
-            Some(t) => parse_hf_config(&t).map_err(|e| err(format!("config.json: {e}")))?,
-            None => HfConfig::default(),
+        let (hf, head) = match read_json("config.json")? {
+            Some(t) => {
+                let parsed = parse_hf_config(&t).and_then(|hf| Ok((hf, serde_json::from_str(&t).map_err(|e| e.to_string())?)));
+                parsed.map_err(|e| err(format!("config.json: {e}")))?
+            }
+            None => (HfConfig::default(), HeadConfig::default()),
         };
         let mut hidden_size = hf.hidden_size;
         let modules = match read_json("modules.json")? {
@@ -225,6 +235,16 @@ impl ModelFolder {
             }
             None => None,
         };
+        let splade = match modules.as_ref().and_then(|m| m.splade_dir.as_deref()) {
+            Some(d) => {
+                let name = if d.is_empty() { "config.json".to_owned() } else { format!("{d}/config.json") };
+                let text = read_json(&name)?.unwrap_or_else(|| "{}".to_owned());
+                Some(parse_splade_config(&text).map_err(|e| err(format!("{name}: {e}")))?)
+            }
+            None => None,
+        };
+        let listed_pooling = modules.as_ref().is_some_and(|m| m.pooling_dir.is_some());
+        let kind = choose_kind(&head, splade, listed_pooling).map_err(|e| err(format!("config.json: {e}")))?;
         let prompts = match read_json("config_sentence_transformers.json")? {
             Some(t) => parse_prompts(&t).map_err(|e| err(format!("config_sentence_transformers.json: {e}")))?,
             None => Prompts::default(),
@@ -247,6 +267,7 @@ impl ModelFolder {
             tasks: hf.lora_adaptations,
             task_instructions: hf.task_instructions,
             quantization,
+            kind,
         })
     }
 }
@@ -260,10 +281,10 @@ mod tests {
         let modules = r#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
             {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
             {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}]"#;
-        assert_eq!(parse_modules(modules), Ok(Modules { pooling_dir: Some("1_Pooling".to_owned()), normalize: true }));
+        assert_eq!(parse_modules(modules), Ok(Modules { pooling_dir: Some("1_Pooling".to_owned()), normalize: true, splade_dir: None }));
         let jina_v3 = r#"[{"idx":0,"name":"transformer","path":"","type":"custom_st.Transformer"},
             {"idx":1,"name":"pooler","path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]"#;
-        assert_eq!(parse_modules(jina_v3), Ok(Modules { pooling_dir: Some("1_Pooling".to_owned()), normalize: false }));
+        assert_eq!(parse_modules(jina_v3), Ok(Modules { pooling_dir: Some("1_Pooling".to_owned()), normalize: false, splade_dir: None }));
         let dense = r#"[{"path":"","type":"sentence_transformers.models.Transformer"},
             {"path":"2_Dense","type":"sentence_transformers.models.Dense"}]"#;
         let e = parse_modules(dense).unwrap_err();

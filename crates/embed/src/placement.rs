@@ -68,7 +68,7 @@ pub(crate) fn profile(engine: &Engine) -> Placement {
             .encode("where does this run?", true)
             .map(|e| e.get_ids().to_vec())
             .unwrap_or_else(|_| vec![0, 0]);
-        let row = Row { ids: &ids, skip: 0, spans: &[] };
+        let row = Row::text(&ids);
         run_and_pool(&session, &engine.io, engine.settings, &[row], &AtomicU64::new(0), |_, _| {})?;
         let file = session
             .end_profiling()

@@ -23,11 +23,25 @@ pub enum Pooling {
     MeanSqrtLen,
     /// Mean weighted by position, 1 for the first token to n for the last (`weightedmean_tokens`).
     WeightedMean,
+    /// SPLADE: `log(1 + relu(x))` of each vocabulary term's logit, the maximum over the text's
+    /// tokens (sentence-transformers' `SpladePooling`, `pooling_strategy: max`).
+    Splade,
+    /// SPLADE with the sum over the tokens instead of the maximum (`pooling_strategy: sum`).
+    SpladeSum,
 }
 
 impl Pooling {
     /// Every mode, for help texts and errors.
-    pub const ALL: [Pooling; 6] = [Self::Mean, Self::Cls, Self::Last, Self::Max, Self::MeanSqrtLen, Self::WeightedMean];
+    pub const ALL: [Pooling; 8] = [
+        Self::Mean,
+        Self::Cls,
+        Self::Last,
+        Self::Max,
+        Self::MeanSqrtLen,
+        Self::WeightedMean,
+        Self::Splade,
+        Self::SpladeSum,
+    ];
 
     /// Whether the mode reads every token (and so leaves out prompt tokens when the pooling
     /// config says `include_prompt: false`); `cls` and `last` read one token wherever it is.
@@ -46,6 +60,8 @@ impl FromStr for Pooling {
             "max" | "max_tokens" => Ok(Self::Max),
             "mean_sqrt_len" | "mean_sqrt_len_tokens" => Ok(Self::MeanSqrtLen),
             "weightedmean" | "weightedmean_tokens" | "weighted_mean" => Ok(Self::WeightedMean),
+            "splade" | "splade_max" => Ok(Self::Splade),
+            "splade_sum" => Ok(Self::SpladeSum),
             other => Err(format!(
                 "unknown pooling {other:?}: use one of {} (or sentence-transformers' names: mean_tokens, cls_token, lasttoken, ...)",
                 Self::ALL.map(|p| p.to_string()).join(", ")
@@ -63,6 +79,8 @@ impl fmt::Display for Pooling {
             Self::Max => "max",
             Self::MeanSqrtLen => "mean_sqrt_len",
             Self::WeightedMean => "weighted_mean",
+            Self::Splade => "splade",
+            Self::SpladeSum => "splade_sum",
         })
     }
 }
@@ -115,6 +133,24 @@ pub fn pool_tokens(hidden: &[f32], len: usize, dim: usize, pooling: Pooling, ski
             let inv = 1.0 / total;
             out.iter_mut().for_each(|o| *o *= inv);
         }
+        // log(1 + relu(x)) grows with x, so the maximum of it is it of the maximum.
+        Pooling::Splade => {
+            out.fill(0.0);
+            for row in rows() {
+                for (o, h) in out.iter_mut().zip(row) {
+                    *o = o.max(*h);
+                }
+            }
+            out.iter_mut().for_each(|o| *o = o.ln_1p());
+        }
+        Pooling::SpladeSum => {
+            out.fill(0.0);
+            for row in rows() {
+                for (o, h) in out.iter_mut().zip(row) {
+                    *o += h.max(0.0).ln_1p();
+                }
+            }
+        }
     }
 }
 
@@ -155,6 +191,8 @@ mod tests {
         assert!(close(pooled(Pooling::MeanSqrtLen, 0), [9.0 / s, 4.0 / s]));
         // Weights 1, 2, 3: (1 + 6 + 15) / 6, (2 - 8 + 18) / 6.
         assert!(close(pooled(Pooling::WeightedMean, 0), [22.0 / 6.0, 2.0]));
+        assert!(close(pooled(Pooling::Splade, 0), [5f32.ln_1p(), 6f32.ln_1p()]));
+        assert!(close(pooled(Pooling::SpladeSum, 0), [1f32.ln_1p() + 3f32.ln_1p() + 5f32.ln_1p(), 2f32.ln_1p() + 6f32.ln_1p()]));
         let mut out = [7.0; 2];
         pool_tokens(&HIDDEN, 0, 2, Pooling::Mean, 0, &mut out);
         assert_eq!(out, [0.0, 0.0]);

@@ -13,6 +13,7 @@ use crate::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::graph_io::{Row, forward};
+use crate::kind::ScoreActivation;
 use crate::pooling::normalize;
 use crate::prompt::named_prompt;
 use crate::report::Token;
@@ -36,9 +37,24 @@ pub(crate) struct Call {
     chunked: Option<Chunked>,
     /// Refuse the call when the queue ahead of it would take longer (`CallOptions::max_wait`).
     pub(crate) max_wait: Option<std::time::Duration>,
+    /// A cross-encoder call's activation, applied to each row instead of normalising.
+    activation: Option<ScoreActivation>,
 }
 
 impl Call {
+    /// A call of query and document pairs: a row of `labels` scores each, activated as asked.
+    pub(crate) fn of_pairs(
+        request: Arc<Request>,
+        items: Vec<Item>,
+        tokens: Vec<TextTokens>,
+        labels: usize,
+        activation: ScoreActivation,
+        max_wait: Option<std::time::Duration>,
+    ) -> Self {
+        let (expand, normalize, chunked, activation) = (None, false, None, Some(activation));
+        Self { request, items, expand, tokens, dim: labels, normalize, chunked, max_wait, activation }
+    }
+
     fn new(
         request: Arc<Request>,
         items: Vec<Item>,
@@ -48,7 +64,7 @@ impl Call {
         chunked: Option<Chunked>,
     ) -> Self {
         let (dim, normalize, max_wait) = (plan.dim, plan.normalize, plan.max_wait);
-        Self { request, items, expand, tokens, dim, normalize, chunked, max_wait }
+        Self { request, items, expand, tokens, dim, normalize, chunked, max_wait, activation: None }
     }
 }
 
@@ -351,6 +367,9 @@ pub(crate) fn finish(engine: &Engine, mut call: Call, rows: Vec<f32>) -> Embeddi
         if call.normalize {
             rows.chunks_exact_mut(width.max(1)).for_each(normalize);
         }
+        if let Some(a) = call.activation {
+            rows.chunks_exact_mut(width.max(1)).for_each(|r| a.apply(r));
+        }
         rows
     } else {
         let mut data = Vec::with_capacity(texts * dim);
@@ -376,7 +395,7 @@ pub(crate) fn token_vectors(engine: &Engine, text: &str, options: &CallOptions) 
     if plan.truncation == Truncation::Refuse && !enc.get_overflowing().is_empty() {
         return Err(too_long(engine, 0, text, plan.prompt));
     }
-    let rows = [Row { ids: enc.get_ids(), skip: 0, spans: &[] }];
+    let rows = [Row { types: enc.get_type_ids(), ..Row::text(enc.get_ids()) }];
     let mut out = Vec::new();
     let width = engine.run_on(&engine.session, &rows, |session| {
         out.clear();

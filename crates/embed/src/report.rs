@@ -10,6 +10,7 @@ use nornir_ep_select::{EpDevice, Plan, Provider, Vendor};
 use nornir_gpu_probe::ProviderRequirements;
 use serde::{Deserialize, Serialize};
 
+use crate::kind::KindChoice;
 use crate::pooling::Pooling;
 
 /// What registering one provider did. In JSON: `{"provider", "ok", "error", "preflight"}`, with
@@ -304,6 +305,9 @@ pub struct ModelFolder {
     pub task_instructions: BTreeMap<String, String>,
     /// `quantization.json`, written by `nornir vector quantize`: the model is int8 for that target.
     pub quantization: Option<Quantization>,
+    /// Embedder, sparse encoder or cross-encoder, and why.
+    #[serde(default)]
+    pub kind: KindChoice,
 }
 
 /// What `quantization.json` says about how the model was made.
@@ -345,6 +349,9 @@ pub struct Modules {
     pub pooling_dir: Option<String>,
     /// Whether a Normalize module is listed.
     pub normalize: bool,
+    /// The SpladePooling module's folder, if one is listed (a sparse encoder).
+    #[serde(default)]
+    pub splade_dir: Option<String>,
 }
 
 /// A sentence-transformers pooling config: the mode, the embedding width, and whether prompt

@@ -129,6 +129,8 @@ pub(crate) struct Item {
     pub(crate) skip: usize,
     /// Token ranges pooled into a row each (late chunking); empty: the whole text, one row.
     pub(crate) spans: Vec<(usize, usize)>,
+    /// Token type ids (a query and document pair's); empty: all 0.
+    pub(crate) types: Vec<u32>,
     pub(crate) request: Arc<Request>,
     /// Its first row in the request.
     pub(crate) index: usize,
@@ -158,7 +160,14 @@ impl Item {
         request: &Arc<Request>,
         index: usize,
     ) -> Self {
-        Self { ids, skip, spans, request: Arc::clone(request), index, settled: false }
+        Self { ids, skip, spans, types: Vec::new(), request: Arc::clone(request), index, settled: false }
+    }
+
+    /// A query and document pair: its ids and their token types.
+    pub(crate) fn pair(ids: Vec<u32>, types: Vec<u32>, request: &Arc<Request>, index: usize) -> Self {
+        let mut item = Self::new(ids, 0, Vec::new(), request, index);
+        item.types = types;
+        item
     }
 
     /// How many rows it fills.

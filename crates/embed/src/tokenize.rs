@@ -36,6 +36,9 @@ pub(crate) struct ModelTokenizer {
     right: Tokenizer,
     left: OnceLock<Tokenizer>,
     whole: OnceLock<Tokenizer>,
+    /// A pair's second text cut first, on the right and on the left.
+    second_right: OnceLock<Tokenizer>,
+    second_left: OnceLock<Tokenizer>,
     max_length: usize,
     left_padding: bool,
 }
@@ -72,7 +75,15 @@ impl ModelTokenizer {
         tokenizer
             .with_truncation(Some(TruncationParams { max_length, ..TruncationParams::default() }))
             .map_err(|e| EmbedError::tokenizer_because(file, e))?;
-        Ok(Self { right: tokenizer, left: OnceLock::new(), whole: OnceLock::new(), max_length, left_padding })
+        Ok(Self {
+            right: tokenizer,
+            left: OnceLock::new(),
+            whole: OnceLock::new(),
+            second_right: OnceLock::new(),
+            second_left: OnceLock::new(),
+            max_length,
+            left_padding,
+        })
     }
 
     /// The most tokens of a text the model reads.
@@ -112,6 +123,49 @@ impl ModelTokenizer {
             let _ = t.with_truncation(Some(params));
             t
         })
+    }
+
+    /// Truncates a pair's second text only, on the side `left` says (errs when cutting the second
+    /// text alone cannot make the pair fit).
+    fn second_only(&self, left: bool) -> &Tokenizer {
+        let cell = if left { &self.second_left } else { &self.second_right };
+        cell.get_or_init(|| {
+            let mut t = self.right.clone();
+            let params = TruncationParams {
+                max_length: self.max_length,
+                strategy: tokenizers::TruncationStrategy::OnlySecond,
+                direction: if left { TruncationDirection::Left } else { TruncationDirection::Right },
+                ..TruncationParams::default()
+            };
+            let _ = t.with_truncation(Some(params));
+            t
+        })
+    }
+
+    /// A (query, document) pair as the tokenizer's own pair encoding (BERT's `[CLS] q [SEP] d
+    /// [SEP]` with token types 0 and 1, XLM-RoBERTa's `<s> q </s></s> d </s>`), cut to the model's
+    /// length: the document first, and the query too (longest first) only when the query alone
+    /// leaves no room. A very long text is tokenized from its kept part, as in `encode`.
+    pub(crate) fn encode_pair(&self, query: &str, document: &str, truncation: Truncation) -> Result<Encoding> {
+        let left = truncation == Truncation::Left;
+        let part: fn(&str, usize) -> &str = if left { suffix_for_tokens } else { prefix_for_tokens };
+        let longest_first = if left { self.left() } else { &self.right };
+        let encode = |q: &str, d: &str| {
+            let pair = tokenizers::EncodeInput::Dual(q.into(), d.into());
+            self.second_only(left).encode(pair.clone(), true).or_else(|_| longest_first.encode(pair, true))
+        };
+        let (q, d) = (part(query, self.max_length), part(document, self.max_length));
+        let mut enc = encode(q, d).map_err(tokenizer_failed)?;
+        if (q.len() < query.len() || d.len() < document.len()) && enc.len() < self.max_length {
+            enc = encode(query, document).map_err(tokenizer_failed)?;
+        }
+        Ok(enc)
+    }
+
+    /// Whether the pair has more tokens than the model reads (for a call that refuses to cut).
+    pub(crate) fn pair_too_long(&self, query: &str, document: &str) -> Result<Option<usize>> {
+        let enc = self.whole().encode((query, document), true).map_err(tokenizer_failed)?;
+        Ok((enc.len() > self.max_length).then_some(enc.len()))
     }
 
     /// The tokens of `prompt` as sentence-transformers counts them for `include_prompt: false`:

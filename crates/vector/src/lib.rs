@@ -34,8 +34,9 @@ pub use nornir_gpu_probe::{preflight, probe};
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
     BATCH_SIZE_BOUNDS, CallOptions, CancelHandle, Cause, CharChunk, Chunk, Chunking, DocumentVector, EmbedError,
-    EmbedFuture, EmbedStats, Embedder, EmbedderOptions, EmbedderReport, Embeddings, InferenceKind, LongInputs, Pooling,
-    Prompt, QueueFull, Result, Token, Truncation, error_chain, normalize,
+    EmbedFuture, EmbedStats, Embedder, EmbedderOptions, EmbedderReport, Embeddings, InferenceKind, KindChoice,
+    LongInputs, ModelKind, PairOptions, Pooling, Prompt, QueueFull, Ranked, Result, ScoreActivation, SparseOptions,
+    SparseVector, Token, Truncation, error_chain, normalize, rank,
 };
 
 /// What nornir found on this machine and what it decided, as typed reports: the probe's

@@ -9,6 +9,8 @@ mod tools;
 
 pub use serve::ServeArgs;
 pub use tools::{ConvertArgs, QuantizeArgs};
+mod retrieval;
+pub use retrieval::{RerankArgs, SparseArgs};
 
 use std::path::PathBuf;
 
@@ -90,6 +92,17 @@ Examples:
     /// Write model.onnx from a model's safetensors weights (BERT, XLM-RoBERTa; encoder,
     /// masked-LM or classifier head), without torch.
     Convert(ConvertArgs),
+    /// Rank documents by their relevance to a query with a cross-encoder (reranker).
+    #[command(after_help = "Each document is scored together with the query ([CLS] query [SEP] document [SEP]);
+a pair longer than the model reads loses the end of its document first. The output is one JSON
+line per document, best first: {\"index\": i, \"score\": s, \"text\": ...} (index: its line
+in the input, from 0). Scores are the model's activation (sigmoid for one label) unless
+--raw-scores.
+
+Examples:
+  nornir vector rerank --model ms-marco-MiniLM --query \"what is a fjord?\" --input docs.txt --top-n 3
+  nornir vector rerank --model DIR --query \"capital of France\" \"Paris is in France.\" \"Berlin is big.\"")]
+    Rerank(RerankArgs),
     /// Serve one or several models over HTTP: OpenAI's /v1/embeddings and /v1/models,
     /// text-embeddings-inference's / and /embed, /tokenize, /decode, /similarity, and /health,
     /// /metrics (Prometheus), /info.
@@ -228,6 +241,8 @@ pub struct EmbedArgs {
     /// Tokens shared by neighbouring chunks with --long chunk|late (default 32).
     #[arg(long, value_name = "N")]
     pub overlap: Option<u32>,
+    #[command(flatten)]
+    pub sparse: SparseArgs,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,

@@ -5,7 +5,7 @@ use anyhow::{Result, bail};
 use nornir_vector::diagnostics::EpDevice;
 
 use super::{EmbedJob, OrtChoice};
-use crate::args::{BenchArgs, ModelArgs, QuantizeArgs, ServeArgs};
+use crate::args::{BenchArgs, ModelArgs, QuantizeArgs, RerankArgs, ServeArgs};
 
 pub const NOT_COMPILED: &str =
     "this nornir was built without the ONNX Runtime embedder; rebuild with `--features embed-ort` (the default)";
@@ -21,6 +21,10 @@ pub fn embed_error_text(_: &(dyn std::error::Error + 'static)) -> Option<String>
 }
 
 pub fn embed(_: &EmbedJob) -> Result<()> {
+    bail!(NOT_COMPILED)
+}
+
+pub fn rerank(_: &RerankArgs) -> Result<()> {
     bail!(NOT_COMPILED)
 }
 

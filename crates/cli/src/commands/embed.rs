@@ -6,16 +6,17 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use nornir_vector::diagnostics::Memory;
+use nornir_vector::{EmbedError, ModelKind};
 
 use super::EmbedJob;
 use super::load::{load, long_policy, provider_line};
 use crate::output::{ChunkOut, RowWriter, Sink};
-use nornir_cli::input::{Record, Records};
+use nornir_cli::input::{InputFormat, Record, Records};
 
 /// Texts embedded per call when streaming: bounds memory whatever the input size.
 pub(super) const CHUNK: usize = 4096;
 
-enum Source {
+pub(super) enum Source {
     Args(std::vec::IntoIter<String>),
     Reader { records: Records<Box<dyn BufRead>>, name: String },
 }
@@ -27,7 +28,7 @@ impl Source {
             Source::Reader { records, name } => records.next_record(name),
         }
     }
-    fn bytes(&self) -> u64 {
+    pub(super) fn bytes(&self) -> u64 {
         match self {
             Source::Args(_) => 0,
             Source::Reader { records, .. } => records.bytes,
@@ -35,11 +36,16 @@ impl Source {
     }
 }
 
-fn open_source(job: &EmbedJob) -> Result<(Source, Option<u64>)> {
-    if !job.texts.is_empty() {
-        return Ok((Source::Args(job.texts.clone().into_iter()), None));
+/// Texts from the arguments, else `input` ('-' or none: standard input) in `format`, with its size.
+pub(super) fn open_source(
+    texts: &[String],
+    input: Option<&std::path::PathBuf>,
+    format: InputFormat,
+) -> Result<(Source, Option<u64>)> {
+    if !texts.is_empty() {
+        return Ok((Source::Args(texts.to_vec().into_iter()), None));
     }
-    let (reader, name, size): (Box<dyn BufRead>, String, Option<u64>) = match &job.input {
+    let (reader, name, size): (Box<dyn BufRead>, String, Option<u64>) = match input {
         Some(p) if p.as_os_str() != "-" => {
             let f = std::fs::File::open(p).with_context(|| format!("cannot read --input {}", p.display()))?;
             let size = f.metadata().ok().map(|m| m.len());
@@ -47,7 +53,7 @@ fn open_source(job: &EmbedJob) -> Result<(Source, Option<u64>)> {
         }
         _ => (Box::new(BufReader::with_capacity(1 << 20, std::io::stdin())), "standard input".to_owned(), None),
     };
-    Ok((Source::Reader { records: Records::new(reader, job.input_format), name }, size))
+    Ok((Source::Reader { records: Records::new(reader, format), name }, size))
 }
 
 pub(super) fn progress(enabled: bool, total: Option<u64>) -> ProgressBar {
@@ -63,41 +69,63 @@ pub(super) fn progress(enabled: bool, total: Option<u64>) -> ProgressBar {
     }
 }
 
+/// The next `CHUNK` records of `source` (empty at its end).
+pub(super) fn next_chunk(source: &mut Source) -> Result<Vec<Record>> {
+    let mut chunk: Vec<Record> = Vec::with_capacity(CHUNK);
+    while chunk.len() < CHUNK {
+        match source.next()? {
+            Some(r) => chunk.push(r),
+            None => break,
+        }
+    }
+    Ok(chunk)
+}
+
+/// An embedder's error for a call whose first text is text `done` of the input, in the CLI's words.
+pub(super) fn input_error(e: EmbedError, done: usize) -> anyhow::Error {
+    match e {
+        EmbedError::TooLong { index, tokens, exact, max_length, .. } => anyhow::anyhow!(
+            "text {} of the input has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or use --long truncate|chunk",
+            done + index + 1,
+            if exact { "" } else { "more than " }
+        ),
+        e => e.into(),
+    }
+}
+
 pub fn embed(job: &EmbedJob) -> Result<()> {
     let options = long_policy(job.long, job.window, job.overlap)?.call_options();
-    let (mut source, size) = open_source(job)?;
+    let (mut source, size) = open_source(&job.texts, job.input.as_ref(), job.input_format)?;
     let sink = Sink::open(job.output.as_deref())?;
-    let mut writer = RowWriter::new(job.format, sink);
-    if options.chunking.is_some() {
-        writer = writer.with_chunk_files(job.output.as_deref())?;
-    }
     let embedder = load(&job.model)?;
     if job.verbose {
         eprintln!("nornir: {}", provider_line(&embedder));
+    }
+    match embedder.model_info().folder.kind.kind {
+        ModelKind::SparseEncoder => return super::retrieval::embed_sparse(job, &embedder, options, source, size, sink),
+        ModelKind::CrossEncoder => anyhow::bail!(
+            "{} is a cross-encoder (it scores query and document pairs): use `nornir vector rerank --model {0} --query TEXT`",
+            embedder.model_info().folder.dir.display()
+        ),
+        _ if job.sparse.any() => {
+            anyhow::bail!("--tokens, --top-k and --threshold are for a sparse encoder (SPLADE), and this model is an embedder")
+        }
+        _ => {}
+    }
+    let mut writer = RowWriter::new(job.format, sink);
+    if options.chunking.is_some() {
+        writer = writer.with_chunk_files(job.output.as_deref())?;
     }
     let bar = progress(!job.quiet && job.texts.is_empty(), size);
     let started = Instant::now();
     let (mut done, mut truncated, mut chunks) = (0usize, 0usize, 0usize);
     loop {
-        let mut chunk: Vec<Record> = Vec::with_capacity(CHUNK);
-        while chunk.len() < CHUNK {
-            match source.next()? {
-                Some(r) => chunk.push(r),
-                None => break,
-            }
-        }
+        let chunk = next_chunk(&mut source)?;
         if chunk.is_empty() {
             break;
         }
         let texts: Vec<&str> = chunk.iter().map(|r| r.text.as_str()).collect();
-        let vectors = embedder.embed_with(&texts, &options).map_err(|e| match e {
-            nornir_vector::EmbedError::TooLong { index, tokens, exact, max_length, .. } => anyhow::anyhow!(
-                "text {} of the input has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or use --long truncate|chunk",
-                done + index + 1,
-                if exact { "" } else { "more than " }
-            ),
-            e => e.into(),
-        })?;
+        let vectors = embedder.embed_with(&texts, &options).map_err(|e| input_error(e, done))?;
         for (i, (row, rec)) in vectors.rows().zip(&chunk).enumerate() {
             truncated += usize::from(vectors.truncated(i));
             if vectors.is_chunked() {

@@ -1,0 +1,56 @@
+//! The arguments of the other two kinds of model: a sparse encoder's (with `embed`) and a
+//! cross-encoder's (`rerank`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::ModelArgs;
+
+/// With a sparse encoder (SPLADE), `embed` writes JSON lines `{"indices": [...], "values": [...]}`.
+#[derive(Args, Clone, Debug, Default)]
+#[command(next_help_heading = "Sparse encoders (SPLADE)")]
+pub struct SparseArgs {
+    /// Also write each term's token ("tokens": [...]) beside its id.
+    #[arg(long)]
+    pub tokens: bool,
+    /// Keep only the N heaviest terms of each text.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub top_k: Option<u32>,
+    /// Keep only terms weighing more than W.
+    #[arg(long, value_name = "W")]
+    pub threshold: Option<f32>,
+}
+
+impl SparseArgs {
+    /// Whether any of them was given (they need a sparse encoder).
+    pub fn any(&self) -> bool {
+        self.tokens || self.top_k.is_some() || self.threshold.is_some()
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct RerankArgs {
+    /// The query the documents are ranked against.
+    #[arg(long, short = 'q', value_name = "TEXT")]
+    pub query: String,
+    /// Documents (else --input, else standard input, one per line).
+    pub documents: Vec<String>,
+    /// Read documents from FILE, one per line ('-' for standard input).
+    #[arg(long, short, value_name = "FILE", conflicts_with = "documents")]
+    pub input: Option<PathBuf>,
+    /// Write only the N best documents.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub top_n: Option<u32>,
+    /// The model's raw scores (logits) instead of its activation's.
+    #[arg(long)]
+    pub raw_scores: bool,
+    /// Leave the documents' text out of the output.
+    #[arg(long)]
+    pub no_text: bool,
+    /// Write to FILE (created only when the run succeeds) instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}

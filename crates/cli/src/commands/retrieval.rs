@@ -1,0 +1,121 @@
+//! The other two kinds of model on the command line: `embed` on a sparse encoder (JSON lines of
+//! term ids and weights) and `rerank` with a cross-encoder (the documents best first).
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use nornir_cli::input::InputFormat;
+use nornir_vector::{CallOptions, Embedder, PairOptions, SparseOptions};
+
+use super::EmbedJob;
+use super::embed::{Source, input_error, next_chunk, open_source, progress};
+use super::load::load;
+use crate::args::RerankArgs;
+use crate::output::{OutputFormat, Sink};
+
+/// One text's sparse vector as written.
+#[derive(serde::Serialize)]
+struct SparseLine<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a serde_json::Value>,
+    indices: &'a [u32],
+    values: &'a [f32],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tokens: Option<Vec<String>>,
+}
+
+/// `embed` on a sparse encoder: a JSON line per text, its terms ascending.
+pub(super) fn embed_sparse(
+    job: &EmbedJob,
+    embedder: &Embedder,
+    call: CallOptions,
+    mut source: Source,
+    size: Option<u64>,
+    mut sink: Sink,
+) -> Result<()> {
+    if job.format != OutputFormat::Jsonl {
+        bail!("a sparse encoder's vectors are written as JSON lines: use --format jsonl (the default)");
+    }
+    if call.chunking.is_some() {
+        bail!("--long chunk|late is for dense vectors; a sparse encoder truncates or refuses long texts");
+    }
+    let mut options = SparseOptions::new().with_call(call);
+    if let Some(k) = job.sparse.top_k {
+        options = options.with_top_k(k as usize);
+    }
+    if let Some(w) = job.sparse.threshold {
+        options = options.with_threshold(w);
+    }
+    let bar = progress(!job.quiet && job.texts.is_empty(), size);
+    let started = Instant::now();
+    let mut done = 0usize;
+    loop {
+        let chunk = next_chunk(&mut source)?;
+        if chunk.is_empty() {
+            break;
+        }
+        let texts: Vec<&str> = chunk.iter().map(|r| r.text.as_str()).collect();
+        let vectors = embedder.embed_sparse(&texts, &options).map_err(|e| input_error(e, done))?;
+        for (v, rec) in vectors.iter().zip(&chunk) {
+            let tokens = job.sparse.tokens.then(|| {
+                v.indices.iter().map(|&i| embedder.vocabulary_term(i).unwrap_or_default()).collect()
+            });
+            let line = SparseLine { id: rec.id.as_ref(), indices: &v.indices, values: &v.values, tokens };
+            serde_json::to_writer(sink.writer(), &line).context("write output")?;
+            sink.writer().write_all(b"\n").context("write output")?;
+        }
+        done += chunk.len();
+        bar.set_position(source.bytes());
+        bar.set_message(format!("{done} texts, {:.0} texts/s", done as f64 / started.elapsed().as_secs_f64().max(1e-9)));
+    }
+    bar.finish_and_clear();
+    sink.finish()?;
+    if job.json {
+        let summary = serde_json::json!({
+            "texts": done,
+            "seconds": started.elapsed().as_secs_f64(),
+            "max_length": embedder.model_info().max_length,
+            "provider": embedder.report().active_provider,
+        });
+        eprintln!("{summary}");
+    }
+    Ok(())
+}
+
+/// One ranked document as written.
+#[derive(serde::Serialize)]
+struct RankedLine<'a> {
+    index: usize,
+    score: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+}
+
+/// `nornir vector rerank`: the documents scored against the query, best first.
+pub fn rerank(args: &RerankArgs) -> Result<()> {
+    let (mut source, _) = open_source(&args.documents, args.input.as_ref(), InputFormat::Lines)?;
+    let mut documents = Vec::new();
+    loop {
+        let chunk = next_chunk(&mut source)?;
+        if chunk.is_empty() {
+            break;
+        }
+        documents.extend(chunk.into_iter().map(|r| r.text));
+    }
+    if documents.is_empty() {
+        bail!("no documents to rank: give them as arguments, with --input FILE, or on standard input");
+    }
+    let mut sink = Sink::open(args.output.as_deref())?;
+    let embedder = load(&args.model)?;
+    let options = PairOptions::new().with_raw_scores(args.raw_scores);
+    let top_n = args.top_n.map(|n| n as usize);
+    let ranked = embedder.rerank(&args.query, &documents, top_n, &options).map_err(|e| input_error(e, 0))?;
+    for r in ranked {
+        let text = (!args.no_text).then_some(documents[r.index].as_str());
+        serde_json::to_writer(sink.writer(), &RankedLine { index: r.index, score: r.score, text })
+            .context("write output")?;
+        sink.writer().write_all(b"\n").context("write output")?;
+    }
+    sink.finish()
+}

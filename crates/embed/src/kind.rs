@@ -1,0 +1,291 @@
+//! What a model folder holds, read as sentence-transformers reads it: an embedder (a dense vector
+//! per text), a sparse encoder (SPLADE: a weight per vocabulary term, from a masked-language-model
+//! head) or a cross-encoder (scores per query and document pair, from a classification head).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::pooling::Pooling;
+
+/// The three kinds of model a retrieval stack runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    /// A dense vector per text (`embed`).
+    #[default]
+    Embedder,
+    /// A sparse vector per text: a weight per vocabulary term (`embed_sparse`).
+    SparseEncoder,
+    /// Scores per (query, document) pair (`rerank`, `predict`).
+    CrossEncoder,
+}
+
+impl ModelKind {
+    /// The name used in reports and errors: `embedder`, `sparse-encoder`, `cross-encoder`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Embedder => "embedder",
+            Self::SparseEncoder => "sparse-encoder",
+            Self::CrossEncoder => "cross-encoder",
+        }
+    }
+}
+
+impl fmt::Display for ModelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// What turns a cross-encoder's raw scores (logits) into the scores it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScoreActivation {
+    /// `1 / (1 + e^-x)` per score: sentence-transformers' default for one label.
+    Sigmoid,
+    /// Over the labels of a pair: the default for several labels.
+    Softmax,
+    /// The raw scores.
+    Identity,
+}
+
+impl ScoreActivation {
+    /// Applies the activation to one pair's scores in place.
+    pub fn apply(self, scores: &mut [f32]) {
+        match self {
+            Self::Identity => {}
+            Self::Sigmoid => scores.iter_mut().for_each(|s| *s = 1.0 / (1.0 + (-*s).exp())),
+            Self::Softmax => {
+                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0.0;
+                for s in scores.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                scores.iter_mut().for_each(|s| *s /= sum);
+            }
+        }
+    }
+}
+
+/// The folder's kind and why, with what the kind needs from the configs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct KindChoice {
+    /// The kind.
+    pub kind: ModelKind,
+    /// Which file and key said so.
+    pub reason: String,
+    /// A cross-encoder's labels in id order (`id2label`); empty for the other kinds.
+    pub labels: Vec<String>,
+    /// A cross-encoder's activation; `None` for the other kinds.
+    pub activation: Option<ScoreActivation>,
+    /// A sparse encoder's pooling (SPLADE's max, or sum when its module says so).
+    pub pooling: Option<Pooling>,
+}
+
+impl Default for KindChoice {
+    fn default() -> Self {
+        Self::embedder("no classification or masked-language-model head in config.json's architectures")
+    }
+}
+
+impl KindChoice {
+    pub(crate) fn embedder(reason: impl Into<String>) -> Self {
+        Self { kind: ModelKind::Embedder, reason: reason.into(), labels: Vec::new(), activation: None, pooling: None }
+    }
+}
+
+/// What `config.json` says about the head.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub(crate) struct HeadConfig {
+    #[serde(default)]
+    architectures: Vec<String>,
+    num_labels: Option<usize>,
+    #[serde(default)]
+    id2label: BTreeMap<String, String>,
+    /// sentence-transformers 4+: `{"activation_fn": "torch.nn.modules.activation.Sigmoid"}`.
+    sentence_transformers: Option<StConfig>,
+    /// sentence-transformers before 4.
+    sbert_ce_default_activation_function: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+struct StConfig {
+    activation_fn: Option<String>,
+}
+
+/// SpladePooling's `config.json`.
+#[derive(Debug, Deserialize)]
+struct SpladeConfig {
+    #[serde(default)]
+    pooling_strategy: Option<String>,
+    #[serde(default)]
+    activation_function: Option<String>,
+}
+
+/// The pooling a SpladePooling module's config asks for: max (the default) or sum over tokens of
+/// `log(1 + relu(logits))`.
+pub(crate) fn parse_splade_config(text: &str) -> Result<Pooling, String> {
+    let c: SpladeConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    if let Some(a) = c.activation_function.as_deref().filter(|a| *a != "relu") {
+        return Err(format!("activation_function {a:?} is not one nornir applies (it applies relu)"));
+    }
+    match c.pooling_strategy.as_deref() {
+        None | Some("max") => Ok(Pooling::Splade),
+        Some("sum") => Ok(Pooling::SpladeSum),
+        Some(other) => Err(format!("pooling_strategy {other:?}: nornir applies \"max\" or \"sum\"")),
+    }
+}
+
+/// The kind of a folder from its `config.json` (`head`) and, when it lists one, the pooling of
+/// its SpladePooling module (`splade`). A folder whose modules.json lists a Pooling module is an
+/// embedder whatever its head says: sentence-transformers loads it as one.
+pub(crate) fn choose_kind(head: &HeadConfig, splade: Option<Pooling>, pooled: bool) -> Result<KindChoice, String> {
+    if let Some(pooling) = splade {
+        return Ok(KindChoice {
+            kind: ModelKind::SparseEncoder,
+            reason: "modules.json lists a SpladePooling module".to_owned(),
+            labels: Vec::new(),
+            activation: None,
+            pooling: Some(pooling),
+        });
+    }
+    if pooled {
+        return Ok(KindChoice::embedder("modules.json lists a Pooling module"));
+    }
+    let Some(arch) = head
+        .architectures
+        .iter()
+        .find(|a| a.ends_with("ForMaskedLM") || a.ends_with("ForSequenceClassification"))
+    else {
+        return Ok(KindChoice::default());
+    };
+    if arch.ends_with("ForMaskedLM") {
+        return Ok(KindChoice {
+            kind: ModelKind::SparseEncoder,
+            reason: format!("config.json's architectures lists {arch}, a masked-language-model head (SPLADE)"),
+            labels: Vec::new(),
+            activation: None,
+            pooling: Some(Pooling::Splade),
+        });
+    }
+    let mut ids: Vec<(usize, &String)> = Vec::with_capacity(head.id2label.len());
+    for (id, label) in &head.id2label {
+        let id = id.parse().map_err(|_| format!("id2label has the key {id:?}, not a label number"))?;
+        ids.push((id, label));
+    }
+    ids.sort();
+    let count = head.num_labels.unwrap_or(ids.len()).max(ids.len()).max(1);
+    let labels =
+        (0..count).map(|i| ids.iter().find(|(id, _)| *id == i).map_or(format!("LABEL_{i}"), |(_, l)| (*l).clone()));
+    let named = head
+        .sentence_transformers
+        .as_ref()
+        .and_then(|s| s.activation_fn.as_deref())
+        .or(head.sbert_ce_default_activation_function.as_deref());
+    let activation = match named {
+        None if count == 1 => ScoreActivation::Sigmoid,
+        None => ScoreActivation::Softmax,
+        Some(f) => match f.rsplit('.').next().unwrap_or(f) {
+            "Sigmoid" => ScoreActivation::Sigmoid,
+            "Softmax" => ScoreActivation::Softmax,
+            "Identity" => ScoreActivation::Identity,
+            other => return Err(format!("activation function {other:?} is not one nornir applies (Sigmoid, Softmax, Identity)")),
+        },
+    };
+    Ok(KindChoice {
+        kind: ModelKind::CrossEncoder,
+        reason: format!("config.json's architectures lists {arch}, a classification head ({count} label(s))"),
+        labels: labels.collect(),
+        activation: Some(activation),
+        pooling: None,
+    })
+}
+
+/// Outputs that hold hidden vectors, not a head's logits: a graph exported without its head.
+const HIDDEN_OUTPUTS: [&str; 3] = ["last_hidden_state", "token_embeddings", "sentence_embedding"];
+
+/// The kind the configs say, checked against the graph's chosen `output` (`pooled`: one row per
+/// text). A head's configs over a graph exported without its head make an embedder, as the
+/// graph gives hidden vectors; a classification head needs one row per text.
+pub(crate) fn with_graph(choice: KindChoice, output: &str, pooled: bool) -> Result<KindChoice, String> {
+    if choice.kind == ModelKind::Embedder {
+        return Ok(choice);
+    }
+    if HIDDEN_OUTPUTS.contains(&output) {
+        return Ok(KindChoice::embedder(format!(
+            "{}, but the graph's output {output:?} holds hidden vectors, not the head's logits (an export without its head)",
+            choice.reason
+        )));
+    }
+    if choice.kind == ModelKind::CrossEncoder && !pooled {
+        return Err(format!(
+            "{}, but the graph's output {output:?} has a row per token, not [batch, labels]",
+            choice.reason
+        ));
+    }
+    Ok(choice)
+}
+
+/// The most bytes of a sparse encoder's logits (`[batch, tokens, vocabulary]` float32) one
+/// batch may produce: it caps the batch's tokens (a batch of 32 x 256 tokens over 30,522 terms
+/// would be 1 GB).
+pub(crate) const SPARSE_LOGITS_BYTES: usize = 64 << 20;
+
+/// The token budget of a batch for a model of `kind` with `vocab` terms: `asked`, capped for a
+/// sparse encoder at [`SPARSE_LOGITS_BYTES`] of logits (and at least one text's worth).
+pub(crate) fn token_budget(kind: ModelKind, vocab: usize, asked: usize) -> usize {
+    match kind {
+        ModelKind::SparseEncoder => asked.min((SPARSE_LOGITS_BYTES / (vocab.max(1) * 4)).max(1)),
+        _ => asked,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str) -> HeadConfig {
+        serde_json::from_str(text).expect("config")
+    }
+
+    #[test]
+    fn kinds_from_the_configs() {
+        let mlm = head(r#"{"architectures":["BertForMaskedLM"]}"#);
+        let k = choose_kind(&mlm, None, false).expect("kind");
+        assert_eq!((k.kind, k.pooling), (ModelKind::SparseEncoder, Some(Pooling::Splade)));
+        assert_eq!(choose_kind(&mlm, None, true).expect("kind").kind, ModelKind::Embedder, "a Pooling module wins");
+        let sum = parse_splade_config(r#"{"pooling_strategy":"sum","activation_function":"relu"}"#);
+        assert_eq!(choose_kind(&HeadConfig::default(), Some(sum.expect("sum")), false).expect("kind").pooling, Some(Pooling::SpladeSum));
+        assert!(parse_splade_config(r#"{"pooling_strategy":"mean"}"#).is_err());
+
+        let one = choose_kind(&head(r#"{"architectures":["BertForSequenceClassification"]}"#), None, false).expect("kind");
+        assert_eq!((one.kind, one.labels.len(), one.activation), (ModelKind::CrossEncoder, 1, Some(ScoreActivation::Sigmoid)));
+        let nli = head(
+            r#"{"architectures":["XLMRobertaForSequenceClassification"],
+                "id2label":{"2":"neutral","0":"contradiction","1":"entailment"}}"#,
+        );
+        let three = choose_kind(&nli, None, false).expect("kind");
+        assert_eq!(three.labels, ["contradiction", "entailment", "neutral"]);
+        assert_eq!(three.activation, Some(ScoreActivation::Softmax));
+        let st4 = head(
+            r#"{"architectures":["BertForSequenceClassification"],"num_labels":1,
+                "sentence_transformers":{"activation_fn":"torch.nn.modules.linear.Identity"}}"#,
+        );
+        assert_eq!(choose_kind(&st4, None, false).expect("kind").activation, Some(ScoreActivation::Identity));
+        assert_eq!(choose_kind(&head(r#"{"architectures":["BertModel"]}"#), None, false).expect("kind").kind, ModelKind::Embedder);
+    }
+
+    #[test]
+    fn activations() {
+        let mut s = [0.0f32];
+        ScoreActivation::Sigmoid.apply(&mut s);
+        assert_eq!(s, [0.5]);
+        let mut s = [1.0f32, 1.0, 1.0, 1.0];
+        ScoreActivation::Softmax.apply(&mut s);
+        assert_eq!(s, [0.25; 4]);
+    }
+}

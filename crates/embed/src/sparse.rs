@@ -1,0 +1,130 @@
+//! A sparse encoder's calls (SPLADE): each text's weight per vocabulary term, pooled from the
+//! masked-language-model head's logits one batch at a time, kept as the terms it weighs.
+
+use std::future::Future;
+
+use serde::{Deserialize, Serialize};
+
+use crate::call::CallOptions;
+use crate::embedder::Embedder;
+use crate::embeddings::Embeddings;
+use crate::error::{EmbedError, Result};
+use crate::future::Work;
+use crate::kind::ModelKind;
+
+/// Texts per internal call: a call's rows are vocabulary-wide until they are made sparse, so
+/// a long list goes in parts of this many (30,522 terms x 256 texts is 31 MB).
+const TEXTS_PER_PART: usize = 256;
+
+/// One text's sparse vector: the vocabulary terms it weighs, ascending, and their weights.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SparseVector {
+    /// Term ids (the tokenizer's), ascending.
+    pub indices: Vec<u32>,
+    /// The weight of each term, above 0.
+    pub values: Vec<f32>,
+}
+
+/// How a sparse call prunes its vectors, beside the options of any call.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct SparseOptions {
+    /// Prompt and truncation, as for dense calls (dimensions do not apply).
+    pub call: CallOptions,
+    /// Keep only the this many heaviest terms of each text.
+    pub top_k: Option<usize>,
+    /// Keep only terms weighing more than this.
+    pub threshold: Option<f32>,
+}
+
+impl SparseOptions {
+    /// Every term above 0, the call's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The call's prompt and truncation.
+    pub fn with_call(mut self, call: CallOptions) -> Self {
+        self.call = call;
+        self
+    }
+
+    /// Keeps the `k` heaviest terms of each text.
+    pub fn with_top_k(mut self, k: usize) -> Self {
+        self.top_k = Some(k);
+        self
+    }
+
+    /// Keeps the terms weighing more than `threshold`.
+    pub fn with_threshold(mut self, threshold: f32) -> Self {
+        self.threshold = Some(threshold);
+        self
+    }
+
+    /// One vocabulary-wide row as a sparse vector, pruned as asked.
+    pub fn sparsify(&self, row: &[f32]) -> SparseVector {
+        let floor = self.threshold.unwrap_or(0.0).max(0.0);
+        let mut kept: Vec<(u32, f32)> =
+            row.iter().enumerate().filter(|&(_, &w)| w > floor).map(|(i, &w)| (i as u32, w)).collect();
+        if let Some(k) = self.top_k
+            && kept.len() > k
+        {
+            kept.select_nth_unstable_by(k, |a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            kept.truncate(k);
+            kept.sort_unstable_by_key(|&(i, _)| i);
+        }
+        SparseVector { indices: kept.iter().map(|&(i, _)| i).collect(), values: kept.iter().map(|&(_, w)| w).collect() }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.call.dimensions.is_some() {
+            return Err(EmbedError::invalid("dimensions", "cuts dense vectors; a sparse vector keeps its terms"));
+        }
+        if self.top_k == Some(0) {
+            return Err(EmbedError::invalid("top_k", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+impl Embedder {
+    /// Each text's sparse vector (SPLADE: `log(1 + relu(logits))` over the vocabulary, the
+    /// maximum over its tokens), pruned as `options` say. A long list runs in parts, so memory
+    /// stays bounded. An error ([`EmbedError::WrongKind`]) unless the model is a sparse encoder.
+    pub fn embed_sparse<S: AsRef<str>>(&self, texts: &[S], options: &SparseOptions) -> Result<Vec<SparseVector>> {
+        self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse")?;
+        options.check()?;
+        let mut out = Vec::with_capacity(texts.len());
+        for part in texts.chunks(TEXTS_PER_PART) {
+            let rows = self.run_call(crate::prepare::prepare(&self.engine, part, &options.call)?)?;
+            out.extend(rows.rows().map(|r| options.sparsify(r)));
+        }
+        Ok(out)
+    }
+
+    /// [`embed_sparse`](Self::embed_sparse) as a future (dropping it cancels the call).
+    pub fn embed_sparse_async<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        options: &SparseOptions,
+    ) -> impl Future<Output = Result<Vec<SparseVector>>> + '_ {
+        let checked = self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse").and_then(|()| options.check());
+        let parts: Vec<Vec<String>> =
+            texts.chunks(TEXTS_PER_PART).map(|p| p.iter().map(|t| t.as_ref().to_owned()).collect()).collect();
+        let options = options.clone();
+        async move {
+            checked?;
+            let mut out = Vec::new();
+            for part in parts {
+                let rows: Embeddings = self.future(Work::Texts(part, options.call.clone())).await?;
+                out.extend(rows.rows().map(|r| options.sparsify(r)));
+            }
+            Ok(out)
+        }
+    }
+
+    /// The token of vocabulary term `id` (a sparse vector's index), or `None` outside it.
+    pub fn vocabulary_term(&self, id: u32) -> Option<String> {
+        self.engine.tokenizer.truncating().id_to_token(id)
+    }
+}
