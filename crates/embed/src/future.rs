@@ -81,12 +81,10 @@ pub(crate) fn tokenizing_thread(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJ
         if job.slot.lock().abandoned {
             continue;
         }
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            job.work.prepare(engine)
-        }))
-        .unwrap_or_else(|_| {
-            Err(EmbedError::inference(InferenceKind::WorkerFailed, "tokenizing the call's texts panicked"))
-        });
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.work.prepare(engine)))
+            .unwrap_or_else(|_| {
+                Err(EmbedError::inference(InferenceKind::WorkerFailed, "tokenizing the call's texts panicked"))
+            });
         let mut s = job.slot.lock();
         if !s.abandoned {
             s.result = Some(result);
@@ -159,9 +157,8 @@ impl Future for EmbedFuture<'_> {
                     let count = work.len();
                     let slot = Arc::new(Tokenized::default());
                     slot.lock().waker = Some(cx.waker().clone());
-                    let sent = this
-                        .jobs
-                        .is_some_and(|jobs| jobs.send(TokenizeJob { work, slot: Arc::clone(&slot) }).is_ok());
+                    let sent =
+                        this.jobs.is_some_and(|jobs| jobs.send(TokenizeJob { work, slot: Arc::clone(&slot) }).is_ok());
                     if !sent {
                         return Poll::Ready(Err(EmbedError::inference(
                             InferenceKind::WorkerFailed,
@@ -227,4 +224,3 @@ impl Future for EmbedFuture<'_> {
         }
     }
 }
-

@@ -156,10 +156,8 @@ pub(crate) fn choose_kind(head: &HeadConfig, splade: Option<Pooling>, pooled: bo
     if pooled {
         return Ok(KindChoice::embedder("modules.json lists a Pooling module"));
     }
-    let Some(arch) = head
-        .architectures
-        .iter()
-        .find(|a| a.ends_with("ForMaskedLM") || a.ends_with("ForSequenceClassification"))
+    let Some(arch) =
+        head.architectures.iter().find(|a| a.ends_with("ForMaskedLM") || a.ends_with("ForSequenceClassification"))
     else {
         return Ok(KindChoice::default());
     };
@@ -193,7 +191,11 @@ pub(crate) fn choose_kind(head: &HeadConfig, splade: Option<Pooling>, pooled: bo
             "Sigmoid" => ScoreActivation::Sigmoid,
             "Softmax" => ScoreActivation::Softmax,
             "Identity" => ScoreActivation::Identity,
-            other => return Err(format!("activation function {other:?} is not one nornir applies (Sigmoid, Softmax, Identity)")),
+            other => {
+                return Err(format!(
+                    "activation function {other:?} is not one nornir applies (Sigmoid, Softmax, Identity)"
+                ));
+            }
         },
     };
     Ok(KindChoice {
@@ -259,11 +261,18 @@ mod tests {
         assert_eq!((k.kind, k.pooling), (ModelKind::SparseEncoder, Some(Pooling::Splade)));
         assert_eq!(choose_kind(&mlm, None, true).expect("kind").kind, ModelKind::Embedder, "a Pooling module wins");
         let sum = parse_splade_config(r#"{"pooling_strategy":"sum","activation_function":"relu"}"#);
-        assert_eq!(choose_kind(&HeadConfig::default(), Some(sum.expect("sum")), false).expect("kind").pooling, Some(Pooling::SpladeSum));
+        assert_eq!(
+            choose_kind(&HeadConfig::default(), Some(sum.expect("sum")), false).expect("kind").pooling,
+            Some(Pooling::SpladeSum)
+        );
         assert!(parse_splade_config(r#"{"pooling_strategy":"mean"}"#).is_err());
 
-        let one = choose_kind(&head(r#"{"architectures":["BertForSequenceClassification"]}"#), None, false).expect("kind");
-        assert_eq!((one.kind, one.labels.len(), one.activation), (ModelKind::CrossEncoder, 1, Some(ScoreActivation::Sigmoid)));
+        let one =
+            choose_kind(&head(r#"{"architectures":["BertForSequenceClassification"]}"#), None, false).expect("kind");
+        assert_eq!(
+            (one.kind, one.labels.len(), one.activation),
+            (ModelKind::CrossEncoder, 1, Some(ScoreActivation::Sigmoid))
+        );
         let nli = head(
             r#"{"architectures":["XLMRobertaForSequenceClassification"],
                 "id2label":{"2":"neutral","0":"contradiction","1":"entailment"}}"#,
@@ -276,7 +285,10 @@ mod tests {
                 "sentence_transformers":{"activation_fn":"torch.nn.modules.linear.Identity"}}"#,
         );
         assert_eq!(choose_kind(&st4, None, false).expect("kind").activation, Some(ScoreActivation::Identity));
-        assert_eq!(choose_kind(&head(r#"{"architectures":["BertModel"]}"#), None, false).expect("kind").kind, ModelKind::Embedder);
+        assert_eq!(
+            choose_kind(&head(r#"{"architectures":["BertModel"]}"#), None, false).expect("kind").kind,
+            ModelKind::Embedder
+        );
     }
 
     #[test]

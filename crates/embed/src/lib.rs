@@ -45,9 +45,9 @@ mod worker;
 pub use call::{CallOptions, CancelHandle, Chunking, DocumentVector, Prompt, Truncation};
 pub use describe::{EmbedderReport, cpu_int8_extensions, fusion_counts, precision};
 pub use embedder::Embedder;
-pub use future::EmbedFuture;
 pub use embeddings::{CharChunk, Chunk, Embeddings};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
+pub use future::EmbedFuture;
 pub use kind::{KindChoice, ModelKind, ScoreActivation};
 pub use long::LongInputs;
 pub use options::{EmbedderOptions, QueueFull};
@@ -58,8 +58,8 @@ pub use report::{
     DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport, PoolingSpec,
     PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, Token,
 };
-pub use sparse::{SparseOptions, SparseVector};
 pub use runtime::{check_library, choose_library, device_list, list_devices};
+pub use sparse::{SparseOptions, SparseVector};
 pub use stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.

@@ -40,6 +40,10 @@ pub struct HfConfig {
     pub hidden_size: Option<usize>,
     /// The embedding table's rows.
     pub vocab_size: Option<usize>,
+    /// `bert`, `xlm-roberta`, ...: the RoBERTa family places tokens from `pad_token_id + 1`.
+    pub model_type: Option<String>,
+    /// The padding token (the RoBERTa family's position offset).
+    pub pad_token_id: Option<usize>,
     /// jina-embeddings-v3: the task adapters, in `task_id` order.
     pub lora_adaptations: Option<Vec<String>>,
     /// jina-embeddings-v3: the text put before a text for each task.
@@ -50,6 +54,19 @@ pub struct HfConfig {
 /// Parses a Hugging Face `config.json` (other keys are ignored).
 pub fn parse_hf_config(text: &str) -> Result<HfConfig, String> {
     serde_json::from_str(text).map_err(|e| e.to_string())
+}
+
+impl HfConfig {
+    /// The most tokens the position table can place: `max_position_embeddings`, less the
+    /// RoBERTa family's offset (its positions start at `pad_token_id + 1`: XLM-RoBERTa's 514
+    /// rows place 512 tokens).
+    pub fn usable_positions(&self) -> Option<usize> {
+        let offset = match self.model_type.as_deref() {
+            Some("roberta" | "xlm-roberta" | "xlm-roberta-xl" | "camembert") => self.pad_token_id.unwrap_or(1) + 1,
+            _ => 0,
+        };
+        self.max_position_embeddings.map(|n| n.saturating_sub(offset))
+    }
 }
 
 #[derive(Deserialize)]
@@ -215,7 +232,8 @@ impl ModelFolder {
         };
         let (hf, head) = match read_json("config.json")? {
             Some(t) => {
-                let parsed = parse_hf_config(&t).and_then(|hf| Ok((hf, serde_json::from_str(&t).map_err(|e| e.to_string())?)));
+                let parsed =
+                    parse_hf_config(&t).and_then(|hf| Ok((hf, serde_json::from_str(&t).map_err(|e| e.to_string())?)));
                 parsed.map_err(|e| err(format!("config.json: {e}")))?
             }
             None => (HfConfig::default(), HeadConfig::default()),
@@ -258,7 +276,7 @@ impl ModelFolder {
             model_file,
             tokenizer_file,
             max_seq_length,
-            max_position_embeddings: hf.max_position_embeddings,
+            max_position_embeddings: hf.usable_positions(),
             hidden_size,
             vocab_size: hf.vocab_size,
             pooling,
@@ -281,10 +299,16 @@ mod tests {
         let modules = r#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
             {"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
             {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}]"#;
-        assert_eq!(parse_modules(modules), Ok(Modules { pooling_dir: Some("1_Pooling".to_owned()), normalize: true, splade_dir: None }));
+        assert_eq!(
+            parse_modules(modules),
+            Ok(Modules { pooling_dir: Some("1_Pooling".to_owned()), normalize: true, splade_dir: None })
+        );
         let jina_v3 = r#"[{"idx":0,"name":"transformer","path":"","type":"custom_st.Transformer"},
             {"idx":1,"name":"pooler","path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]"#;
-        assert_eq!(parse_modules(jina_v3), Ok(Modules { pooling_dir: Some("1_Pooling".to_owned()), normalize: false, splade_dir: None }));
+        assert_eq!(
+            parse_modules(jina_v3),
+            Ok(Modules { pooling_dir: Some("1_Pooling".to_owned()), normalize: false, splade_dir: None })
+        );
         let dense = r#"[{"path":"","type":"sentence_transformers.models.Transformer"},
             {"path":"2_Dense","type":"sentence_transformers.models.Dense"}]"#;
         let e = parse_modules(dense).unwrap_err();
@@ -329,6 +353,10 @@ mod tests {
             Some(&["retrieval.query".to_owned(), "text-matching".to_owned()][..])
         );
         assert_eq!(hf.task_instructions["retrieval.query"], "Represent the query: ");
+        let xlmr = parse_hf_config(r#"{"model_type":"xlm-roberta","max_position_embeddings":514,"pad_token_id":1}"#);
+        assert_eq!(xlmr.expect("config").usable_positions(), Some(512));
+        let bert = parse_hf_config(r#"{"model_type":"bert","max_position_embeddings":512,"pad_token_id":0}"#);
+        assert_eq!(bert.expect("config").usable_positions(), Some(512));
     }
 
     #[test]

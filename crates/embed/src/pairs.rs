@@ -117,7 +117,11 @@ impl Embedder {
 
     /// [`predict`](Self::predict) as a future, as [`embed_async`](Self::embed_async) is
     /// (dropping it cancels the call).
-    pub fn predict_async<A: AsRef<str>, B: AsRef<str>>(&self, pairs: &[(A, B)], options: &PairOptions) -> EmbedFuture<'_> {
+    pub fn predict_async<A: AsRef<str>, B: AsRef<str>>(
+        &self,
+        pairs: &[(A, B)],
+        options: &PairOptions,
+    ) -> EmbedFuture<'_> {
         if let Err(e) = self.engine.expect_kind(ModelKind::CrossEncoder, "predict") {
             return EmbedFuture::refused(&self.engine, e);
         }

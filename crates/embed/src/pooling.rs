@@ -192,7 +192,10 @@ mod tests {
         // Weights 1, 2, 3: (1 + 6 + 15) / 6, (2 - 8 + 18) / 6.
         assert!(close(pooled(Pooling::WeightedMean, 0), [22.0 / 6.0, 2.0]));
         assert!(close(pooled(Pooling::Splade, 0), [5f32.ln_1p(), 6f32.ln_1p()]));
-        assert!(close(pooled(Pooling::SpladeSum, 0), [1f32.ln_1p() + 3f32.ln_1p() + 5f32.ln_1p(), 2f32.ln_1p() + 6f32.ln_1p()]));
+        assert!(close(
+            pooled(Pooling::SpladeSum, 0),
+            [1f32.ln_1p() + 3f32.ln_1p() + 5f32.ln_1p(), 2f32.ln_1p() + 6f32.ln_1p()]
+        ));
         let mut out = [7.0; 2];
         pool_tokens(&HIDDEN, 0, 2, Pooling::Mean, 0, &mut out);
         assert_eq!(out, [0.0, 0.0]);

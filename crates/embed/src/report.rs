@@ -287,7 +287,8 @@ pub struct ModelFolder {
     pub tokenizer_file: PathBuf,
     /// `sentence_bert_config.json`'s `max_seq_length`.
     pub max_seq_length: Option<usize>,
-    /// `config.json`'s `max_position_embeddings`.
+    /// `config.json`'s `max_position_embeddings`, less the RoBERTa family's position offset:
+    /// the most tokens the model can place.
     pub max_position_embeddings: Option<usize>,
     /// `config.json`'s `hidden_size`, or the pooling config's `word_embedding_dimension`.
     pub hidden_size: Option<usize>,

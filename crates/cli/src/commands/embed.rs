@@ -43,7 +43,7 @@ pub(super) fn open_source(
     format: InputFormat,
 ) -> Result<(Source, Option<u64>)> {
     if !texts.is_empty() {
-        return Ok((Source::Args(texts.to_vec().into_iter()), None));
+        return Ok((Source::Args(Vec::from(texts).into_iter()), None));
     }
     let (reader, name, size): (Box<dyn BufRead>, String, Option<u64>) = match input {
         Some(p) if p.as_os_str() != "-" => {
@@ -108,7 +108,9 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
             embedder.model_info().folder.dir.display()
         ),
         _ if job.sparse.any() => {
-            anyhow::bail!("--tokens, --top-k and --threshold are for a sparse encoder (SPLADE), and this model is an embedder")
+            anyhow::bail!(
+                "--tokens, --top-k and --threshold are for a sparse encoder (SPLADE), and this model is an embedder"
+            )
         }
         _ => {}
     }

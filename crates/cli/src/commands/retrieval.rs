@@ -58,16 +58,20 @@ pub(super) fn embed_sparse(
         let texts: Vec<&str> = chunk.iter().map(|r| r.text.as_str()).collect();
         let vectors = embedder.embed_sparse(&texts, &options).map_err(|e| input_error(e, done))?;
         for (v, rec) in vectors.iter().zip(&chunk) {
-            let tokens = job.sparse.tokens.then(|| {
-                v.indices.iter().map(|&i| embedder.vocabulary_term(i).unwrap_or_default()).collect()
-            });
+            let tokens = job
+                .sparse
+                .tokens
+                .then(|| v.indices.iter().map(|&i| embedder.vocabulary_term(i).unwrap_or_default()).collect());
             let line = SparseLine { id: rec.id.as_ref(), indices: &v.indices, values: &v.values, tokens };
             serde_json::to_writer(sink.writer(), &line).context("write output")?;
             sink.writer().write_all(b"\n").context("write output")?;
         }
         done += chunk.len();
         bar.set_position(source.bytes());
-        bar.set_message(format!("{done} texts, {:.0} texts/s", done as f64 / started.elapsed().as_secs_f64().max(1e-9)));
+        bar.set_message(format!(
+            "{done} texts, {:.0} texts/s",
+            done as f64 / started.elapsed().as_secs_f64().max(1e-9)
+        ));
     }
     bar.finish_and_clear();
     sink.finish()?;

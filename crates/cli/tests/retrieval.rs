@@ -1,0 +1,198 @@
+//! Sparse encoders and cross-encoders against independent references
+//! (scripts/retrieval_reference.py: ONNX Runtime, the tokenizers library and NumPy in Python):
+//! the real splade-tiny, converted by the test command's set-up, on the corpus's first 500
+//! texts; and cross-encoders with random weights in both families (BERT and XLM-RoBERTa, one
+//! label and three), each with a tokenizer of its family, for pairs that fit and pairs that must
+//! be cut. No real cross-encoder weights ship in any package the registries here serve.
+
+mod common;
+
+use std::path::Path;
+
+use common::{nornir, s, stderr};
+use nornir_test_support::env_path;
+use serde_json::Value;
+
+/// Runs scripts/retrieval_reference.py with `args`; its JSON result.
+fn reference(args: &[&str]) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/retrieval_reference.py");
+    let o = std::process::Command::new(env_path("NORNIR_TEST_REFERENCE_PYTHON"))
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("run the reference script");
+    assert!(o.status.success(), "the reference failed:\n{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("the reference's JSON")
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+}
+
+/// A sparse vector's terms above `floor`, as (id, weight).
+fn terms(v: &Value, floor: f64) -> Vec<(u64, f64)> {
+    let ids = v["indices"].as_array().expect("indices");
+    let weights = v["values"].as_array().expect("values");
+    assert_eq!(ids.len(), weights.len(), "{v}");
+    let pairs: Vec<(u64, f64)> =
+        ids.iter().zip(weights).map(|(i, w)| (i.as_u64().expect("id"), w.as_f64().expect("weight"))).collect();
+    assert!(pairs.windows(2).all(|p| p[0].0 < p[1].0), "term ids ascend: {v}");
+    pairs.into_iter().filter(|&(_, w)| w > floor).collect()
+}
+
+#[test]
+fn splade_tiny_weighs_the_same_terms_as_the_reference_on_500_corpus_texts() {
+    nornir_test_support::needs_assets!();
+    let t = tempfile::tempdir().expect("tempdir");
+    let model = env_path("NORNIR_TEST_SPLADE_MODEL");
+    let corpus = std::fs::read_to_string(env_path("NORNIR_TEST_CORPUS").join("corpus.txt")).expect("corpus");
+    let first: String = corpus.lines().take(500).map(|l| format!("{l}\n")).collect();
+    let input = t.path().join("first-500.txt");
+    std::fs::write(&input, first).expect("write");
+    let want_file = t.path().join("reference.jsonl");
+    let r = reference(&["sparse", s(&model), s(&input), "500", s(&want_file)]);
+    assert_eq!(r["texts"], 500, "{r}");
+    let got_file = t.path().join("nornir.jsonl");
+    let o = nornir(&["vector", "embed", "-q", "--model", s(&model), "--input", s(&input), "--output", s(&got_file)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = json_lines(&std::fs::read_to_string(&got_file).expect("output"));
+    let want = json_lines(&std::fs::read_to_string(&want_file).expect("reference"));
+    assert_eq!(got.len(), 500);
+    // Every term above the tolerance on either side is on both, its weights within 1e-4 (a term
+    // whose logit is within rounding of 0 may be weighed on one side only, at less than that).
+    let mut worst = 0f64;
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (all_g, all_w) = (terms(g, 0.0), terms(w, 0.0));
+        let weight_of = |all: &[(u64, f64)], id: u64| all.iter().find(|t| t.0 == id).map_or(0.0, |t| t.1);
+        for &(id, _) in terms(g, 1e-4).iter().chain(&terms(w, 1e-4)) {
+            let diff = (weight_of(&all_g, id) - weight_of(&all_w, id)).abs();
+            assert!(
+                diff <= 1e-4,
+                "text {k}, term {id}: nornir {} reference {}",
+                weight_of(&all_g, id),
+                weight_of(&all_w, id)
+            );
+            worst = worst.max(diff);
+        }
+    }
+    eprintln!("splade-tiny: 500 texts, largest weight difference {worst:e}");
+
+    // The tokens on request, pruned to the heaviest three.
+    let o = nornir(&[
+        "vector",
+        "embed",
+        "--model",
+        s(&model),
+        "--tokens",
+        "--top-k",
+        "3",
+        "The capital of France is Paris.",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let line = &json_lines(&String::from_utf8_lossy(&o.stdout))[0];
+    let mut tokens: Vec<&str> = line["tokens"].as_array().expect("tokens").iter().filter_map(Value::as_str).collect();
+    tokens.sort_unstable();
+    assert_eq!(tokens, ["capital", "france", "paris"], "{line}");
+    let top_terms = &r["top_terms"]["The capital of France is Paris."];
+    let reference_top: Vec<&str> =
+        top_terms.as_array().expect("top").iter().take(3).filter_map(|p| p[0].as_str()).collect();
+    assert_eq!(reference_top.len(), 3);
+    assert!(reference_top.iter().all(|t| tokens.contains(t)), "{reference_top:?} vs {tokens:?}");
+}
+
+#[test]
+fn a_sparse_or_cross_encoder_refuses_what_is_not_its_kind_in_one_line() {
+    nornir_test_support::needs_assets!();
+    let model = env_path("NORNIR_TEST_SPLADE_MODEL");
+    let o = nornir(&["vector", "embed", "--model", s(&model), "--format", "npy", "-o", "/dev/null", "hello"]);
+    common::assert_one_line_error(&o, "use --format jsonl");
+    let o = nornir(&["vector", "rerank", "--model", s(&model), "--query", "q", "a document"]);
+    common::assert_one_line_error(&o, "needs a model of kind cross-encoder, but this model is a sparse-encoder");
+    let o = nornir(&["vector", "embed", "--top-k", "3", "hello"]);
+    common::assert_one_line_error(&o, "are for a sparse encoder");
+}
+
+/// Loads and scores with the library: only in a build with the embedder.
+#[cfg(feature = "embed-ort")]
+#[test]
+fn cross_encoders_of_both_families_score_as_the_reference() {
+    use nornir_vector::{Device, EmbedError, Embedder, EmbedderOptions, ModelKind, PairOptions};
+
+    nornir_test_support::needs_assets!();
+    let t = tempfile::tempdir().expect("tempdir");
+    let r = reference(&["cross", env!("CARGO_BIN_EXE_nornir"), s(t.path())]);
+    let max_length = r["max_length"].as_u64().expect("max_length") as usize;
+    let cases = r["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 4);
+    let options = EmbedderOptions::default()
+        .with_device(Device::Cpu)
+        .with_threads(2)
+        .with_ort_library(env_path("NORNIR_TEST_ORT_CPU"));
+    let close = |got: &[f32], want: &Value, what: &str| {
+        let want: Vec<f64> = want.as_array().expect("row").iter().filter_map(Value::as_f64).collect();
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (g, w) in got.iter().zip(&want) {
+            assert!((f64::from(*g) - w).abs() <= 1e-5, "{what}: nornir {got:?}, reference {want:?}");
+        }
+    };
+    for case in cases {
+        let name = case["name"].as_str().expect("name");
+        let e = Embedder::new(Path::new(case["folder"].as_str().expect("folder")), &options).expect(name);
+        let kind = &e.model_info().folder.kind;
+        let labels = case["labels"].as_u64().expect("labels") as usize;
+        assert_eq!((kind.kind, kind.labels.len()), (ModelKind::CrossEncoder, labels), "{name}: {}", kind.reason);
+        let pairs: Vec<(String, String)> = case["pairs"]
+            .as_array()
+            .expect("pairs")
+            .iter()
+            .map(|p| (p[0].as_str().unwrap_or_default().to_owned(), p[1].as_str().unwrap_or_default().to_owned()))
+            .collect();
+        let tokens: Vec<u64> = case["tokens"].as_array().expect("tokens").iter().filter_map(Value::as_u64).collect();
+        assert!(tokens.contains(&(max_length as u64)), "{name}: some pairs were cut to the model's length");
+        let scores = e.predict(&pairs, &PairOptions::new()).expect(name);
+        let raw = e.predict(&pairs, &PairOptions::new().with_raw_scores(true)).expect(name);
+        for i in 0..pairs.len() {
+            close(scores.row(i), &case["scores"][i], &format!("{name}, pair {i}"));
+            close(raw.row(i), &case["raw"][i], &format!("{name}, pair {i}, raw"));
+            assert_eq!(scores.token_count(i), Some(tokens[i] as usize), "{name}, pair {i}: its tokens");
+        }
+        let refused = e.embed(&["a text"]).expect_err("embed on a cross-encoder");
+        assert!(matches!(refused, EmbedError::WrongKind { kind: ModelKind::CrossEncoder, .. }), "{refused}");
+        let query = "what is a fjord?";
+        let documents: Vec<&str> = pairs.iter().filter(|p| p.0 == query).map(|p| p.1.as_str()).collect();
+        if labels != 1 {
+            let e = e.rerank(query, &documents, None, &PairOptions::new()).expect_err("rerank on three labels");
+            assert!(e.to_string().contains("call predict"), "{e}");
+            continue;
+        }
+        // The documents best first, as the reference's scores order them.
+        let mut want: Vec<(usize, f64)> = pairs
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.0 == query)
+            .enumerate()
+            .map(|(k, (i, _))| (k, case["scores"][i][0].as_f64().expect("score")))
+            .collect();
+        want.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let ranked = e.rerank(query, &documents, Some(2), &PairOptions::new()).expect(name);
+        assert_eq!(
+            ranked.iter().map(|r| r.index).collect::<Vec<_>>(),
+            want.iter().take(2).map(|w| w.0).collect::<Vec<_>>()
+        );
+        let empty = e.rerank(" ", &documents, None, &PairOptions::new()).expect_err("an empty query");
+        assert!(empty.to_string().contains("`query`: is empty"), "{empty}");
+
+        // The command line: JSON lines best first.
+        let mut args = vec!["vector", "rerank", "--model", case["folder"].as_str().expect("folder"), "--query", query];
+        args.extend(documents.iter().copied());
+        let o = nornir(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let lines = json_lines(&String::from_utf8_lossy(&o.stdout));
+        assert_eq!(lines.len(), documents.len());
+        for (line, (index, score)) in lines.iter().zip(&want) {
+            assert_eq!(line["index"].as_u64(), Some(*index as u64), "{line}");
+            assert!((line["score"].as_f64().expect("score") - score).abs() <= 1e-5, "{line}");
+            assert_eq!(line["text"].as_str(), Some(documents[*index]), "{line}");
+        }
+    }
+}
