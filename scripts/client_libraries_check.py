@@ -12,6 +12,12 @@ CLIENT is one of:
   strings (tiktoken reads its encoding file from TIKTOKEN_CACHE_DIR; the test writes it there);
   MODEL "-" leaves its model at its default too (text-embedding-ada-002); the models it sent are
   reported ("sent_models");
+- cohere: Cohere's own client (ClientV2.rerank and the v1 Client.rerank with return_documents)
+  with base_url=URL: texts[0] is the query, the rest the documents; reports each ranking;
+- tei_retrieval: the requests text-embeddings-inference's users send for the other two kinds:
+  llama-index's TEI reranker ({"query", "texts"} to /rerank with httpx), huggingface_hub's
+  text_classification (POST /predict on a cross-encoder) and /embed_sparse as TEI documents it;
+  MODEL is "CROSS_ENCODER,SPARSE_ENCODER" and texts[0] is the query;
 - urllib_large_body: Python's urllib, which writes a whole body before it reads the answer, sends
   50 bodies of 64 MiB to /embed and reports each answer's status (or the transport error).
 """
@@ -87,10 +93,55 @@ def urllib_large_body(url: str, key: str, model: str, texts: list) -> dict:
     return {"body_bytes": len(body), "answers": answers}
 
 
+def cohere(url: str, key: str, model: str, texts: list) -> dict:
+    import cohere as co
+
+    query, documents = texts[0], texts[1:]
+    v2 = co.ClientV2(api_key=key, base_url=url).rerank(model=model, query=query, documents=documents, top_n=3)
+    v1 = co.Client(api_key=key, base_url=url).rerank(
+        model=model, query=query, documents=documents, return_documents=True
+    )
+    return {
+        "version": co.__version__ if hasattr(co, "__version__") else "",
+        "v2": [[r.index, r.relevance_score] for r in v2.results],
+        "v1": [[r.index, r.relevance_score, r.document.text if r.document else None] for r in v1.results],
+    }
+
+
+def tei_retrieval(url: str, key: str, model: str, texts: list) -> dict:
+    import httpx
+    from huggingface_hub import InferenceClient
+
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer " + key}
+    query, documents = texts[0], texts[1:]
+    model, sparse_model = model.split(",")
+    # llama-index-postprocessor-tei-rerank 0.6.0's _call_api, as it is written.
+    with httpx.Client() as client:
+        ranked = client.post(
+            f"{url}/models/{model}/rerank", headers=headers, json={"query": query, "texts": documents}, timeout=60
+        ).json()
+    classified = InferenceClient(base_url=f"{url}/models/{model}/predict", api_key=key).text_classification(query)
+    # TEI answers one text's predictions as a flat list, of which huggingface_hub keeps the first.
+    if not isinstance(classified, list):
+        classified = [classified]
+    sparse = httpx.post(f"{url}/models/{sparse_model}/embed_sparse", headers=headers, json={"inputs": documents, "truncate": True}).json()
+    return {
+        "rerank": [[r["index"], r["score"]] for r in ranked],
+        "classification": [[c.label, c.score] for c in classified],
+        "sparse": sparse,
+    }
+
+
 def main() -> None:
     client, url, key, model = sys.argv[1:5]
     texts = json.load(sys.stdin)
-    check = {"huggingface_hub": huggingface_hub, "langchain": langchain, "urllib_large_body": urllib_large_body}[client]
+    check = {
+        "huggingface_hub": huggingface_hub,
+        "langchain": langchain,
+        "urllib_large_body": urllib_large_body,
+        "cohere": cohere,
+        "tei_retrieval": tei_retrieval,
+    }[client]
     json.dump(check(url, key, model, texts), sys.stdout)
 
 

@@ -98,8 +98,14 @@ const DRY_RUN_BUNDLE: &str = "target/gpu-bundle-dry-run";
 
 /// The client libraries the server's compatibility tests drive: OpenAI's own, huggingface_hub's
 /// InferenceClient (numpy for its answers) and LangChain's OpenAIEmbeddings (with tiktoken).
-const TEST_PYTHON_PACKAGES: &[&str] =
-    &["openai==3.57.0", "huggingface_hub==2.4.0", "numpy==2.4.6", "langchain-openai==1.7.4", "tiktoken==0.14.0"];
+const TEST_PYTHON_PACKAGES: &[&str] = &[
+    "openai==3.57.0",
+    "huggingface_hub==2.4.0",
+    "numpy==2.4.6",
+    "langchain-openai==1.7.4",
+    "tiktoken==0.14.0",
+    "cohere==7.3.1",
+];
 
 /// The Python package's venv: the wheel's builder, the onnxruntime it loads, pytest, and Ray
 /// Data for the bulk pipeline (crates/python/tests).

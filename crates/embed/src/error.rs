@@ -223,7 +223,7 @@ pub enum EmbedError {
     Cancelled,
 
     /// The call is for another kind of model ([`ModelKind`]).
-    #[error("`{call}` needs a model of kind {wanted}, but this model is a {kind}: call {} on it", calls_for(.kind))]
+    #[error("`{call}` needs a model of kind {wanted}, but this model is {}: call {} on it", .kind.with_article(), calls_for(.kind))]
     #[non_exhaustive]
     WrongKind {
         /// The call refused.

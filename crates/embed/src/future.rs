@@ -24,7 +24,7 @@ pub(crate) const TOKENIZING_THREADS: usize = 2;
 #[derive(Debug)]
 pub(crate) enum Work {
     Texts(Vec<String>, CallOptions),
-    Pairs(Vec<(String, String)>, PairOptions),
+    Pairs(Vec<(String, Option<String>)>, PairOptions),
 }
 
 impl Work {

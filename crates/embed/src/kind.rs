@@ -33,6 +33,17 @@ impl ModelKind {
     }
 }
 
+impl ModelKind {
+    /// The label with its article: `an embedder`, `a sparse-encoder`, `a cross-encoder`.
+    pub fn with_article(self) -> &'static str {
+        match self {
+            Self::Embedder => "an embedder",
+            Self::SparseEncoder => "a sparse-encoder",
+            Self::CrossEncoder => "a cross-encoder",
+        }
+    }
+}
+
 impl fmt::Display for ModelKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.label())

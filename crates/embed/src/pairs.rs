@@ -74,27 +74,27 @@ pub fn rank(scores: &Embeddings, top_n: Option<usize>) -> Vec<Ranked> {
     ranked
 }
 
-/// A call's pairs as queue items with the request they fill.
+/// A call's inputs, each a pair or a text alone, as queue items with the request they fill.
 pub(crate) fn prepare_pairs<A: AsRef<str>, B: AsRef<str>>(
     engine: &Engine,
-    pairs: &[(A, B)],
+    inputs: &[(A, Option<B>)],
     options: &PairOptions,
 ) -> Result<Call> {
     engine.expect_kind(ModelKind::CrossEncoder, "predict")?;
     let tokenizer = &engine.tokenizer;
     let labels = engine.info.model_dimension;
-    let request = Request::new(pairs.len(), labels);
-    let mut items = Vec::with_capacity(pairs.len());
-    let mut tokens = Vec::with_capacity(pairs.len());
-    for (index, (query, document)) in pairs.iter().enumerate() {
-        let (query, document) = (query.as_ref(), document.as_ref());
+    let request = Request::new(inputs.len(), labels);
+    let mut items = Vec::with_capacity(inputs.len());
+    let mut tokens = Vec::with_capacity(inputs.len());
+    for (index, (first, second)) in inputs.iter().enumerate() {
+        let (first, second) = (first.as_ref(), second.as_ref().map(AsRef::as_ref));
         if options.truncation == Truncation::Refuse
-            && let Some(count) = tokenizer.pair_too_long(query, document)?
+            && let Some(count) = tokenizer.pair_too_long(first, second)?
         {
             let max_length = engine.info.max_length;
             return Err(EmbedError::TooLong { index, tokens: count, exact: true, max_length });
         }
-        let enc = tokenizer.encode_pair(query, document, options.truncation)?;
+        let enc = tokenizer.encode_pair(first, second, options.truncation)?;
         let count = u32::try_from(enc.len()).unwrap_or(u32::MAX);
         tokens.push(TextTokens { count, truncated: !enc.get_overflowing().is_empty() });
         items.push(Item::pair(enc.get_ids().to_vec(), enc.get_type_ids().to_vec(), &request, index));
@@ -112,20 +112,30 @@ impl Embedder {
     /// several) unless `raw_scores`. Pairs share batches with other calls' pairs. An error
     /// ([`EmbedError::WrongKind`]) unless the model is a cross-encoder.
     pub fn predict<A: AsRef<str>, B: AsRef<str>>(&self, pairs: &[(A, B)], options: &PairOptions) -> Result<Embeddings> {
-        self.run_call(prepare_pairs(&self.engine, pairs, options)?)
+        let inputs: Vec<(&str, Option<&str>)> = pairs.iter().map(|(a, b)| (a.as_ref(), Some(b.as_ref()))).collect();
+        self.run_call(prepare_pairs(&self.engine, &inputs, options)?)
     }
 
-    /// [`predict`](Self::predict) as a future, as [`embed_async`](Self::embed_async) is
-    /// (dropping it cancels the call).
-    pub fn predict_async<A: AsRef<str>, B: AsRef<str>>(
+    /// [`predict`](Self::predict) for texts alone (a classifier of single texts: sentiment,
+    /// topic), each encoded as the tokenizer encodes one text.
+    pub fn classify<S: AsRef<str>>(&self, texts: &[S], options: &PairOptions) -> Result<Embeddings> {
+        let inputs: Vec<(&str, Option<&str>)> = texts.iter().map(|t| (t.as_ref(), None)).collect();
+        self.run_call(prepare_pairs(&self.engine, &inputs, options)?)
+    }
+
+    /// [`predict`](Self::predict) and [`classify`](Self::classify) as a future, for inputs that
+    /// are each a pair (`Some` second text) or a text alone, as
+    /// [`embed_async`](Self::embed_async) is (dropping it cancels the call).
+    pub fn score_async<A: AsRef<str>, B: AsRef<str>>(
         &self,
-        pairs: &[(A, B)],
+        inputs: &[(A, Option<B>)],
         options: &PairOptions,
     ) -> EmbedFuture<'_> {
         if let Err(e) = self.engine.expect_kind(ModelKind::CrossEncoder, "predict") {
             return EmbedFuture::refused(&self.engine, e);
         }
-        let owned = pairs.iter().map(|(a, b)| (a.as_ref().to_owned(), b.as_ref().to_owned())).collect();
+        let owned =
+            inputs.iter().map(|(a, b)| (a.as_ref().to_owned(), b.as_ref().map(|b| b.as_ref().to_owned()))).collect();
         self.future(Work::Pairs(owned, options.clone()))
     }
 
@@ -139,7 +149,7 @@ impl Embedder {
         top_n: Option<usize>,
         options: &PairOptions,
     ) -> Result<Vec<Ranked>> {
-        self.check_rerank(query)?;
+        self.can_rerank(query)?;
         let pairs: Vec<(&str, &str)> = documents.iter().map(|d| (query, d.as_ref())).collect();
         Ok(rank(&self.predict(&pairs, options)?, top_n))
     }
@@ -152,12 +162,14 @@ impl Embedder {
         top_n: Option<usize>,
         options: &PairOptions,
     ) -> impl Future<Output = Result<Vec<Ranked>>> + '_ {
-        let pairs: Vec<(&str, &str)> = documents.iter().map(|d| (query, d.as_ref())).collect();
-        let scores = self.check_rerank(query).map(|()| self.predict_async(&pairs, options));
+        let pairs: Vec<(&str, Option<&str>)> = documents.iter().map(|d| (query, Some(d.as_ref()))).collect();
+        let scores = self.can_rerank(query).map(|()| self.score_async(&pairs, options));
         async move { Ok(rank(&scores?.await?, top_n)) }
     }
 
-    fn check_rerank(&self, query: &str) -> Result<()> {
+    /// The checks [`rerank`](Self::rerank) makes before it scores anything: a cross-encoder
+    /// with one label, and a query that is not empty.
+    pub fn can_rerank(&self, query: &str) -> Result<()> {
         self.engine.expect_kind(ModelKind::CrossEncoder, "rerank")?;
         let labels = &self.engine.info.folder.kind.labels;
         if labels.len() != 1 {

@@ -145,27 +145,37 @@ impl ModelTokenizer {
     /// A (query, document) pair as the tokenizer's own pair encoding (BERT's `[CLS] q [SEP] d
     /// [SEP]` with token types 0 and 1, XLM-RoBERTa's `<s> q </s></s> d </s>`), cut to the model's
     /// length: the document first, and the query too (longest first) only when the query alone
-    /// leaves no room. A very long text is tokenized from its kept part, as in `encode`.
-    pub(crate) fn encode_pair(&self, query: &str, document: &str, truncation: Truncation) -> Result<Encoding> {
+    /// leaves no room; without a document, the query as one text. A very long text is tokenized
+    /// from its kept part, as in `encode`.
+    pub(crate) fn encode_pair(&self, query: &str, document: Option<&str>, truncation: Truncation) -> Result<Encoding> {
         let left = truncation == Truncation::Left;
         let part: fn(&str, usize) -> &str = if left { suffix_for_tokens } else { prefix_for_tokens };
         let longest_first = if left { self.left() } else { &self.right };
-        let encode = |q: &str, d: &str| {
-            let pair = tokenizers::EncodeInput::Dual(q.into(), d.into());
-            self.second_only(left).encode(pair.clone(), true).or_else(|_| longest_first.encode(pair, true))
+        let encode = |q: &str, d: Option<&str>| match d {
+            None => longest_first.encode(q, true),
+            Some(d) => {
+                let pair = tokenizers::EncodeInput::Dual(q.into(), d.into());
+                self.second_only(left).encode(pair.clone(), true).or_else(|_| longest_first.encode(pair, true))
+            }
         };
-        let (q, d) = (part(query, self.max_length), part(document, self.max_length));
+        let (q, d) = (part(query, self.max_length), document.map(|d| part(d, self.max_length)));
         let mut enc = encode(q, d).map_err(tokenizer_failed)?;
-        if (q.len() < query.len() || d.len() < document.len()) && enc.len() < self.max_length {
+        let cut = q.len() < query.len() || d.zip(document).is_some_and(|(d, whole)| d.len() < whole.len());
+        if cut && enc.len() < self.max_length {
             enc = encode(query, document).map_err(tokenizer_failed)?;
         }
         Ok(enc)
     }
 
-    /// Whether the pair has more tokens than the model reads (for a call that refuses to cut).
-    pub(crate) fn pair_too_long(&self, query: &str, document: &str) -> Result<Option<usize>> {
-        let enc = self.whole().encode((query, document), true).map_err(tokenizer_failed)?;
-        Ok((enc.len() > self.max_length).then_some(enc.len()))
+    /// The pair's (or the text's) tokens when it has more than the model reads, for a call that
+    /// refuses to cut.
+    pub(crate) fn pair_too_long(&self, query: &str, document: Option<&str>) -> Result<Option<usize>> {
+        let enc = match document {
+            Some(d) => self.whole().encode((query, d), true),
+            None => self.whole().encode(query, true),
+        };
+        let count = enc.map_err(tokenizer_failed)?.len();
+        Ok((count > self.max_length).then_some(count))
     }
 
     /// The tokens of `prompt` as sentence-transformers counts them for `include_prompt: false`:

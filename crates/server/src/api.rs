@@ -9,7 +9,9 @@ use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{CallOptions, EmbedError, Embedder, EmbedderReport, Embeddings, InferenceKind, error_chain};
+use nornir_vector::{
+    CallOptions, EmbedError, Embedder, EmbedderReport, Embeddings, InferenceKind, ModelKind, error_chain,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -67,7 +69,7 @@ impl ApiError {
 fn status_of(e: &EmbedError) -> StatusCode {
     match e {
         EmbedError::Overloaded { .. } | EmbedError::WaitTooLong { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        EmbedError::InvalidOption { .. } => StatusCode::BAD_REQUEST,
+        EmbedError::InvalidOption { .. } | EmbedError::WrongKind { .. } => StatusCode::BAD_REQUEST,
         EmbedError::TooLong { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         EmbedError::Inference { kind: InferenceKind::Tokenizer, .. } => StatusCode::UNPROCESSABLE_ENTITY,
         EmbedError::Inference { kind: InferenceKind::EmbedderDropped, .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -82,6 +84,15 @@ impl From<EmbedError> for ApiError {
                 "inputs[{index}] has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or send \"truncate\": true (TEI's routes; the server's --long sets what a request that does not say gets)",
                 if *exact { "" } else { "more than " }
             ),
+            EmbedError::WrongKind { kind, .. } => format!(
+                "this model is {}: {}",
+                kind.with_article(),
+                match kind {
+                    ModelKind::Embedder => "ask /embed or /v1/embeddings",
+                    ModelKind::SparseEncoder => "ask /embed_sparse",
+                    _ => "ask /rerank, /predict, /v1/rerank or /v2/rerank",
+                }
+            ),
             _ => error_chain(&e),
         };
         Self::new(status_of(&e), message)
@@ -93,6 +104,8 @@ impl From<EmbedError> for ApiError {
 pub(crate) enum Flavour {
     OpenAi,
     Tei,
+    /// Cohere's and Jina's rerank: `{"message": ...}`.
+    Cohere,
     Plain,
 }
 
@@ -108,6 +121,7 @@ pub(crate) fn error_response(flavour: Flavour, e: ApiError) -> Response {
             "error": e.message,
             "error_type": match e.status.as_u16() { 401 => "Unauthorized", 503 | 429 => "Overloaded", 500 | 504 => "Backend", _ => "Validation" },
         }),
+        Flavour::Cohere => json!({ "message": e.message }),
         Flavour::Plain => json!({ "error": e.message }),
     };
     let mut r = (e.status, axum::Json(body)).into_response();
@@ -177,26 +191,31 @@ impl App {
         options: CallOptions,
     ) -> Result<Embeddings, ApiError> {
         let options = options.with_max_wait(self.request_timeout / 2);
-        let rows = match tokio::time::timeout(self.request_timeout, embedder.embed_with_async(texts, &options)).await {
-            Ok(rows) => rows?,
-            Err(_) => {
-                return Err(ApiError::new(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    format!(
-                        "the request took longer than {} s (--request-timeout), so its texts that had not started were dropped; send fewer texts per request, or retry",
-                        self.request_timeout.as_secs_f64()
-                    ),
-                ));
-            }
-        };
+        let rows = self.in_time(embedder.embed_with_async(texts, &options)).await?;
         self.metrics.count_texts(entry, texts.len(), rows.total_tokens(), rows.truncated_count());
         Ok(rows)
     }
 
-    /// The model a request names (`None`: the first), once it has loaded. A name or alias
-    /// answers with its model; a name the server does not know is answered by the one model
-    /// when only one is served (as TEI does; not with `--strict-model-names`), else by
-    /// `--default-model`, else 404 listing the names.
+    /// A call's future, within the request timeout: past it, 504 (and dropping the future takes
+    /// its texts that have not started out of the queue).
+    pub(crate) async fn in_time<T>(&self, call: impl Future<Output = Result<T, EmbedError>>) -> Result<T, ApiError> {
+        match tokio::time::timeout(self.request_timeout, call).await {
+            Ok(done) => Ok(done?),
+            Err(_) => Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "the request took longer than {} s (--request-timeout), so its texts that had not started were dropped; send fewer texts per request, or retry",
+                    self.request_timeout.as_secs_f64()
+                ),
+            )),
+        }
+    }
+
+    /// The longest a call may wait in the queue before it is refused (503).
+    pub(crate) fn max_wait(&self) -> Duration {
+        self.request_timeout / 2
+    }
+
     pub(crate) fn model(&self, name: Option<&str>) -> Result<(&Entry, &Arc<Embedder>), ApiError> {
         let entry = match name {
             None => self.models.first(),
@@ -339,6 +358,10 @@ fn endpoint(matched: &str) -> (&'static str, Flavour) {
         "/tokenize" => ("/tokenize", Flavour::Tei),
         "/decode" => ("/decode", Flavour::Tei),
         "/similarity" => ("/similarity", Flavour::Tei),
+        "/embed_sparse" => ("/embed_sparse", Flavour::Tei),
+        "/rerank" => ("/rerank", Flavour::Tei),
+        "/predict" => ("/predict", Flavour::Tei),
+        "/v1/rerank" | "/v2/rerank" => ("/v2/rerank", Flavour::Cohere),
         "/info" => ("/info", Flavour::Plain),
         "/metrics" => ("/metrics", Flavour::Plain),
         "/health" => ("/health", Flavour::Plain),

@@ -6,8 +6,10 @@
 //! Routes (`docs/server.md` documents every field and status):
 //! - OpenAI: `POST /v1/embeddings` and `/embeddings`, `GET /v1/models` and `/models`;
 //! - TEI: `POST /` and `/embed`, `/embed_all`, `/tokenize`, `/decode`, `/similarity`, and nornir's
-//!   `/embed_chunks` (with `"chunking"` on `/embed`, for long documents), on the first model, and
-//!   the same under `/models/{name}/...` for any model;
+//!   `/embed_chunks` (with `"chunking"` on `/embed`, for long documents); a sparse encoder's
+//!   `/embed_sparse`; a cross-encoder's `/rerank` and `/predict`; on the first model, and the
+//!   same under `/models/{name}/...` for any model;
+//! - Cohere's and Jina's rerank: `POST /v1/rerank` and `/v2/rerank`, the model by its `model`;
 //! - `GET /health` (200 once every model is loaded), `/info`, `/metrics` (Prometheus text).
 //!
 //! Each request's options (prompt, normalisation, dimensions, truncation) go to the embedder as
@@ -38,6 +40,7 @@ mod api;
 mod metrics;
 mod models;
 mod openai;
+mod retrieval;
 mod serve;
 mod tei;
 
@@ -218,6 +221,9 @@ pub fn router(models: Arc<Models>, config: ServerConfig) -> Result<Router, Inval
             .route("/tokenize", post(tei::tokenize))
             .route("/decode", post(tei::decode))
             .route("/similarity", post(tei::similarity))
+            .route("/embed_sparse", post(retrieval::embed_sparse))
+            .route("/rerank", post(retrieval::rerank))
+            .route("/predict", post(retrieval::predict))
             .route("/info", get(api::info))
     };
     Ok(Router::new()
@@ -225,7 +231,9 @@ pub fn router(models: Arc<Models>, config: ServerConfig) -> Result<Router, Inval
         .route("/embeddings", post(openai::embeddings))
         .route("/v1/models", get(openai::models))
         .route("/models", get(openai::models))
-        .route("/", post(tei::embed))
+        .route("/v1/rerank", post(retrieval::cohere_rerank))
+        .route("/v2/rerank", post(retrieval::cohere_rerank))
+        .route("/", post(retrieval::root))
         .merge(tei_routes())
         .nest("/models/{model}", tei_routes())
         .route("/health", get(api::health))

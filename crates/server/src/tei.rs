@@ -16,7 +16,7 @@ use crate::models::Entry;
 use nornir_vector::LongInputs;
 
 #[derive(Debug, Clone, Copy, Deserialize)]
-enum Direction {
+pub(crate) enum Direction {
     #[serde(alias = "left", alias = "LEFT")]
     Left,
     #[serde(alias = "right", alias = "RIGHT")]
@@ -152,7 +152,7 @@ struct EmbedRequest {
 }
 
 /// The model a TEI route names in its path, if any.
-type ModelPath = Option<Path<String>>;
+pub(crate) type ModelPath = Option<Path<String>>;
 
 fn name(model: &ModelPath) -> Option<&str> {
     model.as_ref().map(|p| p.0.as_str())
@@ -161,7 +161,7 @@ fn name(model: &ModelPath) -> Option<&str> {
 /// What `/embed`, `/embed_chunks` and `/embed_all` do first: read the request, find the model,
 /// check the texts, and turn the fields into the call's options (`chunked`: chunk long texts
 /// even without `"chunking"`).
-async fn embed_request<'a>(
+pub(crate) async fn embed_request<'a>(
     app: &'a App,
     model: &ModelPath,
     headers: &HeaderMap,
