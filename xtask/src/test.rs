@@ -107,8 +107,8 @@ const TEST_PYTHON_PACKAGES: &[&str] = &[
     "cohere==7.3.1",
 ];
 
-/// The Python package's venv: the wheel's builder, the onnxruntime it loads, pytest, and Ray
-/// Data for the bulk pipeline (crates/python/tests).
+/// The Python package's venv: the wheel's builder, the onnxruntime it loads, pytest, Ray Data
+/// for the bulk pipeline and scipy for sparse matrices (crates/python/tests).
 const PYTHON_PACKAGE_VENV: &[&str] = &[
     "maturin==1.16.0",
     "onnxruntime==1.31.1",
@@ -117,6 +117,7 @@ const PYTHON_PACKAGE_VENV: &[&str] = &[
     "ray[data]==2.60.0",
     "pyarrow==26.0.1",
     "pandas==3.1.1",
+    "scipy==1.17.1",
 ];
 
 /// Builds the `nornir-vector` wheel with maturin (the debug profile, sharing the tests' build),

@@ -5,6 +5,8 @@
 //! label and three), each with a tokenizer of its family, for pairs that fit and pairs that must
 //! be cut. No real cross-encoder weights ship in any package the registries here serve.
 
+#![cfg(feature = "embed-ort")]
+
 mod common;
 
 use std::path::Path;
@@ -112,8 +114,6 @@ fn a_sparse_or_cross_encoder_refuses_what_is_not_its_kind_in_one_line() {
     common::assert_one_line_error(&o, "are for a sparse encoder");
 }
 
-/// Loads and scores with the library: only in a build with the embedder.
-#[cfg(feature = "embed-ort")]
 #[test]
 fn cross_encoders_of_both_families_score_as_the_reference() {
     use nornir_vector::{Device, EmbedError, Embedder, EmbedderOptions, ModelKind, PairOptions};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::call::Truncation;
+use crate::call::{CancelHandle, Truncation};
 use crate::embedder::Embedder;
 use crate::embeddings::{Embeddings, TextTokens};
 use crate::engine::Engine;
@@ -29,6 +29,8 @@ pub struct PairOptions {
     pub truncation: Truncation,
     /// Refuse the call when the queue ahead of it would keep it longer.
     pub max_wait: Option<Duration>,
+    /// Cancels the call from another thread (see [`CallOptions::with_cancel`](crate::CallOptions::with_cancel)).
+    pub cancel: Option<CancelHandle>,
 }
 
 impl PairOptions {
@@ -52,6 +54,12 @@ impl PairOptions {
     /// Refuse the call when the queue ahead would keep it longer than `wait`.
     pub fn with_max_wait(mut self, wait: Duration) -> Self {
         self.max_wait = Some(wait);
+        self
+    }
+
+    /// Lets `handle` cancel the call.
+    pub fn with_cancel(mut self, handle: &CancelHandle) -> Self {
+        self.cancel = Some(handle.clone());
         self
     }
 }
@@ -103,7 +111,13 @@ pub(crate) fn prepare_pairs<A: AsRef<str>, B: AsRef<str>>(
         (false, Some(a)) => a,
         _ => ScoreActivation::Identity,
     };
-    Ok(Call::of_pairs(request, items, tokens, labels, activation, options.max_wait))
+    let call = Call::of_pairs(request, items, tokens, labels, activation, options.max_wait);
+    if let Some(handle) = &options.cancel
+        && !handle.watch(&call.request)
+    {
+        return Err(EmbedError::Cancelled);
+    }
+    Ok(call)
 }
 
 impl Embedder {
@@ -113,19 +127,28 @@ impl Embedder {
     /// ([`EmbedError::WrongKind`]) unless the model is a cross-encoder.
     pub fn predict<A: AsRef<str>, B: AsRef<str>>(&self, pairs: &[(A, B)], options: &PairOptions) -> Result<Embeddings> {
         let inputs: Vec<(&str, Option<&str>)> = pairs.iter().map(|(a, b)| (a.as_ref(), Some(b.as_ref()))).collect();
-        self.run_call(prepare_pairs(&self.engine, &inputs, options)?)
+        self.score(&inputs, options)
+    }
+
+    /// [`predict`](Self::predict) and [`classify`](Self::classify) at once, for inputs that are
+    /// each a pair (`Some` second text) or a text alone.
+    pub fn score<A: AsRef<str>, B: AsRef<str>>(
+        &self,
+        inputs: &[(A, Option<B>)],
+        options: &PairOptions,
+    ) -> Result<Embeddings> {
+        self.run_call(prepare_pairs(&self.engine, inputs, options)?)
     }
 
     /// [`predict`](Self::predict) for texts alone (a classifier of single texts: sentiment,
     /// topic), each encoded as the tokenizer encodes one text.
     pub fn classify<S: AsRef<str>>(&self, texts: &[S], options: &PairOptions) -> Result<Embeddings> {
         let inputs: Vec<(&str, Option<&str>)> = texts.iter().map(|t| (t.as_ref(), None)).collect();
-        self.run_call(prepare_pairs(&self.engine, &inputs, options)?)
+        self.score(&inputs, options)
     }
 
-    /// [`predict`](Self::predict) and [`classify`](Self::classify) as a future, for inputs that
-    /// are each a pair (`Some` second text) or a text alone, as
-    /// [`embed_async`](Self::embed_async) is (dropping it cancels the call).
+    /// [`score`](Self::score) as a future, as [`embed_async`](Self::embed_async) is (dropping it
+    /// cancels the call).
     pub fn score_async<A: AsRef<str>, B: AsRef<str>>(
         &self,
         inputs: &[(A, Option<B>)],

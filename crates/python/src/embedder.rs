@@ -8,10 +8,12 @@ use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use nornir_vector::{CancelHandle, Device, EmbedError, Embedder as RustEmbedder, EmbedderOptions, Pooling};
+use nornir_vector::{
+    CancelHandle, Device, EmbedError, Embedder as RustEmbedder, EmbedderOptions, Pooling, SparseOptions,
+};
 
 use crate::errors::*;
-use crate::options::{call_options, one_prompt};
+use crate::options::{call_options, one_prompt, pair_of, pair_options};
 use crate::values::{json_to_py, texts_of, to_array};
 
 /// Runs `work` off the GIL on a thread of its own while this thread waits, checking for Ctrl-C
@@ -166,6 +168,94 @@ impl Embedder {
             out.append(doc)?;
         }
         Ok(out)
+    }
+
+    /// A sparse encoder's vectors: per text, `(indices, values)` as uint32 and float32 arrays,
+    /// term ids ascending (`SparseEncoder.embed` wraps it).
+    #[pyo3(signature = (texts, *, top_k=None, threshold=None, prompt_name=None, prompt=None, truncation="right"))]
+    #[allow(clippy::too_many_arguments)]
+    fn embed_sparse<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        top_k: Option<usize>,
+        threshold: Option<f32>,
+        prompt_name: Option<String>,
+        prompt: Option<String>,
+        truncation: &str,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let (texts, _) = texts_of(texts)?;
+        let cancel = CancelHandle::new();
+        let call = call_options(prompt_name, prompt, None, None, truncation, None, None, None)?.with_cancel(&cancel);
+        let mut options = SparseOptions::new().with_call(call);
+        if let Some(k) = top_k {
+            options = options.with_top_k(k);
+        }
+        if let Some(w) = threshold {
+            options = options.with_threshold(w);
+        }
+        let embedder = self.get()?;
+        let vectors = run_cancellable(py, &cancel, || embedder.embed_sparse(&texts, &options))?;
+        let out = PyList::empty(py);
+        for v in vectors {
+            out.append((PyArray1::from_vec(py, v.indices), PyArray1::from_vec(py, v.values)))?;
+        }
+        Ok(out)
+    }
+
+    /// A cross-encoder's scores of `inputs` (each a `(query, document)` pair or a text alone):
+    /// float32 of shape (n, labels) (`Reranker.predict` wraps it).
+    #[pyo3(signature = (inputs, *, raw_scores=false, truncation="right"))]
+    fn predict<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<Bound<'py, PyAny>>,
+        raw_scores: bool,
+        truncation: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let inputs = inputs.iter().map(pair_of).collect::<PyResult<Vec<_>>>()?;
+        let cancel = CancelHandle::new();
+        let options = pair_options(raw_scores, truncation)?.with_cancel(&cancel);
+        let embedder = self.get()?;
+        let rows = run_cancellable(py, &cancel, || embedder.score(&inputs, &options))?;
+        to_array(py, rows, false)
+    }
+
+    /// `documents` ranked against `query`, best first: `(index, score)` pairs (`Reranker.rerank`
+    /// wraps it).
+    #[pyo3(signature = (query, documents, *, top_n=None, raw_scores=false, truncation="right"))]
+    fn rerank(
+        &self,
+        py: Python<'_>,
+        query: String,
+        documents: Vec<String>,
+        top_n: Option<usize>,
+        raw_scores: bool,
+        truncation: &str,
+    ) -> PyResult<Vec<(usize, f32)>> {
+        let cancel = CancelHandle::new();
+        let options = pair_options(raw_scores, truncation)?.with_cancel(&cancel);
+        let embedder = self.get()?;
+        let ranked = run_cancellable(py, &cancel, || embedder.rerank(&query, &documents, top_n, &options))?;
+        Ok(ranked.into_iter().map(|r| (r.index, r.score)).collect())
+    }
+
+    /// The tokens of vocabulary term ids (a sparse vector's indices); "" outside the vocabulary.
+    fn vocabulary_terms(&self, ids: Vec<u32>) -> PyResult<Vec<String>> {
+        let e = self.get()?;
+        Ok(ids.into_iter().map(|i| e.vocabulary_term(i).unwrap_or_default()).collect())
+    }
+
+    /// "embedder", "sparse-encoder" or "cross-encoder": what the model folder holds.
+    #[getter]
+    fn kind(&self) -> PyResult<&'static str> {
+        Ok(self.get()?.model_info().folder.kind.kind.label())
+    }
+
+    /// A cross-encoder's labels, in the order of its scores (empty for the other kinds).
+    #[getter]
+    fn labels(&self) -> PyResult<Vec<String>> {
+        Ok(self.get()?.model_info().folder.kind.labels.clone())
     }
 
     /// Every token of `text` (not cut to the model's length): dicts with `id`, `text`,

@@ -51,6 +51,12 @@ pyo3::create_exception!(
 pyo3::create_exception!(_nornir, Cancelled, EmbedErrorPy, "The call was cancelled.");
 pyo3::create_exception!(_nornir, InferenceError, EmbedErrorPy, "Running the model failed.");
 pyo3::create_exception!(_nornir, EmbedderClosed, EmbedErrorPy, "The embedder was closed.");
+pyo3::create_exception!(
+    _nornir,
+    WrongKind,
+    EmbedErrorPy,
+    "The call is for another kind of model (embedder, sparse-encoder, cross-encoder); `.kind` names the model's."
+);
 
 /// The Python exception for `e`, with its attributes.
 pub(crate) fn to_py(py: Python<'_>, e: &EmbedError) -> PyErr {
@@ -68,6 +74,7 @@ pub(crate) fn to_py(py: Python<'_>, e: &EmbedError) -> PyErr {
         EmbedError::TooLong { .. } => TooLong::new_err(text),
         EmbedError::Overloaded { .. } | EmbedError::WaitTooLong { .. } => Overloaded::new_err(text),
         EmbedError::Cancelled => Cancelled::new_err(text),
+        EmbedError::WrongKind { .. } => WrongKind::new_err(text),
         _ => InferenceError::new_err(text),
     };
     let value = err.value(py);
@@ -77,6 +84,7 @@ pub(crate) fn to_py(py: Python<'_>, e: &EmbedError) -> PyErr {
             .setattr("index", *index)
             .and_then(|()| value.setattr("tokens", *tokens))
             .and_then(|()| value.setattr("max_length", *max_length)),
+        EmbedError::WrongKind { kind, .. } => value.setattr("kind", kind.label()),
         _ => Ok(()),
     };
     err
@@ -104,5 +112,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Cancelled", py.get_type::<Cancelled>())?;
     m.add("InferenceError", py.get_type::<InferenceError>())?;
     m.add("EmbedderClosed", py.get_type::<EmbedderClosed>())?;
+    m.add("WrongKind", py.get_type::<WrongKind>())?;
     Ok(())
 }

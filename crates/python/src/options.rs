@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 
-use nornir_vector::{CallOptions, LongInputs, Prompt, Truncation};
+use nornir_vector::{CallOptions, LongInputs, PairOptions, Prompt, Truncation};
 
 use crate::errors::invalid;
 
@@ -50,4 +50,20 @@ pub(crate) fn call_options(
         o = o.with_dimensions(d);
     }
     Ok(o)
+}
+
+/// `raw_scores=` and `truncation=` of a cross-encoder's call.
+pub(crate) fn pair_options(raw_scores: bool, truncation: &str) -> PyResult<PairOptions> {
+    let truncation: Truncation = truncation.parse().map_err(|e| invalid("truncation", e))?;
+    Ok(PairOptions::new().with_raw_scores(raw_scores).with_truncation(truncation))
+}
+
+/// One input of `predict`: a `(query, document)` pair (a tuple or list of two str) or a str alone.
+pub(crate) fn pair_of(input: &Bound<'_, PyAny>) -> PyResult<(String, Option<String>)> {
+    if let Ok(text) = input.extract::<String>() {
+        return Ok((text, None));
+    }
+    input.extract::<(String, String)>().map(|(a, b)| (a, Some(b))).map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err("each input must be a (query, document) pair of str, or a str")
+    })
 }

@@ -12,7 +12,8 @@ ONNX Runtime is not part of this package: nornir loads the `libonnxruntime.so` o
 `onnxruntime` (or `onnxruntime-gpu`, `onnxruntime-migraphx`) package installed beside it, or the
 one `ort_library=` / `ORT_DYLIB_PATH` names, and `report()["ort"]` says which and why. The GIL is
 released while texts wait and run: Python threads calling one `Embedder` share its batches.
-Errors are `EmbedError` subclasses with nornir's one-line messages. `convert(model, output)` writes
+Errors are `EmbedError` subclasses with nornir's one-line messages. `SparseEncoder` (SPLADE) and
+`Reranker` (cross-encoders) load the other two kinds of model. `convert(model, output)` writes
 an ONNX model folder from a transformers folder's safetensors weights (BERT, XLM-RoBERTa).
 """
 
@@ -37,12 +38,14 @@ from ._nornir import (  # noqa: E402
     OrtLoadError,
     Overloaded,
     TooLong,
+    WrongKind,
     __version__,
     convert,
     doctor,
     preflight,
 )
 from ._fetch import DEFAULT_MODEL, fetch_default_model  # noqa: E402
+from .retrieval import Reranker, SparseEncoder  # noqa: E402
 
 __all__ = [
     "Cancelled",
@@ -58,7 +61,10 @@ __all__ = [
     "NoOrtLibrary",
     "OrtLoadError",
     "Overloaded",
+    "Reranker",
+    "SparseEncoder",
     "TooLong",
+    "WrongKind",
     "__version__",
     "convert",
     "doctor",

@@ -29,6 +29,9 @@ class Cancelled(EmbedError): ...
 class InferenceError(EmbedError): ...
 class EmbedderClosed(EmbedError): ...
 
+class WrongKind(EmbedError):
+    kind: Literal["embedder", "sparse-encoder", "cross-encoder"]
+
 class Embedder:
     """One loaded model; thread-safe: Python threads calling one Embedder share its batches."""
 
@@ -91,6 +94,37 @@ class Embedder:
     def tokenize(
         self, text: str, *, add_special_tokens: bool = True, prompt_name: str | None = None, prompt: str | None = None
     ) -> list[dict[str, Any]]: ...
+    def embed_sparse(
+        self,
+        texts: str | Sequence[str],
+        *,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        truncation: Literal["right", "left", "refuse"] = "right",
+    ) -> list[tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32]]]: ...
+    def predict(
+        self,
+        inputs: Sequence[tuple[str, str] | str],
+        *,
+        raw_scores: bool = False,
+        truncation: Literal["right", "left", "refuse"] = "right",
+    ) -> npt.NDArray[np.float32]: ...
+    def rerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_n: int | None = None,
+        raw_scores: bool = False,
+        truncation: Literal["right", "left", "refuse"] = "right",
+    ) -> list[tuple[int, float]]: ...
+    def vocabulary_terms(self, ids: Sequence[int]) -> list[str]: ...
+    @property
+    def kind(self) -> Literal["embedder", "sparse-encoder", "cross-encoder"]: ...
+    @property
+    def labels(self) -> list[str]: ...
     def report(self) -> dict[str, Any]: ...
     def stats(self) -> dict[str, Any]: ...
     def gpu_vendor(self) -> Literal["rocm", "cuda", "cpu", "other"]: ...

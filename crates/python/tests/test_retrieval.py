@@ -1,0 +1,119 @@
+"""SparseEncoder and Reranker: the real splade-tiny (converted by `cargo xtask test`'s set-up,
+NORNIR_TEST_SPLADE_MODEL) against the `nornir` command's output and a NumPy check of its
+pruning, and cross-encoders with random weights made by scripts/retrieval_reference.py (run in
+the reference venv, NORNIR_TEST_REFERENCE_PYTHON) against that script's ONNX Runtime scores."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from nornir_vector import Embedder, Reranker, SparseEncoder, TooLong, WrongKind
+
+TEXTS = ["The capital of France is Paris.", "A man is eating food.", "How do fjords form?"]
+
+
+@pytest.fixture(scope="session")
+def splade() -> SparseEncoder:
+    path = os.environ.get("NORNIR_TEST_SPLADE_MODEL")
+    if not path:
+        pytest.fail("NORNIR_TEST_SPLADE_MODEL is unset: run `cargo xtask test`")
+    return SparseEncoder(path, device="cpu", threads=2)
+
+
+@pytest.fixture(scope="session")
+def cross(tmp_path_factory) -> dict:
+    python = os.environ.get("NORNIR_TEST_REFERENCE_PYTHON")
+    nornir = os.environ.get("NORNIR_TEST_NORNIR")
+    if not python or not nornir:
+        pytest.fail("NORNIR_TEST_REFERENCE_PYTHON or NORNIR_TEST_NORNIR is unset: run `cargo xtask test`")
+    work = tmp_path_factory.mktemp("cross")
+    out = subprocess.run(
+        [python, str(REPO / "scripts/retrieval_reference.py"), "cross", nornir, str(work)],
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    return {case["name"]: case for case in json.loads(out)["cases"]}
+
+
+def test_sparse_vectors_match_the_command_and_prune_as_asked(splade, tmp_path):
+    pairs = splade.embed(TEXTS)
+    assert len(pairs) == 3
+    for indices, values in pairs:
+        assert indices.dtype == np.uint32 and values.dtype == np.float32
+        assert np.all(np.diff(indices.astype(np.int64)) > 0) and np.all(values > 0)
+    texts_file = tmp_path / "texts.txt"
+    texts_file.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    lines = subprocess.run(
+        [os.environ["NORNIR_TEST_NORNIR"], "vector", "embed", "-q", "--model", os.environ["NORNIR_TEST_SPLADE_MODEL"],
+         "--input", str(texts_file)],
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout.splitlines()
+    for (indices, values), line in zip(pairs, lines):
+        want = json.loads(line)
+        assert indices.tolist() == want["indices"]
+        assert np.allclose(values, want["values"], atol=1e-6)
+
+    indices, values = splade.embed(TEXTS[0], top_k=3)
+    assert len(indices) == 3
+    assert sorted(splade.tokens(indices)) == ["capital", "france", "paris"]
+    full_i, full_v = pairs[0]
+    kept = full_v > 1.0
+    t_i, t_v = splade.embed(TEXTS[0], threshold=1.0)
+    assert t_i.tolist() == full_i[kept].tolist() and np.array_equal(t_v, full_v[kept])
+
+
+def test_sparse_vectors_as_a_csr_matrix(splade):
+    matrix = splade.embed(TEXTS, csr=True)
+    assert matrix.shape == (3, splade.vocabulary_size) == (3, 30522)
+    for row, (indices, values) in enumerate(splade.embed(TEXTS)):
+        dense = matrix.getrow(row).toarray()[0]
+        assert np.array_equal(np.nonzero(dense)[0], indices.astype(np.int64))
+        assert np.array_equal(dense[indices], values)
+
+
+def test_a_cross_encoder_scores_as_the_reference(cross):
+    for name, case in cross.items():
+        with Reranker(case["folder"], device="cpu") as reranker:
+            assert len(reranker.labels) == case["labels"]
+            pairs = [tuple(p) for p in case["pairs"]]
+            scores = reranker.predict(pairs)
+            assert scores.shape == (len(pairs), case["labels"]) and scores.dtype == np.float32
+            assert np.allclose(scores, np.array(case["scores"]), atol=1e-5), name
+            raw = reranker.predict(pairs, raw_scores=True)
+            assert np.allclose(raw, np.array(case["raw"]), atol=1e-5), name
+            if case["labels"] != 1:
+                continue
+            query = "what is a fjord?"
+            documents = [d for q, d in pairs if q == query]
+            want = sorted(
+                range(len(documents)),
+                key=lambda k: -[s[0] for (q, _), s in zip(pairs, case["scores"]) if q == query][k],
+            )
+            ranked = reranker.rerank(query, documents, top_n=2)
+            assert [i for i, _ in ranked] == want[:2]
+            with pytest.raises(TooLong) as refused:
+                reranker.rerank(query, ["word " * 100], truncation="refuse")
+            assert refused.value.max_length == 32
+
+
+def test_each_class_refuses_a_model_of_another_kind(model, splade, cross):
+    folder = cross["BertForSequenceClassification-1"]["folder"]
+    with pytest.raises(WrongKind) as e:
+        SparseEncoder(folder, device="cpu")
+    assert e.value.kind == "cross-encoder" and "Reranker" not in str(e.value)
+    with pytest.raises(WrongKind) as e:
+        Reranker(model, device="cpu")
+    assert e.value.kind == "embedder"
+    with Embedder(os.environ["NORNIR_TEST_SPLADE_MODEL"], device="cpu") as embedder:
+        assert embedder.kind == "sparse-encoder"
+        with pytest.raises(WrongKind, match="embed_sparse"):
+            embedder.embed("a dense vector from a sparse encoder")
+    with pytest.raises(TypeError, match="model= is required"):
+        Reranker()
