@@ -191,7 +191,28 @@ pub(super) fn write_memory(out: &mut String, m: &nornir_vector::diagnostics::Mem
 /// What nornir read from the model folder and the graph, and why.
 #[cfg(feature = "embed-ort")]
 pub(super) fn write_model(out: &mut String, m: &nornir_vector::diagnostics::ModelInfo) -> std::fmt::Result {
+    let kind = &m.folder.kind;
+    writeln!(out, "  model kind: {} ({})", kind.kind, kind.reason)?;
     writeln!(out, "  model output: {:?}, {}", m.output, m.output_reason)?;
+    if kind.kind == nornir_vector::ModelKind::CrossEncoder {
+        let activation = kind.activation.map_or("none".to_owned(), |a| format!("{a:?}").to_lowercase());
+        writeln!(
+            out,
+            "  scores: {} label(s) ({}), {activation}, up to {} tokens a pair",
+            kind.labels.len(),
+            kind.labels.join(", "),
+            m.max_length
+        )?;
+        return Ok(());
+    }
+    if kind.kind == nornir_vector::ModelKind::SparseEncoder {
+        writeln!(
+            out,
+            "  sparse vectors: {} terms, {} pooling, up to {} tokens",
+            m.model_dimension, m.pooling, m.max_length
+        )?;
+        return Ok(());
+    }
     let dim = if m.dimension == m.model_dimension {
         m.dimension.to_string()
     } else {
