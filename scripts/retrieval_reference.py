@@ -84,7 +84,16 @@ def run_sparse(model_dir, corpus, n, out):
     for sentence, (indices, values) in zip(SENTENCES, splade(sess, tokenizer, SENTENCES)):
         best = np.argsort(-values)[:8]
         top[sentence] = [[tokenizer.id_to_token(int(indices[i])), round(float(values[i]), 4)] for i in best]
-    return {"texts": len(texts), "seconds": seconds, "texts_per_second": len(texts) / seconds, "top_terms": top}
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "texts": len(texts),
+        "seconds": seconds,
+        "texts_per_second": len(texts) / seconds,
+        "peak_rss_mib": peak,
+        "top_terms": top,
+    }
 
 
 # --- cross-encoders ------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ fn write_fixture(dir: &Path, home: &Path) -> Result<()> {
 fn peak_rss(nornir: &Path, model: &Path, input: &Path, budget: &str, sessions: &str) -> Result<f64> {
     let out = Command::new(nornir)
         .args(["vector", "embed", "-v", "--device", "cpu", "--format", "f32", "--batch-tokens", budget])
-        .args(["--sessions", sessions, "--model"])
+        .args(["--workers", sessions, "--model"])
         .arg(model)
         .arg("--input")
         .arg(input)

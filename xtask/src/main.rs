@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod assets;
+mod bench_sparse;
 mod compare;
 mod cycles;
 mod demo;
@@ -66,6 +67,9 @@ enum Task {
     /// Peak RSS of nornir on an 8,192-position fixture with real attention: one short text, one
     /// 8,192-token text, eight under a 65,536-token budget.
     LongContext,
+    /// splade-tiny on the corpus: nornir vs the Python reference (ONNX Runtime, tokenizers,
+    /// NumPy pooling), rounds interleaved, medians; peak RSS beside the dense default model's.
+    BenchSparse(bench_sparse::Args),
     /// `nornir vector serve` under N HTTP clients, beside the library's bulk and concurrent figures.
     ServeBench(serve_bench::Args),
     /// Clippy (-D warnings), tests and binary contents for every feature set; layering; import
@@ -107,6 +111,7 @@ fn main() {
         Task::Quality(a) => quality::quality(&a),
         Task::LongDocs => long_docs::long_docs(),
         Task::LongContext => long_context::long_context(),
+        Task::BenchSparse(a) => bench_sparse::bench_sparse(&a),
         Task::ServeBench(a) => serve_bench::serve_bench(&a),
         Task::CheckFeatures => test::check_features(),
         Task::PublicApi { bless } => public_api::public_api(bless),

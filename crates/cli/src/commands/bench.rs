@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use nornir_vector::EmbedderReport;
+use nornir_vector::{Embedder, EmbedderReport, ModelKind, PairOptions, SparseOptions};
 
 use super::embed::{CHUNK, peak_rss_mib, progress};
 use super::load::load;
@@ -27,6 +27,20 @@ fn print_json(figures: serde_json::Value, report: &EmbedderReport) -> Result<()>
     Ok(())
 }
 
+/// One bulk call of `chunk` as the model's kind runs it: dense vectors, sparse vectors, or
+/// scores of each text as a document paired with `query`.
+fn run_kind(embedder: &Embedder, kind: ModelKind, query: &str, chunk: &[String]) -> Result<()> {
+    match kind {
+        ModelKind::SparseEncoder => drop(embedder.embed_sparse(chunk, &SparseOptions::new())?),
+        ModelKind::CrossEncoder => {
+            let pairs: Vec<(&str, Option<&str>)> = chunk.iter().map(|d| (query, Some(d.as_str()))).collect();
+            drop(embedder.score(&pairs, &PairOptions::new())?);
+        }
+        _ => drop(embedder.embed(chunk)?),
+    }
+    Ok(())
+}
+
 pub fn bench(a: &BenchArgs) -> Result<()> {
     let (texts, source): (Vec<String>, String) = match &a.input {
         Some(p) => {
@@ -43,6 +57,13 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     let load_start = Instant::now();
     let embedder = load(&a.model)?;
     let load_seconds = load_start.elapsed().as_secs_f64();
+    let kind = embedder.model_info().folder.kind.kind;
+    if a.concurrency.is_some() && kind != ModelKind::Embedder {
+        anyhow::bail!(
+            "--concurrency measures an embedder's shared batches; this model is {}: leave it out",
+            kind.with_article()
+        );
+    }
     if let Some(callers) = a.concurrency {
         let r = super::concurrency::measure(&embedder, &texts, callers as usize, a.per_call as usize, CHUNK)?;
         if a.json {
@@ -79,7 +100,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     let started = Instant::now();
     for _ in 0..a.repeat {
         for chunk in texts.chunks(CHUNK) {
-            embedder.embed(chunk)?;
+            run_kind(&embedder, kind, &texts[0], chunk)?;
             bar.inc(chunk.len() as u64);
         }
     }
@@ -92,6 +113,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     if a.json {
         let figures = serde_json::json!({
             "input": source,
+            "kind": kind.label(),
             "texts": s.texts,
             "tokens": s.tokens,
             "padded_tokens": s.padded_tokens,
@@ -110,6 +132,11 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         print_json(figures, &described)?;
     } else {
         println!("input            {source}");
+        if kind == ModelKind::CrossEncoder {
+            println!("kind             cross-encoder: each text scored as a pair with the first as its query");
+        } else {
+            println!("kind             {kind}");
+        }
         println!("provider         {} ({})", described.session.active_provider, embedder.gpu_vendor());
         println!("precision        {}", described.precision);
         if embedder.model_info().folder.quantization.is_some() {
