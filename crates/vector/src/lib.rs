@@ -83,3 +83,8 @@ pub struct LibraryDoctests;
 #[cfg(all(doctest, feature = "embed-ort"))]
 #[doc = include_str!("../../../docs/long-documents.md")]
 pub struct LongDocumentsDoctests;
+
+/// Compiles the sparse-encoder and reranker guide's Rust examples as doctests.
+#[cfg(all(doctest, feature = "embed-ort"))]
+#[doc = include_str!("../../../docs/retrieval.md")]
+pub struct RetrievalDoctests;
