@@ -16,6 +16,8 @@ pub use embed::embed;
 #[cfg(feature = "embed-ort")]
 mod retrieval;
 #[cfg(feature = "embed-ort")]
+mod source;
+#[cfg(feature = "embed-ort")]
 pub use load::load;
 #[cfg(feature = "embed-ort")]
 pub use ort::{listed_devices, ort_choice, ort_pick, plan};

@@ -86,7 +86,7 @@ impl Embedder {
     }
 
     /// Embeds `texts`; row i of the result is text i. Identical texts are embedded once. Blocks
-    /// until every row is done; with [`QueueFull::Refuse`], fails with
+    /// until every row is done; with [`QueueFull::Refuse`](crate::QueueFull::Refuse), fails with
     /// [`EmbedError::Overloaded`] instead of waiting for room in a full queue.
     pub fn embed<S: AsRef<str>>(&self, texts: &[S]) -> Result<Embeddings> {
         self.embed_with(texts, &CallOptions::default())

@@ -95,7 +95,7 @@ pub(crate) fn tokenizing_thread(engine: &Engine, jobs: &Mutex<Receiver<TokenizeJ
     }
 }
 
-/// The future of [`Embedder::embed_async`].
+/// The future of [`Embedder::embed_async`](crate::Embedder::embed_async).
 #[derive(Debug)]
 #[must_use = "a future does nothing unless awaited: its texts join the queue at its first poll"]
 pub struct EmbedFuture<'a> {

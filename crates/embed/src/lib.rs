@@ -33,6 +33,7 @@ mod prompt;
 mod queue;
 mod report;
 mod request;
+mod rerank;
 mod runtime;
 mod scheduler;
 mod session;

@@ -5,8 +5,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use nornir_vector::{Embedder, EmbedderReport, ModelKind, PairOptions, SparseOptions};
 
-use super::embed::{CHUNK, peak_rss_mib, progress};
+use super::embed::peak_rss_mib;
 use super::load::load;
+use super::source::{CHUNK, progress};
 use crate::args::BenchArgs;
 use nornir_cli::input::{InputFormat, Records};
 

@@ -9,8 +9,8 @@ use nornir_cli::input::InputFormat;
 use nornir_vector::{CallOptions, Embedder, PairOptions, SparseOptions};
 
 use super::EmbedJob;
-use super::embed::{Source, input_error, next_chunk, open_source, progress};
 use super::load::load;
+use super::source::{Source, input_error, next_chunk, open_source, progress};
 use crate::args::RerankArgs;
 use crate::output::{OutputFormat, Sink};
 

@@ -1,0 +1,103 @@
+//! A cross-encoder's calls on an [`Embedder`]: scores of pairs (or texts alone), activated as the
+//! model's configs say, and one query's documents ranked by them.
+
+use std::future::Future;
+
+use crate::embedder::Embedder;
+use crate::embeddings::Embeddings;
+use crate::error::{EmbedError, Result};
+use crate::future::{EmbedFuture, Work};
+use crate::kind::ModelKind;
+use crate::pairs::{PairOptions, Ranked, prepare_pairs, rank};
+
+impl Embedder {
+    /// The scores of each (query, document) pair: row i holds pair i's score per label (one for
+    /// a reranker), activated as the model's configs say (sigmoid for one label, softmax for
+    /// several) unless `raw_scores`. Pairs share batches with other calls' pairs. An error
+    /// ([`EmbedError::WrongKind`]) unless the model is a cross-encoder.
+    pub fn predict<A: AsRef<str>, B: AsRef<str>>(&self, pairs: &[(A, B)], options: &PairOptions) -> Result<Embeddings> {
+        let inputs: Vec<(&str, Option<&str>)> = pairs.iter().map(|(a, b)| (a.as_ref(), Some(b.as_ref()))).collect();
+        self.score(&inputs, options)
+    }
+
+    /// [`predict`](Self::predict) and [`classify`](Self::classify) at once, for inputs that are
+    /// each a pair (`Some` second text) or a text alone.
+    pub fn score<A: AsRef<str>, B: AsRef<str>>(
+        &self,
+        inputs: &[(A, Option<B>)],
+        options: &PairOptions,
+    ) -> Result<Embeddings> {
+        self.run_call(prepare_pairs(&self.engine, inputs, options)?)
+    }
+
+    /// [`predict`](Self::predict) for texts alone (a classifier of single texts: sentiment,
+    /// topic), each encoded as the tokenizer encodes one text.
+    pub fn classify<S: AsRef<str>>(&self, texts: &[S], options: &PairOptions) -> Result<Embeddings> {
+        let inputs: Vec<(&str, Option<&str>)> = texts.iter().map(|t| (t.as_ref(), None)).collect();
+        self.score(&inputs, options)
+    }
+
+    /// [`score`](Self::score) as a future, as [`embed_async`](Self::embed_async) is (dropping it
+    /// cancels the call).
+    pub fn score_async<A: AsRef<str>, B: AsRef<str>>(
+        &self,
+        inputs: &[(A, Option<B>)],
+        options: &PairOptions,
+    ) -> EmbedFuture<'_> {
+        if let Err(e) = self.engine.expect_kind(ModelKind::CrossEncoder, "predict") {
+            return EmbedFuture::refused(&self.engine, e);
+        }
+        let owned =
+            inputs.iter().map(|(a, b)| (a.as_ref().to_owned(), b.as_ref().map(|b| b.as_ref().to_owned()))).collect();
+        self.future(Work::Pairs(owned, options.clone()))
+    }
+
+    /// `documents` ranked by their score against `query`, best first (ties in input order), the
+    /// first `top_n` when given. An error for an empty query, or unless the model is a
+    /// cross-encoder with one label (use [`predict`](Self::predict) for several).
+    pub fn rerank<S: AsRef<str>>(
+        &self,
+        query: &str,
+        documents: &[S],
+        top_n: Option<usize>,
+        options: &PairOptions,
+    ) -> Result<Vec<Ranked>> {
+        self.can_rerank(query)?;
+        let pairs: Vec<(&str, &str)> = documents.iter().map(|d| (query, d.as_ref())).collect();
+        Ok(rank(&self.predict(&pairs, options)?, top_n))
+    }
+
+    /// [`rerank`](Self::rerank) as a future (dropping it cancels the call).
+    pub fn rerank_async<S: AsRef<str>>(
+        &self,
+        query: &str,
+        documents: &[S],
+        top_n: Option<usize>,
+        options: &PairOptions,
+    ) -> impl Future<Output = Result<Vec<Ranked>>> + '_ {
+        let pairs: Vec<(&str, Option<&str>)> = documents.iter().map(|d| (query, Some(d.as_ref()))).collect();
+        let scores = self.can_rerank(query).map(|()| self.score_async(&pairs, options));
+        async move { Ok(rank(&scores?.await?, top_n)) }
+    }
+
+    /// The checks [`rerank`](Self::rerank) makes before it scores anything: a cross-encoder
+    /// with one label, and a query that is not empty.
+    pub fn can_rerank(&self, query: &str) -> Result<()> {
+        self.engine.expect_kind(ModelKind::CrossEncoder, "rerank")?;
+        let labels = &self.engine.info.folder.kind.labels;
+        if labels.len() != 1 {
+            return Err(EmbedError::invalid(
+                "rerank",
+                format!(
+                    "ranks by one score, and this cross-encoder gives {} ({}): call predict for every label's score",
+                    labels.len(),
+                    labels.join(", ")
+                ),
+            ));
+        }
+        if query.trim().is_empty() {
+            return Err(EmbedError::invalid("query", "is empty: give the text to rank the documents against"));
+        }
+        Ok(())
+    }
+}
