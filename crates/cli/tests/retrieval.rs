@@ -31,6 +31,13 @@ fn json_lines(text: &str) -> Vec<Value> {
     text.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
 }
 
+/// `nornir` with `args`, which must succeed; its standard output.
+fn o_ranked(args: &[&str]) -> Vec<u8> {
+    let o = nornir(args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    o.stdout
+}
+
 /// A sparse vector's terms above `floor`, as (id, weight).
 fn terms(v: &Value, floor: f64) -> Vec<(u64, f64)> {
     let ids = v["indices"].as_array().expect("indices");
@@ -185,9 +192,14 @@ fn cross_encoders_of_both_families_score_as_the_reference() {
         // The command line: JSON lines best first.
         let mut args = vec!["vector", "rerank", "--model", case["folder"].as_str().expect("folder"), "--query", query];
         args.extend(documents.iter().copied());
-        let o = nornir(&args);
-        assert!(o.status.success(), "{}", stderr(&o));
-        let lines = json_lines(&String::from_utf8_lossy(&o.stdout));
+        let folder = case["folder"].as_str().expect("folder");
+        let o = common::Run::new(&["vector", "rerank", "--model", folder, "--query", query]).output();
+        common::assert_one_line_error(&o, "no documents to rank");
+        let o = nornir(&["vector", "rerank", "--model", folder, "--query", "", "a document"]);
+        common::assert_one_line_error(&o, "`query`: is empty");
+        let o = nornir(&["vector", "embed", "--model", folder, "a text"]);
+        common::assert_one_line_error(&o, "is a cross-encoder (it scores query and document pairs): use `nornir vector rerank");
+        let lines = json_lines(&String::from_utf8_lossy(&o_ranked(&args)));
         assert_eq!(lines.len(), documents.len());
         for (line, (index, score)) in lines.iter().zip(&want) {
             assert_eq!(line["index"].as_u64(), Some(*index as u64), "{line}");
