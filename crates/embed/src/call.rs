@@ -2,6 +2,7 @@
 //! dimensions, truncation) on an embedder built once. Calls with different options still share
 //! batches: what the model reads is token ids, and the rest happens to each call's own rows.
 
+use crate::compact::{Precision, Ranges};
 use crate::request::Request;
 
 /// A prompt put before every text: of an embedder ([`EmbedderOptions::prompt`](crate::EmbedderOptions::prompt))
@@ -64,6 +65,11 @@ pub struct CallOptions {
     /// batch nothing is refused). What a server under overload wants: a quick 503 instead of a
     /// request that queues past its timeout.
     pub max_wait: Option<std::time::Duration>,
+    /// The precision of [`Embedder::embed_compact`](crate::Embedder::embed_compact)'s vectors
+    /// (`None`: the embedder's); `embed` always gives float32.
+    pub precision: Option<Precision>,
+    /// The ranges int8 and uint8 use (`None`: the embedder's).
+    pub ranges: Option<std::sync::Arc<Ranges>>,
 }
 
 impl CallOptions {
@@ -106,6 +112,18 @@ impl CallOptions {
         self.max_wait = Some(wait);
         self
     }
+    /// [`Embedder::embed_compact`](crate::Embedder::embed_compact)'s precision.
+    pub fn with_precision(mut self, precision: Precision) -> Self {
+        self.precision = Some(precision);
+        self
+    }
+
+    /// The ranges int8 and uint8 use.
+    pub fn with_ranges(mut self, ranges: std::sync::Arc<Ranges>) -> Self {
+        self.ranges = Some(ranges);
+        self
+    }
+
     /// Let `handle` cancel this call (and every other call given a clone of it).
     pub fn with_cancel(mut self, handle: &CancelHandle) -> Self {
         self.cancel = Some(handle.clone());

@@ -46,6 +46,8 @@ pub(crate) struct Engine {
     pub(crate) include_prompt: bool,
     /// `dim` of the options: the width of a call that does not choose one.
     pub(crate) default_dim: Option<usize>,
+    /// The options' precision and ranges: those of a compact call that does not choose them.
+    pub(crate) default_precision: (Option<crate::compact::Precision>, Option<Arc<crate::compact::Ranges>>),
     pub(crate) io: GraphIo,
     pub(crate) settings: RowSettings,
     pub(crate) info: ModelInfo,
@@ -155,6 +157,7 @@ impl Engine {
             tokenizer,
             include_prompt,
             default_dim: options.dimensions,
+            default_precision: (options.precision, options.ranges.clone()),
             io,
             settings,
             info,

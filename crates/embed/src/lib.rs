@@ -10,6 +10,8 @@
 
 mod call;
 mod chunk;
+mod compact;
+mod compact_calls;
 mod describe;
 mod embedder;
 mod embeddings;
@@ -44,6 +46,8 @@ mod tokenize;
 mod worker;
 
 pub use call::{CallOptions, CancelHandle, Chunking, DocumentVector, Prompt, Truncation};
+pub use compact::{CompactVectors, Precision, Ranges, to_precision};
+pub use compact_calls::SAMPLE_TEXTS;
 pub use describe::{EmbedderReport, cpu_int8_extensions, fusion_counts, precision};
 pub use embedder::Embedder;
 pub use embeddings::{CharChunk, Chunk, Embeddings};

@@ -6,6 +6,7 @@ use std::time::Duration;
 use nornir_ep_select::Device;
 
 use crate::call::Prompt;
+use crate::compact::{Precision, Ranges};
 use crate::error::{EmbedError, Result};
 use crate::pooling::Pooling;
 
@@ -65,6 +66,11 @@ pub struct EmbedderOptions {
     /// Matryoshka truncation: keep the first `dimensions` values of each vector (then normalise),
     /// as [`CallOptions::dimensions`](crate::CallOptions::dimensions) does for one call.
     pub dimensions: Option<usize>,
+    /// The precision of [`Embedder::embed_compact`](crate::Embedder::embed_compact)'s vectors
+    /// when a call does not say (float32 when neither does).
+    pub precision: Option<Precision>,
+    /// The ranges int8 and uint8 use when a call gives none (see [`Ranges`]).
+    pub ranges: Option<std::sync::Arc<Ranges>>,
     /// Most texts waiting in the queue that every call feeds (a call larger than this still runs,
     /// alone). About 1.6 KB each for a 384-wide model with 256-token texts.
     pub max_queued_texts: usize,
@@ -100,6 +106,8 @@ impl Default for EmbedderOptions {
             prompt: None,
             task: None,
             dimensions: None,
+            precision: None,
+            ranges: None,
             max_queued_texts: 65_536,
             queue_full: QueueFull::Wait,
             batch_wait: Duration::ZERO,
@@ -209,6 +217,16 @@ impl EmbedderOptions {
     /// Keep the first `dimensions` values of each vector (Matryoshka models), then normalise.
     pub fn with_dimensions(mut self, dimensions: usize) -> Self {
         self.dimensions = Some(dimensions);
+        self
+    }
+    /// The precision of compact calls that do not choose one.
+    pub fn with_precision(mut self, precision: Precision) -> Self {
+        self.precision = Some(precision);
+        self
+    }
+    /// The ranges of int8 and uint8 calls that give none.
+    pub fn with_ranges(mut self, ranges: std::sync::Arc<Ranges>) -> Self {
+        self.ranges = Some(ranges);
         self
     }
     /// Refuses a value no embedder can be built with, naming the option. [`Embedder::new`](crate::Embedder::new)
