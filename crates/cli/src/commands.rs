@@ -18,6 +18,8 @@ mod retrieval;
 #[cfg(feature = "embed-ort")]
 mod source;
 #[cfg(feature = "embed-ort")]
+mod compact;
+#[cfg(feature = "embed-ort")]
 pub use load::load;
 #[cfg(feature = "embed-ort")]
 pub use ort::{listed_devices, ort_choice, ort_pick, plan};
@@ -69,6 +71,7 @@ pub struct EmbedJob {
     pub window: Option<usize>,
     pub overlap: Option<usize>,
     pub sparse: crate::args::SparseArgs,
+    pub compact: crate::args::CompactArgs,
     pub json: bool,
     pub quiet: bool,
     pub verbose: bool,

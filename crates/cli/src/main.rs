@@ -56,6 +56,7 @@ fn main() -> ExitCode {
                 window: a.window.map(|w| w as usize),
                 overlap: a.overlap.map(|o| o as usize),
                 sparse: a.sparse,
+                compact: a.compact,
                 json: a.json,
                 quiet: a.quiet,
                 verbose: a.verbose > 0,

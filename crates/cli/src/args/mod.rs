@@ -9,7 +9,9 @@ mod tools;
 
 pub use serve::ServeArgs;
 pub use tools::{ConvertArgs, QuantizeArgs};
+mod compact;
 mod retrieval;
+pub use compact::CompactArgs;
 pub use retrieval::{RerankArgs, SparseArgs};
 
 use std::path::PathBuf;
@@ -243,6 +245,8 @@ pub struct EmbedArgs {
     pub overlap: Option<u32>,
     #[command(flatten)]
     pub sparse: SparseArgs,
+    #[command(flatten)]
+    pub compact: CompactArgs,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,

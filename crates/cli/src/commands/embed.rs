@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use anyhow::Result;
-use nornir_vector::ModelKind;
+use nornir_vector::{ModelKind, Precision};
 use nornir_vector::diagnostics::Memory;
 
 use super::EmbedJob;
@@ -20,6 +20,9 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
         eprintln!("nornir: {}", provider_line(&embedder));
     }
     match embedder.model_info().folder.kind.kind {
+        ModelKind::SparseEncoder if job.compact.precision != Precision::Float32 => {
+            anyhow::bail!("--precision compacts an embedder's dense vectors; a sparse encoder's are term ids and weights")
+        }
         ModelKind::SparseEncoder => return super::retrieval::embed_sparse(job, &embedder, options, source, size, sink),
         ModelKind::CrossEncoder => anyhow::bail!(
             "{} is a cross-encoder (it scores query and document pairs): use `nornir vector rerank --model {0} --query TEXT`",
@@ -31,6 +34,9 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
             )
         }
         _ => {}
+    }
+    if job.compact.precision != Precision::Float32 || job.compact.ranges.is_some() || job.compact.calibrate.is_some() {
+        return super::compact::embed_compact(job, &embedder, options, source, size, sink);
     }
     let mut writer = RowWriter::new(job.format, sink);
     if options.chunking.is_some() {

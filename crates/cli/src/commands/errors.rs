@@ -23,6 +23,10 @@ fn flag_for(option: &str) -> String {
         "prompt" => "--prompt",
         "workers" => "--workers",
         "task" => "--task",
+        "precision" => "--precision",
+        "ranges" => "--ranges",
+        "top_k" => "--top-k",
+        "query" => "--query",
         "threads" => "--threads",
         "token_budget" => "--batch-tokens",
         // The server's options, as `ServerConfig` names them.
