@@ -102,6 +102,7 @@ pub struct Ranges {
     /// Per dimension, the largest value.
     pub max: Vec<f32>,
     /// Where the ranges came from (the calibration texts, their count).
+    #[serde(default)]
     pub source: String,
 }
 

@@ -9,12 +9,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use nornir_vector::{
-    CancelHandle, Device, EmbedError, Embedder as RustEmbedder, EmbedderOptions, Pooling, SparseOptions,
+    CancelHandle, Device, EmbedError, Embedder as RustEmbedder, EmbedderOptions, Pooling, Precision, SparseOptions,
 };
 
 use crate::errors::*;
 use crate::options::{call_options, one_prompt, pair_of, pair_options};
-use crate::values::{json_to_py, texts_of, to_array};
+use crate::values::{compact_array, json_to_py, ranges_of, texts_of, to_array};
 
 /// Runs `work` off the GIL on a thread of its own while this thread waits, checking for Ctrl-C
 /// every 50 ms: a `KeyboardInterrupt` cancels the call and is raised once it has stopped.
@@ -101,9 +101,11 @@ impl Embedder {
         Ok(Self { inner: RwLock::new(Some(Arc::new(loaded))) })
     }
 
-    /// Vectors of `texts` (a str gives shape (d,), a sequence (n, d)), float32.
+    /// Vectors of `texts` (a str gives shape (d,), a sequence (n, d)): float32, or with
+    /// `precision` int8, uint8 (d values) or binary, ubinary (d / 8 bytes), with `ranges` for the
+    /// first two (a dict from `calibrate()`, or a ranges file).
     #[pyo3(signature = (texts, *, prompt_name=None, prompt=None, normalize=None, dimensions=None,
-        truncation="right", long=None, window=None, overlap=None))]
+        truncation="right", long=None, window=None, overlap=None, precision=None, ranges=None))]
     #[allow(clippy::too_many_arguments)]
     fn embed<'py>(
         &self,
@@ -117,14 +119,49 @@ impl Embedder {
         long: Option<&str>,
         window: Option<usize>,
         overlap: Option<usize>,
+        precision: Option<&str>,
+        ranges: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (texts, one) = texts_of(texts)?;
         let options = call_options(prompt_name, prompt, normalize, dimensions, truncation, long, window, overlap)?;
         let embedder = self.get()?;
         let cancel = CancelHandle::new();
+        let mut options = options.with_cancel(&cancel);
+        let precision: Precision = precision.unwrap_or("float32").parse().map_err(|e: String| invalid("precision", e))?;
+        if let Some(r) = ranges {
+            options = options.with_ranges(Arc::new(ranges_of(&r)?));
+        }
+        if precision == Precision::Float32 {
+            let rows = run_cancellable(py, &cancel, || embedder.embed_with(&texts, &options))?;
+            return to_array(py, rows, one);
+        }
+        let options = options.with_precision(precision);
+        let v = run_cancellable(py, &cancel, || embedder.embed_compact(&texts, &options))?;
+        compact_array(py, &v, one)
+    }
+
+    /// Each dimension's range over the vectors of `texts` (default: nornir's built-in sample of
+    /// 99 texts) with these options: what `precision="int8"` and `"uint8"` cut into 256 steps.
+    /// A dict (`min`, `max`, `source`) to pass as `ranges=`; queries and documents must share it.
+    #[pyo3(signature = (texts=None, *, prompt_name=None, prompt=None, normalize=None, dimensions=None))]
+    fn calibrate<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Option<Vec<String>>,
+        prompt_name: Option<String>,
+        prompt: Option<String>,
+        normalize: Option<bool>,
+        dimensions: Option<usize>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = call_options(prompt_name, prompt, normalize, dimensions, "right", None, None, None)?;
+        let embedder = self.get()?;
+        let cancel = CancelHandle::new();
         let options = options.with_cancel(&cancel);
-        let rows = run_cancellable(py, &cancel, || embedder.embed_with(&texts, &options))?;
-        to_array(py, rows, one)
+        let ranges = run_cancellable(py, &cancel, || match &texts {
+            Some(t) => embedder.calibrate(t, &options, "texts given to calibrate()"),
+            None => embedder.calibrate_on_sample(&options),
+        })?;
+        json_to_py(py, &ranges)
     }
 
     /// Long documents: per text, `{"embedding": array, "chunks": [{"start", "end", "tokens",

@@ -4,7 +4,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
-use nornir_vector::Embeddings;
+use nornir_vector::{CompactVectors, Embeddings, Ranges};
 
 /// `str` or a sequence of `str`; whether it was one string.
 pub(crate) fn texts_of(texts: &Bound<'_, PyAny>) -> PyResult<(Vec<String>, bool)> {
@@ -28,4 +28,27 @@ pub(crate) fn to_array<'py>(py: Python<'py>, rows: Embeddings, one: bool) -> PyR
 pub(crate) fn json_to_py<'py>(py: Python<'py>, value: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
     let text = serde_json::to_string(value).map_err(|e| PyValueError::new_err(e.to_string()))?;
     py.import("json")?.call_method1("loads", (text,))
+}
+
+/// Compact vectors as an int8 (int8, binary) or uint8 (uint8, ubinary) array of shape (n, bytes
+/// per vector), or (bytes,) for one string.
+pub(crate) fn compact_array<'py>(py: Python<'py>, v: &CompactVectors, one: bool) -> PyResult<Bound<'py, PyAny>> {
+    let (n, w) = (v.len(), v.bytes_per_vector());
+    let flat = if v.precision.is_signed() {
+        PyArray1::from_vec(py, v.as_bytes().iter().map(|&b| b as i8).collect::<Vec<i8>>()).into_any()
+    } else {
+        PyArray1::from_slice(py, v.as_bytes()).into_any()
+    };
+    let shape: Vec<usize> = if one { vec![w] } else { vec![n, w] };
+    flat.call_method1("reshape", (shape,))
+}
+
+/// `ranges=`: a dict as `calibrate()` returns it, or the path of a ranges file.
+pub(crate) fn ranges_of(obj: &Bound<'_, PyAny>) -> PyResult<Ranges> {
+    let invalid = |e: String| crate::errors::invalid("ranges", e);
+    if let Ok(path) = obj.extract::<std::path::PathBuf>() {
+        return Ranges::read(&path).map_err(|e| invalid(e.to_string()));
+    }
+    let text: String = obj.py().import("json")?.call_method1("dumps", (obj,))?.extract()?;
+    serde_json::from_str(&text).map_err(|e| invalid(format!("not ranges from calibrate() ({e})")))
 }

@@ -64,7 +64,9 @@ class Embedder:
         long: Literal["chunk", "late"] | None = None,
         window: int | None = None,
         overlap: int | None = None,
-    ) -> npt.NDArray[np.float32]: ...
+        precision: Literal["float32", "int8", "uint8", "binary", "ubinary"] | None = None,
+        ranges: dict[str, Any] | str | PathLike[str] | None = None,
+    ) -> npt.NDArray[Any]: ...
     @overload
     def embed(
         self,
@@ -78,7 +80,9 @@ class Embedder:
         long: Literal["chunk", "late"] | None = None,
         window: int | None = None,
         overlap: int | None = None,
-    ) -> npt.NDArray[np.float32]: ...
+        precision: Literal["float32", "int8", "uint8", "binary", "ubinary"] | None = None,
+        ranges: dict[str, Any] | str | PathLike[str] | None = None,
+    ) -> npt.NDArray[Any]: ...
     def embed_chunks(
         self,
         texts: str | Sequence[str],
@@ -94,6 +98,15 @@ class Embedder:
     def tokenize(
         self, text: str, *, add_special_tokens: bool = True, prompt_name: str | None = None, prompt: str | None = None
     ) -> list[dict[str, Any]]: ...
+    def calibrate(
+        self,
+        texts: Sequence[str] | None = None,
+        *,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+    ) -> dict[str, Any]: ...
     def embed_sparse(
         self,
         texts: str | Sequence[str],
