@@ -14,6 +14,8 @@ CLIENT is one of:
   reported ("sent_models");
 - cohere: Cohere's own client (ClientV2.rerank and the v1 Client.rerank with return_documents)
   with base_url=URL: texts[0] is the query, the rest the documents; reports each ranking;
+- cohere_embed: Cohere's ClientV2.embed with every embedding type at once (float, int8, uint8,
+  binary, ubinary), and the v1 Client.embed of floats; reports each type's vectors;
 - tei_retrieval: the requests text-embeddings-inference's users send for the other two kinds:
   llama-index's TEI reranker ({"query", "texts"} to /rerank with httpx), huggingface_hub's
   text_classification (POST /predict on a cross-encoder) and /embed_sparse as TEI documents it;
@@ -108,6 +110,25 @@ def cohere(url: str, key: str, model: str, texts: list) -> dict:
     }
 
 
+def cohere_embed(url: str, key: str, model: str, texts: list) -> dict:
+    import cohere as co
+
+    types = ["float", "int8", "uint8", "binary", "ubinary"]
+    v2 = co.ClientV2(api_key=key, base_url=url).embed(
+        model=model, texts=texts, input_type="search_document", embedding_types=types
+    )
+    v1 = co.Client(api_key=key, base_url=url).embed(model=model, texts=texts, input_type="search_query")
+    e = v2.embeddings
+    return {
+        "float": e.float_,
+        "int8": e.int8,
+        "uint8": e.uint8,
+        "binary": e.binary,
+        "ubinary": e.ubinary,
+        "v1_float": v1.embeddings.float_ if hasattr(v1.embeddings, "float_") else v1.embeddings,
+    }
+
+
 def tei_retrieval(url: str, key: str, model: str, texts: list) -> dict:
     import httpx
     from huggingface_hub import InferenceClient
@@ -140,6 +161,7 @@ def main() -> None:
         "langchain": langchain,
         "urllib_large_body": urllib_large_body,
         "cohere": cohere,
+        "cohere_embed": cohere_embed,
         "tei_retrieval": tei_retrieval,
     }[client]
     json.dump(check(url, key, model, texts), sys.stdout)

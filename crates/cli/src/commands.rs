@@ -14,11 +14,11 @@ pub use bench::bench;
 #[cfg(feature = "embed-ort")]
 pub use embed::embed;
 #[cfg(feature = "embed-ort")]
+mod compact;
+#[cfg(feature = "embed-ort")]
 mod retrieval;
 #[cfg(feature = "embed-ort")]
 mod source;
-#[cfg(feature = "embed-ort")]
-mod compact;
 #[cfg(feature = "embed-ort")]
 pub use load::load;
 #[cfg(feature = "embed-ort")]

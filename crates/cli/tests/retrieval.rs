@@ -198,7 +198,10 @@ fn cross_encoders_of_both_families_score_as_the_reference() {
         let o = nornir(&["vector", "rerank", "--model", folder, "--query", "", "a document"]);
         common::assert_one_line_error(&o, "invalid --query: is empty: give the text");
         let o = nornir(&["vector", "embed", "--model", folder, "a text"]);
-        common::assert_one_line_error(&o, "is a cross-encoder (it scores query and document pairs): use `nornir vector rerank");
+        common::assert_one_line_error(
+            &o,
+            "is a cross-encoder (it scores query and document pairs): use `nornir vector rerank",
+        );
         let lines = json_lines(&String::from_utf8_lossy(&o_ranked(&args)));
         assert_eq!(lines.len(), documents.len());
         for (line, (index, score)) in lines.iter().zip(&want) {

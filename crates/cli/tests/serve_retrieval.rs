@@ -222,3 +222,53 @@ fn bad_retrieval_requests_get_their_status_and_the_server_keeps_serving() {
     let (status, _) = server.post("/models/ce/rerank", &json!({ "query": QUERY, "texts": DOCUMENTS }));
     assert_eq!(status, 200, "the server still serves");
 }
+
+/// Cohere's embed API with every embedding type in one call, as the library makes them from the
+/// same float vectors with the server's ranges (nornir's sample, calibrated at first need).
+#[test]
+fn the_cohere_client_gets_every_embedding_type_in_one_call() {
+    use nornir_vector::{CallOptions, Precision, to_precision};
+
+    nornir_test_support::needs_assets!();
+    let t = tempfile::tempdir().expect("tempdir");
+    let (server, _, _) = start(t.path(), &[]);
+    let name = common::model().file_name().expect("a folder name").to_string_lossy().into_owned();
+    let got = client("cohere_embed", &server, &name, &DOCUMENTS);
+    let lib = library(&common::model());
+    let floats = lib.embed(&DOCUMENTS).expect("library");
+    let ranges = lib.calibrate_on_sample(&CallOptions::new().with_prompt("")).expect("ranges");
+    for (name, p) in [
+        ("int8", Precision::Int8),
+        ("uint8", Precision::Uint8),
+        ("binary", Precision::Binary),
+        ("ubinary", Precision::Ubinary),
+    ] {
+        let want = to_precision(&floats, p, Some(&ranges)).expect("library");
+        let rows = got[name].as_array().unwrap_or_else(|| panic!("{name}: {got}"));
+        assert_eq!(rows.len(), DOCUMENTS.len(), "{name}");
+        for (i, row) in rows.iter().enumerate() {
+            let values: Vec<i64> = row.as_array().expect("a row").iter().filter_map(Value::as_i64).collect();
+            assert_eq!(values.len(), want.bytes_per_vector(), "{name}");
+            let off = values.iter().zip(want.row_values(i)).map(|(a, b)| (a - b).abs()).max().unwrap_or(0);
+            assert!(off <= 1, "{name}, row {i}: {off} steps from the library's");
+        }
+    }
+    let float = got["float"].as_array().expect("float");
+    for (i, row) in float.iter().enumerate() {
+        let v: Vec<f32> = row.as_array().expect("row").iter().filter_map(Value::as_f64).map(|x| x as f32).collect();
+        assert!(nornir_test_support::cosine(&v, floats.row(i)) > 0.9999);
+    }
+    assert_eq!(got["v1_float"].as_array().map(Vec::len), Some(DOCUMENTS.len()), "{got}");
+    // What the model cannot give is one line of 400.
+    let body = json!({ "model": name, "texts": ["x"], "embedding_types": ["binary"], "output_dimension": 100 });
+    let (status, answer) = server.post("/v2/embed", &body);
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["message"].as_str().is_some_and(|m| m.contains("multiple of 8")), "{answer}");
+    let body = json!({ "model": "splade", "texts": ["x"], "embedding_types": ["binary"] });
+    let (status, answer) = server.post("/v2/embed", &body);
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["message"].as_str().is_some_and(|m| m.contains("sparse-encoder")), "{answer}");
+    let (status, answer) =
+        server.post("/v2/embed", &json!({ "model": name, "texts": ["x"], "embedding_types": ["int4"] }));
+    assert_eq!(status, 400, "{answer}");
+}

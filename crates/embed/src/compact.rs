@@ -198,7 +198,9 @@ impl CompactVectors {
     pub fn row_values(&self, i: usize) -> Vec<i64> {
         let row = self.row(i);
         match self.precision {
-            Precision::Float32 => row.chunks_exact(4).map(|b| i64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))).collect(),
+            Precision::Float32 => {
+                row.chunks_exact(4).map(|b| i64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))).collect()
+            }
             p if p.is_signed() => row.iter().map(|&b| i64::from(b as i8)).collect(),
             _ => row.iter().map(|&b| i64::from(b)).collect(),
         }
@@ -216,13 +218,18 @@ pub fn to_precision(rows: &Embeddings, precision: Precision, ranges: Option<&Ran
             let r = ranges.ok_or_else(|| {
                 EmbedError::invalid(
                     "ranges",
-                    format!("{precision} needs each dimension's range: calibrate on texts like yours, or read saved ranges"),
+                    format!(
+                        "{precision} needs each dimension's range: calibrate on texts like yours, or read saved ranges"
+                    ),
                 )
             })?;
             if r.dimensions() != dim {
                 return Err(EmbedError::invalid(
                     "ranges",
-                    format!("the ranges cover {} dimensions and the vectors have {dim}: calibrate at this width", r.dimensions()),
+                    format!(
+                        "the ranges cover {} dimensions and the vectors have {dim}: calibrate at this width",
+                        r.dimensions()
+                    ),
                 ));
             }
             let offset = if precision == Precision::Int8 { 128.0 } else { 0.0 };
@@ -240,7 +247,9 @@ pub fn to_precision(rows: &Embeddings, precision: Precision, ranges: Option<&Ran
             if dim % 8 != 0 {
                 return Err(EmbedError::invalid(
                     "precision",
-                    format!("{precision} packs 8 dimensions to a byte and the vectors have {dim}: ask for dimensions that are a multiple of 8"),
+                    format!(
+                        "{precision} packs 8 dimensions to a byte and the vectors have {dim}: ask for dimensions that are a multiple of 8"
+                    ),
                 ));
             }
             let offset = if precision == Precision::Binary { 128u8 } else { 0 };
@@ -265,7 +274,13 @@ mod tests {
 
     #[test]
     fn binary_packs_signs_first_dimension_highest() {
-        let r = rows(vec![1.0, -1.0, 0.5, 0.0, -0.2, 0.3, 0.1, -9.0, /* row 2 */ -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 2.0], 8);
+        let r = rows(
+            vec![
+                1.0, -1.0, 0.5, 0.0, -0.2, 0.3, 0.1, -9.0, /* row 2 */ -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0,
+                2.0,
+            ],
+            8,
+        );
         let u = to_precision(&r, Precision::Ubinary, None).expect("ubinary");
         assert_eq!(u.as_bytes(), &[0b1010_0110, 0b0000_0001]);
         let b = to_precision(&r, Precision::Binary, None).expect("binary");

@@ -127,7 +127,8 @@ impl Embedder {
         let embedder = self.get()?;
         let cancel = CancelHandle::new();
         let mut options = options.with_cancel(&cancel);
-        let precision: Precision = precision.unwrap_or("float32").parse().map_err(|e: String| invalid("precision", e))?;
+        let precision: Precision =
+            precision.unwrap_or("float32").parse().map_err(|e: String| invalid("precision", e))?;
         if let Some(r) = ranges {
             options = options.with_ranges(Arc::new(ranges_of(&r)?));
         }

@@ -362,6 +362,7 @@ fn endpoint(matched: &str) -> (&'static str, Flavour) {
         "/rerank" => ("/rerank", Flavour::Tei),
         "/predict" => ("/predict", Flavour::Tei),
         "/v1/rerank" | "/v2/rerank" => ("/v2/rerank", Flavour::Cohere),
+        "/v1/embed" | "/v2/embed" => ("/v2/embed", Flavour::Cohere),
         "/info" => ("/info", Flavour::Plain),
         "/metrics" => ("/metrics", Flavour::Plain),
         "/health" => ("/health", Flavour::Plain),

@@ -10,6 +10,7 @@
 //!   `/embed_sparse`; a cross-encoder's `/rerank` and `/predict`; on the first model, and the
 //!   same under `/models/{name}/...` for any model;
 //! - Cohere's and Jina's rerank: `POST /v1/rerank` and `/v2/rerank`, the model by its `model`;
+//!   Cohere's embed, `POST /v1/embed` and `/v2/embed`, with its `embedding_types` (int8, binary...);
 //! - `GET /health` (200 once every model is loaded), `/info`, `/metrics` (Prometheus text).
 //!
 //! Each request's options (prompt, normalisation, dimensions, truncation) go to the embedder as
@@ -37,6 +38,7 @@
 #![forbid(unsafe_code)]
 
 mod api;
+mod cohere;
 mod metrics;
 mod models;
 mod openai;
@@ -232,6 +234,8 @@ pub fn router(models: Arc<Models>, config: ServerConfig) -> Result<Router, Inval
         .route("/v1/models", get(openai::models))
         .route("/models", get(openai::models))
         .route("/v1/rerank", post(retrieval::cohere_rerank))
+        .route("/v1/embed", post(cohere::embed))
+        .route("/v2/embed", post(cohere::embed))
         .route("/v2/rerank", post(retrieval::cohere_rerank))
         .route("/", post(retrieval::root))
         .merge(tei_routes())

@@ -34,10 +34,10 @@ pub use nornir_gpu_probe::{preflight, probe};
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
     BATCH_SIZE_BOUNDS, CallOptions, CancelHandle, Cause, CharChunk, Chunk, Chunking, CompactVectors, DocumentVector,
-    EmbedError, Precision, Ranges, SAMPLE_TEXTS, to_precision,
-    EmbedFuture, EmbedStats, Embedder, EmbedderOptions, EmbedderReport, Embeddings, InferenceKind, KindChoice,
-    LongInputs, ModelKind, PairOptions, Pooling, Prompt, QueueFull, Ranked, Result, ScoreActivation, SparseOptions,
-    SparseVector, Token, Truncation, error_chain, normalize, rank,
+    EmbedError, EmbedFuture, EmbedStats, Embedder, EmbedderOptions, EmbedderReport, Embeddings, InferenceKind,
+    KindChoice, LongInputs, ModelKind, PairOptions, Pooling, Precision, Prompt, QueueFull, Ranges, Ranked, Result,
+    SAMPLE_TEXTS, ScoreActivation, SparseOptions, SparseVector, Token, Truncation, error_chain, normalize, rank,
+    to_precision,
 };
 
 /// What nornir found on this machine and what it decided, as typed reports: the probe's

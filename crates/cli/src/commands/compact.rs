@@ -31,7 +31,8 @@ fn ranges(job: &EmbedJob, embedder: &Embedder, call: &CallOptions) -> Result<(Ra
     )?;
     let ranges = match &job.compact.calibrate {
         Some(file) => {
-            let text = std::fs::read_to_string(file).with_context(|| format!("cannot read --calibrate {}", file.display()))?;
+            let text =
+                std::fs::read_to_string(file).with_context(|| format!("cannot read --calibrate {}", file.display()))?;
             let texts: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
             embedder.calibrate(&texts, call, &file.display().to_string())?
         }

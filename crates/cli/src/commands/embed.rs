@@ -3,8 +3,8 @@
 use std::time::Instant;
 
 use anyhow::Result;
-use nornir_vector::{ModelKind, Precision};
 use nornir_vector::diagnostics::Memory;
+use nornir_vector::{ModelKind, Precision};
 
 use super::EmbedJob;
 use super::load::{load, long_policy, provider_line};
@@ -21,7 +21,9 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
     }
     match embedder.model_info().folder.kind.kind {
         ModelKind::SparseEncoder if job.compact.precision != Precision::Float32 => {
-            anyhow::bail!("--precision compacts an embedder's dense vectors; a sparse encoder's are term ids and weights")
+            anyhow::bail!(
+                "--precision compacts an embedder's dense vectors; a sparse encoder's are term ids and weights"
+            )
         }
         ModelKind::SparseEncoder => return super::retrieval::embed_sparse(job, &embedder, options, source, size, sink),
         ModelKind::CrossEncoder => anyhow::bail!(
