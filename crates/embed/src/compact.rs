@@ -244,7 +244,7 @@ pub fn to_precision(rows: &Embeddings, precision: Precision, ranges: Option<&Ran
             }
         }
         Precision::Binary | Precision::Ubinary => {
-            if dim % 8 != 0 {
+            if !dim.is_multiple_of(8) {
                 return Err(EmbedError::invalid(
                     "precision",
                     format!(
