@@ -5,6 +5,7 @@
 
 mod assets;
 mod bench_sparse;
+mod compact;
 mod compare;
 mod cycles;
 mod demo;
@@ -67,6 +68,9 @@ enum Task {
     /// Peak RSS of nornir on an 8,192-position fixture with real attention: one short text, one
     /// 8,192-token text, eight under a 65,536-token budget.
     LongContext,
+    /// Recall@10 and nDCG@10 of float32, int8 and binary vectors (with and without rescoring)
+    /// on a retrieval set from STS Benchmark, their search time and bytes per vector.
+    Compact(compact::Args),
     /// splade-tiny on the corpus: nornir vs the Python reference (ONNX Runtime, tokenizers,
     /// NumPy pooling), rounds interleaved, medians; peak RSS beside the dense default model's.
     BenchSparse(bench_sparse::Args),
@@ -112,6 +116,7 @@ fn main() {
         Task::LongDocs => long_docs::long_docs(),
         Task::LongContext => long_context::long_context(),
         Task::BenchSparse(a) => bench_sparse::bench_sparse(&a),
+        Task::Compact(a) => compact::compact(&a),
         Task::ServeBench(a) => serve_bench::serve_bench(&a),
         Task::CheckFeatures => test::check_features(),
         Task::PublicApi { bless } => public_api::public_api(bless),

@@ -13,7 +13,7 @@ use crate::{assets, compare, fetch, int8};
 
 /// (gold score, sentence 1, sentence 2) from an STS Benchmark csv: tab-separated, score in field
 /// 5, sentences in 6 and 7, sometimes followed by source fields.
-fn read_pairs(path: &Path) -> Result<Vec<(f64, String, String)>> {
+pub(crate) fn read_pairs(path: &Path) -> Result<Vec<(f64, String, String)>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
     text.lines()
         .enumerate()
