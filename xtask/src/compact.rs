@@ -198,7 +198,8 @@ pub fn compact(a: &Args) -> Result<()> {
                 flags.extend(["--ranges", ranges_arg.as_str()]);
             }
             let (q, _, _) = embed(&nornir, model, file, &int8_out, &flags)?;
-            let (b, _, _) = embed(&nornir, model, file, &dir.join(format!("{tag}-ubinary.npy")), &["--precision", "ubinary"])?;
+            let (b, _, _) =
+                embed(&nornir, model, file, &dir.join(format!("{tag}-ubinary.npy")), &["--precision", "ubinary"])?;
             let _ = n;
             Ok(Vectors { float: floats(&f), int8: q.iter().map(|&x| x as i8).collect(), bits: b, dim })
         };
@@ -222,7 +223,8 @@ pub fn compact(a: &Args) -> Result<()> {
         run("int8", dim, &|i| top((0..n_docs).map(|d| (d, int8_dot(qs.q(i), docs.q(d)) as f32)), K));
         run("int8, rescored with the float32 query", dim, &|i| {
             let candidates = top((0..n_docs).map(|d| (d, int8_dot(qs.q(i), docs.q(d)) as f32)), K * MULTIPLIER);
-            let rescored = candidates.iter().map(|&d| (d, qs.f(i).iter().zip(docs.q(d)).map(|(x, &y)| x * f32::from(y)).sum()));
+            let rescored =
+                candidates.iter().map(|&d| (d, qs.f(i).iter().zip(docs.q(d)).map(|(x, &y)| x * f32::from(y)).sum()));
             top(rescored, K)
         });
         run("binary (Hamming)", dim / 8, &|i| top((0..n_docs).map(|d| (d, -(hamming(qs.b(i), docs.b(d)) as f32))), K));

@@ -89,3 +89,8 @@ pub struct LongDocumentsDoctests;
 #[cfg(all(doctest, feature = "embed-ort"))]
 #[doc = include_str!("../../../docs/retrieval.md")]
 pub struct RetrievalDoctests;
+
+/// Compiles the compact vectors guide's Rust examples as doctests.
+#[cfg(all(doctest, feature = "embed-ort"))]
+#[doc = include_str!("../../../docs/compact.md")]
+pub struct CompactDoctests;
