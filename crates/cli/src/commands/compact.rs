@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use nornir_vector::{CallOptions, CompactVectors, Embedder, Ranges};
 
 use super::EmbedJob;
-use super::source::{Source, input_error, next_chunk, progress};
+use super::source::{Source, input_error, next_chunk, progress, show_progress};
 use crate::output::{OutputFormat, Sink};
 
 /// Where a run's ranges go: `OUTPUT.ranges.json` beside `OUTPUT`.
@@ -79,6 +79,7 @@ pub(super) fn embed_compact(
         call = call.with_ranges(Arc::new(ranges));
     }
     let bar = progress(!job.quiet && job.texts.is_empty(), size);
+    let started = std::time::Instant::now();
     let (mut npy, mut done) = (Vec::new(), 0usize);
     let mut width = precision.bytes_per_vector(call.dimensions.unwrap_or(embedder.dimension()));
     loop {
@@ -96,7 +97,7 @@ pub(super) fn embed_compact(
             }
         }
         done += chunk.len();
-        bar.set_position(source.bytes());
+        show_progress(&bar, &source, done, started);
     }
     bar.finish_and_clear();
     if job.format == OutputFormat::Npy {

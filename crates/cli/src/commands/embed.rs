@@ -8,7 +8,7 @@ use nornir_vector::{ModelKind, Precision};
 
 use super::EmbedJob;
 use super::load::{load, long_policy, provider_line};
-use super::source::{input_error, next_chunk, open_source, progress};
+use super::source::{input_error, next_chunk, open_source, progress, show_progress};
 use crate::output::{ChunkOut, RowWriter, Sink};
 
 pub fn embed(job: &EmbedJob) -> Result<()> {
@@ -69,11 +69,7 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
             }
         }
         done += chunk.len();
-        bar.set_position(source.bytes());
-        bar.set_message(format!(
-            "{done} texts, {:.0} texts/s",
-            done as f64 / started.elapsed().as_secs_f64().max(1e-9)
-        ));
+        show_progress(&bar, &source, done, started);
     }
     bar.finish_and_clear();
     writer.finish(embedder.dimension())?;

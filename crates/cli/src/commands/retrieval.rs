@@ -10,7 +10,7 @@ use nornir_vector::{CallOptions, Embedder, PairOptions, SparseOptions};
 
 use super::EmbedJob;
 use super::load::load;
-use super::source::{Source, input_error, next_chunk, open_source, progress};
+use super::source::{Source, input_error, next_chunk, open_source, progress, show_progress};
 use crate::args::RerankArgs;
 use crate::output::{OutputFormat, Sink};
 
@@ -67,11 +67,7 @@ pub(super) fn embed_sparse(
             sink.writer().write_all(b"\n").context("write output")?;
         }
         done += chunk.len();
-        bar.set_position(source.bytes());
-        bar.set_message(format!(
-            "{done} texts, {:.0} texts/s",
-            done as f64 / started.elapsed().as_secs_f64().max(1e-9)
-        ));
+        show_progress(&bar, &source, done, started);
     }
     bar.finish_and_clear();
     sink.finish()?;

@@ -89,3 +89,9 @@ pub(super) fn input_error(e: EmbedError, done: usize) -> anyhow::Error {
         e => e.into(),
     }
 }
+
+/// Moves `bar` to where `source` is, with `done` texts and their rate since `started`.
+pub(super) fn show_progress(bar: &ProgressBar, source: &Source, done: usize, started: std::time::Instant) {
+    bar.set_position(source.bytes());
+    bar.set_message(format!("{done} texts, {:.0} texts/s", done as f64 / started.elapsed().as_secs_f64().max(1e-9)));
+}
