@@ -22,6 +22,7 @@ pub struct SparseArgs {
     pub threshold: Option<f32>,
 }
 
+#[cfg_attr(not(feature = "embed-ort"), allow(dead_code))]
 impl SparseArgs {
     /// Whether any of them was given (they need a sparse encoder).
     pub fn any(&self) -> bool {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use nornir_vector::{CallOptions, CompactVectors, Embedder, Ranges};
+use nornir_vector::{CallOptions, CompactVectors, Embedder, Precision, Ranges};
 
 use super::EmbedJob;
 use super::source::{Source, input_error, next_chunk, progress, show_progress};
@@ -59,7 +59,7 @@ pub(super) fn embed_compact(
     size: Option<u64>,
     mut sink: Sink,
 ) -> Result<()> {
-    let precision = job.compact.precision;
+    let precision: Precision = job.compact.precision.parse().map_err(anyhow::Error::msg)?;
     if job.format == OutputFormat::F32 {
         bail!("--format f32 writes float32 rows; {precision} vectors are written with --format npy or jsonl");
     }

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use nornir_vector::diagnostics::Memory;
-use nornir_vector::{ModelKind, Precision};
+use nornir_vector::ModelKind;
 
 use super::EmbedJob;
 use super::load::{load, long_policy, provider_line};
@@ -20,7 +20,7 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
         eprintln!("nornir: {}", provider_line(&embedder));
     }
     match embedder.model_info().folder.kind.kind {
-        ModelKind::SparseEncoder if job.compact.precision != Precision::Float32 => {
+        ModelKind::SparseEncoder if job.compact.compacts() => {
             anyhow::bail!(
                 "--precision compacts an embedder's dense vectors; a sparse encoder's are term ids and weights"
             )
@@ -37,7 +37,7 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
         }
         _ => {}
     }
-    if job.compact.precision != Precision::Float32 || job.compact.ranges.is_some() || job.compact.calibrate.is_some() {
+    if job.compact.compacts() {
         return super::compact::embed_compact(job, &embedder, options, source, size, sink);
     }
     let mut writer = RowWriter::new(job.format, sink);
