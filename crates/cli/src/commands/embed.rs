@@ -3,8 +3,8 @@
 use std::time::Instant;
 
 use anyhow::Result;
-use nornir_vector::diagnostics::Memory;
 use nornir_vector::ModelKind;
+use nornir_vector::diagnostics::Memory;
 
 use super::EmbedJob;
 use super::load::{load, long_policy, provider_line};
