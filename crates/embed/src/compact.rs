@@ -207,31 +207,48 @@ impl CompactVectors {
     }
 }
 
+/// What `precision` needs of vectors `dim` wide: int8 and uint8 ranges of that width, binary
+/// a width that is a multiple of 8. Returns the ranges int8 and uint8 use.
+pub(crate) fn check(precision: Precision, dim: usize, ranges: Option<&Ranges>) -> Result<Option<&Ranges>> {
+    if precision.needs_ranges() {
+        let r = ranges.ok_or_else(|| {
+            EmbedError::invalid(
+                "ranges",
+                format!(
+                    "{precision} needs each dimension's range: calibrate on texts like yours, or read saved ranges"
+                ),
+            )
+        })?;
+        if r.dimensions() != dim {
+            return Err(EmbedError::invalid(
+                "ranges",
+                format!(
+                    "the ranges cover {} dimensions and the vectors have {dim}: calibrate at this width",
+                    r.dimensions()
+                ),
+            ));
+        }
+        return Ok(Some(r));
+    }
+    if precision.is_binary() && !dim.is_multiple_of(8) {
+        return Err(EmbedError::invalid(
+            "precision",
+            format!(
+                "{precision} packs 8 dimensions to a byte and the vectors have {dim}: ask for dimensions that are a multiple of 8"
+            ),
+        ));
+    }
+    Ok(None)
+}
+
 /// `rows` in `precision`; int8 and uint8 need `ranges` of the rows' width. Values outside a
 /// range are clamped to its ends.
 pub fn to_precision(rows: &Embeddings, precision: Precision, ranges: Option<&Ranges>) -> Result<CompactVectors> {
     let dim = rows.dim();
+    let ranges = check(precision, dim, ranges)?;
     let mut data = Vec::with_capacity(rows.len() * precision.bytes_per_vector(dim));
-    match precision {
-        Precision::Float32 => rows.as_slice().iter().for_each(|x| data.extend_from_slice(&x.to_le_bytes())),
-        Precision::Int8 | Precision::Uint8 => {
-            let r = ranges.ok_or_else(|| {
-                EmbedError::invalid(
-                    "ranges",
-                    format!(
-                        "{precision} needs each dimension's range: calibrate on texts like yours, or read saved ranges"
-                    ),
-                )
-            })?;
-            if r.dimensions() != dim {
-                return Err(EmbedError::invalid(
-                    "ranges",
-                    format!(
-                        "the ranges cover {} dimensions and the vectors have {dim}: calibrate at this width",
-                        r.dimensions()
-                    ),
-                ));
-            }
+    match (precision, ranges) {
+        (Precision::Int8 | Precision::Uint8, Some(r)) => {
             let offset = if precision == Precision::Int8 { 128.0 } else { 0.0 };
             for row in rows.rows() {
                 for (j, &x) in row.iter().enumerate() {
@@ -243,15 +260,7 @@ pub fn to_precision(rows: &Embeddings, precision: Precision, ranges: Option<&Ran
                 }
             }
         }
-        Precision::Binary | Precision::Ubinary => {
-            if !dim.is_multiple_of(8) {
-                return Err(EmbedError::invalid(
-                    "precision",
-                    format!(
-                        "{precision} packs 8 dimensions to a byte and the vectors have {dim}: ask for dimensions that are a multiple of 8"
-                    ),
-                ));
-            }
+        (Precision::Binary | Precision::Ubinary, _) => {
             let offset = if precision == Precision::Binary { 128u8 } else { 0 };
             for row in rows.rows() {
                 for byte in row.chunks_exact(8) {
@@ -260,6 +269,8 @@ pub fn to_precision(rows: &Embeddings, precision: Precision, ranges: Option<&Ran
                 }
             }
         }
+        // float32 (`check` gives int8 and uint8 their ranges).
+        _ => rows.as_slice().iter().for_each(|x| data.extend_from_slice(&x.to_le_bytes())),
     }
     Ok(CompactVectors { precision, dimensions: dim, data })
 }

@@ -2,7 +2,7 @@
 //! normalisation and dimensions, and the ranges int8 and uint8 need, calibrated on texts.
 
 use crate::call::CallOptions;
-use crate::compact::{CompactVectors, Ranges, to_precision};
+use crate::compact::{CompactVectors, Ranges, check, to_precision};
 use crate::embedder::Embedder;
 use crate::error::Result;
 
@@ -19,10 +19,8 @@ impl Embedder {
         let (default, default_ranges) = &self.engine.default_precision;
         let precision = options.precision.or(*default).unwrap_or_default();
         let ranges = options.ranges.as_ref().or(default_ranges.as_ref());
-        // What the options alone refuse, before any text runs: the same check on no rows.
-        let width = options.dimensions.unwrap_or(self.dimension());
-        let nothing = crate::Embeddings::new(Vec::new(), width).unwrap_or_default();
-        to_precision(&nothing, precision, ranges.map(|r| &**r))?;
+        // What the options alone refuse is refused before any text runs.
+        check(precision, options.dimensions.unwrap_or(self.dimension()), ranges.map(|r| &**r))?;
         let rows = self.embed_with(texts, options)?;
         to_precision(&rows, precision, ranges.map(|r| &**r))
     }
