@@ -1,6 +1,8 @@
 //! An embedder's compact calls: float32 rows made int8, uint8 or binary after pooling,
 //! normalisation and dimensions, and the ranges int8 and uint8 need, calibrated on texts.
 
+use std::future::Future;
+
 use crate::call::CallOptions;
 use crate::compact::{CompactVectors, Ranges, check, to_precision};
 use crate::embedder::Embedder;
@@ -30,13 +32,28 @@ impl Embedder {
     /// uint8 cut into 256 steps. Calibrate on texts like the ones you will embed; queries and
     /// documents must share the ranges ([`Ranges::write`] and [`Ranges::read`] keep them).
     pub fn calibrate<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions, source: &str) -> Result<Ranges> {
-        let rows = self.embed_with(texts, options)?;
-        Ranges::of(&rows, format!("{source} ({} texts, {} dimensions)", rows.len(), rows.dim()))
+        ranges_of(&self.embed_with(texts, options)?, source)
     }
 
     /// [`calibrate`](Self::calibrate) on [`SAMPLE_TEXTS`].
     pub fn calibrate_on_sample(&self, options: &CallOptions) -> Result<Ranges> {
         let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
-        self.calibrate(&texts, options, "nornir's built-in sample")
+        self.calibrate(&texts, options, SAMPLE_SOURCE)
     }
+
+    /// [`calibrate_on_sample`](Self::calibrate_on_sample) as a future, as
+    /// [`embed_async`](Self::embed_async) is (dropping it cancels the call).
+    pub fn calibrate_on_sample_async(&self, options: &CallOptions) -> impl Future<Output = Result<Ranges>> + '_ {
+        let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
+        let rows = self.embed_with_async(&texts, options);
+        async move { ranges_of(&rows.await?, SAMPLE_SOURCE) }
+    }
+}
+
+/// How calibration names the built-in sample.
+const SAMPLE_SOURCE: &str = "nornir's built-in sample";
+
+/// The ranges of `rows`, their source said with their count and width.
+fn ranges_of(rows: &crate::Embeddings, source: &str) -> Result<Ranges> {
+    Ranges::of(rows, format!("{source} ({} texts, {} dimensions)", rows.len(), rows.dim()))
 }

@@ -144,6 +144,12 @@ pub(crate) fn dimensions(d: i64, width: usize) -> Result<usize, ApiError> {
 
 /// `response` with `x-truncated-inputs`: how many of the request's texts were cut to the
 /// model's length.
+/// An answer's `id` as Cohere's API carries one: `PREFIX-` and the time in nanoseconds, in hex.
+pub(crate) fn response_id(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{prefix}-{nanos:x}")
+}
+
 pub(crate) fn truncated_header(mut response: Response, rows: &Embeddings) -> Response {
     response.headers_mut().insert("x-truncated-inputs", HeaderValue::from(rows.truncated_count()));
     response
@@ -190,7 +196,7 @@ impl App {
         texts: &[String],
         options: CallOptions,
     ) -> Result<Embeddings, ApiError> {
-        let options = options.with_max_wait(self.request_timeout / 2);
+        let options = options.with_max_wait(self.max_wait());
         let rows = self.in_time(embedder.embed_with_async(texts, &options)).await?;
         self.metrics.count_texts(entry, texts.len(), rows.total_tokens(), rows.truncated_count());
         Ok(rows)

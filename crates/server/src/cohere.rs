@@ -11,11 +11,11 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{CallOptions, Embedder, Embeddings, Precision, Ranges, SAMPLE_TEXTS, Truncation, to_precision};
+use nornir_vector::{CallOptions, Embedder, Embeddings, Precision, Ranges, Truncation, to_precision};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{ApiError, App, Flavour};
+use crate::api::{ApiError, App, Flavour, response_id};
 use crate::models::Entry;
 
 #[derive(Deserialize)]
@@ -59,10 +59,7 @@ async fn ranges_for(
     if let Some(r) = entry.ranges.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&width) {
         return Ok(Arc::clone(r));
     }
-    let sample: Vec<&str> = SAMPLE_TEXTS.lines().collect();
-    let rows = app.in_time(embedder.embed_with_async(&sample, &options.clone().with_prompt(""))).await?;
-    let ranges =
-        Arc::new(Ranges::of(&rows, format!("nornir's built-in sample ({} texts, {width} dimensions)", rows.len()))?);
+    let ranges = Arc::new(app.in_time(embedder.calibrate_on_sample_async(&options.clone().with_prompt(""))).await?);
     entry.ranges.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(width, Arc::clone(&ranges));
     Ok(ranges)
 }
@@ -111,7 +108,7 @@ pub(crate) async fn embed(State(app): State<Arc<App>>, headers: HeaderMap, body:
             embeddings.insert(key, typed(&rows, *p, ranges.as_deref())?);
         }
         let mut answer = json!({
-            "id": format!("embed-{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())),
+            "id": response_id("embed"),
             "response_type": "embeddings_by_type",
             "embeddings": embeddings,
             "texts": texts,

@@ -13,7 +13,7 @@ use nornir_vector::{Embedder, ModelKind, PairOptions, Ranked, SparseOptions, Tru
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::api::{ApiError, App, Flavour};
+use crate::api::{ApiError, App, Flavour, response_id};
 use crate::models::Entry;
 use crate::tei::{self, Direction};
 
@@ -132,7 +132,7 @@ async fn rerank_parsed(
             })
             .collect();
         return Ok(axum::Json(json!({
-            "id": format!("rerank-{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())),
+            "id": response_id("rerank"),
             "model": entry.name,
             "results": results,
             "usage": { "total_tokens": rows.total_tokens() },
