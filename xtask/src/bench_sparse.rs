@@ -10,8 +10,9 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
+use crate::compare::{self, median};
 use crate::process::{cargo, run_checked, workspace_root};
-use crate::{assets, compare, fetch};
+use crate::{assets, fetch};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -41,11 +42,6 @@ fn nornir_bench(nornir: &Path, model: &Path, input: &Path) -> Result<(f64, f64)>
         .context("run nornir vector bench")?;
     let v = json_of(out, "nornir vector bench")?;
     Ok((v["texts_per_second"].as_f64().unwrap_or(0.0), v["peak_rss_mib"].as_f64().unwrap_or(0.0)))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 pub fn bench_sparse(a: &Args) -> Result<()> {

@@ -17,6 +17,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
+use crate::long_docs::dot;
 use crate::process::{cargo, run_checked, workspace_root};
 use crate::{assets, fetch, quality};
 
@@ -83,10 +84,6 @@ fn top(scores: impl Iterator<Item = (usize, f32)>, k: usize) -> Vec<usize> {
     all.truncate(k);
     all.sort_by(|a, b| b.1.total_cmp(&a.1));
     all.into_iter().map(|(i, _)| i).collect()
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// The vectors of one set in every precision.

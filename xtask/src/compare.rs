@@ -146,7 +146,7 @@ fn cpu_int8_extensions(nornir: &Path, model: &Path) -> Result<Vec<String>> {
         .collect())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }

@@ -101,7 +101,7 @@ fn embed(nornir: &Path, model: &Path, input: &Path, extra: &[&str]) -> Result<Em
     Ok(Embedded { rows, chunks, seconds })
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 

@@ -64,21 +64,19 @@ fn run_items(engine: &Engine, k: usize, slot: &RwLock<Slot>, items: &mut [Item])
             at += n;
         }
     };
+    let fail = |item: &mut Item, e: EmbedError| {
+        engine.scheduler.handing_over(k, 1);
+        item.fail(e);
+    };
     match run(items) {
         Ok(rows) => hand_over(items, rows),
-        Err(e) if items.len() == 1 => {
-            engine.scheduler.handing_over(k, 1);
-            items[0].fail(e)
-        }
+        Err(e) if items.len() == 1 => fail(&mut items[0], e),
         Err(e) => {
             tracing::warn!("a batch of {} texts failed ({}); running each alone", items.len(), error_chain(&e));
             for i in 0..items.len() {
                 match run(&items[i..=i]) {
                     Ok(rows) => hand_over(&mut items[i..=i], rows),
-                    Err(e) => {
-                        engine.scheduler.handing_over(k, 1);
-                        items[i].fail(e)
-                    }
+                    Err(e) => fail(&mut items[i], e),
                 }
             }
         }
