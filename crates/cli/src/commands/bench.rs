@@ -3,16 +3,13 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use nornir_vector::{Embedder, EmbedderReport, ModelKind, PairOptions, SparseOptions};
+use nornir_vector::{Embedder, EmbedderReport, ModelKind, PairOptions, SAMPLE_TEXTS, SparseOptions};
 
 use super::embed::peak_rss_mib;
 use super::load::load;
 use super::source::{CHUNK, progress};
 use crate::args::BenchArgs;
 use nornir_cli::input::{InputFormat, Records};
-
-/// The built-in benchmark sample: the parity sample's 99 texts.
-pub(super) const SAMPLE: &str = include_str!("../../../../testdata/parity-sample.txt");
 
 /// A bench's own figures with the embedder's report beside them (the keys of `doctor --json`'s
 /// session, `/info` and Python's `report()`), as one JSON object on stdout.
@@ -53,7 +50,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             }
             (texts, p.display().to_string())
         }
-        None => (SAMPLE.lines().map(str::to_owned).collect(), "built-in sample (99 texts)".to_owned()),
+        None => (SAMPLE_TEXTS.lines().map(str::to_owned).collect(), "built-in sample (99 texts)".to_owned()),
     };
     let load_start = Instant::now();
     let embedder = load(&a.model)?;

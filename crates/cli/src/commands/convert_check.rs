@@ -8,9 +8,9 @@ use anyhow::{Context, Result};
 use nornir_vector::convert::{Conversion, ConvertOptions, convert as write_folder};
 use nornir_vector::{Device, Embedder, EmbedderOptions, Embeddings};
 
-use super::bench::SAMPLE;
 use super::convert::Checked;
 use super::quantize::cosine;
+use nornir_vector::SAMPLE_TEXTS;
 
 /// The fused graph only reorders float arithmetic (measured: min cosine 1.0000 on the sample for
 /// all-MiniLM-L6-v2); anything under this computes something else.
@@ -19,7 +19,7 @@ const FUSED_MIN_COSINE: f32 = 0.9999;
 fn embed(dir: &Path) -> Result<Embeddings> {
     let e = Embedder::new(dir, &EmbedderOptions::default().with_device(Device::Cpu))
         .with_context(|| format!("nornir cannot load the converted folder {}", dir.display()))?;
-    let texts: Vec<&str> = SAMPLE.lines().collect();
+    let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
     Ok(e.embed(&texts)?)
 }
 

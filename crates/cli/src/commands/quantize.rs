@@ -12,9 +12,9 @@ use nornir_vector::quantize::{
 use nornir_vector::{Device, Embedder, EmbedderOptions, Pooling};
 use sha2::{Digest, Sha256};
 
-use super::bench::SAMPLE;
 use super::load::{model_dir, options};
 use crate::args::QuantizeArgs;
+use nornir_vector::SAMPLE_TEXTS;
 use nornir_vector::diagnostics::fusion_counts;
 
 /// Files of the source folder that are not copied: the ONNX graphs (the int8 one replaces them),
@@ -57,12 +57,12 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
         .with_weights(a.weights)
         .with_keep_fp32(a.keep_fp32.clone())
         .with_fusions(a.fuse.0.clone());
-    let texts: Vec<&str> = SAMPLE.lines().collect();
+    let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
     let calibration_texts = match &a.calibrate {
         Some(file) => {
             std::fs::read_to_string(file).with_context(|| format!("cannot read --calibrate {}", file.display()))?
         }
-        None => SAMPLE.to_owned(),
+        None => SAMPLE_TEXTS.to_owned(),
     };
     let qopts = if qopts.smoothing.is_some() && qopts.activations == Activations::PerToken {
         let lines: Vec<&str> = calibration_texts.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -363,7 +363,7 @@ mod tests {
         copy_folder(&model, dir.path()).expect("copy the model folder");
         let mut opts = EmbedderOptions::default();
         opts.device = Device::Cpu;
-        let texts: Vec<&str> = SAMPLE.lines().collect();
+        let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
         let on_disk = || std::fs::read(dir.path().join("model.onnx")).expect("model.onnx written");
         let check = |candidate: &[u8]| {
             checked_fusions(dir.path(), &opts, &texts, (candidate.to_vec(), report.clone()), || {
