@@ -30,6 +30,8 @@ pub struct EmbedderReport {
     /// Which provider ran each node of one profiled run; `None` unless asked for
     /// ([`Embedder::describe_with_placement`](crate::Embedder::describe_with_placement)).
     pub placement: Option<Placement>,
+    /// The int8 and uint8 ranges in use: given, and calibrated so far.
+    pub ranges: RangesReport,
 }
 
 impl EmbedderReport {
@@ -42,6 +44,7 @@ impl EmbedderReport {
             cpu_int8_extensions: cpu_int8_extensions().into_iter().map(str::to_owned).collect(),
             unclaimed: None,
             placement: None,
+            ranges: RangesReport::of(engine),
         }
     }
 
@@ -127,4 +130,45 @@ pub fn cpu_int8_extensions() -> Vec<&'static str> {
                 .collect()
         })
         .clone()
+}
+
+/// Which int8 and uint8 ranges an embedder uses: those it was given, and those it calibrated so
+/// far (`/info`'s and `report()`'s `ranges`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RangesReport {
+    /// The ranges the embedder was built with (their source and width), if any.
+    pub given: Option<RangesUse>,
+    /// Ranges calibrated on the built-in sample, one per width and normalisation asked so far.
+    pub calibrated: Vec<RangesUse>,
+}
+
+/// One set of ranges in use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RangesUse {
+    /// Vector width they cover.
+    pub dimensions: usize,
+    /// Whether they were calibrated on normalised vectors (`None` for given ranges).
+    pub normalized: Option<bool>,
+    /// Where they came from.
+    pub source: String,
+}
+
+impl RangesReport {
+    pub(crate) fn of(engine: &Engine) -> Self {
+        let (_, given) = &engine.default_precision;
+        let given =
+            given.as_ref().map(|r| RangesUse { dimensions: r.dimensions(), normalized: None, source: r.source().to_owned() });
+        let calibrated = engine.calibrated.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let calibrated = calibrated
+            .iter()
+            .map(|(&(dimensions, normalized), r)| RangesUse {
+                dimensions,
+                normalized: Some(normalized),
+                source: r.source().to_owned(),
+            })
+            .collect();
+        Self { given, calibrated }
+    }
 }

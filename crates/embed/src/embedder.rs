@@ -11,14 +11,14 @@ use std::thread::JoinHandle;
 
 use nornir_ep_select::Vendor;
 
-use crate::call::CallOptions;
+use nornir_options::CallOptions;
 use crate::describe::EmbedderReport;
 use crate::embeddings::Embeddings;
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::future::{EmbedFuture, TOKENIZING_THREADS, TokenizeJob, Work, tokenizing_thread};
-use crate::kind::ModelKind;
-use crate::options::EmbedderOptions;
+use nornir_options::ModelKind;
+use nornir_options::EmbedderOptions;
 use crate::prepare;
 use crate::report::{ModelInfo, Placement, SessionReport, Token};
 use crate::stats::EmbedStats;

@@ -14,10 +14,11 @@ use ort::session::Session;
 use crate::error::{EmbedError, Result, error_chain};
 use crate::graph_io::{GraphIo, Row, RowSettings, graph_io, run_and_pool};
 use crate::graph_scan::one_text_per_run;
-use crate::kind::{self, ModelKind};
-use crate::options::{EmbedderOptions, QueueFull, default_cpu_workers, intra_threads};
+use crate::kind;
+use nornir_options::ModelKind;
+use nornir_options::{EmbedderOptions, QueueFull, default_cpu_workers, intra_threads};
 use crate::plan::plan_with;
-use crate::pooling::Pooling;
+use nornir_options::Pooling;
 use crate::prompt::choose_prompt;
 use crate::queue::BatchPolicy;
 use crate::report::{ModelFolder, ModelInfo, SessionReport};
@@ -47,7 +48,10 @@ pub(crate) struct Engine {
     /// `dim` of the options: the width of a call that does not choose one.
     pub(crate) default_dim: Option<usize>,
     /// The options' precision and ranges: those of a compact call that does not choose them.
-    pub(crate) default_precision: (Option<crate::compact::Precision>, Option<Arc<crate::compact::Ranges>>),
+    pub(crate) default_precision: (Option<nornir_options::Precision>, Option<Arc<nornir_options::Ranges>>),
+    /// int8 and uint8 ranges calibrated on the built-in sample, by (width, normalised), kept for
+    /// the embedder's life (`compact_calls.rs`).
+    pub(crate) calibrated: Mutex<std::collections::BTreeMap<(usize, bool), Arc<nornir_options::Ranges>>>,
     pub(crate) io: GraphIo,
     pub(crate) settings: RowSettings,
     pub(crate) info: ModelInfo,
@@ -103,7 +107,7 @@ impl Engine {
         let output = session.outputs()[io.output].name().to_owned();
         folder.kind = kind::with_graph(std::mem::take(&mut folder.kind), &output, io.pooled)
             .map_err(|e| EmbedError::model(&folder.dir, e))?;
-        if folder.kind.kind != ModelKind::Embedder && options.dimensions.is_some() {
+        if folder.kind.kind != ModelKind::Embedder && options.call.dimensions.is_some() {
             return Err(EmbedError::invalid(
                 "dimensions",
                 format!("cuts dense vectors; this model is a {}", folder.kind.kind),
@@ -119,7 +123,7 @@ impl Engine {
                 .prompt_token_count(&prompt.text)
                 .map_err(|e| EmbedError::tokenizer_because(&folder.tokenizer_file, e))?
         };
-        let (normalize, normalize_reason) = match options.normalize {
+        let (normalize, normalize_reason) = match options.call.normalize {
             Some(n) => (n, "chosen by the caller".to_owned()),
             None => {
                 let (n, why) = folder.normalize_default();
@@ -156,8 +160,9 @@ impl Engine {
             session_growth,
             tokenizer,
             include_prompt,
-            default_dim: options.dimensions,
-            default_precision: (options.precision, options.ranges.clone()),
+            default_dim: options.call.dimensions,
+            default_precision: (options.call.precision, options.call.ranges.clone()),
+            calibrated: Mutex::default(),
             io,
             settings,
             info,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use nornir_ep_select::Vendor;
 
-use crate::kind::ModelKind;
+use nornir_options::ModelKind;
 use crate::report::{MIN_ORT, Registration};
 
 /// Everything the embedder can fail with; match on the variant (and on [`InferenceKind`]), not on
@@ -222,6 +222,14 @@ pub enum EmbedError {
     #[error("the call was cancelled through its CancelHandle")]
     Cancelled,
 
+    /// A bug in nornir: code of the call panicked. The call fails; the embedder goes on.
+    #[error("internal error (a bug in nornir, please report it): {reason}; the embedder goes on, retry or change the input")]
+    #[non_exhaustive]
+    Internal {
+        /// The panic's message.
+        reason: String,
+    },
+
     /// The call is for another kind of model ([`ModelKind`]).
     #[error("`{call}` needs a model of kind {wanted}, but this model is {}: call {} on it", .kind.with_article(), calls_for(.kind))]
     #[non_exhaustive]
@@ -302,6 +310,17 @@ fn searched_list(searched: &[PathBuf], problems: &[String]) -> String {
 }
 
 impl EmbedError {
+    /// The error of a call whose thread panicked with `payload` (what `JoinHandle::join` or
+    /// `catch_unwind` returns): [`EmbedError::Internal`] with the panic's message.
+    pub fn from_panic(payload: &(dyn std::any::Any + Send)) -> Self {
+        let reason = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned());
+        Self::Internal { reason: format!("panicked: {reason}") }
+    }
+
     pub(crate) fn invalid(option: &'static str, reason: impl Into<String>) -> Self {
         Self::InvalidOption { option, reason: reason.into() }
     }
@@ -342,5 +361,13 @@ impl EmbedError {
     /// `what` failed because of `cause` (`what` empty: nothing to add to "inference failed").
     pub(crate) fn inference_because(kind: InferenceKind, what: &str, cause: impl Into<Cause>) -> Self {
         Self::Inference { kind, reason: what.to_owned(), source: Some(cause.into()) }
+    }
+}
+
+/// An option refused without a model (`nornir-options`' checks) is the embedder's
+/// [`EmbedError::InvalidOption`], word for word.
+impl From<nornir_options::InvalidOption> for EmbedError {
+    fn from(e: nornir_options::InvalidOption) -> Self {
+        Self::InvalidOption { option: e.option, reason: e.reason }
     }
 }

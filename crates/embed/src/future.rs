@@ -8,11 +8,11 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use crate::call::CallOptions;
+use nornir_options::CallOptions;
 use crate::embeddings::Embeddings;
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
-use crate::options::QueueFull;
+use nornir_options::QueueFull;
 use crate::pairs::PairOptions;
 use crate::prepare::{self, Call};
 

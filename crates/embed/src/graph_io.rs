@@ -9,8 +9,9 @@ use ort::session::Session;
 use ort::value::{TensorElementType, TensorRef, ValueType};
 
 use crate::error::{EmbedError, InferenceKind, Result};
-use crate::kind::ModelKind;
-use crate::pooling::{Pooling, pool_tokens};
+use nornir_options::ModelKind;
+use crate::pooling::pool_tokens;
+use nornir_options::Pooling;
 use crate::report::ModelFolder;
 
 /// Outputs chosen by name before any other, in this order (sentence-transformers' and the

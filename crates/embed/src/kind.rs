@@ -3,83 +3,11 @@
 //! head) or a cross-encoder (scores per query and document pair, from a classification head).
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::pooling::Pooling;
+use nornir_options::{ModelKind, Pooling, ScoreActivation};
 
-/// The three kinds of model a retrieval stack runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ModelKind {
-    /// A dense vector per text (`embed`).
-    #[default]
-    Embedder,
-    /// A sparse vector per text: a weight per vocabulary term (`embed_sparse`).
-    SparseEncoder,
-    /// Scores per (query, document) pair (`rerank`, `predict`).
-    CrossEncoder,
-}
-
-impl ModelKind {
-    /// The name used in reports and errors: `embedder`, `sparse-encoder`, `cross-encoder`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Embedder => "embedder",
-            Self::SparseEncoder => "sparse-encoder",
-            Self::CrossEncoder => "cross-encoder",
-        }
-    }
-}
-
-impl ModelKind {
-    /// The label with its article: `an embedder`, `a sparse-encoder`, `a cross-encoder`.
-    pub fn with_article(self) -> &'static str {
-        match self {
-            Self::Embedder => "an embedder",
-            Self::SparseEncoder => "a sparse-encoder",
-            Self::CrossEncoder => "a cross-encoder",
-        }
-    }
-}
-
-impl fmt::Display for ModelKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-/// What turns a cross-encoder's raw scores (logits) into the scores it returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ScoreActivation {
-    /// `1 / (1 + e^-x)` per score: sentence-transformers' default for one label.
-    Sigmoid,
-    /// Over the labels of a pair: the default for several labels.
-    Softmax,
-    /// The raw scores.
-    Identity,
-}
-
-impl ScoreActivation {
-    /// Applies the activation to one pair's scores in place.
-    pub fn apply(self, scores: &mut [f32]) {
-        match self {
-            Self::Identity => {}
-            Self::Sigmoid => scores.iter_mut().for_each(|s| *s = 1.0 / (1.0 + (-*s).exp())),
-            Self::Softmax => {
-                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0.0;
-                for s in scores.iter_mut() {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                scores.iter_mut().for_each(|s| *s /= sum);
-            }
-        }
-    }
-}
 
 /// The folder's kind and why, with what the kind needs from the configs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,7 +8,6 @@
 
 #![warn(missing_docs)]
 
-mod call;
 mod chunk;
 mod compact;
 mod compact_calls;
@@ -22,9 +21,7 @@ mod future;
 mod graph_io;
 mod graph_scan;
 mod kind;
-mod long;
 mod model;
-mod options;
 mod pairs;
 mod placement;
 mod plan;
@@ -45,20 +42,17 @@ mod stats;
 mod tokenize;
 mod worker;
 
-pub use call::{CallOptions, CancelHandle, Chunking, DocumentVector, Prompt, Truncation};
-pub use compact::{CompactVectors, Precision, Ranges, to_precision};
+pub use compact::{CompactVectors, to_precision};
 pub use compact_calls::SAMPLE_TEXTS;
-pub use describe::{EmbedderReport, cpu_int8_extensions, fusion_counts, precision};
+pub use describe::{EmbedderReport, RangesReport, RangesUse, cpu_int8_extensions, fusion_counts, precision};
 pub use embedder::Embedder;
 pub use embeddings::{CharChunk, Chunk, Embeddings};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use future::EmbedFuture;
-pub use kind::{KindChoice, ModelKind, ScoreActivation};
-pub use long::LongInputs;
-pub use options::{EmbedderOptions, QueueFull};
+pub use kind::KindChoice;
 pub use pairs::{PairOptions, Ranked, rank};
 pub use plan::{plan_for, plan_with};
-pub use pooling::{Pooling, normalize};
+pub use pooling::normalize;
 pub use report::{
     DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport, PoolingSpec,
     PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, Token,
@@ -66,6 +60,12 @@ pub use report::{
 pub use runtime::{check_library, choose_library, device_list, list_devices};
 pub use sparse::{SparseOptions, SparseVector};
 pub use stats::{BATCH_SIZE_BOUNDS, EmbedStats};
+
+// The words of its options, defined without ONNX Runtime in `nornir-options`.
+pub use nornir_options::{
+    CallOptions, CancelHandle, Chunking, DocumentVector, EmbedderOptions, InvalidOption, LongInputs, ModelKind, Pooling,
+    Precision, Prompt, QueueFull, Ranges, ScoreActivation, Truncation,
+};
 
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.
 #[doc(hidden)]

@@ -6,8 +6,9 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::error::{EmbedError, Result};
-use crate::kind::{HeadConfig, ModelKind, choose_kind, parse_splade_config};
-use crate::pooling::Pooling;
+use crate::kind::{HeadConfig, choose_kind, parse_splade_config};
+use nornir_options::ModelKind;
+use nornir_options::Pooling;
 use crate::report::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 
 impl Quantization {

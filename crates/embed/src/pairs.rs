@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::call::{CancelHandle, Truncation};
+use nornir_options::{CancelHandle, Truncation};
 use crate::embeddings::{Embeddings, TextTokens};
 use crate::engine::Engine;
 use crate::error::{EmbedError, Result};
-use crate::kind::{ModelKind, ScoreActivation};
+use nornir_options::{ModelKind, ScoreActivation};
 use crate::prepare::Call;
 use crate::request::{Item, Request};
 
@@ -110,7 +110,7 @@ pub(crate) fn prepare_pairs<A: AsRef<str>, B: AsRef<str>>(
     };
     let call = Call::of_pairs(request, items, tokens, labels, activation, options.max_wait);
     if let Some(handle) = &options.cancel
-        && !handle.watch(&call.request)
+        && !handle.watch(call.request.watchable())
     {
         return Err(EmbedError::Cancelled);
     }

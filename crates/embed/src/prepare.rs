@@ -7,13 +7,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::call::{CallOptions, Chunking, DocumentVector, Prompt, Truncation};
+use nornir_options::{CallOptions, Chunking, DocumentVector, Prompt, Truncation};
 use crate::chunk::{late_passes, windows};
 use crate::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::graph_io::{Row, forward};
-use crate::kind::ScoreActivation;
+use nornir_options::ScoreActivation;
 use crate::pooling::normalize;
 use crate::prompt::named_prompt;
 use crate::report::Token;
@@ -161,7 +161,7 @@ pub(crate) fn plan_call<'a>(engine: &'a Engine, options: &'a CallOptions) -> Res
 pub(crate) fn prepare<S: AsRef<str>>(engine: &Engine, texts: &[S], options: &CallOptions) -> Result<Call> {
     let call = prepare_texts(engine, texts, options)?;
     if let Some(handle) = &options.cancel
-        && !handle.watch(&call.request)
+        && !handle.watch(call.request.watchable())
     {
         engine.counters.cancelled_texts.fetch_add(call.items.len() as u64, Ordering::Relaxed);
         return Err(EmbedError::Cancelled);

@@ -1,9 +1,9 @@
 //! Which text goes before every input, and which task a task-adapter model runs: from the
 //! options and the folder's `config_sentence_transformers.json` and `config.json`.
 
-use crate::call::Prompt;
+use nornir_options::Prompt;
 use crate::error::EmbedError;
-use crate::options::EmbedderOptions;
+use nornir_options::EmbedderOptions;
 use crate::report::{ModelFolder, PromptChoice};
 
 fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
@@ -60,9 +60,9 @@ pub(crate) fn choose_prompt(folder: &ModelFolder, o: &EmbedderOptions) -> Result
     let named = |name: &str, source: String| -> Result<(String, Option<String>), EmbedError> {
         Ok((named_prompt(folder, name)?.to_owned(), Some(source)))
     };
-    let (text, source) = if let Some(Prompt::Text(p)) = &o.prompt {
+    let (text, source) = if let Some(Prompt::Text(p)) = &o.call.prompt {
         (p.clone(), Some("the prompt option".to_owned()))
-    } else if let Some(Prompt::Name(name)) = &o.prompt {
+    } else if let Some(Prompt::Name(name)) = &o.call.prompt {
         named(name, format!("prompt {name:?}"))?
     } else if let Some((t, _)) = &task {
         let text = folder.task_instructions.get(t).or_else(|| prompts.get(t)).cloned().unwrap_or_default();

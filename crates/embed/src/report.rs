@@ -11,7 +11,7 @@ use nornir_gpu_probe::ProviderRequirements;
 use serde::{Deserialize, Serialize};
 
 use crate::kind::KindChoice;
-use crate::pooling::Pooling;
+use nornir_options::Pooling;
 
 /// What registering one provider did. In JSON: `{"provider", "ok", "error", "preflight"}`, with
 /// `error` only when `ok` is false.

@@ -118,6 +118,19 @@ impl Request {
             w.wake();
         }
     }
+
+    /// This call as a [`CancelHandle`](nornir_options::CancelHandle) holds it: weakly, so a
+    /// handle kept after the call ends keeps nothing alive.
+    pub(crate) fn watchable(self: &Arc<Self>) -> std::sync::Weak<dyn nornir_options::Cancel> {
+        let weak: std::sync::Weak<Self> = Arc::downgrade(self);
+        weak
+    }
+}
+
+impl nornir_options::Cancel for Request {
+    fn cancel(&self) {
+        Request::cancel(self);
+    }
 }
 
 /// One text waiting to run: its ids and where its rows go. Dropped before its rows were handed

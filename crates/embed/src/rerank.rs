@@ -7,7 +7,7 @@ use crate::embedder::Embedder;
 use crate::embeddings::Embeddings;
 use crate::error::{EmbedError, Result};
 use crate::future::{EmbedFuture, Work};
-use crate::kind::ModelKind;
+use nornir_options::ModelKind;
 use crate::pairs::{PairOptions, Ranked, prepare_pairs, rank};
 
 impl Embedder {

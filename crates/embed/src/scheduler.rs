@@ -9,7 +9,7 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use crate::error::{EmbedError, InferenceKind};
-use crate::options::QueueFull;
+use nornir_options::QueueFull;
 use crate::queue::{BatchPolicy, CallKey, Queue};
 use crate::request::{Item, Request};
 

@@ -5,12 +5,12 @@ use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
-use crate::call::CallOptions;
+use nornir_options::CallOptions;
 use crate::embedder::Embedder;
 use crate::embeddings::Embeddings;
 use crate::error::{EmbedError, Result};
 use crate::future::Work;
-use crate::kind::ModelKind;
+use nornir_options::ModelKind;
 
 /// Texts per internal call: a call's rows are vocabulary-wide until they are made sparse, so
 /// a long list goes in parts of this many (30,522 terms x 256 texts is 31 MB).

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use tokenizers::{Encoding, PaddingDirection, Tokenizer, TruncationDirection, TruncationParams};
 
-use crate::call::Truncation;
+use nornir_options::Truncation;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::report::{ModelFolder, Token};
 

@@ -36,7 +36,8 @@ pub(crate) fn run_cancellable<T: Send>(
                     interrupted = Some(e);
                 }
             }
-            let out = job.join().unwrap_or(Err(EmbedError::Cancelled));
+            // A panic is a bug that names itself, never a cancellation.
+            let out = job.join().unwrap_or_else(|panic| Err(EmbedError::from_panic(&*panic)));
             (out, interrupted)
         })
     });

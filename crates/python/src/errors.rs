@@ -50,6 +50,12 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(_nornir, Cancelled, EmbedErrorPy, "The call was cancelled.");
 pyo3::create_exception!(_nornir, InferenceError, EmbedErrorPy, "Running the model failed.");
+pyo3::create_exception!(
+    _nornir,
+    InternalError,
+    EmbedErrorPy,
+    "A bug in nornir (code of the call panicked): the call failed, the embedder goes on; please report it."
+);
 pyo3::create_exception!(_nornir, EmbedderClosed, EmbedErrorPy, "The embedder was closed.");
 pyo3::create_exception!(
     _nornir,
@@ -74,6 +80,7 @@ pub(crate) fn to_py(py: Python<'_>, e: &EmbedError) -> PyErr {
         EmbedError::TooLong { .. } => TooLong::new_err(text),
         EmbedError::Overloaded { .. } | EmbedError::WaitTooLong { .. } => Overloaded::new_err(text),
         EmbedError::Cancelled => Cancelled::new_err(text),
+        EmbedError::Internal { .. } => InternalError::new_err(text),
         EmbedError::WrongKind { .. } => WrongKind::new_err(text),
         _ => InferenceError::new_err(text),
     };
@@ -111,6 +118,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Overloaded", py.get_type::<Overloaded>())?;
     m.add("Cancelled", py.get_type::<Cancelled>())?;
     m.add("InferenceError", py.get_type::<InferenceError>())?;
+    m.add("InternalError", py.get_type::<InternalError>())?;
     m.add("EmbedderClosed", py.get_type::<EmbedderClosed>())?;
     m.add("WrongKind", py.get_type::<WrongKind>())?;
     Ok(())

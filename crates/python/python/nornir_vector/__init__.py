@@ -26,6 +26,7 @@ _os.environ.setdefault("NORNIR_PYTHON_PREFIX", _sys.prefix)
 
 from ._nornir import (  # noqa: E402
     Cancelled,
+    InternalError,
     ConvertError,
     DeviceError,
     EmbedError,
@@ -49,6 +50,7 @@ from .retrieval import Reranker, SparseEncoder  # noqa: E402
 
 __all__ = [
     "Cancelled",
+    "InternalError",
     "ConvertError",
     "DEFAULT_MODEL",
     "DeviceError",

@@ -2,13 +2,11 @@
 //! dimensions, truncation) on an embedder built once. Calls with different options still share
 //! batches: what the model reads is token ids, and the rest happens to each call's own rows.
 
-use crate::compact::{Precision, Ranges};
-use crate::request::Request;
+use crate::precision::{Precision, Ranges};
 
-/// A prompt put before every text: of an embedder ([`EmbedderOptions::prompt`](crate::EmbedderOptions::prompt))
+/// A prompt put before every text: of an embedder (`EmbedderOptions::prompt`)
 /// or of one call ([`CallOptions::prompt`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Prompt {
     /// A prompt of the folder's `config_sentence_transformers.json`, by name (`"query"`).
     Name(String),
@@ -18,7 +16,6 @@ pub enum Prompt {
 
 /// What to do with a text longer than the model reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
 pub enum Truncation {
     /// Keep its first tokens (as sentence-transformers does).
     #[default]
@@ -26,13 +23,13 @@ pub enum Truncation {
     /// Keep its last tokens (TEI's `truncation_direction: "Left"`). A prompt before the text is
     /// cut first, and the whole text is then pooled.
     Left,
-    /// Fail the call with [`EmbedError::TooLong`](crate::EmbedError::TooLong), naming the text
+    /// Fail the call with [`EmbedError::TooLong`](https://docs.rs/nornir-embed), naming the text
     /// and its token count.
     Refuse,
 }
 
-/// Options of one call of [`Embedder::embed_with`](crate::Embedder::embed_with); each `None`
-/// keeps what the embedder was built with ([`EmbedderOptions`](crate::EmbedderOptions) and the
+/// Options of one call of `Embedder::embed_with`; each `None`
+/// keeps what the embedder was built with (`EmbedderOptions` and the
 /// model folder).
 ///
 /// ```
@@ -54,18 +51,18 @@ pub struct CallOptions {
     /// What to do with a text longer than the model reads.
     pub truncation: Option<Truncation>,
     /// Cut a text longer than the window into overlapping chunks instead of truncating it; the
-    /// row is then the document's vector, and [`Embeddings::chunks`](crate::Embeddings::chunks)
+    /// row is then the document's vector, and `Embeddings::chunks`
     /// has each chunk's span and vector. `truncation` no longer applies.
     pub chunking: Option<Chunking>,
     /// Lets another thread stop this call (see [`CancelHandle`]).
     pub cancel: Option<CancelHandle>,
-    /// Refuse the call at once with [`EmbedError::WaitTooLong`](crate::EmbedError::WaitTooLong)
+    /// Refuse the call at once with `EmbedError::WaitTooLong`
     /// when the texts queued ahead of it, with its own, are expected to take longer than this
     /// (estimated from their tokens and the run time per token of recent batches; before the first
     /// batch nothing is refused). What a server under overload wants: a quick 503 instead of a
     /// request that queues past its timeout.
     pub max_wait: Option<std::time::Duration>,
-    /// The precision of [`Embedder::embed_compact`](crate::Embedder::embed_compact)'s vectors
+    /// The precision of `Embedder::embed_compact`'s vectors
     /// (`None`: the embedder's); `embed` always gives float32.
     pub precision: Option<Precision>,
     /// The ranges int8 and uint8 use (`None`: the embedder's).
@@ -112,7 +109,7 @@ impl CallOptions {
         self.max_wait = Some(wait);
         self
     }
-    /// [`Embedder::embed_compact`](crate::Embedder::embed_compact)'s precision.
+    /// `Embedder::embed_compact`'s precision.
     pub fn with_precision(mut self, precision: Precision) -> Self {
         self.precision = Some(precision);
         self
@@ -132,10 +129,10 @@ impl CallOptions {
 }
 
 /// Cancels, from any thread, the calls whose options carry a clone of it: a blocking
-/// [`embed_with`](crate::Embedder::embed_with) waiting in another thread, or a future (which a
-/// drop cancels too). The call returns [`EmbedError::Cancelled`](crate::EmbedError::Cancelled)
+/// `embed_with` waiting in another thread, or a future (which a
+/// drop cancels too). The call returns `EmbedError::Cancelled`
 /// at once; its texts still queued leave the queue (counted in
-/// [`EmbedStats::cancelled_texts`](crate::EmbedStats::cancelled_texts)), and those already
+/// `EmbedStats::cancelled_texts`), and those already
 /// running finish unread. A call given a handle that is already cancelled fails before it queues
 /// anything. A blocking call that waits for room in a full queue ([`QueueFull::Wait`](crate::QueueFull::Wait))
 /// sees the cancellation once it has queued.
@@ -159,7 +156,13 @@ pub struct CancelHandle(std::sync::Arc<std::sync::Mutex<CancelState>>);
 struct CancelState {
     cancelled: bool,
     /// The calls waiting now.
-    requests: Vec<std::sync::Weak<Request>>,
+    requests: Vec<std::sync::Weak<dyn Cancel>>,
+}
+
+/// A waiting call a [`CancelHandle`] can stop: the embedder's side of a call.
+pub trait Cancel: Send + Sync + std::fmt::Debug {
+    /// Stops the call: it fails as cancelled, and its texts still queued leave the queue.
+    fn cancel(&self);
 }
 
 impl CancelHandle {
@@ -182,14 +185,15 @@ impl CancelHandle {
         self.lock().cancelled
     }
 
-    /// Lets `cancel` reach `request`; `false` (and nothing kept) when it was already cancelled.
-    pub(crate) fn watch(&self, request: &std::sync::Arc<Request>) -> bool {
+    /// Lets `cancel` reach `call` (a waiting call of the embedder); `false` (and nothing kept)
+    /// when the handle was already cancelled.
+    pub fn watch(&self, call: std::sync::Weak<dyn Cancel>) -> bool {
         let mut s = self.lock();
         if s.cancelled {
             return false;
         }
         s.requests.retain(|r| r.strong_count() > 0);
-        s.requests.push(std::sync::Arc::downgrade(request));
+        s.requests.push(call);
         true
     }
 
@@ -209,7 +213,6 @@ impl Eq for CancelHandle {}
 
 /// How a document's vector is made from its chunks' vectors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
 pub enum DocumentVector {
     /// Their mean, each chunk weighted by its tokens, normalised if the call normalises.
     #[default]

@@ -1,22 +1,22 @@
-//! [`EmbedderOptions`]: how to build an embedder, with `with_*` builders.
+//! [`EmbedderOptions`]: how to build an embedder, with `with_*` builders; what its calls get by
+//! default is a [`CallOptions`].
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use nornir_ep_select::Device;
 
-use crate::call::Prompt;
-use crate::compact::{Precision, Ranges};
-use crate::error::{EmbedError, Result};
+use crate::InvalidOption;
+use crate::call::CallOptions;
 use crate::pooling::Pooling;
 
-/// How to build an [`Embedder`](crate::Embedder). `Default` is: device auto (a GPU when one really works), all cores, a
+/// How to build an `Embedder`. `Default` is: device auto (a GPU when one really works), all cores, a
 /// 256-token budget per batch, and the model folder's own length limit, pooling, normalisation
 /// and default prompt.
 ///
 /// ```
 /// use std::time::Duration;
-/// use nornir_embed::{EmbedderOptions, QueueFull};
+/// use nornir_options::{CallOptions, EmbedderOptions, QueueFull};
 /// use nornir_ep_select::Device;
 ///
 /// // A server's embedder: CPU, 4 threads for 2 batches at once, refuse rather than queue past
@@ -27,8 +27,11 @@ use crate::pooling::Pooling;
 ///     .with_workers(2)
 ///     .with_max_queued_texts(10_000)
 ///     .with_queue_full(QueueFull::Refuse)
-///     .with_batch_wait(Duration::from_millis(2));
+///     .with_batch_wait(Duration::from_millis(2))
+///     // What every call that does not say otherwise gets: no prompt, 256 dimensions.
+///     .with_call(CallOptions::new().with_prompt("").with_dimensions(256));
 /// assert_eq!(options.threads, Some(4));
+/// assert_eq!(options.call.dimensions, Some(256));
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -52,25 +55,18 @@ pub struct EmbedderOptions {
     pub max_length: Option<usize>,
     /// `None` = the model's pooling config, else mean.
     pub pooling: Option<Pooling>,
-    /// L2-normalise each vector. `None` = as the folder says: normalised when `modules.json`
-    /// lists a Normalize module or when there is no `modules.json`, raw otherwise.
-    pub normalize: Option<bool>,
-    /// The graph output to read, instead of nornir's choice (see [`ModelInfo::output_reason`](crate::ModelInfo)).
+    /// The graph output to read, instead of nornir's choice (see `ModelInfo::output_reason`).
     pub output_name: Option<String>,
-    /// The prompt before every text: a text, or a prompt of `config_sentence_transformers.json`
-    /// by name; `None` = the task's instruction, else the folder's `default_prompt_name`, if any.
-    pub prompt: Option<Prompt>,
     /// The task of a model with task adapters (jina-embeddings-v3's `lora_adaptations`):
     /// fed to its `task_id` input; its instruction goes before every text.
     pub task: Option<String>,
-    /// Matryoshka truncation: keep the first `dimensions` values of each vector (then normalise),
-    /// as [`CallOptions::dimensions`](crate::CallOptions::dimensions) does for one call.
-    pub dimensions: Option<usize>,
-    /// The precision of [`Embedder::embed_compact`](crate::Embedder::embed_compact)'s vectors
-    /// when a call does not say (float32 when neither does).
-    pub precision: Option<Precision>,
-    /// The ranges int8 and uint8 use when a call gives none (see [`Ranges`]).
-    pub ranges: Option<std::sync::Arc<Ranges>>,
+    /// What a call gets for every option it leaves `None`: the prompt (`None` = the task's
+    /// instruction, else the folder's `default_prompt_name`, if any), normalisation (`None` = as
+    /// the folder says: normalised when `modules.json` lists a Normalize module or when there is
+    /// no `modules.json`), Matryoshka `dimensions`, truncation or chunking, `precision` and the
+    /// `ranges` of int8 and uint8 (`None`: calibrated once per width and normalisation, see
+    /// `Embedder::ranges_for`).
+    pub call: CallOptions,
     /// Most texts waiting in the queue that every call feeds (a call larger than this still runs,
     /// alone). About 1.6 KB each for a 384-wide model with 256-token texts.
     pub max_queued_texts: usize,
@@ -101,13 +97,9 @@ impl Default for EmbedderOptions {
             token_budget: 256,
             max_length: None,
             pooling: None,
-            normalize: None,
             output_name: None,
-            prompt: None,
             task: None,
-            dimensions: None,
-            precision: None,
-            ranges: None,
+            call: CallOptions::default(),
             max_queued_texts: 65_536,
             queue_full: QueueFull::Wait,
             batch_wait: Duration::ZERO,
@@ -123,10 +115,10 @@ impl EmbedderOptions {
     /// The defaults, with the device taken from `NORNIR_DEVICE` and the providers from
     /// `NORNIR_PROVIDERS` (comma-separated) when set. (`NORNIR_EP_LIBS` is read wherever plugins
     /// are found, options or not.)
-    pub fn from_env() -> Result<Self> {
+    pub fn from_env() -> Result<Self, InvalidOption> {
         let mut o = Self::default();
         if let Ok(v) = std::env::var("NORNIR_DEVICE") {
-            o.device = v.parse().map_err(|e| EmbedError::invalid("device", format!("NORNIR_DEVICE: {e}")))?;
+            o.device = v.parse().map_err(|e| InvalidOption::new("device", format!("NORNIR_DEVICE: {e}")))?;
         }
         if let Ok(v) = std::env::var("NORNIR_PROVIDERS") {
             o.providers = v.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect();
@@ -174,24 +166,14 @@ impl EmbedderOptions {
         self.pooling = Some(pooling);
         self
     }
-    /// Normalise (`true`) or return raw vectors (`false`), whatever the folder says.
-    pub fn with_normalize(mut self, normalize: bool) -> Self {
-        self.normalize = Some(normalize);
-        self
-    }
     /// Read this graph output.
     pub fn with_output_name(mut self, name: impl Into<String>) -> Self {
         self.output_name = Some(name.into());
         self
     }
-    /// Use this named prompt of `config_sentence_transformers.json`.
-    pub fn with_prompt_name(mut self, name: impl Into<String>) -> Self {
-        self.prompt = Some(Prompt::Name(name.into()));
-        self
-    }
-    /// Put this text before every text (`""`: no prompt, not even the model's default).
-    pub fn with_prompt(mut self, prompt: impl Into<String>) -> Self {
-        self.prompt = Some(Prompt::Text(prompt.into()));
+    /// What every call gets for the options it leaves `None` (see [`call`](Self::call)).
+    pub fn with_call(mut self, call: CallOptions) -> Self {
+        self.call = call;
         self
     }
     /// Run this task of a model with task adapters (jina-embeddings-v3).
@@ -214,47 +196,32 @@ impl EmbedderOptions {
         self.batch_wait = wait;
         self
     }
-    /// Keep the first `dimensions` values of each vector (Matryoshka models), then normalise.
-    pub fn with_dimensions(mut self, dimensions: usize) -> Self {
-        self.dimensions = Some(dimensions);
-        self
-    }
-    /// The precision of compact calls that do not choose one.
-    pub fn with_precision(mut self, precision: Precision) -> Self {
-        self.precision = Some(precision);
-        self
-    }
-    /// The ranges of int8 and uint8 calls that give none.
-    pub fn with_ranges(mut self, ranges: std::sync::Arc<Ranges>) -> Self {
-        self.ranges = Some(ranges);
-        self
-    }
-    /// Refuses a value no embedder can be built with, naming the option. [`Embedder::new`](crate::Embedder::new)
+    /// Refuses a value no embedder can be built with, naming the option. `Embedder::new`
     /// calls it first; what depends on the model (`dimensions` wider than its vectors) is checked
     /// when the model is loaded.
-    pub fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> Result<(), InvalidOption> {
         let at_least_one = [
             ("token_budget", Some(self.token_budget), "must be at least 1"),
             ("threads", self.threads, "must be at least 1 (or leave it unset for all cores)"),
             ("workers", self.workers, "must be at least 1 (or leave it unset)"),
             ("max_queued_texts", Some(self.max_queued_texts), "must be at least 1"),
-            ("dimensions", self.dimensions, "must be at least 1"),
+            ("dimensions", self.call.dimensions, "must be at least 1"),
             ("max_length", self.max_length, "must be at least 1"),
         ];
         for (option, value, reason) in at_least_one {
             if value == Some(0) {
-                return Err(EmbedError::invalid(option, reason));
+                return Err(InvalidOption::new(option, reason));
             }
         }
         if self.providers.iter().any(|p| p.trim().is_empty()) {
-            return Err(EmbedError::invalid(
+            return Err(InvalidOption::new(
                 "providers",
                 "a provider name is empty: give ONNX Runtime names, e.g. cpu_ep",
             ));
         }
         if let Some((name, _)) = self.ep_libraries.iter().find(|(n, p)| n.trim().is_empty() || p.as_os_str().is_empty())
         {
-            return Err(EmbedError::invalid("ep_libraries", format!("entry {name:?} needs a name and a path")));
+            return Err(InvalidOption::new("ep_libraries", format!("entry {name:?} needs a name and a path")));
         }
         Ok(())
     }
@@ -284,20 +251,19 @@ impl EmbedderOptions {
 /// threads, at least two (one for one thread): 2, 4 and 8 workers on 4, 8 and 16 cores, each
 /// batch with at least two threads. The timings this rule rests on, with their date and CPU, are
 /// in `docs/performance.md` (Memory).
-pub(crate) fn default_cpu_workers(threads: usize) -> usize {
+pub fn default_cpu_workers(threads: usize) -> usize {
     if threads >= 2 { (threads / 2).max(2) } else { 1 }
 }
 
 /// ONNX Runtime's intra-op threads for a session that `workers` run at once, out of `threads`
 /// in all: each running worker's own thread computes too, so the pool has the rest. A lone run
 /// then uses `threads - workers + 1` threads, and runs side by side share the pool.
-pub(crate) fn intra_threads(threads: usize, workers: usize) -> usize {
+pub fn intra_threads(threads: usize, workers: usize) -> usize {
     (threads + 1).saturating_sub(workers).max(1)
 }
 
 /// What to do with a call that would take the queue past its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
 pub enum QueueFull {
     /// Wait until there is room (the default for the library).
     #[default]
@@ -338,7 +304,7 @@ mod tests {
     #[test]
     fn validate_names_the_option() {
         let invalid = |o: EmbedderOptions| match o.validate() {
-            Err(EmbedError::InvalidOption { option, .. }) => option,
+            Err(InvalidOption { option, .. }) => option,
             other => panic!("{other:?}"),
         };
         let d = EmbedderOptions::default;
@@ -347,7 +313,7 @@ mod tests {
         assert_eq!(invalid(d().with_workers(0)), "workers");
         assert_eq!(invalid(d().with_token_budget(0)), "token_budget");
         assert_eq!(invalid(d().with_max_queued_texts(0)), "max_queued_texts");
-        assert_eq!(invalid(d().with_dimensions(0)), "dimensions");
+        assert_eq!(invalid(d().with_call(CallOptions::new().with_dimensions(0))), "dimensions");
         assert_eq!(invalid(d().with_max_length(0)), "max_length");
     }
 }

@@ -16,12 +16,11 @@ use crate::call::{CallOptions, Chunking, Truncation};
 /// assert!("cut".parse::<LongInputs>().unwrap_err().contains("truncate, refuse, chunk, late"));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
 pub enum LongInputs {
     /// Keep its first tokens, as sentence-transformers does; the rows count the texts cut.
     #[default]
     Truncate,
-    /// Refuse it ([`EmbedError::TooLong`](crate::EmbedError::TooLong)), naming the text and its
+    /// Refuse it (`EmbedError::TooLong`), naming the text and its
     /// token count: TEI's default.
     Refuse,
     /// The document's vector from overlapping chunks (late chunking when `Chunking::late`).
