@@ -67,7 +67,7 @@ pub struct EmbedJob {
     pub format: OutputFormat,
     pub output: Option<PathBuf>,
     pub model: ModelArgs,
-    pub long: crate::args::LongPolicy,
+    pub long: nornir_vector::LongInputs,
     pub window: Option<usize>,
     pub overlap: Option<usize>,
     pub sparse: crate::args::SparseArgs,

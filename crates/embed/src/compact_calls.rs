@@ -14,12 +14,12 @@
 use std::future::Future;
 use std::sync::{Arc, PoisonError};
 
-use nornir_options::{CallOptions, Precision, Ranges};
 use crate::compact::{CompactVectors, check, to_precision};
 use crate::describe::RangesReport;
 use crate::embedder::Embedder;
 use crate::embeddings::Embeddings;
 use crate::error::Result;
+use nornir_options::{CallOptions, Precision, Ranges};
 
 /// A sample of 99 texts (news, questions, code, several languages, one long paragraph): the
 /// default calibration set for int8 and uint8 ranges, and `nornir vector bench`'s input.

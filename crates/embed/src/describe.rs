@@ -158,8 +158,11 @@ pub struct RangesUse {
 impl RangesReport {
     pub(crate) fn of(engine: &Engine) -> Self {
         let (_, given) = &engine.default_precision;
-        let given =
-            given.as_ref().map(|r| RangesUse { dimensions: r.dimensions(), normalized: None, source: r.source().to_owned() });
+        let given = given.as_ref().map(|r| RangesUse {
+            dimensions: r.dimensions(),
+            normalized: None,
+            source: r.source().to_owned(),
+        });
         let calibrated = engine.calibrated.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let calibrated = calibrated
             .iter()

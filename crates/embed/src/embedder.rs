@@ -11,17 +11,17 @@ use std::thread::JoinHandle;
 
 use nornir_ep_select::Vendor;
 
-use nornir_options::CallOptions;
 use crate::describe::EmbedderReport;
 use crate::embeddings::Embeddings;
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::future::{EmbedFuture, TOKENIZING_THREADS, TokenizeJob, Work, tokenizing_thread};
-use nornir_options::ModelKind;
-use nornir_options::EmbedderOptions;
 use crate::prepare;
 use crate::report::{ModelInfo, Placement, SessionReport, Token};
 use crate::stats::EmbedStats;
+use nornir_options::CallOptions;
+use nornir_options::EmbedderOptions;
+use nornir_options::ModelKind;
 
 /// A sentence embedder over a small pool of ONNX Runtime sessions. `Send + Sync`: share it with
 /// `Arc`.

@@ -94,6 +94,10 @@ impl Embeddings {
     pub fn truncated_count(&self) -> usize {
         self.tokens.iter().filter(|t| t.truncated).count()
     }
+    /// What the call read: its tokens and the texts it cut.
+    pub fn usage(&self) -> Usage {
+        Usage { tokens: self.total_tokens(), truncated: self.truncated_count() }
+    }
     /// The width of every row.
     pub fn dim(&self) -> usize {
         self.dim
@@ -165,4 +169,21 @@ pub struct CharChunk<'a> {
     pub tokens: usize,
     /// Its vector.
     pub embedding: &'a [f32],
+}
+
+/// What a call read, as an API bills and reports it: the tokens the model read (special tokens
+/// and prompt included, after truncation) and how many texts (or pairs) were cut.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Usage {
+    /// Tokens the model read.
+    pub tokens: usize,
+    /// Texts or pairs longer than the model reads, cut.
+    pub truncated: usize,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Self) {
+        self.tokens += other.tokens;
+        self.truncated += other.truncated;
+    }
 }

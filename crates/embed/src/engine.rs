@@ -15,10 +15,7 @@ use crate::error::{EmbedError, Result, error_chain};
 use crate::graph_io::{GraphIo, Row, RowSettings, graph_io, run_and_pool};
 use crate::graph_scan::one_text_per_run;
 use crate::kind;
-use nornir_options::ModelKind;
-use nornir_options::{EmbedderOptions, QueueFull, default_cpu_workers, intra_threads};
 use crate::plan::plan_with;
-use nornir_options::Pooling;
 use crate::prompt::choose_prompt;
 use crate::queue::BatchPolicy;
 use crate::report::{ModelFolder, ModelInfo, SessionReport};
@@ -27,6 +24,9 @@ use crate::scheduler::Scheduler;
 use crate::session::{self, SessionConfig, Slot, growth_since, resident_bytes};
 use crate::stats::{Counters, EmbedStats};
 use crate::tokenize::ModelTokenizer;
+use nornir_options::ModelKind;
+use nornir_options::Pooling;
+use nornir_options::{EmbedderOptions, QueueFull, default_cpu_workers, intra_threads};
 
 /// Everything the callers and the workers share. On the CPU every worker runs the one
 /// session; on a GPU worker k runs session k (see `slot_for`).

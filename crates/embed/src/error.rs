@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use nornir_ep_select::Vendor;
 
-use nornir_options::ModelKind;
 use crate::report::{MIN_ORT, Registration};
+use nornir_options::ModelKind;
 
 /// Everything the embedder can fail with; match on the variant (and on [`InferenceKind`]), not on
 /// the text.
@@ -223,7 +223,9 @@ pub enum EmbedError {
     Cancelled,
 
     /// A bug in nornir: code of the call panicked. The call fails; the embedder goes on.
-    #[error("internal error (a bug in nornir, please report it): {reason}; the embedder goes on, retry or change the input")]
+    #[error(
+        "internal error (a bug in nornir, please report it): {reason}; the embedder goes on, retry or change the input"
+    )]
     #[non_exhaustive]
     Internal {
         /// The panic's message.

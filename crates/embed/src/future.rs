@@ -8,13 +8,13 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use nornir_options::CallOptions;
 use crate::embeddings::Embeddings;
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
-use nornir_options::QueueFull;
 use crate::pairs::PairOptions;
 use crate::prepare::{self, Call};
+use nornir_options::CallOptions;
+use nornir_options::QueueFull;
 
 /// Threads that tokenize the texts of async calls: two, so that one huge text does not hold up
 /// every small call behind it (a call of more than 16 texts also uses the tokenizer's own pool).

@@ -9,10 +9,10 @@ use ort::session::Session;
 use ort::value::{TensorElementType, TensorRef, ValueType};
 
 use crate::error::{EmbedError, InferenceKind, Result};
-use nornir_options::ModelKind;
 use crate::pooling::pool_tokens;
-use nornir_options::Pooling;
 use crate::report::ModelFolder;
+use nornir_options::ModelKind;
+use nornir_options::Pooling;
 
 /// Outputs chosen by name before any other, in this order (sentence-transformers' and the
 /// common exporters' names).

@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 
 use nornir_options::{ModelKind, Pooling, ScoreActivation};
 
-
 /// The folder's kind and why, with what the kind needs from the configs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]

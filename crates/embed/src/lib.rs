@@ -46,11 +46,11 @@ pub use compact::{CompactVectors, to_precision};
 pub use compact_calls::SAMPLE_TEXTS;
 pub use describe::{EmbedderReport, RangesReport, RangesUse, cpu_int8_extensions, fusion_counts, precision};
 pub use embedder::Embedder;
-pub use embeddings::{CharChunk, Chunk, Embeddings};
+pub use embeddings::{CharChunk, Chunk, Embeddings, Usage};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use future::EmbedFuture;
 pub use kind::KindChoice;
-pub use pairs::{PairOptions, Ranked, rank};
+pub use pairs::{PairOptions, Ranked, Ranking, rank};
 pub use plan::{plan_for, plan_with};
 pub use pooling::normalize;
 pub use report::{
@@ -58,13 +58,13 @@ pub use report::{
     PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, Token,
 };
 pub use runtime::{check_library, choose_library, device_list, list_devices};
-pub use sparse::{SparseOptions, SparseVector};
+pub use sparse::{SparseOptions, SparseVector, SparseVectors};
 pub use stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 
 // The words of its options, defined without ONNX Runtime in `nornir-options`.
 pub use nornir_options::{
-    CallOptions, CancelHandle, Chunking, DocumentVector, EmbedderOptions, InvalidOption, LongInputs, ModelKind, Pooling,
-    Precision, Prompt, QueueFull, Ranges, ScoreActivation, Truncation,
+    CallOptions, CancelHandle, Chunking, DocumentVector, EmbedderOptions, InvalidOption, LongInputs, ModelKind,
+    Pooling, Precision, Prompt, QueueFull, Ranges, ScoreActivation, Truncation,
 };
 
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.

@@ -7,9 +7,9 @@ use serde::Deserialize;
 
 use crate::error::{EmbedError, Result};
 use crate::kind::{HeadConfig, choose_kind, parse_splade_config};
+use crate::report::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 use nornir_options::ModelKind;
 use nornir_options::Pooling;
-use crate::report::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 
 impl Quantization {
     /// Why this model runs only on the CPU, if it does.

@@ -2,32 +2,28 @@
 //! as the tokenizer's own pair encoding into ordinary queue items (they batch by length with
 //! other calls' pairs), and, after, one query's documents sorted by their score.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
-use nornir_options::{CancelHandle, Truncation};
-use crate::embeddings::{Embeddings, TextTokens};
+use crate::embeddings::{Embeddings, TextTokens, Usage};
 use crate::engine::Engine;
 use crate::error::{EmbedError, Result};
-use nornir_options::{ModelKind, ScoreActivation};
 use crate::prepare::Call;
 use crate::request::{Item, Request};
+use nornir_options::{CallOptions, Truncation};
+use nornir_options::{ModelKind, ScoreActivation};
 
-/// How a call scores its pairs.
+/// How a call scores its pairs: a [`CallOptions`]' truncation (a pair longer than the model
+/// reads is cut on the right by default: the document first, the query too only when it alone
+/// is too long; or on the left; or refused with [`EmbedError::TooLong`]), `max_wait` and
+/// `cancel`, and whether the scores are raw. The call's other options (prompt, normalisation,
+/// dimensions, chunking, precision) make vectors, not scores: a pair call refuses them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PairOptions {
+    /// Truncation, `max_wait` and `cancel` of the call.
+    pub call: CallOptions,
     /// The model's raw scores (logits), without the activation its configs name.
     pub raw_scores: bool,
-    /// A pair longer than the model reads: cut on the right (the default; the document first,
-    /// the query too only when it alone is too long), on the left, or refused with
-    /// [`EmbedError::TooLong`].
-    pub truncation: Truncation,
-    /// Refuse the call when the queue ahead of it would keep it longer.
-    pub max_wait: Option<Duration>,
-    /// Cancels the call from another thread (see [`CallOptions::with_cancel`](crate::CallOptions::with_cancel)).
-    pub cancel: Option<CancelHandle>,
 }
 
 impl PairOptions {
@@ -42,22 +38,30 @@ impl PairOptions {
         self
     }
 
-    /// How a pair longer than the model reads is cut, or refused.
-    pub fn with_truncation(mut self, truncation: Truncation) -> Self {
-        self.truncation = truncation;
+    /// The call's truncation, `max_wait` and cancel handle.
+    pub fn with_call(mut self, call: CallOptions) -> Self {
+        self.call = call;
         self
     }
 
-    /// Refuse the call when the queue ahead would keep it longer than `wait`.
-    pub fn with_max_wait(mut self, wait: Duration) -> Self {
-        self.max_wait = Some(wait);
-        self
-    }
-
-    /// Lets `handle` cancel the call.
-    pub fn with_cancel(mut self, handle: &CancelHandle) -> Self {
-        self.cancel = Some(handle.clone());
-        self
+    /// Refuses the call's options that make vectors, naming the first.
+    fn check(&self) -> Result<()> {
+        let c = &self.call;
+        let vector_options = [
+            ("prompt", c.prompt.is_some()),
+            ("normalize", c.normalize.is_some()),
+            ("dimensions", c.dimensions.is_some()),
+            ("chunking", c.chunking.is_some()),
+            ("precision", c.precision.is_some()),
+            ("ranges", c.ranges.is_some()),
+        ];
+        match vector_options.into_iter().find(|(_, set)| *set) {
+            Some((option, _)) => Err(EmbedError::invalid(
+                option,
+                "shapes vectors, and a cross-encoder's call gives scores: leave it out (truncation, max_wait and cancel apply)",
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -70,13 +74,24 @@ pub struct Ranked {
     pub score: f32,
 }
 
+/// One query's documents best first, with what scoring them read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Ranking {
+    /// The documents best first (ties in input order), the first `top_n` when asked.
+    pub ranked: Vec<Ranked>,
+    /// The tokens of every (query, document) pair scored, and how many pairs were cut: all the
+    /// documents, not only the `top_n` returned.
+    pub usage: Usage,
+}
+
 /// `scores` (one row of one score per document) as documents best first, ties in input order,
 /// the first `top_n` when given.
-pub fn rank(scores: &Embeddings, top_n: Option<usize>) -> Vec<Ranked> {
+pub fn rank(scores: &Embeddings, top_n: Option<usize>) -> Ranking {
     let mut ranked: Vec<Ranked> = scores.rows().enumerate().map(|(index, r)| Ranked { index, score: r[0] }).collect();
     ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
     ranked.truncate(top_n.unwrap_or(usize::MAX));
-    ranked
+    Ranking { ranked, usage: scores.usage() }
 }
 
 /// A call's inputs, each a pair or a text alone, as queue items with the request they fill.
@@ -86,6 +101,8 @@ pub(crate) fn prepare_pairs<A: AsRef<str>, B: AsRef<str>>(
     options: &PairOptions,
 ) -> Result<Call> {
     engine.expect_kind(ModelKind::CrossEncoder, "predict")?;
+    options.check()?;
+    let truncation = options.call.truncation.unwrap_or_default();
     let tokenizer = &engine.tokenizer;
     let labels = engine.info.model_dimension;
     let request = Request::new(inputs.len(), labels);
@@ -93,13 +110,13 @@ pub(crate) fn prepare_pairs<A: AsRef<str>, B: AsRef<str>>(
     let mut tokens = Vec::with_capacity(inputs.len());
     for (index, (first, second)) in inputs.iter().enumerate() {
         let (first, second) = (first.as_ref(), second.as_ref().map(AsRef::as_ref));
-        if options.truncation == Truncation::Refuse
+        if truncation == Truncation::Refuse
             && let Some(count) = tokenizer.pair_too_long(first, second)?
         {
             let max_length = engine.info.max_length;
             return Err(EmbedError::TooLong { index, tokens: count, exact: true, max_length });
         }
-        let enc = tokenizer.encode_pair(first, second, options.truncation)?;
+        let enc = tokenizer.encode_pair(first, second, truncation)?;
         let count = u32::try_from(enc.len()).unwrap_or(u32::MAX);
         tokens.push(TextTokens { count, truncated: !enc.get_overflowing().is_empty() });
         items.push(Item::pair(enc.get_ids().to_vec(), enc.get_type_ids().to_vec(), &request, index));
@@ -108,8 +125,8 @@ pub(crate) fn prepare_pairs<A: AsRef<str>, B: AsRef<str>>(
         (false, Some(a)) => a,
         _ => ScoreActivation::Identity,
     };
-    let call = Call::of_pairs(request, items, tokens, labels, activation, options.max_wait);
-    if let Some(handle) = &options.cancel
+    let call = Call::of_pairs(request, items, tokens, labels, activation, options.call.max_wait);
+    if let Some(handle) = &options.call.cancel
         && !handle.watch(call.request.watchable())
     {
         return Err(EmbedError::Cancelled);

@@ -7,18 +7,18 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use nornir_options::{CallOptions, Chunking, DocumentVector, Prompt, Truncation};
 use crate::chunk::{late_passes, windows};
 use crate::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::graph_io::{Row, forward};
-use nornir_options::ScoreActivation;
 use crate::pooling::normalize;
 use crate::prompt::named_prompt;
 use crate::report::Token;
 use crate::request::{Item, Request};
 use crate::tokenize::{tokenizer_failed, with_prompt};
+use nornir_options::ScoreActivation;
+use nornir_options::{CallOptions, Chunking, DocumentVector, Prompt, Truncation};
 
 /// A call on its way: the request its rows go to, its items until they are queued, and how to
 /// lay its rows out again and finish them.

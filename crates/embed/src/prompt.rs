@@ -1,10 +1,10 @@
 //! Which text goes before every input, and which task a task-adapter model runs: from the
 //! options and the folder's `config_sentence_transformers.json` and `config.json`.
 
-use nornir_options::Prompt;
 use crate::error::EmbedError;
-use nornir_options::EmbedderOptions;
 use crate::report::{ModelFolder, PromptChoice};
+use nornir_options::EmbedderOptions;
+use nornir_options::Prompt;
 
 fn names<'a>(it: impl Iterator<Item = &'a String>) -> String {
     it.map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")

@@ -7,8 +7,8 @@ use crate::embedder::Embedder;
 use crate::embeddings::Embeddings;
 use crate::error::{EmbedError, Result};
 use crate::future::{EmbedFuture, Work};
+use crate::pairs::{PairOptions, Ranking, prepare_pairs, rank};
 use nornir_options::ModelKind;
-use crate::pairs::{PairOptions, Ranked, prepare_pairs, rank};
 
 impl Embedder {
     /// The scores of each (query, document) pair: row i holds pair i's score per label (one for
@@ -53,7 +53,7 @@ impl Embedder {
     }
 
     /// `documents` ranked by their score against `query`, best first (ties in input order), the
-    /// first `top_n` when given. An error for an empty query, or unless the model is a
+    /// first `top_n` when given, with the tokens every pair read. An error for an empty query, or unless the model is a
     /// cross-encoder with one label (use [`predict`](Self::predict) for several).
     pub fn rerank<S: AsRef<str>>(
         &self,
@@ -61,7 +61,7 @@ impl Embedder {
         documents: &[S],
         top_n: Option<usize>,
         options: &PairOptions,
-    ) -> Result<Vec<Ranked>> {
+    ) -> Result<Ranking> {
         self.can_rerank(query)?;
         let pairs: Vec<(&str, &str)> = documents.iter().map(|d| (query, d.as_ref())).collect();
         Ok(rank(&self.predict(&pairs, options)?, top_n))
@@ -74,7 +74,7 @@ impl Embedder {
         documents: &[S],
         top_n: Option<usize>,
         options: &PairOptions,
-    ) -> impl Future<Output = Result<Vec<Ranked>>> + '_ {
+    ) -> impl Future<Output = Result<Ranking>> + '_ {
         let pairs: Vec<(&str, Option<&str>)> = documents.iter().map(|d| (query, Some(d.as_ref()))).collect();
         let scores = self.can_rerank(query).map(|()| self.score_async(&pairs, options));
         async move { Ok(rank(&scores?.await?, top_n)) }
@@ -82,7 +82,7 @@ impl Embedder {
 
     /// The checks [`rerank`](Self::rerank) makes before it scores anything: a cross-encoder
     /// with one label, and a query that is not empty.
-    pub fn can_rerank(&self, query: &str) -> Result<()> {
+    fn can_rerank(&self, query: &str) -> Result<()> {
         self.engine.expect_kind(ModelKind::CrossEncoder, "rerank")?;
         let labels = &self.engine.info.folder.kind.labels;
         if labels.len() != 1 {

@@ -9,9 +9,9 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use crate::error::{EmbedError, InferenceKind};
-use nornir_options::QueueFull;
 use crate::queue::{BatchPolicy, CallKey, Queue};
 use crate::request::{Item, Request};
+use nornir_options::QueueFull;
 
 /// The queue and the workers' signals.
 #[derive(Debug)]

@@ -5,11 +5,11 @@ use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
-use nornir_options::CallOptions;
 use crate::embedder::Embedder;
-use crate::embeddings::Embeddings;
+use crate::embeddings::{Embeddings, Usage};
 use crate::error::{EmbedError, Result};
 use crate::future::Work;
+use nornir_options::CallOptions;
 use nornir_options::ModelKind;
 
 /// Texts per internal call: a call's rows are vocabulary-wide until they are made sparse, so
@@ -80,6 +80,18 @@ impl SparseOptions {
         if self.call.dimensions.is_some() {
             return Err(EmbedError::invalid("dimensions", "cuts dense vectors; a sparse vector keeps its terms"));
         }
+        if self.call.chunking.is_some() {
+            return Err(EmbedError::invalid(
+                "chunking",
+                "a sparse encoder weighs a text's first tokens (or refuses a long text): chunking makes dense document vectors; truncate or refuse instead",
+            ));
+        }
+        if self.call.precision.is_some() || self.call.ranges.is_some() {
+            return Err(EmbedError::invalid(
+                "precision",
+                "is for dense vectors; a sparse vector keeps its weights as float32",
+            ));
+        }
         if self.top_k == Some(0) {
             return Err(EmbedError::invalid("top_k", "must be at least 1"));
         }
@@ -87,17 +99,35 @@ impl SparseOptions {
     }
 }
 
+/// A sparse call's vectors, one per text in order, with what the call read.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct SparseVectors {
+    /// Each text's sparse vector.
+    pub vectors: Vec<SparseVector>,
+    /// The tokens the model read and how many texts were cut.
+    pub usage: Usage,
+}
+
+impl SparseVectors {
+    /// One part's rows, sparsified.
+    fn add(&mut self, rows: &Embeddings, options: &SparseOptions) {
+        self.vectors.extend(rows.rows().map(|r| options.sparsify(r)));
+        self.usage += rows.usage();
+    }
+}
+
 impl Embedder {
     /// Each text's sparse vector (SPLADE: `log(1 + relu(logits))` over the vocabulary, the
     /// maximum over its tokens), pruned as `options` say. A long list runs in parts, so memory
     /// stays bounded. An error ([`EmbedError::WrongKind`]) unless the model is a sparse encoder.
-    pub fn embed_sparse<S: AsRef<str>>(&self, texts: &[S], options: &SparseOptions) -> Result<Vec<SparseVector>> {
+    pub fn embed_sparse<S: AsRef<str>>(&self, texts: &[S], options: &SparseOptions) -> Result<SparseVectors> {
         self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse")?;
         options.check()?;
-        let mut out = Vec::with_capacity(texts.len());
+        let mut out = SparseVectors { vectors: Vec::with_capacity(texts.len()), usage: Usage::default() };
         for part in texts.chunks(TEXTS_PER_PART) {
             let rows = self.run_call(crate::prepare::prepare(&self.engine, part, &options.call)?)?;
-            out.extend(rows.rows().map(|r| options.sparsify(r)));
+            out.add(&rows, options);
         }
         Ok(out)
     }
@@ -107,17 +137,17 @@ impl Embedder {
         &self,
         texts: &[S],
         options: &SparseOptions,
-    ) -> impl Future<Output = Result<Vec<SparseVector>>> + '_ {
+    ) -> impl Future<Output = Result<SparseVectors>> + '_ {
         let checked = self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse").and_then(|()| options.check());
         let parts: Vec<Vec<String>> =
             texts.chunks(TEXTS_PER_PART).map(|p| p.iter().map(|t| t.as_ref().to_owned()).collect()).collect();
         let options = options.clone();
         async move {
             checked?;
-            let mut out = Vec::new();
+            let mut out = SparseVectors::default();
             for part in parts {
                 let rows: Embeddings = self.future(Work::Texts(part, options.call.clone())).await?;
-                out.extend(rows.rows().map(|r| options.sparsify(r)));
+                out.add(&rows, &options);
             }
             Ok(out)
         }

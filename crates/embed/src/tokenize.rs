@@ -8,9 +8,9 @@ use std::sync::OnceLock;
 
 use tokenizers::{Encoding, PaddingDirection, Tokenizer, TruncationDirection, TruncationParams};
 
-use nornir_options::Truncation;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::report::{ModelFolder, Token};
+use nornir_options::Truncation;
 
 /// Calls of at most this many texts are tokenized serially, in the thread that prepares the call.
 pub(crate) const SERIAL_TOKENIZE: usize = 16;

@@ -162,7 +162,10 @@ impl Ranges {
     }
 
     /// The ranges of `rows` (vectors of one width, at least one), said to come from `source`.
-    pub fn of_rows<'a>(rows: impl IntoIterator<Item = &'a [f32]>, source: impl Into<String>) -> Result<Self, InvalidOption> {
+    pub fn of_rows<'a>(
+        rows: impl IntoIterator<Item = &'a [f32]>,
+        source: impl Into<String>,
+    ) -> Result<Self, InvalidOption> {
         let (mut min, mut max) = (Vec::new(), Vec::new());
         for row in rows {
             if min.is_empty() {

@@ -85,9 +85,9 @@ impl Embedder {
         let mut o = EmbedderOptions::default().with_device(device);
         o.threads = threads;
         o.workers = workers;
-        o.prompt = one_prompt(prompt_name, prompt)?;
-        o.dimensions = dimensions;
-        o.normalize = normalize;
+        o.call.prompt = one_prompt(prompt_name, prompt)?;
+        o.call.dimensions = dimensions;
+        o.call.normalize = normalize;
         o.max_length = max_length;
         if let Some(p) = pooling {
             o.pooling = Some(p.parse::<Pooling>().map_err(|e: String| invalid("pooling", e))?);
@@ -104,7 +104,8 @@ impl Embedder {
 
     /// Vectors of `texts` (a str gives shape (d,), a sequence (n, d)): float32, or with
     /// `precision` int8, uint8 (d values) or binary, ubinary (d / 8 bytes), with `ranges` for the
-    /// first two (a dict from `calibrate()`, or a ranges file).
+    /// first two (a dict from `calibrate()`, or a ranges file; default: the library's rule,
+    /// calibrated once per width on nornir's built-in sample, as the CLI and the server do).
     #[pyo3(signature = (texts, *, prompt_name=None, prompt=None, normalize=None, dimensions=None,
         truncation="right", long=None, window=None, overlap=None, precision=None, ranges=None))]
     #[allow(clippy::too_many_arguments)]
@@ -161,7 +162,8 @@ impl Embedder {
         let options = options.with_cancel(&cancel);
         let ranges = run_cancellable(py, &cancel, || match &texts {
             Some(t) => embedder.calibrate(t, &options, "texts given to calibrate()"),
-            None => embedder.calibrate_on_sample(&options),
+            // The library's rule: the same ranges the CLI, the server and embed(precision=) use.
+            None => embedder.ranges_for(&options).map(|r| (*r).clone()),
         })?;
         json_to_py(py, &ranges)
     }
@@ -236,7 +238,7 @@ impl Embedder {
         let embedder = self.get()?;
         let vectors = run_cancellable(py, &cancel, || embedder.embed_sparse(&texts, &options))?;
         let out = PyList::empty(py);
-        for v in vectors {
+        for v in vectors.vectors {
             out.append((PyArray1::from_vec(py, v.indices), PyArray1::from_vec(py, v.values)))?;
         }
         Ok(out)
@@ -254,7 +256,7 @@ impl Embedder {
     ) -> PyResult<Bound<'py, PyAny>> {
         let inputs = inputs.iter().map(pair_of).collect::<PyResult<Vec<_>>>()?;
         let cancel = CancelHandle::new();
-        let options = pair_options(raw_scores, truncation)?.with_cancel(&cancel);
+        let options = pair_options(raw_scores, truncation, &cancel)?;
         let embedder = self.get()?;
         let rows = run_cancellable(py, &cancel, || embedder.score(&inputs, &options))?;
         to_array(py, rows, false)
@@ -273,10 +275,10 @@ impl Embedder {
         truncation: &str,
     ) -> PyResult<Vec<(usize, f32)>> {
         let cancel = CancelHandle::new();
-        let options = pair_options(raw_scores, truncation)?.with_cancel(&cancel);
+        let options = pair_options(raw_scores, truncation, &cancel)?;
         let embedder = self.get()?;
         let ranked = run_cancellable(py, &cancel, || embedder.rerank(&query, &documents, top_n, &options))?;
-        Ok(ranked.into_iter().map(|r| (r.index, r.score)).collect())
+        Ok(ranked.ranked.into_iter().map(|r| (r.index, r.score)).collect())
     }
 
     /// The tokens of vocabulary term ids (a sparse vector's indices); "" outside the vocabulary.

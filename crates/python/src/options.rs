@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 
-use nornir_vector::{CallOptions, LongInputs, PairOptions, Prompt, Truncation};
+use nornir_vector::{CallOptions, CancelHandle, LongInputs, PairOptions, Prompt, Truncation};
 
 use crate::errors::invalid;
 
@@ -53,9 +53,10 @@ pub(crate) fn call_options(
 }
 
 /// `raw_scores=` and `truncation=` of a cross-encoder's call.
-pub(crate) fn pair_options(raw_scores: bool, truncation: &str) -> PyResult<PairOptions> {
+pub(crate) fn pair_options(raw_scores: bool, truncation: &str, cancel: &CancelHandle) -> PyResult<PairOptions> {
     let truncation: Truncation = truncation.parse().map_err(|e| invalid("truncation", e))?;
-    Ok(PairOptions::new().with_raw_scores(raw_scores).with_truncation(truncation))
+    let call = CallOptions::new().with_truncation(truncation).with_cancel(cancel);
+    Ok(PairOptions::new().with_raw_scores(raw_scores).with_call(call))
 }
 
 /// One input of `predict`: a `(query, document)` pair (a tuple or list of two str) or a str alone.

@@ -50,5 +50,5 @@ pub(crate) fn ranges_of(obj: &Bound<'_, PyAny>) -> PyResult<Ranges> {
         return Ranges::read(&path).map_err(|e| invalid(e.to_string()));
     }
     let text: String = obj.py().import("json")?.call_method1("dumps", (obj,))?.extract()?;
-    serde_json::from_str(&text).map_err(|e| invalid(format!("not ranges from calibrate() ({e})")))
+    Ranges::from_json(&text).map_err(|e| invalid(e.reason))
 }

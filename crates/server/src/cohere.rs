@@ -16,7 +16,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, App, Flavour, response_id};
-use crate::models::Entry;
 
 #[derive(Deserialize)]
 struct EmbedRequest {
@@ -46,22 +45,6 @@ fn prompt_for(embedder: &Embedder, input_type: Option<&str>) -> Option<String> {
     };
     let prompts = &embedder.model_info().folder.prompts.prompts;
     names.iter().find(|n| prompts.contains_key(**n)).map(|n| (*n).to_owned())
-}
-
-/// The model's ranges at `width`, calibrated on the built-in sample the first time.
-async fn ranges_for(
-    app: &App,
-    entry: &Entry,
-    embedder: &Embedder,
-    options: &CallOptions,
-) -> Result<Arc<Ranges>, ApiError> {
-    let width = options.dimensions.unwrap_or(embedder.dimension());
-    if let Some(r) = entry.ranges.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&width) {
-        return Ok(Arc::clone(r));
-    }
-    let ranges = Arc::new(app.in_time(embedder.calibrate_on_sample_async(&options.clone().with_prompt(""))).await?);
-    entry.ranges.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(width, Arc::clone(&ranges));
-    Ok(ranges)
 }
 
 /// The rows in one of Cohere's embedding types, as JSON arrays of numbers.
@@ -98,7 +81,8 @@ pub(crate) async fn embed(State(app): State<Arc<App>>, headers: HeaderMap, body:
         }
         // The kind is checked by the call itself; a width binary cannot pack, by to_precision.
         let ranges = match types.iter().any(|(_, p)| p.needs_ranges()) {
-            true => Some(ranges_for(&app, entry, embedder, &options).await?),
+            // The library's one rule: the model's given ranges, else calibrated once per width.
+            true => Some(app.in_time(embedder.ranges_for_async(&options)).await?),
             false => None,
         };
         let rows = app.embed(entry, embedder, &texts, options).await?;
@@ -115,7 +99,7 @@ pub(crate) async fn embed(State(app): State<Arc<App>>, headers: HeaderMap, body:
             "meta": { "api_version": { "version": "2" }, "billed_units": { "input_tokens": rows.total_tokens() } },
         });
         if let Some(r) = &ranges {
-            answer["ranges"] = json!(r.source);
+            answer["ranges"] = json!(r.source());
         }
         Ok(axum::Json(answer).into_response())
     }

@@ -49,8 +49,6 @@ pub(crate) struct Entry {
     pub(crate) tokens: AtomicU64,
     /// Texts cut to the model's length.
     pub(crate) truncated: AtomicU64,
-    /// int8 and uint8 ranges, calibrated on nornir's sample at first need, by vector width.
-    pub(crate) ranges: std::sync::Mutex<std::collections::HashMap<usize, Arc<nornir_vector::Ranges>>>,
 }
 
 /// The models a server answers for, in order: the first is the one TEI's routes use without a
@@ -101,7 +99,6 @@ impl Models {
                 texts: AtomicU64::new(0),
                 tokens: AtomicU64::new(0),
                 truncated: AtomicU64::new(0),
-                ranges: Default::default(),
             });
         }
         if entries.is_empty() {

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{Embedder, ModelKind, PairOptions, Ranked, SparseOptions, Truncation, rank};
+use nornir_vector::{CallOptions, Embedder, ModelKind, PairOptions, Ranked, SparseOptions, Truncation};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -57,7 +57,8 @@ fn pair_options(app: &App, truncate: Option<bool>, direction: Option<Direction>,
         (_, Some(Direction::Left)) => Truncation::Left,
         _ => Truncation::Right,
     };
-    PairOptions::new().with_truncation(truncation).with_raw_scores(raw).with_max_wait(app.max_wait())
+    let call = CallOptions::new().with_truncation(truncation).with_max_wait(app.max_wait());
+    PairOptions::new().with_call(call).with_raw_scores(raw)
 }
 
 /// Every pair's (or text's) scores, counted in the metrics.
@@ -115,10 +116,9 @@ async fn rerank_parsed(
     let query =
         req.query.take().ok_or_else(|| ApiError::bad("no `query`: send the text to rank the documents against"))?;
     let options = pair_options(app, req.truncate, req.truncation_direction, req.raw_scores.unwrap_or(false));
-    let pairs: Vec<(String, Option<String>)> = docs.iter().map(|d| (query.clone(), Some(d.clone()))).collect();
-    embedder.can_rerank(&query)?;
-    let rows = scores(app, entry, embedder, &pairs, &options).await?;
-    let ranked: Vec<Ranked> = rank(&rows, req.top_n);
+    let ranking = app.in_time(embedder.rerank_async(&query, &docs, req.top_n, &options)).await?;
+    app.metrics.count_texts(entry, docs.len(), ranking.usage.tokens, ranking.usage.truncated);
+    let ranked: Vec<Ranked> = ranking.ranked;
     if cohere_route || cohere_shape {
         let with_text = req.return_documents.unwrap_or(false);
         let results: Vec<Value> = ranked
@@ -135,7 +135,7 @@ async fn rerank_parsed(
             "id": response_id("rerank"),
             "model": entry.name,
             "results": results,
-            "usage": { "total_tokens": rows.total_tokens() },
+            "usage": { "total_tokens": ranking.usage.tokens },
             "meta": { "api_version": { "version": "2" }, "billed_units": { "search_units": 1 } },
         }))
         .into_response());
@@ -272,9 +272,9 @@ pub(crate) async fn embed_sparse(
         let (entry, embedder, texts, call) = tei::embed_request(&app, &model, &headers, body, false, true).await?;
         let options = SparseOptions::new().with_call(call.with_max_wait(app.max_wait()));
         let vectors = app.in_time(embedder.embed_sparse_async(&texts, &options)).await?;
-        let tokens = texts.len();
-        app.metrics.count_texts(entry, tokens, 0, 0);
+        app.metrics.count_texts(entry, texts.len(), vectors.usage.tokens, vectors.usage.truncated);
         let answer: Vec<Vec<SparseValue>> = vectors
+            .vectors
             .iter()
             .map(|v| v.indices.iter().zip(&v.values).map(|(&index, &value)| SparseValue { index, value }).collect())
             .collect();

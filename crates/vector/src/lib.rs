@@ -2,7 +2,10 @@
 //! feature names (`embed-ort`, default, `embed-ort-rocm`, `quantize` and `convert`) and re-exports a chosen
 //! list; it has no logic of its own.
 //!
-//! - At the root: the embedder and what a call needs ([`Embedder`], [`EmbedderOptions`],
+//! - At the root, in every build: the words of the options ([`EmbedderOptions`], [`CallOptions`],
+//!   [`Precision`], [`Ranges`], [`LongInputs`], [`Truncation`], [`ModelKind`], [`Pooling`], ...),
+//!   from `nornir-options`, which has no ONNX Runtime in it.
+//! - At the root with `embed-ort`: the embedder and what a call needs ([`Embedder`], [`EmbedderOptions`],
 //!   [`CallOptions`], [`Embeddings`], [`EmbedError`] and its kinds), the device and vendor types,
 //!   and the design's (docs/design.md) [`preflight`] and [`probe`] (the embedder has `gpu_vendor()`,
 //!   `rocm_ready()` and `vendor()`).
@@ -30,13 +33,17 @@ println!("{} vectors of {} on {}", rows.len(), embedder.dimension(), embedder.gp
 
 pub use nornir_ep_select::{Device, Provider, Vendor};
 pub use nornir_gpu_probe::{preflight, probe};
+// The words of the options, in every build (no ONNX Runtime in them).
+pub use nornir_options::{
+    CallOptions, CancelHandle, Chunking, DocumentVector, EmbedderOptions, InvalidOption, LongInputs, ModelKind, Pooling,
+    Precision, Prompt, QueueFull, Ranges, ScoreActivation, Truncation,
+};
 
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
-    BATCH_SIZE_BOUNDS, CallOptions, CancelHandle, Cause, CharChunk, Chunk, Chunking, CompactVectors, DocumentVector,
-    EmbedError, EmbedFuture, EmbedStats, Embedder, EmbedderOptions, EmbedderReport, Embeddings, InferenceKind,
-    KindChoice, LongInputs, ModelKind, PairOptions, Pooling, Precision, Prompt, QueueFull, Ranges, Ranked, Result,
-    SAMPLE_TEXTS, ScoreActivation, SparseOptions, SparseVector, Token, Truncation, error_chain, normalize, rank,
+    BATCH_SIZE_BOUNDS, Cause, CharChunk, Chunk, CompactVectors, EmbedError, EmbedFuture, EmbedStats, Embedder,
+    EmbedderReport, Embeddings, InferenceKind, KindChoice, PairOptions, RangesReport, RangesUse, Ranked, Ranking,
+    Result, SAMPLE_TEXTS, SparseOptions, SparseVector, SparseVectors, Token, Usage, error_chain, normalize, rank,
     to_precision,
 };
 

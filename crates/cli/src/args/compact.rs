@@ -4,18 +4,19 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::Precision;
+
 #[derive(Args, Clone, Debug, Default)]
 #[command(next_help_heading = "Compact vectors")]
 pub struct CompactArgs {
-    // The precision stays a name here: its type is the embedder's, which a build without it lacks.
     /// The type of each value: float32, int8 or uint8 (each dimension's calibrated range cut into
     /// 256 steps), binary or ubinary (one bit per dimension, 8 to a byte, as int8 offset by -128 or
     /// as uint8); the same values as sentence-transformers' quantize_embeddings.
-    #[arg(long, value_name = "P", default_value = "float32",
-        value_parser = clap::builder::PossibleValuesParser::new(["float32", "int8", "uint8", "binary", "ubinary"]))]
-    pub precision: String,
+    #[arg(long, value_name = "P", default_value = "float32", value_parser = super::parse_with_library::<Precision>)]
+    pub precision: Precision,
     /// Texts (one per line) whose vectors give int8's and uint8's ranges (default: the built-in
-    /// sample of 99 texts); the ranges are saved beside --output as OUTPUT.ranges.json.
+    /// sample of 99 texts, as every surface calibrates); the ranges are saved beside --output as
+    /// OUTPUT.ranges.json.
     #[arg(long, value_name = "FILE", conflicts_with = "ranges")]
     pub calibrate: Option<PathBuf>,
     /// Ranges saved by an earlier run (queries and documents must share them).
@@ -27,6 +28,6 @@ pub struct CompactArgs {
 impl CompactArgs {
     /// Anything but float32 vectors was asked for.
     pub fn compacts(&self) -> bool {
-        self.precision != "float32" || self.ranges.is_some() || self.calibrate.is_some()
+        self.precision != Precision::Float32 || self.ranges.is_some() || self.calibrate.is_some()
     }
 }

@@ -22,23 +22,8 @@ use nornir_vector::Device;
 use crate::output::OutputFormat;
 use nornir_cli::input::InputFormat;
 
-/// The pooling option: the library's type; a build without the embedder only reports that it
-/// is not compiled in, so any word will do there.
-#[cfg(feature = "embed-ort")]
-pub type Pooling = nornir_vector::Pooling;
-#[cfg(not(feature = "embed-ort"))]
-pub type Pooling = String;
-
-/// The long-text policy (`--long`): the library's type, or (without the embedder) any word.
-#[cfg(feature = "embed-ort")]
-pub type LongPolicy = nornir_vector::LongInputs;
-#[cfg(not(feature = "embed-ort"))]
-pub type LongPolicy = String;
-
-#[cfg(not(feature = "embed-ort"))]
-fn parse_with_library<T: std::str::FromStr>(s: &str) -> Result<T, String> {
-    s.parse().map_err(|_| format!("invalid value {s:?}"))
-}
+// The options' words are the library's in every build (nornir-options has no ONNX Runtime).
+pub use nornir_vector::{LongInputs, Pooling, Precision};
 
 #[derive(Parser)]
 #[command(name = "nornir", version, about = "nornir's tools", propagate_version = true)]
@@ -233,9 +218,9 @@ pub struct EmbedArgs {
     /// or OUTPUT.chunks.npy|f32 with OUTPUT.chunks.tsv), late (late chunking: the same chunks,
     /// each pooled from one run over as much of the document as the model reads; for
     /// mean-pooled long-context models).
-    #[arg(long, value_name = "POLICY", default_value = "truncate", value_parser = parse_with_library::<LongPolicy>,
+    #[arg(long, value_name = "POLICY", default_value = "truncate", value_parser = parse_with_library::<LongInputs>,
         help_heading = None)]
-    pub long: LongPolicy,
+    pub long: LongInputs,
     /// Tokens per chunk with --long chunk|late, special tokens and prompt included (default: the
     /// model's length).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -314,7 +299,6 @@ pub struct BenchArgs {
 
 /// Options are parsed by the library's own `FromStr`, so the CLI and `NORNIR_DEVICE` in a library
 /// user's process accept the same words.
-#[cfg(feature = "embed-ort")]
 fn parse_with_library<T: std::str::FromStr<Err = String>>(s: &str) -> Result<T, String> {
     s.parse()
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{LongPolicy, ModelArgs, parse_with_library};
+use super::{LongInputs, ModelArgs, parse_with_library};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -53,8 +53,8 @@ pub struct ServeArgs {
     /// tokens; the answer's x-truncated-inputs header counts them), refuse (413 naming the text
     /// and its token count, TEI's default), chunk or late (the document's vector, as `nornir
     /// vector embed --long chunk|late`).
-    #[arg(long, value_name = "POLICY", default_value = "truncate", value_parser = parse_with_library::<LongPolicy>)]
-    pub long: LongPolicy,
+    #[arg(long, value_name = "POLICY", default_value = "truncate", value_parser = parse_with_library::<LongInputs>)]
+    pub long: LongInputs,
     /// Tokens per chunk with --long chunk|late (default: the model's length).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub window: Option<u32>,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use nornir_vector::{CallOptions, CompactVectors, Embedder, Precision, Ranges};
+use nornir_vector::{CallOptions, CompactVectors, Embedder, Ranges};
 
 use super::EmbedJob;
 use super::source::{Source, input_error, next_chunk, progress, show_progress};
@@ -20,8 +20,9 @@ pub fn ranges_path(output: &Path) -> PathBuf {
     output.with_file_name(name)
 }
 
-/// The ranges of the run: read from `--ranges`, else calibrated (on `--calibrate`'s texts or the
-/// built-in sample) with the run's own options, and where to save them.
+/// The ranges of the run: read from `--ranges`, else calibrated on `--calibrate`'s texts, else
+/// the library's rule (the embedder's ranges, else calibrated on the built-in sample, as every
+/// surface does), and where to save them.
 fn ranges(job: &EmbedJob, embedder: &Embedder, call: &CallOptions) -> Result<(Ranges, Option<PathBuf>)> {
     if let Some(file) = &job.compact.ranges {
         return Ok((Ranges::read(file)?, None));
@@ -29,14 +30,14 @@ fn ranges(job: &EmbedJob, embedder: &Embedder, call: &CallOptions) -> Result<(Ra
     let out = job.output.as_ref().context(
         "int8 and uint8 ranges are saved beside --output FILE (queries and documents must share them): give --output, or --ranges FILE from an earlier run",
     )?;
-    let ranges = match &job.compact.calibrate {
+    let ranges: Ranges = match &job.compact.calibrate {
         Some(file) => {
             let text =
                 std::fs::read_to_string(file).with_context(|| format!("cannot read --calibrate {}", file.display()))?;
             let texts: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
             embedder.calibrate(&texts, call, &file.display().to_string())?
         }
-        None => embedder.calibrate_on_sample(call)?,
+        None => (*embedder.ranges_for(call)?).clone(),
     };
     Ok((ranges, Some(ranges_path(out))))
 }
@@ -59,12 +60,9 @@ pub(super) fn embed_compact(
     size: Option<u64>,
     mut sink: Sink,
 ) -> Result<()> {
-    let precision: Precision = job.compact.precision.parse().map_err(anyhow::Error::msg)?;
+    let precision = job.compact.precision;
     if job.format == OutputFormat::F32 {
         bail!("--format f32 writes float32 rows; {precision} vectors are written with --format npy or jsonl");
-    }
-    if call.chunking.is_some() {
-        bail!("--precision applies to whole texts' vectors: use --long truncate or refuse with it");
     }
     if !precision.needs_ranges() && (job.compact.ranges.is_some() || job.compact.calibrate.is_some()) {
         bail!("--ranges and --calibrate are for --precision int8 or uint8, not {precision}");
@@ -73,7 +71,7 @@ pub(super) fn embed_compact(
     let (mut saved, mut source_of_ranges, mut ranges_file) = (None, None, job.compact.ranges.clone());
     if precision.needs_ranges() {
         let (ranges, save_to) = ranges(job, embedder, &call)?;
-        source_of_ranges = Some(ranges.source.clone());
+        source_of_ranges = Some(ranges.source().to_owned());
         ranges_file = ranges_file.or(save_to.clone());
         saved = save_to.map(|p| (p, ranges.clone()));
         call = call.with_ranges(Arc::new(ranges));

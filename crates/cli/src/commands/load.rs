@@ -30,15 +30,15 @@ pub fn prompt(text: Option<String>, name: Option<String>) -> Option<Prompt> {
 
 pub fn options(m: &ModelArgs) -> Result<EmbedderOptions> {
     let mut o = EmbedderOptions::default().with_device(m.device).with_token_budget(m.batch_tokens as usize);
-    o.normalize = match (m.normalize, m.no_normalize) {
+    o.call.normalize = match (m.normalize, m.no_normalize) {
         (true, _) => Some(true),
         (_, true) => Some(false),
         _ => None,
     };
     o.output_name = m.output_name.clone();
-    o.prompt = prompt(m.prompt.clone(), m.prompt_name.clone());
+    o.call.prompt = prompt(m.prompt.clone(), m.prompt_name.clone());
     o.task = m.task.clone();
-    o.dimensions = m.dimensions.map(|d| d as usize);
+    o.call.dimensions = m.dimensions.map(|d| d as usize);
     o.batch_wait = std::time::Duration::from_millis(m.batch_wait_ms);
     o.threads = m.threads.map(|t| t as usize);
     o.workers = m.workers.map(|s| s as usize);

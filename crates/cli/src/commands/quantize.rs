@@ -218,10 +218,11 @@ fn calibrate(
             }
         }
         std::fs::write(dir.join("model.onnx"), &calibration.model)?;
-        let mut o = opts.clone().with_output_name(CALIBRATION_OUTPUT).with_pooling(Pooling::Max).with_normalize(false);
+        let mut o = opts.clone().with_output_name(CALIBRATION_OUTPUT).with_pooling(Pooling::Max);
+        o.call.normalize = Some(false);
         // Every channel of the output, whatever --dim asks of the model's vectors.
         o.model_file = None;
-        o.dimensions = None;
+        o.call.dimensions = None;
         let e = Embedder::new(&dir, &o).context("the calibration graph does not load")?;
         let rows = e.embed(texts)?;
         let mut max = vec![0f32; e.dimension()];

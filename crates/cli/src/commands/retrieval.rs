@@ -57,7 +57,7 @@ pub(super) fn embed_sparse(
         }
         let texts: Vec<&str> = chunk.iter().map(|r| r.text.as_str()).collect();
         let vectors = embedder.embed_sparse(&texts, &options).map_err(|e| input_error(e, done))?;
-        for (v, rec) in vectors.iter().zip(&chunk) {
+        for (v, rec) in vectors.vectors.iter().zip(&chunk) {
             let tokens = job
                 .sparse
                 .tokens
@@ -111,7 +111,7 @@ pub fn rerank(args: &RerankArgs) -> Result<()> {
     let options = PairOptions::new().with_raw_scores(args.raw_scores);
     let top_n = args.top_n.map(|n| n as usize);
     let ranked = embedder.rerank(&args.query, &documents, top_n, &options).map_err(|e| input_error(e, 0))?;
-    for r in ranked {
+    for r in ranked.ranked {
         let text = (!args.no_text).then_some(documents[r.index].as_str());
         serde_json::to_writer(sink.writer(), &RankedLine { index: r.index, score: r.score, text })
             .context("write output")?;

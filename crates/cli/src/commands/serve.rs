@@ -95,12 +95,12 @@ fn read_models_file(file: &Path, base: &EmbedderOptions) -> Result<Vec<Served>> 
             }
             o.threads = m.threads.or(o.threads);
             o.workers = m.workers.or(m.sessions).or(o.workers);
-            o.dimensions = m.dimensions.or(m.dim).or(o.dimensions);
+            o.call.dimensions = m.dimensions.or(m.dim).or(o.call.dimensions);
             if m.prompt.is_some() && m.prompt_name.is_some() {
                 anyhow::bail!("model {:?}: give prompt or prompt_name, not both", m.name);
             }
             if let Some(p) = prompt(m.prompt, m.prompt_name) {
-                o.prompt = Some(p);
+                o.call.prompt = Some(p);
             }
             Ok(Served { name: m.name, aliases: m.aliases, dir: root.join(m.folder), options: o })
         })
@@ -256,7 +256,7 @@ mod tests {
         assert_eq!((m[0].name.as_str(), m[0].dir.clone()), ("q", t.path().join("bge")));
         assert_eq!((m[0].aliases.clone(), m[1].aliases.len()), (vec!["query".to_owned()], 0));
         assert_eq!(
-            (m[0].options.threads, m[0].options.prompt.clone()),
+            (m[0].options.threads, m[0].options.call.prompt.clone()),
             (Some(1), Some(Prompt::Name("query".to_owned())))
         );
         assert_eq!(
