@@ -12,7 +12,17 @@ pub fn soak(calls: u64) -> Result<()> {
     let env = test::test_env(&home)?;
     run_checked(
         cargo()
-            .args(["test", "--release", "-p", "nornir-embed", "--test", "soak", "--", "--nocapture"])
+            .args([
+                "test",
+                "--release",
+                "-p",
+                "nornir-embed",
+                "--test",
+                "soak",
+                "--",
+                "--include-ignored",
+                "--nocapture",
+            ])
             .envs(env)
             .env("NORNIR_SOAK_CALLS", calls.to_string()),
     )
