@@ -51,6 +51,25 @@ macro_rules! needs_assets {
     };
 }
 
+/// The variable that names the file where a test standing in for a benchmark appends its figures
+/// (one JSON object a line: `{"test": ..., "figures": {...}}`). The test asserts only what holds
+/// on any machine and prints its figures; `cargo xtask soak` and `cargo xtask serve-bench
+/// --load-tests` set this, read the figures back and report whether their targets (memory that
+/// stays flat, an overload that is partly refused) were met.
+pub const FIGURES_VAR: &str = "NORNIR_BENCH_FIGURES";
+
+/// Appends `figures` under `test`'s name to the file that [`FIGURES_VAR`] names; nothing when unset.
+pub fn record_figures(test: &str, figures: serde_json::Value) {
+    let Some(path) = std::env::var_os(FIGURES_VAR) else { return };
+    let line = serde_json::json!({ "test": test, "figures": figures }).to_string() + "\n";
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", std::path::Path::new(&path).display()));
+    std::io::Write::write_all(&mut file, line.as_bytes()).expect("write the figures");
+}
+
 /// The cosine of two vectors (1 for the same direction, 0 when either is zero), summed in f64.
 /// The one cosine of the tests and of xtask's quality figures.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
