@@ -20,9 +20,9 @@ pub(crate) fn file(name: &str) -> Result<PathBuf> {
 pub(crate) fn read(path: &Path, test: &str) -> Result<Value> {
     let text = std::fs::read_to_string(path).with_context(|| format!("{}: no figures recorded", path.display()))?;
     text.lines()
+        .rev()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["test"] == test)
-        .last()
+        .find(|v| v["test"] == test)
         .map(|v| v["figures"].clone())
         .with_context(|| format!("{}: no figures from the test {test:?}", path.display()))
 }
