@@ -51,7 +51,14 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) 
         if tests_ran && *tested_by_xtask_test {
             eprintln!("xtask: check-features: {label}: tests already run with these features by `cargo xtask test`");
         } else {
-            run_checked(cargo().args(["test", "--quiet"]).args(packages).args(*flags).envs(test_env.iter().cloned()))?;
+            run_checked(
+                cargo()
+                    .args(["test", "--quiet"])
+                    .args(packages)
+                    .args(*flags)
+                    .args(crate::test::with_ignored(&[]))
+                    .envs(test_env.iter().cloned()),
+            )?;
         }
         run_checked(cargo().args(["build", "--quiet", "-p", "nornir-cli"]).args(*flags))?;
         let bin = workspace_root().join("target/debug/nornir");

@@ -12,6 +12,7 @@ mod demo;
 mod dev_null;
 mod features;
 mod fetch;
+mod figures;
 mod fuzz;
 mod gpu_bundle;
 mod int8;
@@ -74,7 +75,8 @@ enum Task {
     /// splade-tiny on the corpus: nornir vs the Python reference (ONNX Runtime, tokenizers,
     /// NumPy pooling), rounds interleaved, medians; peak RSS beside the dense default model's.
     BenchSparse(bench_sparse::Args),
-    /// `nornir vector serve` under N HTTP clients, beside the library's bulk and concurrent figures.
+    /// `nornir vector serve` under N HTTP clients, beside the library's bulk and concurrent
+    /// figures; `--load-tests`: the server's overload and load tests with their targets.
     ServeBench(serve_bench::Args),
     /// Clippy (-D warnings), tests and binary contents for every feature set; layering; import
     /// cycles; the API docs and the public API against public-api.txt.
@@ -88,7 +90,7 @@ enum Task {
     /// Fail on an import cycle between two files of one crate that are not parent and child.
     Cycles,
     /// One embedder shared by 8 threads x N calls of mixed sizes: checks every row against the
-    /// single-threaded result, prints calls/s and peak RSS.
+    /// single-threaded result, prints calls/s and peak RSS, and whether memory stayed flat.
     Soak {
         /// Calls per thread.
         #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]

@@ -8,6 +8,12 @@
 //! as a query (`prompt_name`), the rest as passages, so that requests with different options must
 //! share batches. The library's figures are then for the same token ids: the queries with the
 //! prompt written before them, in one bulk call.
+//!
+//! `--load-tests`: instead, the server tests that stand in for load figures (crates/cli/tests/
+//! serve.rs: the overload at 4x the measured rate, 64 clients for a minute), in a release build,
+//! and the targets those tests leave to this benchmark because they depend on the machine: under
+//! overload some requests accepted and some refused, and in both runs resident memory at the end
+//! within 20% + 30 MiB of the figure after warm-up.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -19,7 +25,7 @@ use anyhow::{Context, Result, bail};
 use nornir_test_support::percentile;
 
 use crate::process::{cargo, run_checked, workspace_root};
-use crate::{assets, fetch};
+use crate::{assets, fetch, figures};
 
 /// `cargo xtask serve-bench`'s options.
 #[derive(clap::Args, Debug)]
@@ -39,9 +45,16 @@ pub struct Args {
     /// Measure this binary (another commit's, side by side) instead of building this tree's.
     #[arg(long, value_name = "PATH")]
     nornir: Option<PathBuf>,
+    /// Instead of the throughput run: the server's overload and 64-client tests (release build)
+    /// and their targets (some requests refused under overload, memory flat).
+    #[arg(long = "load-tests", conflicts_with_all = ["clients", "texts", "per_request", "mixed_prompts", "nornir"])]
+    load_tests: bool,
 }
 
 pub fn serve_bench(a: &Args) -> Result<()> {
+    if a.load_tests {
+        return load_tests();
+    }
     let (clients, count, per_request) = (a.clients as usize, a.texts as usize, a.per_request as usize);
     let mixed = a.mixed_prompts;
     let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
@@ -175,6 +188,46 @@ pub fn serve_bench(a: &Args) -> Result<()> {
             },
         }))?
     );
+    Ok(())
+}
+
+/// `--load-tests`: the two tests, then their targets.
+fn load_tests() -> Result<()> {
+    let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
+    // Made before `cargo()`, which readies /dev/null for cargo: making them runs pip and apt-get.
+    let env = crate::test::test_env(&home)?;
+    let path = figures::file("serve-load")?;
+    eprintln!("xtask: serve-bench: the server's overload and load tests, release build");
+    run_checked(
+        cargo()
+            .args(["test", "--release", "-p", "nornir-cli", "--test", "serve", "--", "--include-ignored", "--exact"])
+            .args(["--nocapture", "--test-threads", "1"])
+            .args(["overload_is_answered_200_or_503_and_nothing_hangs", "sixty_four_clients_for_a_minute"])
+            .envs(env)
+            .env(nornir_test_support::FIGURES_VAR, &path),
+    )?;
+    let overload = figures::read(&path, "overload")?;
+    let (accepted, refused) =
+        (figures::number(&overload, "answered_200")?, figures::number(&overload, "answered_503")?);
+    figures::target(
+        &format!(
+            "overload at {:.1} requests/s ({:.1}/s measured): some accepted and some refused ({accepted} answered 200, {refused} answered 503, {} answered 504)",
+            figures::number(&overload, "rate_per_second")?,
+            figures::number(&overload, "capacity_per_second")?,
+            figures::number(&overload, "answered_504")?
+        ),
+        accepted > 0.0 && refused > 0.0,
+    );
+    for (test, label) in [(&overload, "overload"), (&figures::read(&path, "load")?, "64 clients")] {
+        let (warm, end) = (figures::number(test, "warm_rss_mib")?, figures::number(test, "end_rss_mib")?);
+        let bound = warm * 1.2 + 30.0;
+        figures::target(
+            &format!(
+                "{label}: memory flat: {end:.0} MiB at the end, at most {bound:.0} MiB ({warm:.0} MiB + 20% + 30 MiB)"
+            ),
+            end <= bound,
+        );
+    }
     Ok(())
 }
 

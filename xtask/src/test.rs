@@ -168,6 +168,19 @@ pub(crate) fn dry_run_bundle() -> Result<()> {
     gpu_bundle::gpu_bundle(&gpu_bundle::Args::for_dry_run(nornir.into(), out.into()))
 }
 
+/// `cargo test`'s arguments `extra`, with `--include-ignored` for the test binaries: the tests
+/// that need the fetched assets are `#[ignore]`d so that a plain `cargo test` lists them as
+/// ignored (see `nornir_test_support::needs_assets!`), and this is where they run. It goes after
+/// the `--` that `extra` may already have (`cargo xtask test serve -- --nocapture`).
+pub(crate) fn with_ignored(extra: &[String]) -> Vec<String> {
+    let mut args = extra.to_vec();
+    match args.iter().position(|a| a == "--") {
+        Some(i) => args.insert(i + 1, "--include-ignored".to_owned()),
+        None => args.extend(["--".to_owned(), "--include-ignored".to_owned()]),
+    }
+    args
+}
+
 pub fn test(extra: &[String]) -> Result<()> {
     let started = std::time::Instant::now();
     let home = stage("fetch", || fetch::fetch(&all_test_assets()))?;
@@ -179,7 +192,9 @@ pub fn test(extra: &[String]) -> Result<()> {
     stage("GPU check bundle", dry_run_bundle)?;
     eprintln!("xtask: tests, default build");
     stage("tests, default build", || {
-        run_checked(cargo().args(["test", "--workspace", "--exclude", "xtask"]).args(extra).envs(env.clone()))
+        run_checked(
+            cargo().args(["test", "--workspace", "--exclude", "xtask"]).args(with_ignored(extra)).envs(env.clone()),
+        )
     })?;
     stage("Python package", || python_package(&home, &env))?;
     // The server's minute-long load test runs in full once, in the default build above; the
@@ -191,7 +206,7 @@ pub fn test(extra: &[String]) -> Result<()> {
         run_checked(
             cargo()
                 .args(["test", "--workspace", "--exclude", "xtask", "--features", "nornir-cli/embed-ort-rocm"])
-                .args(extra)
+                .args(with_ignored(extra))
                 .envs(env.clone()),
         )
     })?;
@@ -216,4 +231,23 @@ pub fn check_features() -> Result<()> {
     let env = test_env(&fetch::fetch(&all_test_assets())?)?;
     dry_run_bundle()?;
     features::check_features(&env, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_ignored;
+
+    #[test]
+    fn the_ignored_tests_are_included_after_the_one_separator() {
+        let v = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(with_ignored(&[]), v(&["--", "--include-ignored"]));
+        assert_eq!(
+            with_ignored(&v(&["-p", "nornir-cli", "serve"])),
+            v(&["-p", "nornir-cli", "serve", "--", "--include-ignored"])
+        );
+        assert_eq!(
+            with_ignored(&v(&["serve", "--", "--nocapture"])),
+            v(&["serve", "--", "--include-ignored", "--nocapture"])
+        );
+    }
 }

@@ -88,6 +88,7 @@ fn model_copy(dir: &Path, replace: &[(&str, &[u8])]) -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn broken_model_folders() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -119,6 +120,7 @@ fn broken_model_folders() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn broken_or_foreign_tokenizers() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -146,6 +148,7 @@ fn broken_or_foreign_tokenizers() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn an_image_model_is_refused_at_load() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -157,6 +160,7 @@ fn an_image_model_is_refused_at_load() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn model_contract_mistakes() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -195,6 +199,7 @@ fn model_contract_mistakes() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn input_text_edge_cases() {
     nornir_test_support::needs_assets!();
     let m = model();
@@ -238,6 +243,7 @@ fn input_text_edge_cases() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn missing_input_and_unwritable_outputs() {
     nornir_test_support::needs_assets!();
     let m = model();
@@ -274,6 +280,7 @@ fn stub_ort(dir: &Path, version: &str) -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn ort_libraries_that_are_not_usable() {
     nornir_test_support::needs_assets!();
     let m = model();
@@ -308,6 +315,7 @@ fn ort_libraries_that_are_not_usable() {
 /// A library that kills any process that loads it (a constructor that dereferences null), as a
 /// build for another CPU or a broken install can: only a child process can survive checking it.
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn doctor_isolate_reports_a_library_that_crashes_on_load() {
     nornir_test_support::needs_assets!();
     let m = model();
@@ -358,6 +366,7 @@ fn doctor_isolate_reports_a_library_that_crashes_on_load() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn a_corrupt_provider_library() {
     nornir_test_support::needs_assets!();
     let gpu =
@@ -439,6 +448,7 @@ fn library_path_variables_with_bad_entries() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn numeric_options_out_of_range() {
     nornir_test_support::needs_assets!();
     let m = model();
@@ -469,6 +479,7 @@ fn numeric_options_out_of_range() {
 /// Libraries inside the model folder, run from inside it, are never loaded: a library there that
 /// would crash any process loading it goes unnoticed.
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn nothing_is_loaded_from_the_model_folder_or_the_working_folder() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -484,6 +495,7 @@ fn nothing_is_loaded_from_the_model_folder_or_the_working_folder() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn quantize_bad_inputs() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");

@@ -26,6 +26,7 @@ fn reference(args: &[&str]) -> Value {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn every_architecture_equals_an_independent_numpy_implementation() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -44,6 +45,7 @@ fn every_architecture_equals_an_independent_numpy_implementation() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn real_splade_tiny_logits_equal_the_reference_and_rank_the_right_terms() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -66,6 +68,7 @@ fn real_splade_tiny_logits_equal_the_reference_and_rank_the_right_terms() {
 /// Embeds with the converted model: only in a build with the embedder.
 #[cfg(feature = "embed-ort")]
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn converted_minilm_is_checked_fused_and_close_to_the_int8_export() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");

@@ -57,6 +57,7 @@ fn close(got: &Value, want: f32, what: &str) {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn rerank_predict_and_sparse_routes_answer_as_the_library() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -152,6 +153,7 @@ fn client(client: &str, server: &Server, model: &str, texts: &[&str]) -> Value {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn the_cohere_client_and_tei_requests_get_their_rankings() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -189,6 +191,7 @@ fn the_cohere_client_and_tei_requests_get_their_rankings() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn bad_retrieval_requests_get_their_status_and_the_server_keeps_serving() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -226,6 +229,7 @@ fn bad_retrieval_requests_get_their_status_and_the_server_keeps_serving() {
 /// Cohere's embed API with every embedding type in one call, as the library makes them from the
 /// same float vectors with the server's ranges (nornir's sample, calibrated at first need).
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn the_cohere_client_gets_every_embedding_type_in_one_call() {
     use nornir_vector::{CallOptions, Precision, to_precision};
 

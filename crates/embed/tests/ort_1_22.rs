@@ -24,6 +24,7 @@ fn options() -> EmbedderOptions {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn cpu_fallback_on_1_22_embeds_the_parity_sample_correctly() {
     nornir_test_support::needs_assets!();
     let e = Embedder::new(&model_dir(), &options()).expect("load on 1.22.2");

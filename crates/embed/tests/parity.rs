@@ -16,6 +16,7 @@ fn cpu_options() -> EmbedderOptions {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn parity_sample_matches_reference() {
     nornir_test_support::needs_assets!();
     let (texts, reference) = parity_sample();
@@ -46,6 +47,7 @@ fn worst_row(got: &nornir_embed::Embeddings, reference: &[f32]) -> (f32, usize) 
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn a_real_export_with_integer_outputs_first_matches_its_reference() {
     nornir_test_support::needs_assets!();
     let (texts, reference) = parity_sample_with("paraphrase-sample.f32");
@@ -61,6 +63,7 @@ fn a_real_export_with_integer_outputs_first_matches_its_reference() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn semantic_sanity() {
     nornir_test_support::needs_assets!();
     let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load");
@@ -83,6 +86,7 @@ fn semantic_sanity() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn empty_input_and_empty_text() {
     nornir_test_support::needs_assets!();
     let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load");
@@ -94,6 +98,7 @@ fn empty_input_and_empty_text() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn shared_across_threads_gives_the_single_threaded_result() {
     nornir_test_support::needs_assets!();
     fn send_sync<T: Send + Sync>() {}
@@ -120,6 +125,7 @@ fn shared_across_threads_gives_the_single_threaded_result() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn several_sessions_give_the_same_vectors_in_input_order() {
     nornir_test_support::needs_assets!();
     let (texts, reference) = parity_sample();
@@ -138,6 +144,7 @@ fn several_sessions_give_the_same_vectors_in_input_order() {
 /// first 256 tokens (here, its first 2,000 bytes, cut at a space), and a text with no
 /// whitespace to cut at still embeds.
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn a_ten_megabyte_text_embeds_as_its_first_tokens() {
     nornir_test_support::needs_assets!();
     let (texts, _) = parity_sample();
@@ -156,6 +163,7 @@ fn a_ten_megabyte_text_embeds_as_its_first_tokens() {
 
 /// Repeated texts are embedded once and every row still belongs to its own text.
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn duplicates_are_embedded_once_and_rows_stay_in_place() {
     nornir_test_support::needs_assets!();
     let embedder = Embedder::new(&model_dir(), &cpu_options()).expect("load");

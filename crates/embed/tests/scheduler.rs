@@ -19,6 +19,7 @@ fn options() -> EmbedderOptions {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn async_calls_share_batches_and_match_blocking_calls() {
     nornir_test_support::needs_assets!();
     let (texts, _) = parity_sample();
@@ -44,6 +45,7 @@ fn async_calls_share_batches_and_match_blocking_calls() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn a_full_queue_refuses_at_once_and_keeps_serving() {
     nornir_test_support::needs_assets!();
     let (texts, _) = parity_sample();
@@ -74,6 +76,7 @@ fn a_full_queue_refuses_at_once_and_keeps_serving() {
 }
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn a_text_that_fails_its_batch_fails_only_its_own_call() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -128,6 +131,7 @@ fn a_text_that_fails_its_batch_fails_only_its_own_call() {
 /// one session busy, 500 texts are queued by polling, then the future is dropped; the queue
 /// is empty at once, the 500 are counted as cancelled, and the embedder keeps serving.
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn a_dropped_future_leaves_the_queue() {
     nornir_test_support::needs_assets!();
     let e = Embedder::new(&model_dir(), &options().with_workers(1)).expect("load");
@@ -165,6 +169,7 @@ fn a_dropped_future_leaves_the_queue() {
 /// here returns `Cancelled` to that thread at once, the 500 leave the queue without running, and
 /// a handle cancelled beforehand refuses the next call before it queues anything.
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn a_cancelled_blocking_call_leaves_the_queue() {
     nornir_test_support::needs_assets!();
     let e = Embedder::new(&model_dir(), &options().with_workers(1)).expect("load");

@@ -1,11 +1,12 @@
 //! One `Embedder` shared by 8 threads, each making calls of mixed sizes from the corpus: every row
-//! equals the single-threaded result for its text (cosine >= 0.99999), nothing deadlocks (a
-//! watchdog fails the test), and resident memory after warm-up stays flat.
+//! equals the single-threaded result for its text (cosine >= 0.99999) and nothing deadlocks (a
+//! watchdog fails the test). It prints calls/s and resident memory after warm-up, at the end and
+//! at its peak, and asserts neither: both depend on the machine and its load.
 //!
-//! The suite runs 8 x 48 calls: after the warm-up (6 calls per thread), 8 x 42 = 336 calls are
-//! measured, so the bound (10% + 32 MiB over about 350 MiB after warm-up) fails for a leak of
-//! about 200 KiB per call or more; it took 45 s in a debug build on 2 cores. `cargo xtask soak`
-//! runs 8 x 500 calls in a release build (`NORNIR_SOAK_CALLS=500`) and prints calls/s and peak RSS.
+//! The suite runs 8 x 48 calls (45 s in a debug build on 2 cores). `cargo xtask soak` runs 8 x 500
+//! calls in a release build (`NORNIR_SOAK_CALLS=500`), reads the figures back
+//! (`nornir_test_support::record_figures`) and reports whether memory stayed flat: at most 10% +
+//! 32 MiB over the figure after warm-up, which a leak of about 20 KiB per call or more misses.
 
 mod common;
 
@@ -21,6 +22,7 @@ const THREADS: usize = 8;
 const SIZES: [usize; 6] = [1, 3, 8, 1, 32, 64];
 
 #[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn eight_threads_share_one_embedder() {
     nornir_test_support::needs_assets!();
     let calls: usize = std::env::var("NORNIR_SOAK_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
@@ -92,8 +94,15 @@ fn eight_threads_share_one_embedder() {
         end_rss / 1024,
         peak / 1024
     );
-    assert!(
-        end_rss <= warm_rss + warm_rss / 10 + 32 * 1024,
-        "memory grew after warm-up: {warm_rss} KiB -> {end_rss} KiB"
+    // Stands in for the memory bound, which `cargo xtask soak` checks on these figures.
+    nornir_test_support::record_figures(
+        "soak",
+        serde_json::json!({
+            "calls": THREADS * calls,
+            "calls_per_second": (THREADS * calls) as f64 / seconds,
+            "warm_rss_kib": warm_rss,
+            "end_rss_kib": end_rss,
+            "peak_rss_kib": peak,
+        }),
     );
 }

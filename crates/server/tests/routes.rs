@@ -126,6 +126,7 @@ fn prompted_model(dir: &Path) {
 const TEXTS: [&str; 3] = ["A man is eating food.", "A plane is taking off.", "what is a fjord?"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 async fn tei_takes_the_root_and_the_nested_parameters_and_every_field() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -182,6 +183,7 @@ async fn tei_takes_the_root_and_the_nested_parameters_and_every_field() {
 /// nornir's chunking extension: `/embed` with `"chunking"` answers the documents' vectors in
 /// TEI's shape instead of 413, and `/embed_chunks` adds each chunk's span (in characters) and vector.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 async fn long_documents_are_chunked_on_request() {
     nornir_test_support::needs_assets!();
     let lib = load(&default_model(), &options());
@@ -214,6 +216,7 @@ async fn long_documents_are_chunked_on_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 async fn tokenize_decode_and_similarity_as_tei_answers_them() {
     nornir_test_support::needs_assets!();
     let lib = load(&default_model(), &options());
@@ -268,6 +271,7 @@ fn cl100k(text: &str) -> Vec<u32> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 async fn openai_token_ids_are_read_as_cl100k_base() {
     nornir_test_support::needs_assets!();
     let lib = load(&default_model(), &options());
@@ -294,6 +298,7 @@ async fn openai_token_ids_are_read_as_cl100k_base() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 async fn several_models_each_answer_for_the_name_they_are_asked_by() {
     nornir_test_support::needs_assets!();
     let minilm = load(&default_model(), &options());
@@ -354,6 +359,7 @@ async fn several_models_each_answer_for_the_name_they_are_asked_by() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 async fn a_model_still_loading_is_503_and_health_names_it() {
     nornir_test_support::needs_assets!();
     let lib = load(&default_model(), &options());
@@ -473,6 +479,7 @@ async fn slow_clients_are_cut_off_and_the_server_keeps_serving() {
 /// The names clients send: with one model every name is answered by it (as TEI does), unless
 /// strict; with several, aliases and a fallback choose, and an unknown name is 404 with the list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 async fn any_name_reaches_one_model_and_aliases_and_a_fallback_choose_among_several() {
     nornir_test_support::needs_assets!();
     let minilm = load(&default_model(), &options());
@@ -530,6 +537,7 @@ async fn any_name_reaches_one_model_and_aliases_and_a_fallback_choose_among_seve
 /// One policy for long texts: the server's `long` when a request does not say, TEI's
 /// `truncate` when it does; the answer counts the texts cut, and so does /metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 async fn long_texts_follow_the_servers_policy_unless_the_request_says() {
     nornir_test_support::needs_assets!();
     let lib = load(&default_model(), &options());

@@ -19,28 +19,55 @@ pub fn assets_fetched() -> bool {
     std::env::var_os("NORNIR_TEST_ORT_CPU").is_some_and(|p| std::path::Path::new(&p).exists())
 }
 
-/// The line a test prints when it skips for want of the fetched assets (libtest names each test's
-/// thread after the test; `module` where it does not).
-pub fn skip_without_assets(module: &str) {
+/// The reason every test that needs the fetched assets carries in its `#[ignore = "..."]` (an
+/// attribute takes only a literal, so each test writes it out). `cargo xtask test` runs every
+/// ignored test, so this crate's test `every_ignore_is_for_the_assets` allows no other reason.
+pub const IGNORE_REASON: &str = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches";
+
+/// Fails the calling test, naming `cargo xtask test`, when the fetched assets are not here.
+///
+/// Such a test is `#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test`
+/// fetches"]`: a plain `cargo test` (the fast tier) lists it as ignored, never as passed, and
+/// `cargo xtask test` runs it with `--include-ignored` after setting the `NORNIR_TEST_*`
+/// variables. Run without them (`cargo test -- --include-ignored` on a fresh clone), it fails
+/// here with this message rather than passing without having run.
+pub fn require_assets(module: &str) {
+    // libtest names each test's thread after the test; `module` where it does not.
     let current = std::thread::current();
     let test = current.name().filter(|n| *n != "main").unwrap_or(module);
-    // Straight to the file descriptor: libtest captures `println!`, and a skip must show.
-    let line = format!(
-        "{test}: skipped: it needs the ONNX Runtime builds, models and test libraries that `cargo xtask test` fetches\n"
+    assert!(
+        assets_fetched(),
+        "{test}: needs the ONNX Runtime builds, models and test libraries that `cargo xtask test` fetches, \
+         and NORNIR_TEST_ORT_CPU is unset or missing: run `cargo xtask test` (it fetches them, sets the \
+         NORNIR_TEST_* variables and runs the ignored tests)"
     );
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
 }
 
-/// Returns from the calling test, after one line naming `cargo xtask test`, when the fetched
-/// assets are not here: the tier that `cargo test` on a fresh clone runs (see README.md).
+/// The first line of a test that needs the fetched assets: see [`require_assets`].
 #[macro_export]
 macro_rules! needs_assets {
     () => {
-        if !$crate::assets_fetched() {
-            $crate::skip_without_assets(module_path!());
-            return;
-        }
+        $crate::require_assets(module_path!())
     };
+}
+
+/// The variable that names the file where a test standing in for a benchmark appends its figures
+/// (one JSON object a line: `{"test": ..., "figures": {...}}`). The test asserts only what holds
+/// on any machine and prints its figures; `cargo xtask soak` and `cargo xtask serve-bench
+/// --load-tests` set this, read the figures back and report whether their targets (memory that
+/// stays flat, an overload that is partly refused) were met.
+pub const FIGURES_VAR: &str = "NORNIR_BENCH_FIGURES";
+
+/// Appends `figures` under `test`'s name to the file that [`FIGURES_VAR`] names; nothing when unset.
+pub fn record_figures(test: &str, figures: serde_json::Value) {
+    let Some(path) = std::env::var_os(FIGURES_VAR) else { return };
+    let line = serde_json::json!({ "test": test, "figures": figures }).to_string() + "\n";
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", std::path::Path::new(&path).display()));
+    std::io::Write::write_all(&mut file, line.as_bytes()).expect("write the figures");
 }
 
 /// The cosine of two vectors (1 for the same direction, 0 when either is zero), summed in f64.
@@ -103,4 +130,46 @@ pub fn venv_site_packages(venv: &std::path::Path) -> PathBuf {
         .find(|e| e.file_name().to_string_lossy().starts_with("python3"))
         .unwrap_or_else(|| panic!("no python3.* in {}", lib.display()));
     python.path().join("site-packages")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// Every `#[ignore]` in the workspace's Rust sources is for the fetched assets, with
+    /// [`super::IGNORE_REASON`]: `cargo xtask test` runs the ignored tests, so a test ignored for
+    /// another reason (slow, broken, manual) would start running there.
+    #[test]
+    fn every_ignore_is_for_the_assets() {
+        let want = format!("#[ignore = {:?}]", super::IGNORE_REASON);
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut stack = vec![root.join("crates"), root.join("xtask")];
+        let (mut seen, mut wrong) = (0, Vec::new());
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    for (i, line) in text.lines().enumerate() {
+                        let line = line.trim();
+                        // The attribute itself, not this test's own mentions of it.
+                        if line.starts_with("#[ignore") {
+                            seen += 1;
+                            if line != want {
+                                wrong.push(format!("{}:{}: {line}", path.display(), i + 1));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(seen > 0, "no #[ignore] found under {}", root.display());
+        assert!(
+            wrong.is_empty(),
+            "ignored for another reason, or worded otherwise (want {want}):\n{}",
+            wrong.join("\n")
+        );
+    }
 }
