@@ -45,6 +45,12 @@ fn modules(src: &Path) -> Result<Vec<(Vec<String>, PathBuf)>> {
     Ok(found)
 }
 
+/// A module path: `["commands", "convert"]`; the crate root is empty.
+type ModulePath = Vec<String>;
+
+/// What an imported name points at: an absolute path, or `None` for something outside the crate.
+type Target = Option<ModulePath>;
+
 /// What a crate's modules bind, for resolving a path to the file that defines its item.
 #[derive(Default)]
 struct Names {
@@ -52,7 +58,7 @@ struct Names {
     scopes: BTreeMap<Vec<String>, usize>,
     /// Per module, what each imported name points at: an absolute path, or `None` for something
     /// outside the crate. Several where `#[cfg]`s choose between imports of one name.
-    imported: BTreeMap<Vec<String>, BTreeMap<String, Vec<Option<Vec<String>>>>>,
+    imported: BTreeMap<ModulePath, BTreeMap<String, Vec<Target>>>,
     /// Per module, the modules it glob-imports.
     globs: BTreeMap<Vec<String>, Vec<Vec<String>>>,
     /// Per module, the names of the items it defines.
