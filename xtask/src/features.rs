@@ -38,6 +38,7 @@ const TEST_HOOK_MARKER: &str = "fault injected";
 pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) -> Result<()> {
     let started = Instant::now();
     crate::cycles::check(&workspace_root())?;
+    crate::code_map::check(&workspace_root())?;
     for (label, flags, amd, tested_by_xtask_test) in CONFIGS {
         eprintln!("xtask: check-features: {label}");
         let packages = ["-p", "nornir-vector", "-p", "nornir-cli"];

@@ -5,6 +5,7 @@
 
 mod assets;
 mod bench_sparse;
+mod code_map;
 mod compact;
 mod compare;
 mod cycles;
@@ -79,7 +80,7 @@ enum Task {
     /// figures; `--load-tests`: the server's overload and load tests with their targets.
     ServeBench(serve_bench::Args),
     /// Clippy (-D warnings), tests and binary contents for every feature set; layering; import
-    /// cycles; the API docs and the public API against public-api.txt.
+    /// cycles; the code map; the API docs and the public API against public-api.txt.
     CheckFeatures,
     /// List the public API from rustdoc and compare it with public-api.txt.
     PublicApi {
@@ -89,6 +90,8 @@ enum Task {
     },
     /// Fail on an import cycle between two files of one crate that are not parent and child.
     Cycles,
+    /// Fail naming each source file (crates/*/src, xtask/src) that ARCHITECTURE.md does not mention.
+    CodeMap,
     /// One embedder shared by 8 threads x N calls of mixed sizes: checks every row against the
     /// single-threaded result, prints calls/s and peak RSS, and whether memory stayed flat.
     Soak {
@@ -123,6 +126,7 @@ fn main() {
         Task::CheckFeatures => test::check_features(),
         Task::PublicApi { bless } => public_api::public_api(bless),
         Task::Cycles => cycles::check(&workspace_root()),
+        Task::CodeMap => code_map::check(&workspace_root()),
         Task::Soak { calls } => soak::soak(calls),
         Task::Fuzz { seconds } => fuzz::fuzz(seconds),
         Task::GpuBundle(a) => gpu_bundle::gpu_bundle(&a),

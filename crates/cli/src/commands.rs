@@ -77,6 +77,15 @@ pub struct EmbedJob {
     pub verbose: bool,
 }
 
+/// What the check of a converted encoder found (`check_converted`, which `convert` calls: the
+/// embedder's check, or the stand-in of a build without it).
+pub struct Checked {
+    /// One line for the summary.
+    pub summary: String,
+    /// The record of the plain graph where it replaced the fused one.
+    pub replaced_by: Option<nornir_vector::convert::Conversion>,
+}
+
 /// The ONNX Runtime library the plan would load, as `doctor` reports it.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 #[serde(default)]

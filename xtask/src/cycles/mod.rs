@@ -1,10 +1,16 @@
 //! The import-cycle check of `cargo xtask check-features`: no two files of one crate that are not
-//! parent and child may reach each other through `crate::`/`super::`/`self::` paths.
+//! parent and child may reach each other through the crate's own paths.
 //!
 //! It reads the source as text (comments and string literals blanked), expands `use` trees and
-//! inline paths into module paths, and resolves each to the file of its longest known module.
-//! A path through a re-export resolves to the re-exporting module (usually the crate root, a
-//! parent of everything), so a cycle hidden behind `pub use` is not seen.
+//! inline paths (`crate::`, `super::`, `self::`, or a child module's name) into module paths, and
+//! resolves each to the file that defines the item. A name a module brings in with a `use` (of
+//! any visibility: `pub use`, `pub(crate) use`, or a private one, which the module's children can
+//! reach through `super::`) resolves to where that `use` points, following chains of re-exports; a
+//! name that a module's glob import (`pub use x::*`) can bind resolves to the glob's source too,
+//! whether or not the module also binds it itself, since the text does not say which `#[cfg]`
+//! holds. So `super::f` in `a/x.rs`, where `a.rs` has `pub use y::f`, is an edge to `a/y.rs`. A
+//! name nothing binds (a macro's item, a name from outside the crate) resolves to the module
+//! that holds it. What a file uses through its own glob import of another module is not seen.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -13,7 +19,7 @@ use anyhow::{Context, Result, bail};
 
 mod source;
 
-use source::referenced_paths;
+use source::{Bind, scan};
 
 /// One crate's source folder: every `.rs` file under it, as `(module path, file)`.
 fn modules(src: &Path) -> Result<Vec<(Vec<String>, PathBuf)>> {
@@ -35,19 +41,130 @@ fn modules(src: &Path) -> Result<Vec<(Vec<String>, PathBuf)>> {
             }
         }
     }
+    found.sort();
     Ok(found)
+}
+
+/// A module path: `["commands", "convert"]`; the crate root is empty.
+type ModulePath = Vec<String>;
+
+/// What an imported name points at: an absolute path, or `None` for something outside the crate.
+type Target = Option<ModulePath>;
+
+/// What a crate's modules bind, for resolving a path to the file that defines its item.
+#[derive(Default)]
+struct Names {
+    /// Every module, the files' and the inline ones, with the index of its file.
+    scopes: BTreeMap<Vec<String>, usize>,
+    /// Per module, what each imported name points at: an absolute path, or `None` for something
+    /// outside the crate. Several where `#[cfg]`s choose between imports of one name.
+    imported: BTreeMap<ModulePath, BTreeMap<String, Vec<Target>>>,
+    /// Per module, the modules it glob-imports.
+    globs: BTreeMap<Vec<String>, Vec<Vec<String>>>,
+    /// Per module, the names of the items it defines.
+    defined: BTreeMap<Vec<String>, BTreeSet<String>>,
+}
+
+impl Names {
+    /// A path made absolute: as it is, or relative to `scope` when it begins with a child module.
+    fn absolute(&self, scope: &[String], path: &[String], relative: bool) -> Option<Vec<String>> {
+        if !relative {
+            return Some(path.to_vec());
+        }
+        let full: Vec<String> = scope.iter().chain(path).cloned().collect();
+        self.scopes.contains_key(&full[..=scope.len()]).then_some(full)
+    }
+
+    /// Whether module `scope` binds `name`: defines it, imports it, or glob-imports a module that does.
+    fn binds(&self, scope: &[String], name: &str, seen: &mut BTreeSet<Vec<String>>) -> bool {
+        if !seen.insert(scope.to_vec()) {
+            return false;
+        }
+        self.defined.get(scope).is_some_and(|d| d.contains(name))
+            || self.imported.get(scope).is_some_and(|m| m.contains_key(name))
+            || self.globs.get(scope).is_some_and(|g| g.iter().any(|g| self.binds(g, name, seen)))
+    }
+
+    /// The files that define what `path` names (through re-exports), into `out`.
+    fn resolve(&self, path: &[String], seen: &mut BTreeSet<Vec<String>>, out: &mut BTreeSet<usize>) {
+        if !seen.insert(path.to_vec()) {
+            return;
+        }
+        let Some(n) = (0..=path.len()).rev().find(|&n| self.scopes.contains_key(&path[..n])) else {
+            return;
+        };
+        let (scope, file) = (&path[..n], self.scopes[&path[..n]]);
+        let Some(name) = path.get(n) else {
+            out.insert(file);
+            return;
+        };
+        let rest = &path[n + 1..];
+        let mut bound = self.defined.get(scope).is_some_and(|d| d.contains(name));
+        if bound {
+            out.insert(file);
+        }
+        for target in self.imported.get(scope).and_then(|m| m.get(name)).into_iter().flatten() {
+            bound = true;
+            match target {
+                Some(t) => self.resolve(&[t.as_slice(), rest].concat(), seen, out),
+                None => {
+                    out.insert(file);
+                }
+            }
+        }
+        for glob in self.globs.get(scope).into_iter().flatten() {
+            if self.binds(glob, name, &mut BTreeSet::new()) {
+                bound = true;
+                self.resolve(&[glob.as_slice(), &path[n..]].concat(), seen, out);
+            }
+        }
+        if !bound {
+            out.insert(file);
+        }
+    }
 }
 
 /// A cycle between files of one crate that are not parent and child, as the files in order.
 pub fn crate_cycles(src: &Path) -> Result<Vec<Vec<PathBuf>>> {
     let mods = modules(src)?;
-    let by_path: BTreeMap<Vec<String>, usize> = mods.iter().enumerate().map(|(k, (m, _))| (m.clone(), k)).collect();
-    let mut edges: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); mods.len()];
-    for (k, (module, file)) in mods.iter().enumerate() {
+    let mut scans = Vec::new();
+    for (module, file) in &mods {
         let code = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
-        for path in referenced_paths(&code, module) {
-            let target = (0..=path.len()).rev().find_map(|n| by_path.get(&path[..n]).copied());
-            if let Some(t) = target {
+        scans.push(scan(&code, module));
+    }
+    let mut names = Names::default();
+    for (k, ((module, _), s)) in mods.iter().zip(&scans).enumerate() {
+        names.scopes.insert(module.clone(), k);
+        for inline in &s.inline_modules {
+            names.scopes.entry(inline.clone()).or_insert(k);
+        }
+        for (scope, name) in &s.defined {
+            names.defined.entry(scope.clone()).or_default().insert(name.clone());
+        }
+    }
+    for s in &scans {
+        for import in &s.imports {
+            let target = names.absolute(&import.scope, &import.path, import.relative);
+            match &import.bind {
+                Bind::Name(name) => names
+                    .imported
+                    .entry(import.scope.clone())
+                    .or_default()
+                    .entry(name.clone())
+                    .or_default()
+                    .push(target),
+                Bind::Glob => names.globs.entry(import.scope.clone()).or_default().extend(target),
+                Bind::Nothing => {}
+            }
+        }
+    }
+    let mut edges: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); mods.len()];
+    for (k, s) in scans.iter().enumerate() {
+        let relative = s.relative.iter().filter_map(|(scope, path)| names.absolute(scope, path, true));
+        for path in s.paths.iter().cloned().chain(relative) {
+            let mut targets = BTreeSet::new();
+            names.resolve(&path, &mut BTreeSet::new(), &mut targets);
+            for t in targets {
                 let (a, b) = (&mods[k].0, &mods[t].0);
                 if t != k && !a.starts_with(b) && !b.starts_with(a) {
                     edges[k].insert(t);
@@ -63,6 +180,7 @@ pub fn crate_cycles(src: &Path) -> Result<Vec<Vec<PathBuf>>> {
             cycles.push(files);
         }
     }
+    cycles.sort();
     Ok(cycles)
 }
 
@@ -205,5 +323,51 @@ mod tests {
         ]);
         let cycles = crate_cycles(d.path()).unwrap();
         assert_eq!(cycles.len(), 1, "{cycles:?}");
+    }
+
+    fn names(cycle: &[PathBuf], root: &Path) -> Vec<String> {
+        cycle.iter().map(|f| f.strip_prefix(root).unwrap().display().to_string()).collect()
+    }
+
+    #[test]
+    fn a_cycle_hidden_behind_a_parents_re_export_is_found() {
+        // x calls `super::check`, which the parent re-exports from y; y imports x's type.
+        let d = tree(&[
+            ("main.rs", "mod commands;\n"),
+            ("commands.rs", "mod x;\n#[cfg(feature = \"a\")]\nmod y;\npub(crate) use y::check;\npub use x::run;\n"),
+            ("commands/x.rs", "pub struct Checked;\npub fn run() { super::check(); }\n"),
+            ("commands/y.rs", "use super::x::Checked;\npub fn check() -> Checked { Checked }\n"),
+        ]);
+        let cycles = crate_cycles(d.path()).unwrap();
+        assert_eq!(cycles.len(), 1, "{cycles:?}");
+        assert_eq!(names(&cycles[0], d.path()), ["commands/x.rs", "commands/y.rs"]);
+    }
+
+    #[test]
+    fn chains_of_re_exports_globs_and_renames_are_followed() {
+        // a reaches c's `f` through the root's `pub use b::*` and b's `pub use crate::c::g as f`;
+        // c reaches a's `T` through the root's private import, which children can name.
+        let d = tree(&[
+            ("lib.rs", "mod a;\nmod b;\nmod c;\npub use b::*;\nuse a::T;\n"),
+            ("a.rs", "pub struct T;\nfn u() { crate::f() }\n"),
+            ("b.rs", "pub use crate::c::g as f;\n"),
+            ("c.rs", "pub fn g() -> crate::T { todo!() }\n"),
+        ]);
+        let cycles = crate_cycles(d.path()).unwrap();
+        assert_eq!(cycles.len(), 1, "{cycles:?}");
+        assert_eq!(names(&cycles[0], d.path()), ["a.rs", "c.rs"]);
+    }
+
+    #[test]
+    fn a_parent_re_exporting_a_child_nobody_cycles_with_is_not_a_cycle() {
+        // x uses y's re-exported item one way only; the parent re-exports both, and y's tests
+        // glob-import their parent.
+        let d = tree(&[
+            ("lib.rs", "mod commands;\npub use commands::*;\n"),
+            ("commands/mod.rs", "mod x;\nmod y;\npub use x::run;\npub use y::*;\nuse crate::Thing as _;\n"),
+            ("commands/x.rs", "pub fn run() { super::check(); let _ = crate::Thing; }\n"),
+            ("commands/y.rs", "pub fn check() {}\npub struct Thing;\n#[cfg(test)]\nmod tests { use super::*; }\n"),
+        ]);
+        assert_eq!(crate_cycles(d.path()).unwrap(), Vec::<Vec<PathBuf>>::new());
     }
 }

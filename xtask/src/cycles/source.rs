@@ -1,5 +1,6 @@
-//! Reading Rust source as text for the cycle check: comments and literals blanked, tokens, and
-//! every `crate::`/`super::`/`self::` path a file names, `use` trees expanded.
+//! Reading Rust source as text for the cycle check: comments and literals blanked, tokens, every
+//! path a file names (`use` trees expanded), what its module-level `use` declarations bind, and
+//! the names of the items it defines.
 
 /// The source with comments, string and char literals replaced by spaces (lines kept).
 fn blank_non_code(src: &str) -> String {
@@ -101,6 +102,7 @@ enum Token {
     Open,
     Close,
     Comma,
+    Star,
     Other,
 }
 
@@ -126,6 +128,7 @@ fn tokens(code: &str) -> Vec<Token> {
             b'{' => Token::Open,
             b'}' => Token::Close,
             b',' => Token::Comma,
+            b'*' => Token::Star,
             c if c.is_ascii_whitespace() => {
                 i += 1;
                 continue;
@@ -137,16 +140,71 @@ fn tokens(code: &str) -> Vec<Token> {
     out
 }
 
-/// Every module path one file names through `crate::`, `super::` or `self::`, made absolute.
-/// `module` is the file's own module path; inline `mod x { ... }` blocks shift `super`/`self`.
-pub(super) fn referenced_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+/// What one leaf of a `use` tree binds in its module.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Bind {
+    /// `a::b` or `a::b as c`: the name `b` (or `c`).
+    Name(String),
+    /// `a::*`: every name `a` binds.
+    Glob,
+    /// `a as _`, or a plain path outside a `use`.
+    Nothing,
+}
+
+/// One leaf of a path or `use` tree.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Leaf {
+    pub path: Vec<String>,
+    pub bind: Bind,
+}
+
+/// A module-level `use` leaf, of any visibility: a private import is visible to the module's
+/// children too, so `super::name` can reach it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Import {
+    /// The module it is declared in: the file's, or an inline `mod x { ... }` inside it.
+    pub scope: Vec<String>,
+    /// Absolute when it began with `crate`/`super`/`self`; else relative to `scope` (a child
+    /// module, or something outside the crate).
+    pub path: Vec<String>,
+    pub relative: bool,
+    pub bind: Bind,
+}
+
+/// What the cycle check reads from one file.
+#[derive(Debug, Default)]
+pub(super) struct Scan {
+    /// Every path named through `crate::`, `super::` or `self::`, made absolute.
+    pub paths: Vec<Vec<String>>,
+    /// Every path that begins with a plain name (`child::Item`, but also `std::fs`, `Vec::new`),
+    /// with the scope it is relative to; the caller keeps those whose first name is a module.
+    pub relative: Vec<(Vec<String>, Vec<String>)>,
+    /// The module-level `use` declarations.
+    pub imports: Vec<Import>,
+    /// `(scope, name)` of each module-level item (`fn`, `struct`, `mod`, `const`, ...).
+    pub defined: Vec<(Vec<String>, String)>,
+    /// The inline modules, as absolute module paths.
+    pub inline_modules: Vec<Vec<String>>,
+}
+
+const ITEM_KEYWORDS: &[&str] = &["fn", "struct", "enum", "union", "trait", "type", "const", "static", "mod"];
+
+/// Reads one file. `module` is the file's own module path; inline `mod x { ... }` blocks shift
+/// `super`/`self` and the scope of what they declare.
+pub(super) fn scan(code: &str, module: &[String]) -> Scan {
     let toks = tokens(&blank_non_code(code));
-    let mut found = Vec::new();
+    let mut found = Scan::default();
     // The inline modules we are inside, with the brace depth each opened at.
     let mut inline: Vec<(String, usize)> = Vec::new();
     let mut depth = 0usize;
     let mut i = 0;
+    let here = |inline: &[(String, usize)]| -> Vec<String> {
+        module.iter().cloned().chain(inline.iter().map(|(n, _)| n.clone())).collect()
+    };
     while i < toks.len() {
+        let module_level = depth == inline.last().map_or(0, |(_, d)| d + 1);
+        let after_use = module_level && i > 0 && matches!(&toks[i - 1], Token::Ident(u) if u == "use");
+        let preceded_by_sep = i > 0 && toks[i - 1] == Token::PathSep;
         match &toks[i] {
             Token::Open => depth += 1,
             Token::Close => {
@@ -156,24 +214,51 @@ pub(super) fn referenced_paths(code: &str, module: &[String]) -> Vec<Vec<String>
                 }
             }
             Token::Ident(kw) if kw == "mod" => {
-                if let (Some(Token::Ident(name)), Some(Token::Open)) = (toks.get(i + 1), toks.get(i + 2)) {
-                    inline.push((name.clone(), depth));
-                    depth += 1;
-                    i += 3;
-                    continue;
+                if let Some(Token::Ident(name)) = toks.get(i + 1) {
+                    if module_level {
+                        found.defined.push((here(&inline), name.clone()));
+                    }
+                    if toks.get(i + 2) == Some(&Token::Open) {
+                        inline.push((name.clone(), depth));
+                        found.inline_modules.push(here(&inline));
+                        depth += 1;
+                        i += 3;
+                        continue;
+                    }
                 }
             }
-            Token::Ident(root) if matches!(root.as_str(), "crate" | "super" | "self") => {
-                let preceded_by_sep = i > 0 && toks[i - 1] == Token::PathSep;
-                if !preceded_by_sep && toks.get(i + 1) == Some(&Token::PathSep) {
-                    let here: Vec<String> =
-                        module.iter().cloned().chain(inline.iter().map(|(n, _)| n.clone())).collect();
-                    let (prefix, next) = path_start(&toks, i, &here);
-                    let (paths, end) = use_tree(&toks, next, prefix);
-                    found.extend(paths);
-                    i = end;
-                    continue;
+            Token::Ident(kw) if module_level && ITEM_KEYWORDS.contains(&kw.as_str()) => {
+                if let Some(Token::Ident(name)) = toks.get(i + 1) {
+                    found.defined.push((here(&inline), name.clone()));
                 }
+            }
+            Token::Ident(kw) if module_level && kw == "macro_rules" => {
+                if let Some(Token::Ident(name)) = toks.get(i + 2) {
+                    found.defined.push((here(&inline), name.clone()));
+                }
+            }
+            Token::Ident(root) if !preceded_by_sep && toks.get(i + 1) == Some(&Token::PathSep) => {
+                let scope = here(&inline);
+                let relative = !matches!(root.as_str(), "crate" | "super" | "self");
+                let (prefix, next) = if relative { (Vec::new(), i) } else { path_start(&toks, i, &scope) };
+                let (leaves, end) = use_tree(&toks, next, prefix);
+                for leaf in leaves {
+                    if after_use {
+                        found.imports.push(Import {
+                            scope: scope.clone(),
+                            path: leaf.path.clone(),
+                            relative,
+                            bind: leaf.bind,
+                        });
+                    }
+                    if relative {
+                        found.relative.push((scope.clone(), leaf.path));
+                    } else {
+                        found.paths.push(leaf.path);
+                    }
+                }
+                i = end;
+                continue;
             }
             _ => {}
         }
@@ -203,8 +288,8 @@ fn path_start(toks: &[Token], mut i: usize, here: &[String]) -> (Vec<String>, us
     (base, i)
 }
 
-/// Parses a path or use tree from `toks[i]` under `prefix`; returns the leaf paths and the index after it.
-fn use_tree(toks: &[Token], mut i: usize, prefix: Vec<String>) -> (Vec<Vec<String>>, usize) {
+/// Parses a path or use tree from `toks[i]` under `prefix`; returns its leaves and the index after it.
+fn use_tree(toks: &[Token], mut i: usize, prefix: Vec<String>) -> (Vec<Leaf>, usize) {
     let mut path = prefix;
     loop {
         match toks.get(i) {
@@ -217,26 +302,39 @@ fn use_tree(toks: &[Token], mut i: usize, prefix: Vec<String>) -> (Vec<Vec<Strin
                     i += 1;
                     continue;
                 }
-                return (vec![path], i);
+                let mut bind = path.last().cloned().map_or(Bind::Nothing, Bind::Name);
+                if matches!(toks.get(i), Some(Token::Ident(a)) if a == "as") {
+                    bind = match toks.get(i + 1) {
+                        Some(Token::Ident(n)) if n != "_" => Bind::Name(n.clone()),
+                        _ => Bind::Nothing,
+                    };
+                    i += 2;
+                }
+                return (vec![Leaf { path, bind }], i);
             }
+            Some(Token::Star) => return (vec![Leaf { path, bind: Bind::Glob }], i + 1),
             Some(Token::Open) => {
                 i += 1;
                 let mut all = Vec::new();
                 while i < toks.len() {
                     match toks[i] {
-                        Token::Close => return (if all.is_empty() { vec![path] } else { all }, i + 1),
+                        Token::Close => {
+                            if all.is_empty() {
+                                all.push(Leaf { path, bind: Bind::Nothing });
+                            }
+                            return (all, i + 1);
+                        }
                         Token::Comma => i += 1,
-                        Token::Ident(ref s) if s == "as" => i += 2,
                         _ => {
-                            let (paths, end) = use_tree(toks, i, path.clone());
-                            all.extend(paths);
+                            let (leaves, end) = use_tree(toks, i, path.clone());
+                            all.extend(leaves);
                             i = end.max(i + 1);
                         }
                     }
                 }
                 return (all, i);
             }
-            _ => return (vec![path], i),
+            _ => return (vec![Leaf { path, bind: Bind::Nothing }], i),
         }
     }
 }

@@ -48,7 +48,7 @@ pub enum VectorCommand {
   cat docs.jsonl | nornir vector embed --input-format jsonl --output vectors.jsonl
   nornir vector embed -v --device cuda --input texts.txt --format f32 --output vectors.f32")]
     Embed(EmbedArgs),
-    /// Explain which execution provider runs the model and why (\"why is my GPU idle?\").
+    /// Explain which execution provider runs the model and why ("why is my GPU idle?").
     #[command(after_help = "Examples:
   nornir vector doctor                     drivers, libraries, ONNX Runtime, plan
   nornir vector doctor --model DIR         also build a session and show what really runs
@@ -90,9 +90,10 @@ Examples:
   nornir vector rerank --model ms-marco-MiniLM --query \"what is a fjord?\" --input docs.txt --top-n 3
   nornir vector rerank --model DIR --query \"capital of France\" \"Paris is in France.\" \"Berlin is big.\"")]
     Rerank(RerankArgs),
-    /// Serve one or several models over HTTP: OpenAI's /v1/embeddings and /v1/models,
-    /// text-embeddings-inference's / and /embed, /tokenize, /decode, /similarity, and /health,
-    /// /metrics (Prometheus), /info.
+    /// Serve one or several models over HTTP: OpenAI's /v1/embeddings, /v1/models; TEI's /,
+    /// /embed, /embed_all, /embed_chunks, /embed_sparse, /rerank, /predict, /tokenize, /decode,
+    /// /similarity, /info; Cohere's /v1/embed, /v2/embed, /v1/rerank, /v2/rerank (Jina's
+    /// /v1/rerank); /health, /metrics (Prometheus).
     #[command(
         after_help = "Concurrent requests share batches, whatever prompt, dimensions or truncation each asks for;
 each model has its own queue, and when more than --max-queued-texts texts wait for one, a request

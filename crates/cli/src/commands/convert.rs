@@ -50,11 +50,3 @@ fn summary(c: &Conversion) -> String {
         c.copied.len(),
     )
 }
-
-/// What the check of a converted encoder found.
-pub struct Checked {
-    /// One line for the summary.
-    pub summary: String,
-    /// The record of the plain graph where it replaced the fused one.
-    pub replaced_by: Option<Conversion>,
-}

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use nornir_vector::convert::{Conversion, ConvertOptions, convert as write_folder};
 use nornir_vector::{Device, Embedder, EmbedderOptions, Embeddings};
 
-use super::convert::Checked;
+use super::Checked;
 use super::quantize::cosine;
 use nornir_vector::SAMPLE_TEXTS;
 

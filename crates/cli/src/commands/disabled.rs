@@ -46,8 +46,8 @@ pub fn check_converted(
     _: &std::path::Path,
     _: &std::path::Path,
     _: &nornir_vector::convert::Conversion,
-) -> Result<super::convert::Checked> {
-    Ok(super::convert::Checked {
+) -> Result<super::Checked> {
+    Ok(super::Checked {
         summary: "not checked: this nornir was built without the ONNX Runtime embedder".to_owned(),
         replaced_by: None,
     })
