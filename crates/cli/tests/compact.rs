@@ -27,7 +27,7 @@ fn compact_vectors_equal_the_library_s_with_the_saved_ranges() {
     let o = nornir(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let ranges = Ranges::read(&t.path().join("v.jsonl.ranges.json")).expect("the saved ranges");
-    assert!(ranges.source.contains("built-in sample (99 texts, 384 dimensions)"), "{}", ranges.source);
+    assert!(ranges.source().contains("built-in sample (99 texts, 384 dimensions)"), "{}", ranges.source());
     for (p, flag) in
         [(Precision::Int8, None), (Precision::Ubinary, Some("ubinary")), (Precision::Binary, Some("binary"))]
     {

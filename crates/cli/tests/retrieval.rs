@@ -188,7 +188,7 @@ fn cross_encoders_of_both_families_score_as_the_reference() {
         want.sort_by(|a, b| b.1.total_cmp(&a.1));
         let ranked = e.rerank(query, &documents, Some(2), &PairOptions::new()).expect(name);
         assert_eq!(
-            ranked.iter().map(|r| r.index).collect::<Vec<_>>(),
+            ranked.ranked.iter().map(|r| r.index).collect::<Vec<_>>(),
             want.iter().take(2).map(|w| w.0).collect::<Vec<_>>()
         );
         let empty = e.rerank(" ", &documents, None, &PairOptions::new()).expect_err("an empty query");

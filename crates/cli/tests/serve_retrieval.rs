@@ -62,7 +62,7 @@ fn rerank_predict_and_sparse_routes_answer_as_the_library() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let (server, ce, nli) = start(t.path(), &[]);
-    let ranked = library(&ce).rerank(QUERY, &DOCUMENTS, None, &PairOptions::new()).expect("library");
+    let ranked = library(&ce).rerank(QUERY, &DOCUMENTS, None, &PairOptions::new()).expect("library").ranked;
 
     // TEI's shape, best first, with the texts asked for; and under the model's own path.
     let body = json!({ "query": QUERY, "texts": DOCUMENTS, "return_text": true });
@@ -115,7 +115,7 @@ fn rerank_predict_and_sparse_routes_answer_as_the_library() {
 
     // /embed_sparse: TEI's [{"index", "value"}] per text, as the library's.
     let splade = library(&env_path("NORNIR_TEST_SPLADE_MODEL"));
-    let want = splade.embed_sparse(&DOCUMENTS, &SparseOptions::new()).expect("sparse");
+    let want = splade.embed_sparse(&DOCUMENTS, &SparseOptions::new()).expect("sparse").vectors;
     let (status, got) = server.post("/models/splade/embed_sparse", &json!({ "inputs": DOCUMENTS }));
     assert_eq!(status, 200, "{got}");
     for (g, w) in got.as_array().expect("a list").iter().zip(&want) {
@@ -158,7 +158,7 @@ fn the_cohere_client_and_tei_requests_get_their_rankings() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let (server, ce, _) = start(t.path(), &[]);
-    let ranked = library(&ce).rerank(QUERY, &DOCUMENTS, None, &PairOptions::new()).expect("library");
+    let ranked = library(&ce).rerank(QUERY, &DOCUMENTS, None, &PairOptions::new()).expect("library").ranked;
     let mut texts = vec![QUERY];
     texts.extend(DOCUMENTS);
 

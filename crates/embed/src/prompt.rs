@@ -82,6 +82,7 @@ mod tests {
 
     use super::*;
     use crate::model::parse_prompts;
+    use nornir_options::CallOptions;
 
     fn folder(prompts: &str, tasks: Option<&[&str]>) -> ModelFolder {
         let t = tempfile::tempdir().expect("tempdir");
@@ -101,18 +102,24 @@ mod tests {
         let o = EmbedderOptions::default();
         let c = choose_prompt(&f, &o).expect("default");
         assert_eq!((c.text.as_str(), c.source.as_deref()), ("passage: ", Some("default prompt \"passage\"")));
-        let c = choose_prompt(&f, &o.clone().with_prompt_name("query")).expect("named");
+        let c = choose_prompt(&f, &o.clone().with_call(CallOptions::new().with_prompt_name("query"))).expect("named");
         assert_eq!(c.text, "query: ");
-        let c = choose_prompt(&f, &o.clone().with_prompt("Q: ")).expect("text");
+        let c = choose_prompt(&f, &o.clone().with_call(CallOptions::new().with_prompt("Q: "))).expect("text");
         assert_eq!(c.text, "Q: ");
-        let c = choose_prompt(&f, &o.clone().with_prompt("")).expect("empty prompt turns the default off");
+        let c = choose_prompt(&f, &o.clone().with_call(CallOptions::new().with_prompt("")))
+            .expect("empty prompt turns the default off");
         assert_eq!((c.text.as_str(), c.source), ("", None));
-        let e = choose_prompt(&f, &o.clone().with_prompt_name("search")).unwrap_err().to_string();
+        let e = choose_prompt(&f, &o.clone().with_call(CallOptions::new().with_prompt_name("search")))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"passage\", \"query\""), "{e}");
         // One prompt: the builder called last decides.
-        let c = choose_prompt(&f, &o.clone().with_prompt("a").with_prompt_name("query")).expect("named");
+        let c = choose_prompt(&f, &o.clone().with_call(CallOptions::new().with_prompt("a").with_prompt_name("query")))
+            .expect("named");
         assert_eq!(c.text, "query: ");
-        let e = choose_prompt(&folder("{}", None), &o.with_prompt_name("query")).unwrap_err().to_string();
+        let e = choose_prompt(&folder("{}", None), &o.with_call(CallOptions::new().with_prompt_name("query")))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no prompts"), "{e}");
     }
 

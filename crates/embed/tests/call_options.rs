@@ -51,7 +51,8 @@ fn a_call_prompt_gives_the_vectors_of_an_embedder_built_with_it() {
     prompted_model(t.path());
     let texts = ["what is a fjord?", "how do glaciers carve valleys", "what is a fjord?"];
     let plain = Embedder::new(t.path(), &options()).expect("load");
-    let built = Embedder::new(t.path(), &options().with_prompt_name("query")).expect("load with prompt");
+    let built = Embedder::new(t.path(), &options().with_call(CallOptions::new().with_prompt_name("query")))
+        .expect("load with prompt");
     assert!(built.model_info().pooling_skips_prompt_tokens > 0, "the fixture leaves the prompt out of the pooling");
     let by_name = plain.embed_with(&texts, &CallOptions::new().with_prompt_name("query")).expect("by name");
     assert_rows_match(&by_name, &built.embed(&texts).expect("built"), "prompt by name");
@@ -75,7 +76,8 @@ fn a_call_prompt_gives_the_vectors_of_an_embedder_built_with_it() {
 fn a_call_chooses_its_width_and_normalisation() {
     nornir_test_support::needs_assets!();
     let (texts, _) = parity_sample();
-    let raw = Embedder::new(&model_dir(), &options().with_normalize(false)).expect("load raw");
+    let raw =
+        Embedder::new(&model_dir(), &options().with_call(CallOptions::new().with_normalize(false))).expect("load raw");
     let unit = Embedder::new(&model_dir(), &options()).expect("load");
     let full = raw.embed(&texts).expect("raw");
     let cut = unit.embed_with(&texts, &CallOptions::new().with_dimensions(128)).expect("128, normalised");

@@ -174,15 +174,18 @@ fn prompts_and_include_prompt_false() {
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::NoTokenTypeIds, |_| {}, &[("config_sentence_transformers.json", prompts)]);
     let default = Embedder::new(t.path(), &options()).expect("default prompt");
-    let passage = Embedder::new(t.path(), &options().with_prompt_name("passage")).expect("named prompt");
-    let own = Embedder::new(t.path(), &options().with_prompt("e5 query: ")).expect("own prompt");
+    let passage = Embedder::new(t.path(), &options().with_call(CallOptions::new().with_prompt_name("passage")))
+        .expect("named prompt");
+    let own = Embedder::new(t.path(), &options().with_call(CallOptions::new().with_prompt("e5 query: ")))
+        .expect("own prompt");
     for text in TEXTS {
         let one = |e: &Embedder| e.embed(&[text]).expect("embed").row(0).to_vec();
         assert_close(&one(&default), &unit(mean(&rows(&format!("query: {text}")))), 1e-5);
         assert_close(&one(&passage), &unit(mean(&rows(&format!("passage: {text}")))), 1e-5);
         assert_close(&one(&own), &unit(mean(&rows(&format!("e5 query: {text}")))), 1e-5);
     }
-    let e = Embedder::new(t.path(), &options().with_prompt_name("search")).expect_err("unknown prompt");
+    let e = Embedder::new(t.path(), &options().with_call(CallOptions::new().with_prompt_name("search")))
+        .expect_err("unknown prompt");
     assert!(e.to_string().contains("\"passage\", \"query\""), "{e}");
 }
 
@@ -207,9 +210,11 @@ fn modules_json_decides_normalisation_and_unknown_modules_are_refused() {
         folder(t.path(), Kind::NoTokenTypeIds, |_| {}, &files);
         let e = Embedder::new(t.path(), &options()).expect("load");
         assert_close(e.embed(&["hello world"]).expect("embed").row(0), &want, 1e-5);
-        let forced = Embedder::new(t.path(), &options().with_normalize(true)).expect("--normalize");
+        let forced = Embedder::new(t.path(), &options().with_call(CallOptions::new().with_normalize(true)))
+            .expect("--normalize");
         assert_close(forced.embed(&["hello world"]).expect("embed").row(0), &unit(raw.clone()), 1e-5);
-        let off = Embedder::new(t.path(), &options().with_normalize(false)).expect("--no-normalize");
+        let off = Embedder::new(t.path(), &options().with_call(CallOptions::new().with_normalize(false)))
+            .expect("--no-normalize");
         assert_close(off.embed(&["hello world"]).expect("embed").row(0), &raw, 1e-5);
     }
     let t = tempfile::tempdir().expect("tempdir");
@@ -276,16 +281,20 @@ fn matryoshka_dim_keeps_the_first_dimensions_then_normalises() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::NoTokenTypeIds, |_| {}, &[pooling_config("mean_tokens")]);
-    let e = Embedder::new(t.path(), &options().with_dimensions(2)).expect("load");
+    let e = Embedder::new(t.path(), &options().with_call(CallOptions::new().with_dimensions(2))).expect("load");
     assert_eq!((e.dimension(), e.model_info().model_dimension), (2, DIM));
     let got = e.embed(&TEXTS).expect("embed");
     assert_eq!(got.dim(), 2);
     for (i, text) in TEXTS.iter().enumerate() {
         assert_close(got.row(i), &unit(mean(&rows(text))[..2].to_vec()), 1e-5);
     }
-    let e = Embedder::new(t.path(), &options().with_dimensions(DIM + 1)).expect_err("too wide").to_string();
+    let e = Embedder::new(t.path(), &options().with_call(CallOptions::new().with_dimensions(DIM + 1)))
+        .expect_err("too wide")
+        .to_string();
     assert!(e.contains("wider than the model's 4-dimensional"), "{e}");
-    let e = Embedder::new(t.path(), &options().with_dimensions(0)).expect_err("zero").to_string();
+    let e = Embedder::new(t.path(), &options().with_call(CallOptions::new().with_dimensions(0)))
+        .expect_err("zero")
+        .to_string();
     assert!(e.contains("at least 1"), "{e}");
 }
 

@@ -149,7 +149,7 @@ async fn tei_takes_the_root_and_the_nested_parameters_and_every_field() {
     assert_eq!(status, StatusCode::OK, "{answer}");
     assert_vectors(&answer, &want, "nested parameters");
     // A query's prompt by name gives what an embedder built with that prompt gives.
-    let built = load(t.path(), &options().with_prompt_name("query"));
+    let built = load(t.path(), &options().with_call(CallOptions::new().with_prompt_name("query")));
     let (_, answer) = post(&app, "/embed", json!({ "inputs": TEXTS, "prompt_name": "query" })).await;
     assert_vectors(&answer, &built.embed(&TEXTS).expect("built"), "prompt_name");
     let (status, e) = post(&app, "/embed", json!({ "inputs": "x", "prompt_name": "search" })).await;

@@ -251,7 +251,8 @@ mod tests {
             "[[model]]\nname = \"q\"\naliases = [\"query\"]\nfolder = \"bge\"\nprompt_name = \"query\"\nthreads = 1\n\n[[model]]\nname = \"d\"\nfolder = \"/abs/bge\"\ndevice = \"cpu\"\n",
         )
         .expect("write");
-        let base = EmbedderOptions::default().with_threads(4).with_prompt("x: ");
+        let base =
+            EmbedderOptions::default().with_threads(4).with_call(nornir_vector::CallOptions::new().with_prompt("x: "));
         let m = read_models_file(&file, &base).expect("parse");
         assert_eq!((m[0].name.as_str(), m[0].dir.clone()), ("q", t.path().join("bge")));
         assert_eq!((m[0].aliases.clone(), m[1].aliases.len()), (vec!["query".to_owned()], 0));
