@@ -33,7 +33,7 @@ pub enum Truncation {
 /// model folder).
 ///
 /// ```
-/// use nornir_embed::{CallOptions, Truncation};
+/// use nornir_options::{CallOptions, Truncation};
 /// let query = CallOptions::new().with_prompt_name("query").with_dimensions(256);
 /// let passage = CallOptions::new().with_prompt("").with_truncation(Truncation::Refuse);
 /// # let _ = (query, passage);
@@ -137,17 +137,14 @@ impl CallOptions {
 /// anything. A blocking call that waits for room in a full queue ([`QueueFull::Wait`](crate::QueueFull::Wait))
 /// sees the cancellation once it has queued.
 ///
-/// ```no_run
-/// # use nornir_embed::{CallOptions, CancelHandle, EmbedError, Embedder, EmbedderOptions};
-/// # let embedder = Embedder::new("models/bge".as_ref(), &EmbedderOptions::default())?;
+/// ```
+/// use nornir_options::{CallOptions, CancelHandle};
 /// let handle = CancelHandle::new();
-/// let texts: Vec<String> = (0..10_000).map(|i| format!("text number {i} of a long job")).collect();
-/// std::thread::scope(|s| {
-///     let job = s.spawn(|| embedder.embed_with(&texts, &CallOptions::new().with_cancel(&handle)));
-///     handle.cancel(); // the user gave up
-///     assert!(matches!(job.join().unwrap(), Err(EmbedError::Cancelled) | Ok(_)));
-/// });
-/// # Ok::<(), EmbedError>(())
+/// // Give `options` to a call (`embedder.embed_with(&texts, &options)`) in one thread...
+/// let options = CallOptions::new().with_cancel(&handle);
+/// // ...and from another, when the user gives up:
+/// handle.cancel();
+/// assert!(options.cancel.is_some_and(|h| h.is_cancelled()));
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct CancelHandle(std::sync::Arc<std::sync::Mutex<CancelState>>);

@@ -8,7 +8,7 @@ use crate::call::{CallOptions, Chunking, Truncation};
 /// What to do with a text longer than the model reads, for a call that does not say otherwise.
 ///
 /// ```
-/// use nornir_embed::LongInputs;
+/// use nornir_options::LongInputs;
 /// let late: LongInputs = "late".parse().unwrap();
 /// let late = late.with_window(Some(256), Some(32)).unwrap();
 /// assert_eq!(late.label(), "late");

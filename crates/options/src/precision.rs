@@ -196,11 +196,10 @@ impl Ranges {
     /// Ranges from JSON text (`{"min": [...], "max": [...], "source": "..."}`), checked as
     /// [`new`](Self::new) checks them.
     pub fn from_json(text: &str) -> Result<Self, InvalidOption> {
-        serde_json::from_str(text).map_err(|e| {
-            // serde's message for a refused `try_from` is ours; anything else is not a ranges object.
-            let reason = e.to_string();
-            InvalidOption::new("ranges", if e.is_data() { reason } else { format!("not a ranges object ({reason})") })
-        })
+        let file: RangesFile = serde_json::from_str(text).map_err(|e| {
+            InvalidOption::new("ranges", format!("not a ranges object, {{\"min\": [...], \"max\": [...]}} ({e})"))
+        })?;
+        file.try_into()
     }
 
     /// Writes the ranges as JSON.
