@@ -81,6 +81,22 @@ fn what_a_run_cannot_give_is_one_line() {
         "are for --precision int8 or uint8",
     );
     assert_one_line_error(&run(&["--precision", "int8", "--ranges", "/nonexistent.json"]), "invalid --ranges");
+    // Ranges are checked where they are read: every int8 value would otherwise be -128.
+    let t = tempfile::tempdir().expect("tempdir");
+    let bad = [
+        (r#"{"min": [1.0], "max": [-1.0]}"#, "min 1 is above max -1"),
+        (r#"{"min": [0.0, 0.0], "max": [1.0]}"#, "min has 2 values and max 1"),
+        (r#"{"min": [0.0], "max": [1.0]}"#, "the ranges cover 1 dimensions and the vectors have 384"),
+        (r#"[0, 1]"#, "not a ranges object"),
+    ];
+    for (i, (text, why)) in bad.into_iter().enumerate() {
+        let file = t.path().join(format!("r{i}.json"));
+        std::fs::write(&file, text).expect("write ranges");
+        let out = t.path().join(format!("v{i}.npy"));
+        let args = ["--precision", "int8", "--format", "npy", "--ranges", s(&file), "-o", s(&out)];
+        assert_one_line_error(&run(&args), why);
+        assert!(!out.exists(), "{why}: nothing written");
+    }
     let splade = nornir_test_support::env_path("NORNIR_TEST_SPLADE_MODEL");
     let o = nornir(&["vector", "embed", "--model", s(&splade), "--precision", "binary", "x"]);
     assert_one_line_error(&o, "--precision compacts an embedder's dense vectors");

@@ -1,6 +1,7 @@
 """What the package's tests share: the repository, the default model, the `nornir` command built
 beside the wheel (`cargo xtask test` sets NORNIR_TEST_NORNIR), and vectors from that command."""
 
+import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -41,3 +42,31 @@ def cli_vectors(texts_file: Path, *flags: str, width: int = 384) -> np.ndarray:
         check=True,
     ).stdout
     return np.frombuffer(out, dtype=np.float32).reshape(-1, width)
+
+
+@contextlib.contextmanager
+def served(model: str, *flags: str):
+    """`nornir vector serve` on a free port with `flags`, stopped on exit; yields the port."""
+    import json
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([os.environ["NORNIR_TEST_NORNIR"], "vector", "serve", "--port", str(port),
+                               "--model", model, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 600  # a readiness wait, not a speed target
+        while server.poll() is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        assert server.poll() is None, f"the server stopped: {server.stderr.read().decode()}"
+        yield port
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -43,9 +43,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "READING", default_value = "cl100k", value_parser = ["cl100k", "refuse"])]
     pub token_ids: String,
     /// The models to serve, from a TOML file: one `[[model]]` table each, with name and folder,
-    /// and optionally aliases, device, threads, workers, prompt_name, prompt and dimensions
-    /// (relative folders are read from the file's folder). The other model flags apply to every
-    /// model.
+    /// and optionally aliases, device, threads, workers, prompt_name, prompt, dimensions and
+    /// ranges (relative folders and files are read from the file's folder). The other model
+    /// flags apply to every model.
     #[arg(long, value_name = "FILE", conflicts_with = "model")]
     pub models_file: Option<PathBuf>,
     /// What to do with a text longer than the model reads when the request does not say (TEI's
@@ -65,6 +65,12 @@ pub struct ServeArgs {
     /// (otherwise 404 with the list). With one model, every name is answered by it anyway.
     #[arg(long, value_name = "NAME")]
     pub default_model: Option<String>,
+    /// int8 and uint8 ranges (a JSON file saved by `nornir vector embed --precision int8` or
+    /// Python's calibrate()) for Cohere's int8 and uint8 embedding types, for every model
+    /// (`ranges` in --models-file sets one model's). Without them, each model calibrates once
+    /// per width on nornir's built-in sample, as every surface does; /info says which it uses.
+    #[arg(long, value_name = "FILE")]
+    pub ranges: Option<PathBuf>,
     /// Answer a model name the server does not know with 404 even when one model is served.
     #[arg(long)]
     pub strict_model_names: bool,

@@ -36,6 +36,8 @@ struct FileModel {
     prompt_name: Option<String>,
     prompt: Option<String>,
     dimensions: Option<usize>,
+    /// int8 and uint8 ranges, a JSON file.
+    ranges: Option<PathBuf>,
     /// The old names of `workers` and `dimensions`: read, with a warning.
     sessions: Option<usize>,
     dim: Option<usize>,
@@ -66,6 +68,11 @@ fn parse_model_flag(value: &Path) -> (String, Vec<String>, PathBuf) {
         }
         _ => (folder_name(value), Vec::new(), value.to_path_buf()),
     }
+}
+
+/// Ranges from a JSON file, checked by the library's one constructor.
+fn read_ranges(file: &Path) -> Result<std::sync::Arc<nornir_vector::Ranges>> {
+    Ok(std::sync::Arc::new(nornir_vector::Ranges::read(file)?))
 }
 
 /// The models of `--models-file`, each with the command line's options under its own.
@@ -102,6 +109,9 @@ fn read_models_file(file: &Path, base: &EmbedderOptions) -> Result<Vec<Served>> 
             if let Some(p) = prompt(m.prompt, m.prompt_name) {
                 o.call.prompt = Some(p);
             }
+            if let Some(file) = &m.ranges {
+                o.call.ranges = Some(read_ranges(&root.join(file)).with_context(|| format!("model {:?}", m.name))?);
+            }
             Ok(Served { name: m.name, aliases: m.aliases, dir: root.join(m.folder), options: o })
         })
         .collect()
@@ -112,6 +122,9 @@ fn served_models(a: &ServeArgs) -> Result<Vec<Served>> {
     let mut base = options(&a.model)?;
     base.queue_full = QueueFull::Refuse;
     base.max_queued_texts = a.max_queued_texts as usize;
+    if let Some(file) = &a.ranges {
+        base.call.ranges = Some(read_ranges(file)?);
+    }
     let served = if let Some(file) = &a.models_file {
         read_models_file(file, &base)?
     } else if a.model.model.is_empty() {
