@@ -57,7 +57,7 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) 
                     .args(["test", "--quiet"])
                     .args(packages)
                     .args(*flags)
-                    .args(crate::test::with_ignored(&[]))
+                    .args(crate::process::with_ignored(&[]))
                     .envs(test_env.iter().cloned()),
             )?;
         }

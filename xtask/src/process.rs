@@ -38,3 +38,16 @@ pub(crate) fn stage<T>(name: &str, run: impl FnOnce() -> Result<T>) -> Result<T>
     );
     result
 }
+
+/// `cargo test`'s arguments `extra`, with `--include-ignored` for the test binaries: the tests
+/// that need the fetched assets are `#[ignore]`d so that a plain `cargo test` lists them as
+/// ignored (see `nornir_test_support::needs_assets!`), and this is where they run. It goes after
+/// the `--` that `extra` may already have (`cargo xtask test serve -- --nocapture`).
+pub(crate) fn with_ignored(extra: &[String]) -> Vec<String> {
+    let mut args = extra.to_vec();
+    match args.iter().position(|a| a == "--") {
+        Some(i) => args.insert(i + 1, "--include-ignored".to_owned()),
+        None => args.extend(["--".to_owned(), "--include-ignored".to_owned()]),
+    }
+    args
+}

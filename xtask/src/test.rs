@@ -6,7 +6,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::process::{cargo, run_checked, stage, workspace_root};
+use crate::process::{cargo, run_checked, stage, with_ignored, workspace_root};
 use crate::{assets, compare, dev_null, features, fetch, gpu_bundle};
 
 /// Debian's libamdhip64-5, a real HIP runtime without a GPU, for the probe's tests: unpacked into
@@ -166,19 +166,6 @@ pub(crate) fn dry_run_bundle() -> Result<()> {
     let nornir = workspace_root().join("target/debug/nornir").display().to_string();
     let out = workspace_root().join(DRY_RUN_BUNDLE).display().to_string();
     gpu_bundle::gpu_bundle(&gpu_bundle::Args::for_dry_run(nornir.into(), out.into()))
-}
-
-/// `cargo test`'s arguments `extra`, with `--include-ignored` for the test binaries: the tests
-/// that need the fetched assets are `#[ignore]`d so that a plain `cargo test` lists them as
-/// ignored (see `nornir_test_support::needs_assets!`), and this is where they run. It goes after
-/// the `--` that `extra` may already have (`cargo xtask test serve -- --nocapture`).
-pub(crate) fn with_ignored(extra: &[String]) -> Vec<String> {
-    let mut args = extra.to_vec();
-    match args.iter().position(|a| a == "--") {
-        Some(i) => args.insert(i + 1, "--include-ignored".to_owned()),
-        None => args.extend(["--".to_owned(), "--include-ignored".to_owned()]),
-    }
-    args
 }
 
 pub fn test(extra: &[String]) -> Result<()> {

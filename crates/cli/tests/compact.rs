@@ -75,7 +75,7 @@ fn what_a_run_cannot_give_is_one_line() {
     // clap's own usage error: exit 2, the accepted values named.
     let o = run(&["--precision", "int4"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("[possible values: float32, int8, uint8, binary, ubinary]"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("use one of float32, int8, uint8, binary, ubinary"), "{}", stderr(&o));
     assert_one_line_error(
         &run(&["--precision", "binary", "--ranges", "nope.json"]),
         "are for --precision int8 or uint8",
