@@ -54,6 +54,9 @@ pub fn oldest_ort() -> Option<(u64, u64)> {
 /// whose library wording names options or leaves advice to the
 /// command; `None` otherwise.
 pub fn embed_error_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    if let Some(nornir_vector::InvalidOption { option, reason, .. }) = e.downcast_ref() {
+        return Some(invalid_flag(option, reason));
+    }
     let (major, minor) = MIN_ORT;
     Some(match e.downcast_ref::<EmbedError>()? {
         EmbedError::InvalidOption { option, reason, .. } => invalid_flag(option, reason),
