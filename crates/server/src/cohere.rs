@@ -7,19 +7,18 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use nornir_vector::{CallOptions, Embedder, Embeddings, Precision, Ranges, Truncation, to_precision};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{ApiError, App, Flavour, response_id};
+use crate::api::{ApiError, App, response_id};
+use crate::body::JsonBody;
 use crate::models::Entry;
 
 #[derive(Deserialize)]
-struct EmbedRequest {
+pub(crate) struct EmbedRequest {
     #[serde(default)]
     model: Option<String>,
     #[serde(default)]
@@ -74,51 +73,49 @@ fn typed(rows: &Embeddings, precision: Precision, ranges: Option<&Ranges>) -> Re
 }
 
 /// Cohere's `POST /v2/embed` and `/v1/embed`.
-pub(crate) async fn embed(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    let r = async {
-        let req: EmbedRequest = app.accept(&headers, body).await?;
-        let (entry, embedder) = app.model(req.model.as_deref())?;
-        let texts = req.texts.ok_or_else(|| ApiError::bad("no `texts`: send the texts to embed"))?;
-        app.check_inputs(texts.len())?;
-        let mut types: Vec<(String, Precision)> = Vec::new();
-        for name in req.embedding_types.clone().unwrap_or_else(|| vec!["float".to_owned()]) {
-            let p: Precision = name.parse().map_err(|e: String| ApiError::bad(format!("embedding_types: {e}")))?;
-            types.push((name, p));
-        }
-        let mut options = CallOptions::new().with_truncation(match req.truncate.as_deref() {
-            Some("NONE" | "none") => Truncation::Refuse,
-            Some("START" | "start") => Truncation::Left,
-            _ => Truncation::Right,
-        });
-        if let Some(d) = req.output_dimension {
-            options = options.with_dimensions(d);
-        }
-        if let Some(name) = prompt_for(embedder, req.input_type.as_deref()) {
-            options = options.with_prompt_name(name);
-        }
-        // The kind is checked by the call itself; a width binary cannot pack, by to_precision.
-        let ranges = match types.iter().any(|(_, p)| p.needs_ranges()) {
-            true => Some(ranges_for(&app, entry, embedder, &options).await?),
-            false => None,
-        };
-        let rows = app.embed(entry, embedder, &texts, options).await?;
-        let mut embeddings = BTreeMap::new();
-        for (name, p) in &types {
-            let key = if *p == Precision::Float32 { "float".to_owned() } else { name.clone() };
-            embeddings.insert(key, typed(&rows, *p, ranges.as_deref())?);
-        }
-        let mut answer = json!({
-            "id": response_id("embed"),
-            "response_type": "embeddings_by_type",
-            "embeddings": embeddings,
-            "texts": texts,
-            "meta": { "api_version": { "version": "2" }, "billed_units": { "input_tokens": rows.total_tokens() } },
-        });
-        if let Some(r) = &ranges {
-            answer["ranges"] = json!(r.source);
-        }
-        Ok(axum::Json(answer).into_response())
+pub(crate) async fn embed(
+    State(app): State<Arc<App>>,
+    JsonBody(req): JsonBody<EmbedRequest>,
+) -> Result<Response, ApiError> {
+    let (entry, embedder) = app.model(req.model.as_deref())?;
+    let texts = req.texts.ok_or_else(|| ApiError::bad("no `texts`: send the texts to embed"))?;
+    app.check_inputs(texts.len())?;
+    let mut types: Vec<(String, Precision)> = Vec::new();
+    for name in req.embedding_types.clone().unwrap_or_else(|| vec!["float".to_owned()]) {
+        let p: Precision = name.parse().map_err(|e: String| ApiError::bad(format!("embedding_types: {e}")))?;
+        types.push((name, p));
     }
-    .await;
-    app.respond("/v2/embed", Flavour::Cohere, r)
+    let mut options = CallOptions::new().with_truncation(match req.truncate.as_deref() {
+        Some("NONE" | "none") => Truncation::Refuse,
+        Some("START" | "start") => Truncation::Left,
+        _ => Truncation::Right,
+    });
+    if let Some(d) = req.output_dimension {
+        options = options.with_dimensions(d);
+    }
+    if let Some(name) = prompt_for(embedder, req.input_type.as_deref()) {
+        options = options.with_prompt_name(name);
+    }
+    // The kind is checked by the call itself; a width binary cannot pack, by to_precision.
+    let ranges = match types.iter().any(|(_, p)| p.needs_ranges()) {
+        true => Some(ranges_for(&app, entry, embedder, &options).await?),
+        false => None,
+    };
+    let rows = app.embed(entry, embedder, &texts, options).await?;
+    let mut embeddings = BTreeMap::new();
+    for (name, p) in &types {
+        let key = if *p == Precision::Float32 { "float".to_owned() } else { name.clone() };
+        embeddings.insert(key, typed(&rows, *p, ranges.as_deref())?);
+    }
+    let mut answer = json!({
+        "id": response_id("embed"),
+        "response_type": "embeddings_by_type",
+        "embeddings": embeddings,
+        "texts": texts,
+        "meta": { "api_version": { "version": "2" }, "billed_units": { "input_tokens": rows.total_tokens() } },
+    });
+    if let Some(r) = &ranges {
+        answer["ranges"] = json!(r.source);
+    }
+    Ok(axum::Json(answer).into_response())
 }

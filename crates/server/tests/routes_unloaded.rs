@@ -1,0 +1,85 @@
+//! The router in-process with its model still loading, so no ONNX Runtime or model is needed:
+//! what every route does before it reaches a model (the API key, the body's limits, the JSON, the
+//! request's own fields), the shape of each API family's errors, and the endpoint `/metrics`
+//! counts each route under.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use nornir_server::{Models, ServerConfig, router};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+/// A router over one model, "m", that never finishes loading.
+fn loading(config: ServerConfig) -> Router {
+    router(Arc::new(Models::new(["m".to_owned()]).expect("names")), config).expect("a valid config")
+}
+
+async fn send(app: &Router, method: &str, path: &str, body: &str, key: Option<&str>) -> (StatusCode, Value) {
+    let mut request = Request::builder().method(method).uri(path).header("content-type", "application/json");
+    if let Some(k) = key {
+        request = request.header("authorization", format!("Bearer {k}"));
+    }
+    let response =
+        app.clone().oneshot(request.body(Body::from(body.to_owned())).expect("request")).await.expect("answer");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("body");
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+async fn post(app: &Router, path: &str, body: Value) -> (StatusCode, Value) {
+    send(app, "POST", path, &body.to_string(), None).await
+}
+
+async fn metrics(app: &Router, key: Option<&str>) -> String {
+    let (status, text) = send(app, "GET", "/metrics", "", key).await;
+    assert_eq!(status, StatusCode::OK);
+    text.as_str().expect("text").to_owned()
+}
+
+/// The message of an error in any of the shapes, and which shape it came in.
+fn message(answer: &Value) -> (&'static str, &str) {
+    if let Some(m) = answer["error"]["message"].as_str() {
+        ("openai", m)
+    } else if let (Some(m), Some(_)) = (answer["error"].as_str(), answer["error_type"].as_str()) {
+        ("tei", m)
+    } else if let Some(m) = answer["message"].as_str() {
+        ("cohere", m)
+    } else if let Some(m) = answer["error"].as_str() {
+        ("plain", m)
+    } else {
+        panic!("not an error in any API's shape: {answer}")
+    }
+}
+
+#[tokio::test]
+async fn a_body_the_server_cannot_take_and_a_wrong_key_are_answered_in_the_routes_shape() {
+    let app = loading(ServerConfig::default().with_api_key("k").with_max_body_bytes(64));
+    for (path, shape) in [("/v2/embed", "cohere"), ("/v1/embeddings", "openai"), ("/embed", "tei"), ("/info", "plain")]
+    {
+        let method = if path == "/info" { "GET" } else { "POST" };
+        let (status, answer) = send(&app, method, path, "{}", Some("wrong")).await;
+        assert_eq!((status, message(&answer).0), (StatusCode::UNAUTHORIZED, shape), "{path}: {answer}");
+        if path == "/info" {
+            continue;
+        }
+        let (status, answer) = send(&app, "POST", path, "{not json", Some("k")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {answer}");
+        let (got, m) = message(&answer);
+        assert_eq!(got, shape, "{path}: {answer}");
+        assert!(m.starts_with("invalid JSON request"), "{path}: {m}");
+        let large = json!({ "texts": ["x".repeat(100)] }).to_string();
+        let (status, answer) = send(&app, "POST", path, &large, Some("k")).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{path}: {answer}");
+        let (got, m) = message(&answer);
+        assert_eq!(got, shape, "{path}: {answer}");
+        assert!(m.contains("--max-body-bytes"), "{path}: {m}");
+    }
+    let text = metrics(&app, Some("k")).await;
+    assert!(text.contains("nornir_requests_total{endpoint=\"/v2/embed\",status=\"413\"} 1"), "{text}");
+    let (status, _) = send(&app, "GET", "/health", "", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "/health needs no key");
+}
