@@ -56,6 +56,48 @@ fn message(answer: &Value) -> (&'static str, &str) {
 }
 
 #[tokio::test]
+async fn each_route_is_counted_under_its_own_endpoint_and_answers_errors_in_its_apis_shape() {
+    let app = loading(ServerConfig::default());
+    let embed = json!({ "texts": ["a"] });
+    let rerank = json!({ "query": "q", "documents": ["d"] });
+    for (path, body, shape) in [
+        ("/v1/embed", &embed, "cohere"),
+        ("/v2/embed", &embed, "cohere"),
+        ("/v1/rerank", &rerank, "cohere"),
+        ("/v2/rerank", &rerank, "cohere"),
+        ("/v1/embeddings", &json!({ "input": "a" }), "openai"),
+        ("/embeddings", &json!({ "input": "a" }), "openai"),
+        ("/embed", &json!({ "inputs": "a" }), "tei"),
+        ("/models/m/embed", &json!({ "inputs": "a" }), "tei"),
+        ("/rerank", &json!({ "query": "q", "texts": ["d"] }), "tei"),
+        // TEI's /rerank asked in Cohere's shape answers in it, errors included.
+        ("/rerank", &rerank, "cohere"),
+    ] {
+        let (status, answer) = post(&app, path, body.clone()).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {answer}");
+        let (got, m) = message(&answer);
+        assert_eq!(got, shape, "{path}: {answer}");
+        assert!(m.contains("still loading"), "{path}: {m}");
+    }
+    let (status, answer) = send(&app, "GET", "/info", "", None).await;
+    assert_eq!((status, message(&answer).0), (StatusCode::SERVICE_UNAVAILABLE, "plain"), "{answer}");
+    let text = metrics(&app, None).await;
+    for (endpoint, count) in [
+        ("/v1/embed", 1),
+        ("/v2/embed", 1),
+        ("/v1/rerank", 1),
+        ("/v2/rerank", 1),
+        ("/v1/embeddings", 2),
+        ("/embed", 2),
+        ("/rerank", 2),
+        ("/info", 1),
+    ] {
+        let line = format!("nornir_requests_total{{endpoint=\"{endpoint}\",status=\"503\"}} {count}");
+        assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+    }
+}
+
+#[tokio::test]
 async fn a_body_the_server_cannot_take_and_a_wrong_key_are_answered_in_the_routes_shape() {
     let app = loading(ServerConfig::default().with_api_key("k").with_max_body_bytes(64));
     for (path, shape) in [("/v2/embed", "cohere"), ("/v1/embeddings", "openai"), ("/embed", "tei"), ("/info", "plain")]
