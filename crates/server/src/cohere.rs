@@ -34,15 +34,68 @@ pub(crate) struct EmbedRequest {
     output_dimension: Option<usize>,
 }
 
-/// The prompt of the model folder that Cohere's `input_type` asks for, if the folder has one.
-fn prompt_for(embedder: &Embedder, input_type: Option<&str>) -> Option<String> {
-    let names: &[&str] = match input_type? {
-        "search_query" => &["query", "search_query"],
-        "search_document" => &["document", "passage", "search_document", "corpus"],
-        "classification" => &["classification"],
-        "clustering" => &["clustering"],
-        _ => &[],
-    };
+/// Cohere's embedding types this server gives, as a message lists them.
+const EMBEDDING_TYPES: &str = "\"float\", \"int8\", \"uint8\", \"binary\" or \"ubinary\"";
+
+/// Cohere's text input types, as a message lists them.
+const INPUT_TYPES: &str = "\"search_document\", \"search_query\", \"classification\" or \"clustering\"";
+
+/// `embedding_types` as precisions, each with the name it was asked by (`float` without it): at
+/// least one, each one this server gives.
+fn embedding_types(names: Option<Vec<String>>) -> Result<Vec<(String, Precision)>, ApiError> {
+    let Some(names) = names else { return Ok(vec![("float".to_owned(), Precision::Float32)]) };
+    if names.is_empty() {
+        return Err(ApiError::bad(format!(
+            "embedding_types is empty: give one or more of {EMBEDDING_TYPES}, or leave it out for float"
+        )));
+    }
+    names
+        .into_iter()
+        .map(|name| match name.parse::<Precision>() {
+            Ok(p) => Ok((name, p)),
+            Err(_) => Err(ApiError::bad(format!(
+                "embedding_types: {name:?} is not a type this server gives: give one or more of {EMBEDDING_TYPES}"
+            ))),
+        })
+        .collect()
+}
+
+/// The names of the model folder's prompts that Cohere's `input_type` may ask for, in order of
+/// preference: none without an `input_type`; an input type Cohere does not have, or one for
+/// images, is refused.
+fn prompt_names(input_type: Option<&str>) -> Result<&'static [&'static str], ApiError> {
+    Ok(match input_type {
+        None => &[],
+        Some("search_query") => &["query", "search_query"],
+        Some("search_document") => &["document", "passage", "search_document", "corpus"],
+        Some("classification") => &["classification"],
+        Some("clustering") => &["clustering"],
+        Some("image") => {
+            return Err(ApiError::bad(format!(
+                "input_type \"image\": this server embeds text only; give {INPUT_TYPES}"
+            )));
+        }
+        Some(other) => {
+            return Err(ApiError::bad(format!("input_type {other:?} is not one of Cohere's: give {INPUT_TYPES}")));
+        }
+    })
+}
+
+/// Cohere's `truncate`: `NONE` refuses a text longer than the model, `START` cuts its start, `END`
+/// (the default) its end.
+fn truncation(truncate: Option<&str>) -> Result<Truncation, ApiError> {
+    match truncate {
+        None | Some("END" | "end") => Ok(Truncation::Right),
+        Some("START" | "start") => Ok(Truncation::Left),
+        Some("NONE" | "none") => Ok(Truncation::Refuse),
+        Some(other) => {
+            Err(ApiError::bad(format!("truncate {other:?} is not one of Cohere's: give NONE, START or END")))
+        }
+    }
+}
+
+/// The first of `names` that the model folder has as a prompt.
+fn prompt_for(embedder: &Embedder, names: &[&str]) -> Option<String> {
     let prompts = &embedder.model_info().folder.prompts.prompts;
     names.iter().find(|n| prompts.contains_key(**n)).map(|n| (*n).to_owned())
 }
@@ -77,23 +130,20 @@ pub(crate) async fn embed(
     State(app): State<Arc<App>>,
     JsonBody(req): JsonBody<EmbedRequest>,
 ) -> Result<Response, ApiError> {
-    let (entry, embedder) = app.model(req.model.as_deref())?;
+    // The request's own fields first: a body no model could answer is 400 whatever the model.
     let texts = req.texts.ok_or_else(|| ApiError::bad("no `texts`: send the texts to embed"))?;
-    app.check_inputs(texts.len())?;
-    let mut types: Vec<(String, Precision)> = Vec::new();
-    for name in req.embedding_types.clone().unwrap_or_else(|| vec!["float".to_owned()]) {
-        let p: Precision = name.parse().map_err(|e: String| ApiError::bad(format!("embedding_types: {e}")))?;
-        types.push((name, p));
+    if texts.is_empty() {
+        return Err(ApiError::bad("texts is empty: send one or more texts to embed"));
     }
-    let mut options = CallOptions::new().with_truncation(match req.truncate.as_deref() {
-        Some("NONE" | "none") => Truncation::Refuse,
-        Some("START" | "start") => Truncation::Left,
-        _ => Truncation::Right,
-    });
+    app.check_inputs(texts.len())?;
+    let types = embedding_types(req.embedding_types)?;
+    let prompts = prompt_names(req.input_type.as_deref())?;
+    let mut options = CallOptions::new().with_truncation(truncation(req.truncate.as_deref())?);
+    let (entry, embedder) = app.model(req.model.as_deref())?;
     if let Some(d) = req.output_dimension {
         options = options.with_dimensions(d);
     }
-    if let Some(name) = prompt_for(embedder, req.input_type.as_deref()) {
+    if let Some(name) = prompt_for(embedder, prompts) {
         options = options.with_prompt_name(name);
     }
     // The kind is checked by the call itself; a width binary cannot pack, by to_precision.

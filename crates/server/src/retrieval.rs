@@ -110,9 +110,12 @@ async fn rerank_parsed(
     cohere_route: bool,
 ) -> Result<Response, ApiError> {
     let (docs, cohere_shape) = documents(app, &mut req)?;
-    let (entry, embedder) = app.model(model.or(req.model.as_deref()))?;
     let query =
         req.query.take().ok_or_else(|| ApiError::bad("no `query`: send the text to rank the documents against"))?;
+    if req.top_n == Some(0) {
+        return Err(ApiError::bad("top_n is 0: give at least 1, or leave it out for every document"));
+    }
+    let (entry, embedder) = app.model(model.or(req.model.as_deref()))?;
     let options = pair_options(app, req.truncate, req.truncation_direction, req.raw_scores.unwrap_or(false));
     let pairs: Vec<(String, Option<String>)> = docs.iter().map(|d| (query.clone(), Some(d.clone()))).collect();
     embedder.can_rerank(&query)?;

@@ -125,3 +125,49 @@ async fn a_body_the_server_cannot_take_and_a_wrong_key_are_answered_in_the_route
     let (status, _) = send(&app, "GET", "/health", "", None).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "/health needs no key");
 }
+
+#[tokio::test]
+async fn cohere_bodies_no_model_could_answer_are_400_saying_what_to_give() {
+    let app = loading(ServerConfig::default());
+    for path in ["/v1/embed", "/v2/embed"] {
+        for (body, needle) in [
+            (
+                json!({ "texts": ["a"], "embedding_types": [] }),
+                "\"float\", \"int8\", \"uint8\", \"binary\" or \"ubinary\"",
+            ),
+            (json!({ "texts": ["a"], "embedding_types": ["float", "int4"] }), "\"int4\" is not a type"),
+            (json!({ "texts": ["a"], "embedding_types": ["base64"] }), "\"binary\" or \"ubinary\""),
+            (json!({ "texts": [] }), "texts is empty"),
+            (json!({ "embedding_types": ["float"] }), "no `texts`"),
+            (json!({ "texts": ["a"], "input_type": "query" }), "\"search_document\", \"search_query\""),
+            (json!({ "texts": ["a"], "input_type": "image" }), "text only"),
+            (json!({ "texts": ["a"], "truncate": "MIDDLE" }), "NONE, START or END"),
+        ] {
+            let (status, answer) = post(&app, path, body.clone()).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path} {body}: {answer}");
+            let (shape, m) = message(&answer);
+            assert_eq!(shape, "cohere", "{path} {body}: {answer}");
+            assert!(m.contains(needle) && !m.contains('\n'), "{path} {body}: {m}");
+        }
+        // What Cohere's clients send gets past the body's checks (to the model, still loading).
+        let body = json!({
+            "model": "m", "texts": ["a"], "input_type": "search_query",
+            "embedding_types": ["float", "int8", "uint8", "binary", "ubinary"], "truncate": "END",
+        });
+        let (status, answer) = post(&app, path, body).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {answer}");
+    }
+    for path in ["/v1/rerank", "/v2/rerank"] {
+        for (body, needle) in [
+            (json!({ "query": "q", "documents": ["d"], "top_n": 0 }), "top_n is 0"),
+            (json!({ "query": "q", "documents": [] }), "at least one document"),
+            (json!({ "documents": ["d"] }), "no `query`"),
+        ] {
+            let (status, answer) = post(&app, path, body.clone()).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path} {body}: {answer}");
+            let (shape, m) = message(&answer);
+            assert_eq!(shape, "cohere", "{path} {body}: {answer}");
+            assert!(m.contains(needle), "{path} {body}: {m}");
+        }
+    }
+}
