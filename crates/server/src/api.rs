@@ -1,30 +1,23 @@
-//! What every route shares: the models and limits, the API key, reading a body, errors in each
-//! API's shape, and `/health` and `/info`.
+//! What every route shares: the models and limits, the API key, the one layer that labels,
+//! counts and shapes the errors of every request (`guard`), and `/health` and `/info`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{
-    CallOptions, EmbedError, Embedder, EmbedderReport, Embeddings, InferenceKind, ModelKind, error_chain,
-};
+use nornir_vector::{CallOptions, EmbedError, Embedder, EmbedderReport, Embeddings};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+pub(crate) use crate::error::{ApiError, Flavour};
 use crate::metrics::Metrics;
 use crate::models::{Entry, Models};
 use crate::{ServerConfig, TokenIds};
 use nornir_vector::LongInputs;
-
-/// Most bytes of a too-large body read and dropped before its 413 goes out: a client still
-/// writing it then reads the answer, not a reset connection. A larger body, or one announced with
-/// `Expect: 100-continue`, is answered at once, unread.
-const DRAIN_BYTES: u64 = 128 << 20;
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -33,9 +26,9 @@ pub(crate) struct App {
     /// SHA-256 of the API key: compared in constant time, whatever the length sent.
     api_key: Option<[u8; 32]>,
     pub(crate) max_inputs: usize,
-    max_body_bytes: usize,
+    pub(crate) max_body_bytes: usize,
     request_timeout: Duration,
-    read_timeout: Duration,
+    pub(crate) read_timeout: Duration,
     pub(crate) token_ids: TokenIds,
     pub(crate) long: LongInputs,
     strict_model_names: bool,
@@ -45,96 +38,6 @@ pub(crate) struct App {
     pub(crate) created: u64,
 }
 
-/// An error as the API it answers writes them.
-#[derive(Debug)]
-pub(crate) struct ApiError {
-    pub(crate) status: StatusCode,
-    pub(crate) message: String,
-    /// OpenAI's `code` (`model_not_found`).
-    pub(crate) code: Option<&'static str>,
-}
-
-impl ApiError {
-    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self { status, message: message.into(), code: None }
-    }
-    pub(crate) fn bad(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, message)
-    }
-}
-
-/// The status for an embedder error: the caller's input (400; a text too long, 413; a text the
-/// tokenizer rejects, 422 as TEI answers it), a full queue or an embedder going away (503,
-/// retry), or the server's own failure (500).
-fn status_of(e: &EmbedError) -> StatusCode {
-    match e {
-        EmbedError::Overloaded { .. } | EmbedError::WaitTooLong { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        EmbedError::InvalidOption { .. } | EmbedError::WrongKind { .. } => StatusCode::BAD_REQUEST,
-        EmbedError::TooLong { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-        EmbedError::Inference { kind: InferenceKind::Tokenizer, .. } => StatusCode::UNPROCESSABLE_ENTITY,
-        EmbedError::Inference { kind: InferenceKind::EmbedderDropped, .. } => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-impl From<EmbedError> for ApiError {
-    fn from(e: EmbedError) -> Self {
-        let message = match &e {
-            EmbedError::TooLong { index, tokens, exact, max_length, .. } => format!(
-                "inputs[{index}] has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or send \"truncate\": true (TEI's routes; the server's --long sets what a request that does not say gets)",
-                if *exact { "" } else { "more than " }
-            ),
-            EmbedError::WrongKind { kind, .. } => format!(
-                "this model is {}: {}",
-                kind.with_article(),
-                match kind {
-                    ModelKind::Embedder => "ask /embed or /v1/embeddings",
-                    ModelKind::SparseEncoder => "ask /embed_sparse",
-                    _ => "ask /rerank, /predict, /v1/rerank or /v2/rerank",
-                }
-            ),
-            _ => error_chain(&e),
-        };
-        Self::new(status_of(&e), message)
-    }
-}
-
-/// Which API shape to answer errors in.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Flavour {
-    OpenAi,
-    Tei,
-    /// Cohere's and Jina's rerank: `{"message": ...}`.
-    Cohere,
-    Plain,
-}
-
-pub(crate) fn error_response(flavour: Flavour, e: ApiError) -> Response {
-    let body = match flavour {
-        Flavour::OpenAi => json!({ "error": {
-            "message": e.message,
-            "type": match e.status.as_u16() { 401 => "authentication_error", 408 => "timeout", 503 | 429 => "server_overloaded", 500 | 504 => "server_error", _ => "invalid_request_error" },
-            "param": Value::Null,
-            "code": e.code,
-        }}),
-        Flavour::Tei => json!({
-            "error": e.message,
-            "error_type": match e.status.as_u16() { 401 => "Unauthorized", 503 | 429 => "Overloaded", 500 | 504 => "Backend", _ => "Validation" },
-        }),
-        Flavour::Cohere => json!({ "message": e.message }),
-        Flavour::Plain => json!({ "error": e.message }),
-    };
-    let mut r = (e.status, axum::Json(body)).into_response();
-    if e.status == StatusCode::SERVICE_UNAVAILABLE {
-        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    if e.status == StatusCode::REQUEST_TIMEOUT {
-        // The rest of its body may still come: the connection cannot carry another request.
-        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    r
-}
-
 /// A request's `dimensions` as the call takes it: JSON allows a negative number, the library
 /// checks the rest (1 to the model's width).
 pub(crate) fn dimensions(d: i64, width: usize) -> Result<usize, ApiError> {
@@ -142,14 +45,14 @@ pub(crate) fn dimensions(d: i64, width: usize) -> Result<usize, ApiError> {
         .map_err(|_| ApiError::bad(format!("dimensions must be between 1 and {width} for this model, not {d}")))
 }
 
-/// `response` with `x-truncated-inputs`: how many of the request's texts were cut to the
-/// model's length.
 /// An answer's `id` as Cohere's API carries one: `PREFIX-` and the time in nanoseconds, in hex.
 pub(crate) fn response_id(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{prefix}-{nanos:x}")
 }
 
+/// `response` with `x-truncated-inputs`: how many of the request's texts were cut to the
+/// model's length.
 pub(crate) fn truncated_header(mut response: Response, rows: &Embeddings) -> Response {
     response.headers_mut().insert("x-truncated-inputs", HeaderValue::from(rows.truncated_count()));
     response
@@ -232,9 +135,8 @@ impl App {
                     Some(fallback) => fallback,
                     None => {
                         return Err(ApiError {
-                            status: StatusCode::NOT_FOUND,
-                            message: e.to_string(),
                             code: Some("model_not_found"),
+                            ..ApiError::new(StatusCode::NOT_FOUND, e.to_string())
                         });
                     }
                 },
@@ -266,27 +168,6 @@ impl App {
         }
     }
 
-    /// What every POST route does first (after `guard` checked the key): read the body, parse
-    /// the JSON.
-    pub(crate) async fn accept<T: for<'de> Deserialize<'de>>(
-        &self,
-        headers: &HeaderMap,
-        body: Body,
-    ) -> Result<T, ApiError> {
-        let body = tokio::time::timeout(self.read_timeout, read_body(body, headers, self.max_body_bytes))
-            .await
-            .map_err(|_| {
-                ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    format!(
-                        "the request body did not arrive within {} s (--read-timeout); send it at once",
-                        self.read_timeout.as_secs_f64()
-                    ),
-                )
-            })??;
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("invalid JSON request: {e}")))
-    }
-
     /// At least one text and at most `max_inputs`.
     pub(crate) fn check_inputs(&self, count: usize) -> Result<(), ApiError> {
         if count == 0 {
@@ -303,47 +184,6 @@ impl App {
         }
         Ok(())
     }
-
-    /// The answer, or the error in the route's API shape (a server error logged).
-    pub(crate) fn respond(&self, endpoint: &'static str, flavour: Flavour, r: Result<Response, ApiError>) -> Response {
-        r.unwrap_or_else(|e| {
-            if e.status.is_server_error() && e.status != StatusCode::SERVICE_UNAVAILABLE {
-                tracing::error!("{endpoint}: {}", e.message);
-            }
-            error_response(flavour, e)
-        })
-    }
-}
-
-/// The request body, at most `limit` bytes. A longer one is 413; it is read to its end first
-/// (up to [`DRAIN_BYTES`]) unless the client waits for `100 Continue`, which it then never gets.
-async fn read_body(mut body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "the request body is larger than the server's --max-body-bytes")
-    };
-    let announced =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    let waits_for_continue =
-        headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    if announced.is_some_and(|n| n > limit as u64 && (waits_for_continue || n > DRAIN_BYTES)) {
-        return Err(too_large());
-    }
-    let mut data = Vec::with_capacity(announced.map_or(0, |n| n.min(limit as u64) as usize));
-    let mut seen = 0u64;
-    while let Some(frame) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await {
-        let frame = frame.map_err(|e| ApiError::bad(format!("cannot read the request body: {e}")))?;
-        let Ok(chunk) = frame.into_data() else { continue };
-        seen += chunk.len() as u64;
-        if seen <= limit as u64 {
-            data.extend_from_slice(&chunk);
-        } else if seen > DRAIN_BYTES {
-            break;
-        }
-    }
-    if seen > limit as u64 {
-        return Err(too_large());
-    }
-    Ok(data.into())
 }
 
 /// `/metrics`: the server's and each model's counters in Prometheus' text format.
@@ -367,8 +207,10 @@ fn endpoint(matched: &str) -> (&'static str, Flavour) {
         "/embed_sparse" => ("/embed_sparse", Flavour::Tei),
         "/rerank" => ("/rerank", Flavour::Tei),
         "/predict" => ("/predict", Flavour::Tei),
-        "/v1/rerank" | "/v2/rerank" => ("/v2/rerank", Flavour::Cohere),
-        "/v1/embed" | "/v2/embed" => ("/v2/embed", Flavour::Cohere),
+        "/v1/rerank" => ("/v1/rerank", Flavour::Cohere),
+        "/v2/rerank" => ("/v2/rerank", Flavour::Cohere),
+        "/v1/embed" => ("/v1/embed", Flavour::Cohere),
+        "/v2/embed" => ("/v2/embed", Flavour::Cohere),
         "/info" => ("/info", Flavour::Plain),
         "/metrics" => ("/metrics", Flavour::Plain),
         "/health" => ("/health", Flavour::Plain),
@@ -376,22 +218,30 @@ fn endpoint(matched: &str) -> (&'static str, Flavour) {
     }
 }
 
-/// The one layer around every route: the API key on all but `/health` (401 in the route's API
-/// shape), then the request's status and time counted under its endpoint (all but `/health` and
-/// `/metrics`, which probes and scrapers call). A path no route matches passes through to 404.
+/// The one layer around every route, and the one place a request is labelled: its matched
+/// route's endpoint names it in `/metrics` and in the log, and the route's API decides the shape
+/// of its errors. The API key on all but `/health` (401 in the route's API shape); then an
+/// [`ApiError`] a handler or extractor answered is written in the route's shape (a server error
+/// logged under the endpoint); then the request's status and time counted under its endpoint
+/// (all but `/health` and `/metrics`, which probes and scrapers call). A path no route matches
+/// passes through to 404.
 pub(crate) async fn guard(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let Some((name, flavour)) = request.extensions().get::<MatchedPath>().map(|m| endpoint(m.as_str())) else {
         return next.run(request).await;
     };
-    if name == "/health" {
-        return next.run(request).await;
-    }
-    let response = match app.authorize(request.headers()) {
-        Ok(()) => next.run(request).await,
-        Err(e) => error_response(flavour, e),
+    let refused = if name == "/health" { None } else { app.authorize(request.headers()).err() };
+    let mut response = match refused {
+        None => next.run(request).await,
+        Some(e) => e.into_response(),
     };
-    if name != "/metrics" {
+    if let Some(e) = response.extensions_mut().remove::<ApiError>() {
+        if e.status.is_server_error() && e.status != StatusCode::SERVICE_UNAVAILABLE {
+            tracing::error!("{name}: {}", e.message);
+        }
+        response = e.render(flavour);
+    }
+    if name != "/metrics" && name != "/health" {
         app.metrics.record(name, response.status(), started.elapsed());
     }
     response
@@ -430,21 +280,18 @@ struct Info<'a> {
 }
 
 /// What the doctor says about a model: `/info` for the first, `/models/{name}/info` for any.
-pub(crate) async fn info(State(app): State<Arc<App>>, model: Option<Path<String>>) -> Response {
-    let r = (|| {
-        let (entry, e) = app.model(model.as_ref().map(|p| p.0.as_str()))?;
-        Ok(axum::Json(Info {
-            report: e.describe(),
-            version: env!("CARGO_PKG_VERSION"),
-            model_id: &entry.name,
-            aliases: &entry.aliases,
-            models: app.models.names(),
-            long_inputs: app.long.label(),
-            max_input_length: e.model_info().max_length,
-            max_client_batch_size: app.max_inputs,
-            max_inputs: app.max_inputs,
-        })
-        .into_response())
-    })();
-    app.respond("/info", Flavour::Plain, r)
+pub(crate) async fn info(State(app): State<Arc<App>>, model: Option<Path<String>>) -> Result<Response, ApiError> {
+    let (entry, e) = app.model(model.as_ref().map(|p| p.0.as_str()))?;
+    Ok(axum::Json(Info {
+        report: e.describe(),
+        version: env!("CARGO_PKG_VERSION"),
+        model_id: &entry.name,
+        aliases: &entry.aliases,
+        models: app.models.names(),
+        long_inputs: app.long.label(),
+        max_input_length: e.model_info().max_length,
+        max_client_batch_size: app.max_inputs,
+        max_inputs: app.max_inputs,
+    })
+    .into_response())
 }

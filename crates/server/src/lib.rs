@@ -38,7 +38,9 @@
 #![forbid(unsafe_code)]
 
 mod api;
+mod body;
 mod cohere;
+mod error;
 mod metrics;
 mod models;
 mod openai;

@@ -2,18 +2,17 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use crate::TokenIds;
-use crate::api::{ApiError, App, Flavour, Input, dimensions, truncated_header};
+use crate::api::{ApiError, App, Input, dimensions, truncated_header};
+use crate::body::JsonBody;
 
 #[derive(Deserialize)]
-struct Request {
+pub(crate) struct Request {
     input: Input,
     #[serde(default)]
     model: Option<String>,
@@ -56,11 +55,6 @@ enum Embedding {
 struct Usage {
     prompt_tokens: usize,
     total_tokens: usize,
-}
-
-pub(crate) async fn embeddings(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    let r = embeddings_inner(&app, &headers, body).await;
-    app.respond("/v1/embeddings", Flavour::OpenAi, r)
 }
 
 /// `cl100k_base` token ids back to text, off the async threads (the encoding loads once, and a
@@ -109,8 +103,11 @@ impl App {
     }
 }
 
-async fn embeddings_inner(app: &App, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let req: Request = app.accept(headers, body).await?;
+/// OpenAI's `POST /v1/embeddings`.
+pub(crate) async fn embeddings(
+    State(app): State<Arc<App>>,
+    JsonBody(req): JsonBody<Request>,
+) -> Result<Response, ApiError> {
     let (entry, embedder) = app.model(req.model.as_deref())?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,

@@ -5,17 +5,16 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use nornir_vector::{CallOptions, Embedder, ModelKind, PairOptions, Ranked, SparseOptions, Truncation};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, App, Flavour, response_id};
+use crate::body::{JsonBody, RawBody, parse};
 use crate::models::Entry;
-use crate::tei::{self, Direction};
+use crate::tei::{self, Direction, EmbedRequest};
 
 /// A document as Cohere and Jina take it: a string or `{"text": ...}`.
 #[derive(Deserialize)]
@@ -27,7 +26,7 @@ enum Document {
 
 /// TEI's (`texts`) and Cohere's or Jina's (`documents`) rerank request, with both's options.
 #[derive(Deserialize)]
-struct RerankRequest {
+pub(crate) struct RerankRequest {
     #[serde(default)]
     query: Option<String>,
     #[serde(default)]
@@ -112,9 +111,12 @@ async fn rerank_parsed(
     cohere_route: bool,
 ) -> Result<Response, ApiError> {
     let (docs, cohere_shape) = documents(app, &mut req)?;
-    let (entry, embedder) = app.model(model.or(req.model.as_deref()))?;
     let query =
         req.query.take().ok_or_else(|| ApiError::bad("no `query`: send the text to rank the documents against"))?;
+    if req.top_n == Some(0) {
+        return Err(ApiError::bad("top_n is 0: give at least 1, or leave it out for every document"));
+    }
+    let (entry, embedder) = app.model(model.or(req.model.as_deref()))?;
     let options = pair_options(app, req.truncate, req.truncation_direction, req.raw_scores.unwrap_or(false));
     let ranking = app.in_time(embedder.rerank_async(&query, &docs, req.top_n, &options)).await?;
     app.metrics.count_texts(entry, docs.len(), ranking.usage.tokens, ranking.usage.truncated);
@@ -148,30 +150,24 @@ async fn rerank_parsed(
     Ok(axum::Json(answer).into_response())
 }
 
-/// TEI's `/rerank` (and Cohere's or Jina's shape when the request sends `documents`).
+/// TEI's `/rerank` (and Cohere's or Jina's shape, errors included, when the request sends
+/// `documents`).
 pub(crate) async fn rerank(
     State(app): State<Arc<App>>,
     model: Option<Path<String>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let req: RerankRequest = match app.accept(&headers, body).await {
-        Ok(req) => req,
-        Err(e) => return app.respond("/rerank", Flavour::Tei, Err(e)),
-    };
-    let flavour = if req.texts.is_none() && req.documents.is_some() { Flavour::Cohere } else { Flavour::Tei };
+    JsonBody(req): JsonBody<RerankRequest>,
+) -> Result<Response, ApiError> {
+    let cohere_shape = req.texts.is_none() && req.documents.is_some();
     let r = rerank_parsed(&app, model.as_ref().map(|p| p.0.as_str()), req, false).await;
-    app.respond("/rerank", flavour, r)
+    r.map_err(|e| if cohere_shape { e.in_shape(Flavour::Cohere) } else { e })
 }
 
 /// Cohere's and Jina's `POST /v1/rerank` and `/v2/rerank`: the model by its `model` field.
-pub(crate) async fn cohere_rerank(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    let r = async {
-        let req: RerankRequest = app.accept(&headers, body).await?;
-        rerank_parsed(&app, None, req, true).await
-    }
-    .await;
-    app.respond("/v2/rerank", Flavour::Cohere, r)
+pub(crate) async fn cohere_rerank(
+    State(app): State<Arc<App>>,
+    JsonBody(req): JsonBody<RerankRequest>,
+) -> Result<Response, ApiError> {
+    rerank_parsed(&app, None, req, true).await
 }
 
 /// TEI's sequence: a text alone, or a pair as a two-string list.
@@ -191,7 +187,7 @@ enum PredictInput {
 }
 
 #[derive(Deserialize)]
-struct PredictRequest {
+pub(crate) struct PredictRequest {
     inputs: PredictInput,
     #[serde(default)]
     raw_scores: Option<bool>,
@@ -243,15 +239,9 @@ async fn predict_parsed(app: &App, model: Option<&str>, req: PredictRequest) -> 
 pub(crate) async fn predict(
     State(app): State<Arc<App>>,
     model: Option<Path<String>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let r = async {
-        let req: PredictRequest = app.accept(&headers, body).await?;
-        predict_parsed(&app, model.as_ref().map(|p| p.0.as_str()), req).await
-    }
-    .await;
-    app.respond("/predict", Flavour::Tei, r)
+    JsonBody(req): JsonBody<PredictRequest>,
+) -> Result<Response, ApiError> {
+    predict_parsed(&app, model.as_ref().map(|p| p.0.as_str()), req).await
 }
 
 #[derive(Serialize)]
@@ -264,45 +254,35 @@ struct SparseValue {
 pub(crate) async fn embed_sparse(
     State(app): State<Arc<App>>,
     model: Option<Path<String>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let r = async {
-        // `/embed`'s request: its prompt and truncation apply (a chunking default truncates).
-        let (entry, embedder, texts, call) = tei::embed_request(&app, &model, &headers, body, false, true).await?;
-        let options = SparseOptions::new().with_call(call.with_max_wait(app.max_wait()));
-        let vectors = app.in_time(embedder.embed_sparse_async(&texts, &options)).await?;
-        app.metrics.count_texts(entry, texts.len(), vectors.usage.tokens, vectors.usage.truncated);
-        let answer: Vec<Vec<SparseValue>> = vectors
-            .vectors
-            .iter()
-            .map(|v| v.indices.iter().zip(&v.values).map(|(&index, &value)| SparseValue { index, value }).collect())
-            .collect();
-        Ok(axum::Json(answer).into_response())
-    }
-    .await;
-    app.respond("/embed_sparse", Flavour::Tei, r)
+    JsonBody(req): JsonBody<EmbedRequest>,
+) -> Result<Response, ApiError> {
+    // `/embed`'s request: its prompt and truncation apply (a chunking default truncates).
+    let (entry, embedder, texts, call) = tei::embed_request(&app, &model, req, false, true)?;
+    let options = SparseOptions::new().with_call(call.with_max_wait(app.max_wait()));
+    let vectors = app.in_time(embedder.embed_sparse_async(&texts, &options)).await?;
+    app.metrics.count_texts(entry, texts.len(), vectors.usage.tokens, vectors.usage.truncated);
+    let answer: Vec<Vec<SparseValue>> = vectors
+        .vectors
+        .iter()
+        .map(|v| v.indices.iter().zip(&v.values).map(|(&index, &value)| SparseValue { index, value }).collect())
+        .collect();
+    Ok(axum::Json(answer).into_response())
 }
 
 /// `POST /`: what TEI does there for the first model's kind: embed, embed_sparse, or for a
 /// cross-encoder rerank (a request with a `query`) or predict.
-pub(crate) async fn root(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+pub(crate) async fn root(State(app): State<Arc<App>>, RawBody(body): RawBody) -> Result<Response, ApiError> {
     let kind = app.model(None).map(|(_, e)| e.model_info().folder.kind.kind).unwrap_or_default();
     match kind {
-        ModelKind::SparseEncoder => embed_sparse(State(app), None, headers, body).await,
+        ModelKind::SparseEncoder => embed_sparse(State(app), None, JsonBody(parse(&body)?)).await,
         ModelKind::CrossEncoder => {
-            let r = async {
-                let v: Value = app.accept(&headers, body).await?;
-                let invalid = |e: serde_json::Error| ApiError::bad(format!("invalid JSON request: {e}"));
-                if v.get("query").is_some() {
-                    rerank_parsed(&app, None, serde_json::from_value(v).map_err(invalid)?, false).await
-                } else {
-                    predict_parsed(&app, None, serde_json::from_value(v).map_err(invalid)?).await
-                }
+            let v: Value = parse(&body)?;
+            if v.get("query").is_some() {
+                rerank_parsed(&app, None, parse(&body)?, false).await
+            } else {
+                predict_parsed(&app, None, parse(&body)?).await
             }
-            .await;
-            app.respond("/predict", Flavour::Tei, r)
         }
-        _ => tei::embed(State(app), None, headers, body).await,
+        _ => tei::embed(State(app), None, JsonBody(parse(&body)?)).await,
     }
 }

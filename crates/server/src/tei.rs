@@ -4,14 +4,13 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use nornir_vector::{CallOptions, CharChunk, Chunking, DocumentVector, Embedder, Truncation};
 use serde::Deserialize;
 
-use crate::api::{ApiError, App, Flavour, Input, dimensions, truncated_header};
+use crate::api::{ApiError, App, Input, dimensions, truncated_header};
+use crate::body::JsonBody;
 use crate::models::Entry;
 use nornir_vector::LongInputs;
 
@@ -142,8 +141,9 @@ fn tei_texts(inputs: Input) -> Result<Vec<String>, ApiError> {
     }
 }
 
+/// `/embed`'s request, which `/embed_chunks`, `/embed_all` and `/embed_sparse` take too.
 #[derive(Deserialize)]
-struct EmbedRequest {
+pub(crate) struct EmbedRequest {
     inputs: Input,
     #[serde(flatten)]
     root: Params,
@@ -158,18 +158,19 @@ fn name(model: &ModelPath) -> Option<&str> {
     model.as_ref().map(|p| p.0.as_str())
 }
 
-/// What `/embed`, `/embed_chunks` and `/embed_all` do first: read the request, find the model,
+/// A TEI embedding request made ready: its model, its texts and the call's options.
+pub(crate) type Prepared<'a> = (&'a Entry, &'a Arc<Embedder>, Vec<String>, CallOptions);
+
+/// What `/embed`, `/embed_chunks` and `/embed_all` do first with their request: find the model,
 /// check the texts, and turn the fields into the call's options (`chunked`: chunk long texts
 /// even without `"chunking"`).
-pub(crate) async fn embed_request<'a>(
+pub(crate) fn embed_request<'a>(
     app: &'a App,
     model: &ModelPath,
-    headers: &HeaderMap,
-    body: Body,
+    req: EmbedRequest,
     chunked: bool,
     per_token: bool,
-) -> Result<(&'a Entry, &'a Arc<Embedder>, Vec<String>, CallOptions), ApiError> {
-    let req: EmbedRequest = app.accept(headers, body).await?;
+) -> Result<Prepared<'a>, ApiError> {
     let (entry, embedder) = app.model(name(model))?;
     let texts = tei_texts(req.inputs)?;
     app.check_inputs(texts.len())?;
@@ -181,15 +182,16 @@ pub(crate) async fn embed_request<'a>(
     Ok((entry, embedder, texts, options))
 }
 
-pub(crate) async fn embed(State(app): State<Arc<App>>, model: ModelPath, headers: HeaderMap, body: Body) -> Response {
-    let r = async {
-        let (entry, embedder, texts, options) = embed_request(&app, &model, &headers, body, false, false).await?;
-        let rows = app.embed(entry, embedder, &texts, options).await?;
-        let vectors: Vec<&[f32]> = rows.rows().collect();
-        Ok(truncated_header(axum::Json(vectors).into_response(), &rows))
-    }
-    .await;
-    app.respond("/embed", Flavour::Tei, r)
+/// TEI's `/embed`: a bare `[[f32]]`.
+pub(crate) async fn embed(
+    State(app): State<Arc<App>>,
+    model: ModelPath,
+    JsonBody(req): JsonBody<EmbedRequest>,
+) -> Result<Response, ApiError> {
+    let (entry, embedder, texts, options) = embed_request(&app, &model, req, false, false)?;
+    let rows = app.embed(entry, embedder, &texts, options).await?;
+    let vectors: Vec<&[f32]> = rows.rows().collect();
+    Ok(truncated_header(axum::Json(vectors).into_response(), &rows))
 }
 
 #[derive(serde::Serialize)]
@@ -204,54 +206,42 @@ struct DocumentAnswer<'a> {
 pub(crate) async fn embed_chunks(
     State(app): State<Arc<App>>,
     model: ModelPath,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let r = async {
-        let (entry, embedder, texts, options) = embed_request(&app, &model, &headers, body, true, false).await?;
-        let rows = app.embed(entry, embedder, &texts, options).await?;
-        let answers: Vec<DocumentAnswer<'_>> = texts
-            .iter()
-            .enumerate()
-            .map(|(i, text)| DocumentAnswer { embedding: rows.row(i), chunks: rows.char_chunks(i, text) })
-            .collect();
-        Ok(axum::Json(answers).into_response())
-    }
-    .await;
-    app.respond("/embed_chunks", Flavour::Tei, r)
+    JsonBody(req): JsonBody<EmbedRequest>,
+) -> Result<Response, ApiError> {
+    let (entry, embedder, texts, options) = embed_request(&app, &model, req, true, false)?;
+    let rows = app.embed(entry, embedder, &texts, options).await?;
+    let answers: Vec<DocumentAnswer<'_>> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| DocumentAnswer { embedding: rows.row(i), chunks: rows.char_chunks(i, text) })
+        .collect();
+    Ok(axum::Json(answers).into_response())
 }
 
 /// Every token's vector of each text, raw (TEI's `/embed_all`): `[[[f32]]]`, text by token.
 pub(crate) async fn embed_all(
     State(app): State<Arc<App>>,
     model: ModelPath,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let r = async {
-        let (_, embedder, texts, options) = embed_request(&app, &model, &headers, body, false, true).await?;
-        let embedder = Arc::clone(embedder);
-        let vectors = tokio::task::spawn_blocking(move || {
-            texts
-                .iter()
-                .map(|t| {
-                    let rows = embedder.token_vectors(t, &options)?;
-                    Ok(rows.rows().map(<[f32]>::to_vec).collect::<Vec<_>>())
-                })
-                .collect::<Result<Vec<_>, nornir_vector::EmbedError>>()
-        })
-        .await
-        .map_err(|e| {
-            ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, format!("embed_all failed: {e}"))
-        })??;
-        Ok(axum::Json(vectors).into_response())
-    }
-    .await;
-    app.respond("/embed_all", Flavour::Tei, r)
+    JsonBody(req): JsonBody<EmbedRequest>,
+) -> Result<Response, ApiError> {
+    let (_, embedder, texts, options) = embed_request(&app, &model, req, false, true)?;
+    let embedder = Arc::clone(embedder);
+    let vectors = tokio::task::spawn_blocking(move || {
+        texts
+            .iter()
+            .map(|t| {
+                let rows = embedder.token_vectors(t, &options)?;
+                Ok(rows.rows().map(<[f32]>::to_vec).collect::<Vec<_>>())
+            })
+            .collect::<Result<Vec<_>, nornir_vector::EmbedError>>()
+    })
+    .await
+    .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, format!("embed_all failed: {e}")))??;
+    Ok(axum::Json(vectors).into_response())
 }
 
 #[derive(Deserialize)]
-struct TokenizeRequest {
+pub(crate) struct TokenizeRequest {
     inputs: Input,
     #[serde(default)]
     add_special_tokens: Option<bool>,
@@ -263,31 +253,23 @@ struct TokenizeRequest {
 pub(crate) async fn tokenize(
     State(app): State<Arc<App>>,
     model: ModelPath,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let r = async {
-        let req: TokenizeRequest = app.accept(&headers, body).await?;
-        let (_, embedder) = app.model(name(&model))?;
-        let texts = tei_texts(req.inputs)?;
-        app.check_inputs(texts.len())?;
-        let mut options = CallOptions::new();
-        if let Some(p) = req.prompt_name {
-            options = options.with_prompt_name(p);
-        }
-        let special = req.add_special_tokens.unwrap_or(true);
-        let embedder = Arc::clone(embedder);
-        let tokens = tokio::task::spawn_blocking(move || {
-            texts.iter().map(|t| embedder.tokenize(t, &options, special)).collect::<Result<Vec<_>, _>>()
-        })
-        .await
-        .map_err(|e| {
-            ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, format!("tokenizing failed: {e}"))
-        })??;
-        Ok(axum::Json(tokens).into_response())
+    JsonBody(req): JsonBody<TokenizeRequest>,
+) -> Result<Response, ApiError> {
+    let (_, embedder) = app.model(name(&model))?;
+    let texts = tei_texts(req.inputs)?;
+    app.check_inputs(texts.len())?;
+    let mut options = CallOptions::new();
+    if let Some(p) = req.prompt_name {
+        options = options.with_prompt_name(p);
     }
-    .await;
-    app.respond("/tokenize", Flavour::Tei, r)
+    let special = req.add_special_tokens.unwrap_or(true);
+    let embedder = Arc::clone(embedder);
+    let tokens = tokio::task::spawn_blocking(move || {
+        texts.iter().map(|t| embedder.tokenize(t, &options, special)).collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, format!("tokenizing failed: {e}")))??;
+    Ok(axum::Json(tokens).into_response())
 }
 
 #[derive(Deserialize)]
@@ -298,28 +280,27 @@ enum Ids {
 }
 
 #[derive(Deserialize)]
-struct DecodeRequest {
+pub(crate) struct DecodeRequest {
     ids: Ids,
     #[serde(default)]
     skip_special_tokens: Option<bool>,
 }
 
 /// The text of each list of the model's token ids.
-pub(crate) async fn decode(State(app): State<Arc<App>>, model: ModelPath, headers: HeaderMap, body: Body) -> Response {
-    let r = async {
-        let req: DecodeRequest = app.accept(&headers, body).await?;
-        let (_, embedder) = app.model(name(&model))?;
-        let lists = match req.ids {
-            Ids::One(ids) => vec![ids],
-            Ids::Many(lists) => lists,
-        };
-        app.check_inputs(lists.len())?;
-        let skip = req.skip_special_tokens.unwrap_or(true);
-        let texts = lists.iter().map(|ids| embedder.decode(ids, skip)).collect::<Result<Vec<_>, _>>()?;
-        Ok(axum::Json(texts).into_response())
-    }
-    .await;
-    app.respond("/decode", Flavour::Tei, r)
+pub(crate) async fn decode(
+    State(app): State<Arc<App>>,
+    model: ModelPath,
+    JsonBody(req): JsonBody<DecodeRequest>,
+) -> Result<Response, ApiError> {
+    let (_, embedder) = app.model(name(&model))?;
+    let lists = match req.ids {
+        Ids::One(ids) => vec![ids],
+        Ids::Many(lists) => lists,
+    };
+    app.check_inputs(lists.len())?;
+    let skip = req.skip_special_tokens.unwrap_or(true);
+    let texts = lists.iter().map(|ids| embedder.decode(ids, skip)).collect::<Result<Vec<_>, _>>()?;
+    Ok(axum::Json(texts).into_response())
 }
 
 #[derive(Deserialize)]
@@ -329,7 +310,7 @@ struct SimilarityInputs {
 }
 
 #[derive(Deserialize)]
-struct SimilarityRequest {
+pub(crate) struct SimilarityRequest {
     inputs: SimilarityInputs,
     #[serde(default)]
     parameters: Option<Params>,
@@ -339,28 +320,21 @@ struct SimilarityRequest {
 pub(crate) async fn similarity(
     State(app): State<Arc<App>>,
     model: ModelPath,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let r = async {
-        let req: SimilarityRequest = app.accept(&headers, body).await?;
-        let (entry, embedder) = app.model(name(&model))?;
-        let SimilarityInputs { source_sentence, sentences } = req.inputs;
-        app.check_inputs(sentences.len())?;
-        let mut texts = Vec::with_capacity(sentences.len() + 1);
-        texts.push(source_sentence);
-        texts.extend(sentences);
-        let options = req
-            .parameters
-            .unwrap_or_default()
-            .call_options(embedder.model_info().model_dimension, &app.long, false)?
-            .with_normalize(true);
-        let rows = app.embed(entry, embedder, &texts, options).await?;
-        let source = rows.row(0);
-        let scores: Vec<f32> =
-            (1..rows.len()).map(|i| rows.row(i).iter().zip(source).map(|(a, b)| a * b).sum()).collect();
-        Ok(truncated_header(axum::Json(scores).into_response(), &rows))
-    }
-    .await;
-    app.respond("/similarity", Flavour::Tei, r)
+    JsonBody(req): JsonBody<SimilarityRequest>,
+) -> Result<Response, ApiError> {
+    let (entry, embedder) = app.model(name(&model))?;
+    let SimilarityInputs { source_sentence, sentences } = req.inputs;
+    app.check_inputs(sentences.len())?;
+    let mut texts = Vec::with_capacity(sentences.len() + 1);
+    texts.push(source_sentence);
+    texts.extend(sentences);
+    let options = req
+        .parameters
+        .unwrap_or_default()
+        .call_options(embedder.model_info().model_dimension, &app.long, false)?
+        .with_normalize(true);
+    let rows = app.embed(entry, embedder, &texts, options).await?;
+    let source = rows.row(0);
+    let scores: Vec<f32> = (1..rows.len()).map(|i| rows.row(i).iter().zip(source).map(|(a, b)| a * b).sum()).collect();
+    Ok(truncated_header(axum::Json(scores).into_response(), &rows))
 }

@@ -1,0 +1,61 @@
+//! Cohere's embed routes on the real default model and CPU ONNX Runtime (the fetched assets):
+//! each version answers, and `/metrics` counts each under its own endpoint.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use nornir_server::{Models, ServerConfig, router};
+use nornir_vector::{Device, Embedder, EmbedderOptions};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+        .expect("request");
+    let response = app.clone().oneshot(request).await.expect("answer");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("body");
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_cohere_embed_version_answers_and_is_counted_under_its_own_endpoint() {
+    nornir_test_support::needs_assets!();
+    let options = EmbedderOptions::default().with_device(Device::Cpu).with_threads(1);
+    let dir = nornir_test_support::env_path("NORNIR_TEST_MODEL");
+    let embedder = Arc::new(Embedder::new(&dir, &options).expect("the default model"));
+    let models = Arc::new(Models::new(["minilm".to_owned()]).expect("names"));
+    models.set_loaded("minilm", embedder).expect("set");
+    let app = router(models, ServerConfig::default()).expect("a valid config");
+    let body = json!({ "model": "minilm", "texts": ["a fjord", "a plane"], "input_type": "search_document" });
+    for (path, times) in [("/v1/embed", 1), ("/v2/embed", 2)] {
+        for _ in 0..times {
+            let (status, answer) = call(&app, "POST", path, Some(body.clone())).await;
+            assert_eq!(status, StatusCode::OK, "{path}: {answer}");
+            assert_eq!(answer["embeddings"]["float"].as_array().map(Vec::len), Some(2), "{path}: {answer}");
+        }
+        // The empty list of types, 200 with no embeddings before, names what to give.
+        let mut empty = body.clone();
+        empty["embedding_types"] = json!([]);
+        let (status, answer) = call(&app, "POST", path, Some(empty)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {answer}");
+        assert!(answer["message"].as_str().is_some_and(|m| m.contains("\"float\", \"int8\"")), "{answer}");
+    }
+    let (_, text) = call(&app, "GET", "/metrics", None).await;
+    let text = text.as_str().expect("text");
+    for line in [
+        "nornir_requests_total{endpoint=\"/v1/embed\",status=\"200\"} 1",
+        "nornir_requests_total{endpoint=\"/v2/embed\",status=\"200\"} 2",
+        "nornir_requests_total{endpoint=\"/v1/embed\",status=\"400\"} 1",
+        "nornir_requests_total{endpoint=\"/v2/embed\",status=\"400\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+    }
+}
