@@ -8,58 +8,34 @@
 
 #![warn(missing_docs)]
 
-mod chunk;
-mod compact;
-mod compact_calls;
-mod describe;
+// The walk of a text, folder by folder: load -> call -> schedule -> forward -> kinds -> report.
+mod call;
 mod embedder;
-mod embeddings;
-mod engine;
 mod error;
-mod fault;
-mod future;
-mod graph_io;
-mod graph_scan;
-mod kind;
-mod model;
-mod pairs;
-mod placement;
-mod plan;
-mod plugins;
-mod pooling;
-mod prepare;
-mod prompt;
-mod queue;
+mod forward;
+mod kinds;
+mod load;
 mod report;
-mod request;
-mod rerank;
-mod runtime;
-mod scheduler;
-mod session;
-mod shared_run;
-mod sparse;
-mod stats;
-mod tokenize;
-mod worker;
+mod schedule;
 
-pub use compact::{CompactVectors, to_precision};
-pub use compact_calls::SAMPLE_TEXTS;
-pub use describe::{EmbedderReport, RangesReport, RangesUse, cpu_int8_extensions, fusion_counts, precision};
+pub use call::future::EmbedFuture;
+pub use call::pairs::{PairOptions, Ranked, Ranking, rank};
 pub use embedder::Embedder;
-pub use embeddings::{CharChunk, Chunk, Embeddings, Usage};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
-pub use future::EmbedFuture;
-pub use kind::KindChoice;
-pub use pairs::{PairOptions, Ranked, Ranking, rank};
-pub use plan::{plan_for, plan_with};
-pub use pooling::normalize;
-pub use report::{
+pub use kinds::compact::{CompactVectors, to_precision};
+pub use kinds::compact_calls::SAMPLE_TEXTS;
+pub use kinds::embeddings::{CharChunk, Chunk, Embeddings, Usage};
+pub use kinds::pooling::normalize;
+pub use kinds::sparse::{SparseOptions, SparseVector, SparseVectors};
+pub use load::kind::KindChoice;
+pub use load::plan::{plan_for, plan_with};
+pub use load::runtime::{check_library, choose_library, device_list, list_devices};
+pub use report::describe::{EmbedderReport, RangesReport, RangesUse, cpu_int8_extensions, fusion_counts, precision};
+pub use report::values::{
     DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport, PoolingSpec,
     PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, Token,
 };
-pub use runtime::{check_library, choose_library, device_list, list_devices};
-pub use sparse::{SparseOptions, SparseVector, SparseVectors};
-pub use stats::{BATCH_SIZE_BOUNDS, EmbedStats};
+pub use schedule::stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 
 // The words of its options, defined without ONNX Runtime in `nornir-options`.
 pub use nornir_options::{
@@ -70,16 +46,16 @@ pub use nornir_options::{
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::model::{
+    pub use crate::kinds::pooling::pool_tokens;
+    pub use crate::load::model::{
         HfConfig, parse_hf_config, parse_modules, parse_pooling_config, parse_prompts, parse_quantization,
         parse_sentence_bert_config,
     };
-    pub use crate::placement::parse_profile;
-    pub use crate::pooling::pool_tokens;
-    pub use crate::runtime::load_runtime;
+    pub use crate::load::placement::parse_profile;
+    pub use crate::load::runtime::load_runtime;
     /// Fault injection at a worker's stages, for this crate's tests (feature `test-hooks`).
     #[cfg(feature = "test-hooks")]
     pub mod fault {
-        pub use crate::fault::{Stage, inject, pending};
+        pub use crate::forward::fault::{Stage, inject, pending};
     }
 }

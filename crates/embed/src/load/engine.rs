@@ -11,19 +11,19 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use nornir_ep_select::{Plan, Planned, Provider, Vendor};
 use ort::session::Session;
 
+use crate::call::tokenize::ModelTokenizer;
 use crate::error::{EmbedError, Result, error_chain};
-use crate::graph_io::{GraphIo, Row, RowSettings, graph_io, run_and_pool};
-use crate::graph_scan::one_text_per_run;
-use crate::kind;
-use crate::plan::plan_with;
-use crate::prompt::choose_prompt;
-use crate::queue::BatchPolicy;
-use crate::report::{ModelFolder, ModelInfo, SessionReport};
-use crate::runtime::{OrtRuntime, list_devices, load_runtime};
-use crate::scheduler::Scheduler;
-use crate::session::{self, SessionConfig, Slot, growth_since, resident_bytes};
-use crate::stats::{Counters, EmbedStats};
-use crate::tokenize::ModelTokenizer;
+use crate::forward::graph_io::{GraphIo, Row, RowSettings, graph_io, run_and_pool};
+use crate::load::graph_scan::one_text_per_run;
+use crate::load::kind;
+use crate::load::plan::plan_with;
+use crate::load::prompt::choose_prompt;
+use crate::load::runtime::{OrtRuntime, list_devices, load_runtime};
+use crate::load::session::{self, SessionConfig, Slot, growth_since, resident_bytes};
+use crate::report::values::{ModelFolder, ModelInfo, SessionReport};
+use crate::schedule::queue::BatchPolicy;
+use crate::schedule::scheduler::Scheduler;
+use crate::schedule::stats::{Counters, EmbedStats};
 use nornir_options::ModelKind;
 use nornir_options::Pooling;
 use nornir_options::{EmbedderOptions, QueueFull, default_cpu_workers, intra_threads};
@@ -334,7 +334,7 @@ impl Engine {
             let cfg = self.pooled_config();
             let mut extra = Vec::new();
             for _ in 1..self.workers {
-                crate::fault::hit(crate::fault::Stage::Build);
+                crate::forward::fault::hit(crate::forward::fault::Stage::Build);
                 let resident = resident_bytes();
                 match session::build(&self.runtime, &plan, &cfg) {
                     Ok((session, r)) => {

@@ -5,10 +5,10 @@ use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
+use crate::call::future::Work;
 use crate::embedder::Embedder;
-use crate::embeddings::{Embeddings, Usage};
 use crate::error::{EmbedError, Result};
-use crate::future::Work;
+use crate::kinds::embeddings::{Embeddings, Usage};
 use nornir_options::CallOptions;
 use nornir_options::ModelKind;
 
@@ -126,7 +126,7 @@ impl Embedder {
         options.check()?;
         let mut out = SparseVectors { vectors: Vec::with_capacity(texts.len()), usage: Usage::default() };
         for part in texts.chunks(TEXTS_PER_PART) {
-            let rows = self.run_call(crate::prepare::prepare(&self.engine, part, &options.call)?)?;
+            let rows = self.run_call(crate::call::prepare::prepare(&self.engine, part, &options.call)?)?;
             out.add(&rows, options);
         }
         Ok(out)

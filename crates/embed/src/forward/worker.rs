@@ -4,11 +4,11 @@
 
 use std::sync::RwLock;
 
-use crate::engine::Engine;
+use crate::call::request::Item;
 use crate::error::{EmbedError, InferenceKind, Result, error_chain};
-use crate::graph_io::Row;
-use crate::request::Item;
-use crate::session::Slot;
+use crate::forward::graph_io::Row;
+use crate::load::engine::Engine;
+use crate::load::session::Slot;
 
 /// Worker `k`: runs batches until the embedder is dropped. A panic anywhere in
 /// it (building a session, running, handing rows over, taking work) fails the texts it holds,
@@ -44,7 +44,7 @@ fn run_items(engine: &Engine, k: usize, slot: &RwLock<Slot>, items: &mut [Item])
         // once the batch succeeded, was counted, and the session is unlocked.
         let mut out = Vec::with_capacity(batch.len() * engine.info.model_dimension);
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            crate::fault::hit(crate::fault::Stage::Run);
+            crate::forward::fault::hit(crate::forward::fault::Stage::Run);
             engine.run_batch(slot, &rows, |_, v| out.extend_from_slice(v))
         }))
         .unwrap_or_else(|_| {
@@ -54,7 +54,7 @@ fn run_items(engine: &Engine, k: usize, slot: &RwLock<Slot>, items: &mut [Item])
     };
     // The batch's vectors in order: each item's rows, one after another.
     let hand_over = |batch: &mut [Item], rows: Vec<f32>| {
-        crate::fault::hit(crate::fault::Stage::HandOver);
+        crate::forward::fault::hit(crate::forward::fault::Stage::HandOver);
         engine.scheduler.handing_over(k, batch.len());
         let dim = rows.len() / batch.iter().map(Item::rows).sum::<usize>().max(1);
         let mut at = 0;

@@ -6,8 +6,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::error::{EmbedError, Result};
-use crate::kind::{HeadConfig, choose_kind, parse_splade_config};
-use crate::report::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
+use crate::load::kind::{HeadConfig, choose_kind, parse_splade_config};
+use crate::report::values::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 use nornir_options::ModelKind;
 use nornir_options::Pooling;
 

@@ -4,11 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::embeddings::{Embeddings, TextTokens, Usage};
-use crate::engine::Engine;
+use crate::call::prepare::Call;
+use crate::call::request::{Item, Request};
 use crate::error::{EmbedError, Result};
-use crate::prepare::Call;
-use crate::request::{Item, Request};
+use crate::kinds::embeddings::{Embeddings, TextTokens, Usage};
+use crate::load::engine::Engine;
 use nornir_options::{CallOptions, Truncation};
 use nornir_options::{ModelKind, ScoreActivation};
 

@@ -9,8 +9,8 @@ use ort::session::Session;
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 
 use crate::error::{EmbedError, Result, one_line};
-use crate::report::{Memory, Registration, RegistrationOutcome, SessionReport};
-use crate::runtime::OrtRuntime;
+use crate::load::runtime::OrtRuntime;
+use crate::report::values::{Memory, Registration, RegistrationOutcome, SessionReport};
 
 /// The process's resident memory in bytes (`VmRSS`), where `/proc` tells it.
 pub(crate) fn resident_bytes() -> Option<u64> {
@@ -172,7 +172,7 @@ fn register(rt: &OrtRuntime, planned: &Planned, builder: &mut SessionBuilder) ->
     let p = match planned {
         Planned::Builtin(p) => *p,
         Planned::Plugin(device) => {
-            let outcome = match crate::plugins::append_device(&rt.plugin_host(), builder, device) {
+            let outcome = match crate::load::plugins::append_device(&rt.plugin_host(), builder, device) {
                 Ok(()) => RegistrationOutcome::Registered,
                 Err(e) => RegistrationOutcome::Failed(e),
             };

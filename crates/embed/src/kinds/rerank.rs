@@ -3,11 +3,11 @@
 
 use std::future::Future;
 
+use crate::call::future::{EmbedFuture, Work};
+use crate::call::pairs::{PairOptions, Ranking, prepare_pairs, rank};
 use crate::embedder::Embedder;
-use crate::embeddings::Embeddings;
 use crate::error::{EmbedError, Result};
-use crate::future::{EmbedFuture, Work};
-use crate::pairs::{PairOptions, Ranking, prepare_pairs, rank};
+use crate::kinds::embeddings::Embeddings;
 use nornir_options::ModelKind;
 
 impl Embedder {

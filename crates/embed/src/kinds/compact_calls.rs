@@ -14,16 +14,16 @@
 use std::future::Future;
 use std::sync::{Arc, PoisonError};
 
-use crate::compact::{CompactVectors, check, to_precision};
-use crate::describe::RangesReport;
 use crate::embedder::Embedder;
-use crate::embeddings::Embeddings;
 use crate::error::Result;
+use crate::kinds::compact::{CompactVectors, check, to_precision};
+use crate::kinds::embeddings::Embeddings;
+use crate::report::describe::RangesReport;
 use nornir_options::{CallOptions, Precision, Ranges};
 
 /// A sample of 99 texts (news, questions, code, several languages, one long paragraph): the
 /// default calibration set for int8 and uint8 ranges, and `nornir vector bench`'s input.
-pub const SAMPLE_TEXTS: &str = include_str!("../../../testdata/parity-sample.txt");
+pub const SAMPLE_TEXTS: &str = include_str!("../../../../testdata/parity-sample.txt");
 
 /// How calibration names the built-in sample.
 const SAMPLE_SOURCE: &str = "nornir's built-in sample";
@@ -137,7 +137,7 @@ impl Embedder {
 
     /// Rule 1's ranges (checked against the call's width), else the key of rule 2.
     fn given_ranges(&self, options: &CallOptions) -> Result<Result<Arc<Ranges>, (usize, bool)>> {
-        let plan = crate::prepare::plan_call(&self.engine, options)?;
+        let plan = crate::call::prepare::plan_call(&self.engine, options)?;
         match options.ranges.as_ref().or(self.engine.default_precision.1.as_ref()) {
             Some(r) => {
                 r.check_width(plan.dim)?;

@@ -10,7 +10,7 @@ use nornir_ep_select::{EpDevice, Plan, Provider, Vendor};
 use nornir_gpu_probe::ProviderRequirements;
 use serde::{Deserialize, Serialize};
 
-use crate::kind::KindChoice;
+use crate::load::kind::KindChoice;
 use nornir_options::Pooling;
 
 /// What registering one provider did. In JSON: `{"provider", "ok", "error", "preflight"}`, with

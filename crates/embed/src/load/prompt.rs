@@ -2,7 +2,7 @@
 //! options and the folder's `config_sentence_transformers.json` and `config.json`.
 
 use crate::error::EmbedError;
-use crate::report::{ModelFolder, PromptChoice};
+use crate::report::values::{ModelFolder, PromptChoice};
 use nornir_options::EmbedderOptions;
 use nornir_options::Prompt;
 
@@ -81,7 +81,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::model::parse_prompts;
+    use crate::load::model::parse_prompts;
     use nornir_options::CallOptions;
 
     fn folder(prompts: &str, tasks: Option<&[&str]>) -> ModelFolder {

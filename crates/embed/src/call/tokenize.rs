@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use tokenizers::{Encoding, PaddingDirection, Tokenizer, TruncationDirection, TruncationParams};
 
 use crate::error::{EmbedError, InferenceKind, Result};
-use crate::report::{ModelFolder, Token};
+use crate::report::values::{ModelFolder, Token};
 use nornir_options::Truncation;
 
 /// Calls of at most this many texts are tokenized serially, in the thread that prepares the call.

@@ -8,9 +8,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use crate::call::request::{Item, Request};
 use crate::error::{EmbedError, InferenceKind};
-use crate::queue::{BatchPolicy, CallKey, Queue};
-use crate::request::{Item, Request};
+use crate::schedule::queue::{BatchPolicy, CallKey, Queue};
 use nornir_options::QueueFull;
 
 /// The queue and the workers' signals.
@@ -128,7 +128,7 @@ impl Scheduler {
                     q.busy[k] = true;
                     q.running[k] = items.len();
                     drop(q);
-                    crate::fault::hit(crate::fault::Stage::Scheduler);
+                    crate::forward::fault::hit(crate::forward::fault::Stage::Scheduler);
                     // Room for blocked callers; other workers may help with what is left.
                     self.room.notify_all();
                     for w in self.room_wakers.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {

@@ -7,16 +7,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::chunk::{late_passes, windows};
-use crate::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
-use crate::engine::Engine;
+use crate::call::chunk::{late_passes, windows};
+use crate::call::request::{Item, Request};
+use crate::call::tokenize::{tokenizer_failed, with_prompt};
 use crate::error::{EmbedError, InferenceKind, Result};
-use crate::graph_io::{Row, forward};
-use crate::pooling::normalize;
-use crate::prompt::named_prompt;
-use crate::report::Token;
-use crate::request::{Item, Request};
-use crate::tokenize::{tokenizer_failed, with_prompt};
+use crate::forward::graph_io::{Row, forward};
+use crate::kinds::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
+use crate::kinds::pooling::normalize;
+use crate::load::engine::Engine;
+use crate::load::prompt::named_prompt;
+use crate::report::values::Token;
 use nornir_options::ScoreActivation;
 use nornir_options::{CallOptions, Chunking, DocumentVector, Prompt, Truncation};
 

@@ -9,8 +9,8 @@ use ort::session::Session;
 use ort::value::{TensorElementType, TensorRef, ValueType};
 
 use crate::error::{EmbedError, InferenceKind, Result};
-use crate::pooling::pool_tokens;
-use crate::report::ModelFolder;
+use crate::kinds::pooling::pool_tokens;
+use crate::report::values::ModelFolder;
 use nornir_options::ModelKind;
 use nornir_options::Pooling;
 
@@ -358,7 +358,7 @@ pub(crate) fn forward(
         wide.feed(io, [b, l]).map_err(fail)?
     };
     let started = Instant::now();
-    let output = crate::shared_run::run(session, &feed, io.output).map_err(fail)?;
+    let output = crate::forward::shared_run::run(session, &feed, io.output).map_err(fail)?;
     ort_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     let (shape, values) = output_values(&output, io.output_type).map_err(fail)?;
     let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();

@@ -8,8 +8,8 @@ use nornir_ep_select::Plan;
 use nornir_gpu_probe::{OrtCandidate, OrtDiscovery, ProbeContext, discover_ort, discover_plugins, pick_ort, same_file};
 
 use crate::error::{EmbedError, Result};
-use crate::plugins::{Host, PluginState};
-use crate::report::{DeviceList, MIN_ORT, OrtInfo};
+use crate::load::plugins::{Host, PluginState};
+use crate::report::values::{DeviceList, MIN_ORT, OrtInfo};
 
 /// The ONNX Runtime library loaded in this process.
 #[derive(Debug)]
@@ -23,7 +23,7 @@ pub struct OrtRuntime {
 impl OrtRuntime {
     /// ONNX Runtime's device list as it stands, with the plugins registered so far.
     pub(crate) fn devices(&self) -> DeviceList {
-        crate::plugins::device_list(&self.plugin_host())
+        crate::load::plugins::device_list(&self.plugin_host())
     }
 
     /// What plugins.rs needs of this runtime to register and append plugin devices.
@@ -43,7 +43,7 @@ pub fn device_list(plan: &Plan, ort_library: Option<&Path>, ep_libraries: &[(Str
 /// pip packages and `$NORNIR_HOME/ep`), registers those not registered before in this process
 /// with `rt`, and returns ONNX Runtime's device list. Failures are lines of the list, never errors.
 pub fn list_devices(rt: &OrtRuntime, explicit: &[(String, PathBuf)]) -> DeviceList {
-    crate::plugins::register_new(&rt.plugin_host(), &discover_plugins(&ProbeContext::from_process(), explicit));
+    crate::load::plugins::register_new(&rt.plugin_host(), &discover_plugins(&ProbeContext::from_process(), explicit));
     rt.devices()
 }
 

@@ -8,11 +8,11 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use crate::embeddings::Embeddings;
-use crate::engine::Engine;
+use crate::call::pairs::PairOptions;
+use crate::call::prepare::{self, Call};
 use crate::error::{EmbedError, InferenceKind, Result};
-use crate::pairs::PairOptions;
-use crate::prepare::{self, Call};
+use crate::kinds::embeddings::Embeddings;
+use crate::load::engine::Engine;
 use nornir_options::CallOptions;
 use nornir_options::QueueFull;
 
@@ -38,7 +38,7 @@ impl Work {
     fn prepare(&self, engine: &Engine) -> Result<Call> {
         match self {
             Self::Texts(texts, options) => prepare::prepare(engine, texts, options),
-            Self::Pairs(pairs, options) => crate::pairs::prepare_pairs(engine, pairs, options),
+            Self::Pairs(pairs, options) => crate::call::pairs::prepare_pairs(engine, pairs, options),
         }
     }
 }

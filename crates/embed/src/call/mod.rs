@@ -1,0 +1,9 @@
+//! A call before and after the queue: its plan, identical texts collapsed, tokenized (or cut
+//! into chunks, or paired) into queue items, the request it waits on, and its future.
+
+pub(crate) mod chunk;
+pub(crate) mod future;
+pub(crate) mod pairs;
+pub(crate) mod prepare;
+pub(crate) mod request;
+pub(crate) mod tokenize;

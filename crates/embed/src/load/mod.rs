@@ -1,0 +1,14 @@
+//! Loading: the model folder read as sentence-transformers reads it (its kind, prompts), the
+//! ONNX Runtime library and its plugins, the plan, the session built one provider at a time,
+//! and the checks of what really runs; the engine that the callers and the workers share.
+
+pub(crate) mod engine;
+pub(crate) mod graph_scan;
+pub(crate) mod kind;
+pub(crate) mod model;
+pub(crate) mod placement;
+pub(crate) mod plan;
+pub(crate) mod plugins;
+pub(crate) mod prompt;
+pub(crate) mod runtime;
+pub(crate) mod session;

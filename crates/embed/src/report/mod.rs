@@ -1,0 +1,5 @@
+//! What the embedder reports: the plain values (model folder, session, placement, memory) and
+//! the one report every surface writes.
+
+pub(crate) mod describe;
+pub(crate) mod values;
