@@ -83,18 +83,28 @@ fn converted_from(folder: &Path) -> Option<String> {
     Some(source["sha256"].as_str()?.to_owned())
 }
 
-/// A fetched safetensors model (checked by [`fetch`] before) converted into `out` by
-/// nornir-convert, and checked after: the conversion must record that it read exactly the
-/// pinned file. Done again only when that record is missing.
+/// A fetched safetensors model (checked by [`fetch`] before) converted into `out` by the
+/// library's checked conversion (`convert_checked`: an encoder loaded and embedded on the CPU
+/// with the fetched ONNX Runtime, a fused graph compared with the plain one), and checked after:
+/// the conversion must record that it read exactly the pinned file. Done again only when that
+/// record is missing.
 fn convert_safetensors(home: &Path, source: &Asset, out: &str) -> Result<()> {
     let (out, pinned) = (home.join(out), pinned_safetensors(source));
     if out.join("model.onnx").is_file() && converted_from(&out).as_deref() == Some(pinned) {
         return Ok(());
     }
     eprintln!("xtask: converting {} into {} (nornir-convert)", source.name, out.display());
-    let options = nornir_convert::ConvertOptions::default().with_replace(true);
-    nornir_convert::convert(&home.join(source.dest), &out, &options)
+    let options = nornir_vector::convert::ConvertOptions::default().with_replace(true);
+    let mut cpu = nornir_vector::EmbedderOptions::default().with_device(nornir_vector::Device::Cpu);
+    let ort = home.join(assets::ORT_CPU.dest).join("libonnxruntime.so.1.31.1");
+    if ort.is_file() {
+        cpu = cpu.with_ort_library(ort);
+    }
+    let checked = nornir_vector::convert_checked(&home.join(source.dest), &out, &options, &cpu)
         .with_context(|| format!("converting {}", source.dest))?;
+    if let Some(check) = &checked.check {
+        eprintln!("xtask: {check}");
+    }
     if converted_from(&out).as_deref() != Some(pinned) {
         let _ = std::fs::remove_dir_all(&out);
         bail!("the conversion in {} did not record the pinned model.safetensors; removed it", out.display());

@@ -34,7 +34,7 @@ pub use errors::{embed_error_text, oldest_ort};
 #[cfg(feature = "embed-ort")]
 mod convert_check;
 #[cfg(feature = "embed-ort")]
-pub use convert_check::check_converted;
+pub use convert_check::convert_folder;
 #[cfg(feature = "embed-ort")]
 mod quantize;
 #[cfg(feature = "embed-ort")]
@@ -75,15 +75,6 @@ pub struct EmbedJob {
     pub json: bool,
     pub quiet: bool,
     pub verbose: bool,
-}
-
-/// What the check of a converted encoder found (`check_converted`, which `convert` calls: the
-/// embedder's check, or the stand-in of a build without it).
-pub struct Checked {
-    /// One line for the summary.
-    pub summary: String,
-    /// The record of the plain graph where it replaced the fused one.
-    pub replaced_by: Option<nornir_vector::convert::Conversion>,
 }
 
 /// The ONNX Runtime library the plan would load, as `doctor` reports it.

@@ -12,6 +12,8 @@
 mod call;
 mod embedder;
 mod error;
+#[cfg(feature = "convert")]
+mod converted;
 mod forward;
 mod kinds;
 mod load;
@@ -21,6 +23,8 @@ mod schedule;
 pub use call::future::EmbedFuture;
 pub use call::pairs::{PairOptions, Ranked, Ranking, rank};
 pub use embedder::Embedder;
+#[cfg(feature = "convert")]
+pub use converted::{CheckedConversion, ConvertCheckError, FUSED_MIN_COSINE, convert_checked};
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use kinds::compact::{CompactVectors, to_precision};
 pub use kinds::compact_calls::SAMPLE_TEXTS;

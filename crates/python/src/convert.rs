@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
-use nornir_vector::convert::{ConvertOptions, convert as convert_folder};
+use nornir_vector::convert::ConvertOptions;
+use nornir_vector::{Device, EmbedderOptions, convert_checked};
 
 pyo3::create_exception!(
     _nornir,
@@ -16,7 +17,10 @@ pyo3::create_exception!(
 );
 
 /// Writes `output` (model.onnx, the tokenizer and configs, conversion.json) from the model folder
-/// `model` (config.json and model.safetensors); returns conversion.json as a dict.
+/// `model` (config.json and model.safetensors), then checks it as every caller does (the
+/// library's `convert_checked`: an encoder embedded on the CPU, a fused graph compared with the
+/// plain one and replaced by it where it differs); returns conversion.json as a dict, with the
+/// check's line under `"check"` (None for a head's graph).
 #[pyfunction]
 #[pyo3(signature = (model, output, *, fuse=true, replace=false, external_data=false))]
 pub fn convert<'py>(
@@ -31,7 +35,11 @@ pub fn convert<'py>(
     if external_data {
         options = options.with_external_data_over(0);
     }
-    let record =
-        py.detach(|| convert_folder(&model, &output, &options)).map_err(|e| ConvertError::new_err(e.to_string()))?;
+    let cpu = EmbedderOptions::default().with_device(Device::Cpu);
+    let checked = py
+        .detach(|| convert_checked(&model, &output, &options, &cpu))
+        .map_err(|e| ConvertError::new_err(nornir_vector::error_chain(&e)))?;
+    let mut record = serde_json::to_value(&checked.conversion).map_err(|e| ConvertError::new_err(e.to_string()))?;
+    record["check"] = checked.check.into();
     crate::values::json_to_py(py, &record)
 }

@@ -69,6 +69,10 @@ pub mod diagnostics {
     };
 }
 
+/// A conversion checked by running it (features `embed-ort` and `convert`): every caller's one rule.
+#[cfg(all(feature = "embed-ort", feature = "convert"))]
+pub use nornir_embed::{CheckedConversion, ConvertCheckError, FUSED_MIN_COSINE, convert_checked};
+
 /// The int8 rewrite for the CPU (feature `quantize`).
 #[cfg(feature = "quantize")]
 pub use nornir_quantize as quantize;

@@ -1,24 +1,18 @@
 //! `nornir vector convert`: a model folder of safetensors weights becomes a folder nornir loads
-//! (nornir-convert), then, for an encoder, the fused graph is checked against the plain one.
+//! (nornir-convert), then, for an encoder, the fused graph is checked against the plain one
+//! (the library's `convert_checked`).
 
 use crate::args::ConvertArgs;
 use anyhow::Result;
-use nornir_vector::convert::{Conversion, ConvertOptions, Head, convert as write_folder};
+use nornir_vector::convert::{Conversion, ConvertOptions};
 
 pub fn convert(a: &ConvertArgs) -> Result<()> {
     let mut options = ConvertOptions::default().with_fused(!a.no_fuse).with_replace(a.force);
     if a.external_data {
         options = options.with_external_data_over(0);
     }
-    let mut conversion = write_folder(&a.model, &a.output, &options)?;
-    let mut check = None;
-    if conversion.head == Head::Encoder {
-        let checked = super::check_converted(&a.model, &a.output, &conversion)?;
-        if let Some(plain) = checked.replaced_by {
-            conversion = plain;
-        }
-        check = Some(checked.summary);
-    }
+    // The library's one rule: written, then loaded and checked (a head's graph is not run).
+    let (conversion, check) = super::convert_folder(&a.model, &a.output, &options)?;
     if a.json {
         let mut record = serde_json::to_value(&conversion)?;
         record["check"] = check.into();

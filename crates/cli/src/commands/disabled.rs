@@ -42,15 +42,13 @@ pub fn quantize(_: &QuantizeArgs) -> Result<()> {
 }
 
 /// Without the embedder a converted folder is written but not loaded.
-pub fn check_converted(
-    _: &std::path::Path,
-    _: &std::path::Path,
-    _: &nornir_vector::convert::Conversion,
-) -> Result<super::Checked> {
-    Ok(super::Checked {
-        summary: "not checked: this nornir was built without the ONNX Runtime embedder".to_owned(),
-        replaced_by: None,
-    })
+pub fn convert_folder(
+    source: &std::path::Path,
+    output: &std::path::Path,
+    options: &nornir_vector::convert::ConvertOptions,
+) -> Result<(nornir_vector::convert::Conversion, Option<String>)> {
+    let conversion = nornir_vector::convert::convert(source, output, options)?;
+    Ok((conversion, Some("not checked: this nornir was built without the ONNX Runtime embedder".to_owned())))
 }
 
 pub fn plan(_: &ModelArgs, _: &[EpDevice]) -> Result<Option<nornir_vector::diagnostics::Plan>> {

@@ -1,0 +1,125 @@
+//! A conversion checked by running it (feature `convert`): nornir-convert writes the folder,
+//! then the embedder loads it and embeds the built-in sample; a fused encoder's vectors are
+//! compared with the plain graph's, and the plain graph is written instead where the fused one
+//! does not run or computes something else. Every caller gets this one rule: `nornir vector
+//! convert`, Python's `convert()` and `cargo xtask fetch`.
+
+use std::path::Path;
+
+use nornir_convert::{Conversion, ConvertError, ConvertOptions, Head, convert};
+use nornir_options::EmbedderOptions;
+use serde::Serialize;
+
+use crate::embedder::Embedder;
+use crate::error::EmbedError;
+use crate::kinds::compact_calls::SAMPLE_TEXTS;
+use crate::kinds::embeddings::Embeddings;
+
+/// The fused graph only reorders float arithmetic (measured: min cosine 1.0000 on the sample for
+/// all-MiniLM-L6-v2); anything under this computes something else.
+pub const FUSED_MIN_COSINE: f32 = 0.9999;
+
+/// What [`convert_checked`] wrote and what its check found.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct CheckedConversion {
+    /// The record of the folder as it stands (the plain graph's where it replaced the fused one).
+    pub conversion: Conversion,
+    /// One line: checked (with the figure), not checked (and why), or the fusions not applied;
+    /// `None` for a head's graph (a classifier's or a masked-LM's), which is not run.
+    pub check: Option<String>,
+    /// The fused graph was replaced by the plain one.
+    pub replaced: bool,
+}
+
+/// Why a checked conversion failed: the conversion itself, or the plain graph it was checked
+/// against when the fused one embeds.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConvertCheckError {
+    /// nornir-convert refused or failed.
+    #[error(transparent)]
+    Convert(#[from] ConvertError),
+    /// The plain graph, which the fused one is checked against, could not be written or run.
+    #[error("the plain graph, which the fused one is checked against: {0}")]
+    Plain(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Converts `source` into `output` with `options`, then checks an encoder as the module says,
+/// loading each graph with `embedder` (its device and ONNX Runtime library). A folder nornir
+/// cannot embed with for a reason outside the graph (no tokenizer, a module it does not apply)
+/// stands, its check saying why.
+pub fn convert_checked(
+    source: &Path,
+    output: &Path,
+    options: &ConvertOptions,
+    embedder: &EmbedderOptions,
+) -> Result<CheckedConversion, ConvertCheckError> {
+    let conversion = convert(source, output, options)?;
+    if conversion.head != Head::Encoder {
+        return Ok(CheckedConversion { conversion, check: None, replaced: false });
+    }
+    let stands = |conversion, check: String| Ok(CheckedConversion { conversion, check: Some(check), replaced: false });
+    if !output.join("tokenizer.json").is_file() {
+        let why = "not checked: the folder has no tokenizer.json, so nornir cannot embed with it; add the model's tokenizer.json";
+        return stands(conversion, why.to_owned());
+    }
+    let tried = sample_rows(output, embedder);
+    if !conversion.fused {
+        return match tried {
+            Ok(rows) => stands(conversion, format!("checked: {}", embeds(&rows))),
+            Err(e) => stands(conversion, format!("not checked: {}", crate::error_chain(&e))),
+        };
+    }
+    let parent = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let plain_dir = parent.join(format!(".nornir-convert-plain-{}", std::process::id()));
+    let plain_options = options.clone().with_fused(false).with_replace(true);
+    let compared = convert(source, &plain_dir, &plain_options)
+        .map_err(|e| ConvertCheckError::Plain(Box::new(e)))
+        .and_then(|_| sample_rows(&plain_dir, embedder).map_err(|e| ConvertCheckError::Plain(Box::new(e))));
+    let _ = std::fs::remove_dir_all(&plain_dir);
+    let plain = match (compared, &tried) {
+        (Ok(plain), _) => plain,
+        // Neither graph embeds: the folder, not the fusions, is what nornir cannot run.
+        (Err(_), Err(in_output)) => {
+            return stands(conversion, format!("not checked: {}", crate::error_chain(in_output)));
+        }
+        (Err(e), Ok(_)) => return Err(e),
+    };
+    let why = match tried {
+        Ok(rows) => {
+            let min = rows.rows().zip(plain.rows()).map(|(x, y)| cosine(x, y)).fold(f32::INFINITY, f32::min);
+            if min >= FUSED_MIN_COSINE {
+                let check = format!(
+                    "checked: {}; the fused graph's vectors against the plain graph's: min cosine {min:.6}",
+                    embeds(&rows)
+                );
+                return stands(conversion, check);
+            }
+            format!("the fused graph's vectors differ from the plain graph's (min cosine {min:.6} on the sample)")
+        }
+        Err(e) => format!("the fused graph does not run: {}", crate::error_chain(&e)),
+    };
+    tracing::warn!("{why}; writing the plain graph");
+    let conversion = convert(source, output, &plain_options)?;
+    let check = Some(format!("fusions not applied: {why}; wrote the plain graph"));
+    Ok(CheckedConversion { conversion, check, replaced: true })
+}
+
+/// The built-in sample embedded with the folder at `dir`.
+fn sample_rows(dir: &Path, options: &EmbedderOptions) -> Result<Embeddings, EmbedError> {
+    let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
+    Embedder::new(dir, options)?.embed(&texts)
+}
+
+fn embeds(rows: &Embeddings) -> String {
+    format!("nornir embeds the built-in sample ({} texts) with it, {} dimensions", rows.len(), rows.dim())
+}
+
+/// The cosine of two vectors, summed in f64 (0 when either is zero).
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    let (na, nb) = (norm(a), norm(b));
+    if na > 0.0 && nb > 0.0 { (dot / (na * nb)) as f32 } else { 0.0 }
+}
