@@ -48,7 +48,7 @@ fn cudnn_from_a_pip_venv_is_resident_once_a_cuda_embedder_is_built() {
     let stubs = t.path().join("cuda-stubs");
     cuda_stubs(&stubs, &ort.with_file_name("libonnxruntime_providers_cuda.so"), CudaFault::AtFirstKernel);
     let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
-        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .args(["--exact", TEST, "--include-ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .env("NORNIR_PROBE_ROOT", &root)
         .env("NORNIR_CUDA_LIBS", &stubs)
