@@ -91,7 +91,8 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) 
         if !out.status.success() || tree.lines().any(|l| l.contains(" ort v") || l.contains(" ort-sys v")) {
             bail!("{pkg} depends on ort (or cargo tree failed):\n{tree}");
         }
-        if matches!(pkg, "nornir-ep-select" | "nornir-options") && tree.lines().any(|l| l.contains("libloading") || l.contains("nornir-gpu-probe"))
+        if matches!(pkg, "nornir-ep-select" | "nornir-options")
+            && tree.lines().any(|l| l.contains("libloading") || l.contains("nornir-gpu-probe"))
         {
             bail!("{pkg} must do no I/O of the probe, but depends on:\n{tree}");
         }

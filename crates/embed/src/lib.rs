@@ -10,10 +10,10 @@
 
 // The walk of a text, folder by folder: load -> call -> schedule -> forward -> kinds -> report.
 mod call;
-mod embedder;
-mod error;
 #[cfg(feature = "convert")]
 mod converted;
+mod embedder;
+mod error;
 mod forward;
 mod kinds;
 mod load;
@@ -22,9 +22,9 @@ mod schedule;
 
 pub use call::future::EmbedFuture;
 pub use call::pairs::{PairOptions, Ranked, Ranking, rank};
-pub use embedder::Embedder;
 #[cfg(feature = "convert")]
 pub use converted::{CheckedConversion, ConvertCheckError, FUSED_MIN_COSINE, convert_checked};
+pub use embedder::Embedder;
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use kinds::compact::{CompactVectors, to_precision};
 pub use kinds::compact_calls::SAMPLE_TEXTS;

@@ -9,11 +9,7 @@ use nornir_vector::convert::{Conversion, ConvertOptions};
 use nornir_vector::{Device, EmbedderOptions, convert_checked};
 
 /// The folder written and checked, and the check's line (`None` for a head, which is not run).
-pub fn convert_folder(
-    source: &Path,
-    output: &Path,
-    options: &ConvertOptions,
-) -> Result<(Conversion, Option<String>)> {
+pub fn convert_folder(source: &Path, output: &Path, options: &ConvertOptions) -> Result<(Conversion, Option<String>)> {
     let checked = convert_checked(source, output, options, &EmbedderOptions::default().with_device(Device::Cpu))?;
     Ok((checked.conversion, checked.check))
 }
