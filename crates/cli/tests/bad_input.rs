@@ -19,6 +19,9 @@
 //! | --dimensions wider than the model | `invalid --dimensions: 385 is wider than the model's 384-dimensional vectors` |
 //! | serve: a missing model folder | `no such folder` before anything listens |
 //! | serve: a --host that is not an address | `--host "nowhere" is not an IP address` |
+//! | serve: --ranges with a min above its max | `invalid --ranges: ...: dimension 0: min 1 is above max -1` before anything listens |
+//! | serve: --ranges of another width than the model's | `the ranges cover 1 dimensions and the vectors have 384`, at load |
+//! | embed --precision int8: --ranges of two lengths, upside down, another width, not an object | one line each, no output (`compact.rs`) |
 //! | --output-name that the graph lacks | `invalid --output-name: the model has no output "pooled"; its outputs are "last_hidden_state" ...` |
 //! | invalid UTF-8 on line 3 | `line 3 is not valid UTF-8; convert the file to UTF-8` |
 //! | NUL bytes in a line | embedded like any other text: one row per line |
@@ -196,6 +199,23 @@ fn model_contract_mistakes() {
         &nornir(&["vector", "serve", "--port", "0", "--host", "nowhere", "--model", s(&m)]),
         "--host \"nowhere\" is not an IP address",
     );
+    // Ranges are checked where they are read: a server would otherwise answer every int8 as -128.
+    let upside_down = t.path().join("ranges.json");
+    std::fs::write(&upside_down, r#"{"min": [1.0], "max": [-1.0]}"#).expect("write ranges");
+    assert_one_line_error(
+        &nornir(&["vector", "serve", "--port", "0", "--ranges", s(&upside_down), "--model", s(&m)]),
+        "dimension 0: min 1 is above max -1",
+    );
+    let narrow = t.path().join("narrow.json");
+    std::fs::write(&narrow, r#"{"min": [-1.0], "max": [1.0]}"#).expect("write ranges");
+    // Found when the model loads, after the server has said where it listens: exit 2, the
+    // error on its own last line.
+    let o = nornir(&["vector", "serve", "--port", "0", "--ranges", s(&narrow), "--model", s(&m)]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    let last = e.trim_end().lines().last().unwrap_or_default();
+    assert!(last.contains("the ranges cover 1 dimensions and the vectors have 384"), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
 }
 
 #[test]

@@ -373,3 +373,22 @@ impl From<nornir_options::InvalidOption> for EmbedError {
         Self::InvalidOption { option: e.option, reason: e.reason }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic is a bug that names itself, never a cancellation.
+    #[test]
+    fn a_panic_is_an_internal_error_with_its_message() {
+        let caught = std::thread::spawn(|| -> () { panic!("index out of bounds: the len is 10 but the index is 10") })
+            .join()
+            .expect_err("it panicked");
+        let e = EmbedError::from_panic(&*caught);
+        assert!(matches!(e, EmbedError::Internal { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("internal error") && text.contains("the index is 10"), "{text}");
+        let formatted = std::thread::spawn(|| -> () { panic!("{} of {}", 3, 4) }).join().expect_err("it panicked");
+        assert!(EmbedError::from_panic(&*formatted).to_string().contains("3 of 4"));
+    }
+}

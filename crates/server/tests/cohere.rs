@@ -1,6 +1,8 @@
 //! Cohere's embed routes on the real default model and CPU ONNX Runtime (the fetched assets):
 //! each version answers, and `/metrics` counts each under its own endpoint.
 
+mod common;
+
 use std::sync::Arc;
 
 use axum::Router;
@@ -9,21 +11,8 @@ use axum::http::{Request, StatusCode};
 use nornir_server::{Models, ServerConfig, router};
 use nornir_vector::{Device, Embedder, EmbedderOptions};
 use serde_json::{Value, json};
+use common::call;
 use tower::ServiceExt;
-
-async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
-        .expect("request");
-    let response = app.clone().oneshot(request).await.expect("answer");
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("body");
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_cohere_embed_version_answers_and_is_counted_under_its_own_endpoint() {

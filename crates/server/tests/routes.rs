@@ -4,6 +4,8 @@
 //! OpenAI's cl100k_base; several models, each answering for itself.
 
 use std::path::{Path, PathBuf};
+mod common;
+
 use std::sync::Arc;
 
 use axum::Router;
@@ -13,6 +15,7 @@ use nornir_server::{Models, ServerConfig, TokenIds, router};
 use nornir_test_support::{cosine, floats};
 use nornir_vector::{CallOptions, Device, Embedder, EmbedderOptions, Embeddings, Truncation};
 use serde_json::{Value, json};
+use common::call;
 use tower::ServiceExt;
 
 fn options() -> EmbedderOptions {
@@ -34,21 +37,6 @@ fn serve(models: &[(&str, &Arc<Embedder>)], config: ServerConfig) -> Router {
         set.set_loaded(name, Arc::clone(e)).expect("set");
     }
     router(set, config).expect("a valid config")
-}
-
-async fn call(app: &Router, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
-        .expect("request");
-    let response = app.clone().oneshot(request).await.expect("answer");
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("body");
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    (status, value)
 }
 
 async fn post(app: &Router, path: &str, body: Value) -> (StatusCode, Value) {

@@ -232,6 +232,12 @@ impl Engine {
         }
         self.info.model_dimension = dim;
         self.info.dimension = self.default_dim.unwrap_or(dim);
+        // The embedder's own int8 ranges must fit the vectors its calls get by default.
+        if let Some(r) = &self.default_precision.1
+            && self.info.folder.kind.kind == ModelKind::Embedder
+        {
+            r.check_width(self.info.dimension)?;
+        }
         self.reset_stats();
         Ok(())
     }
