@@ -499,3 +499,39 @@ fn a_pytorch_model_bin_folder_converts_to_the_graph_of_the_same_safetensors() {
     assert!(out.join("model.onnx").is_file());
     assert!(!out.join("pytorch_model.bin").exists());
 }
+
+/// Runs scripts/make_torch_checkpoint.py (CPython's own pickler with torch.save's layout) into
+/// `dir` with `args`.
+fn python_checkpoint(dir: &Path, args: &[&str]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/make_torch_checkpoint.py");
+    let o = std::process::Command::new("python3").arg(script).arg(dir).args(args).output().expect("run python3");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+#[ignore = "runs scripts/make_torch_checkpoint.py with python3"]
+fn checkpoints_pickled_by_cpython_as_torch_save_does_read_bit_for_bit_and_refuse_os_system() {
+    let t = tempfile::tempdir().expect("tempdir");
+    for (sub, args) in [("single", &[][..]), ("sharded", &["--shards", "3"][..])] {
+        let dir = t.path().join(sub);
+        python_checkpoint(&dir, args);
+        let text = std::fs::read_to_string(dir.join("expected.json")).expect("expected.json");
+        let expected: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&text).expect("JSON");
+        let w = Weights::open(&dir).expect("opens");
+        assert!(w.contains("embeddings.position_ids"), "the int64 buffer is read too");
+        for (name, e) in &expected {
+            let shape: Vec<usize> = serde_json::from_value(e["shape"].clone()).expect("shape");
+            let bits: Vec<u32> = serde_json::from_value(e["f32_bits"].clone()).expect("bits");
+            let got: Vec<u32> = w.f32(name, &shape).expect(name).iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, bits, "{sub}: {name}");
+        }
+        assert!(expected.len() > 20, "{sub}: {}", expected.len());
+    }
+    let dir = t.path().join("evil");
+    let marker = t.path().join("RAN");
+    python_checkpoint(&dir, &["--evil", &marker.display().to_string()]);
+    let e = Weights::open(&dir).err().expect("refused").to_string();
+    // CPython names os.system by the module that defines it.
+    assert!(e.contains("pytorch_model.bin's pickle names posix.system, which is not a tensor"), "{e}");
+    assert!(!marker.exists(), "nothing the pickle names is called");
+}
