@@ -125,7 +125,9 @@ pub struct Conversion {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConvertError {
-    #[error("{dir} has no config.json: pass the folder of a transformers model (config.json beside model.safetensors)")]
+    #[error(
+        "{dir} has no config.json: pass the folder of a transformers model (config.json beside model.safetensors or pytorch_model.bin)"
+    )]
     NoConfig { dir: String },
     #[error(
         "{dir} has no model.safetensors or model.safetensors.index.json, nor pytorch_model.bin or pytorch_model.bin.index.json: pass a folder with the model's weights"
