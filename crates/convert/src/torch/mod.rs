@@ -5,10 +5,11 @@
 //! found in the archive's `data/<key>` entry its persistent id names.
 //!
 //! It is not an unpickler: it never imports or calls anything the pickle names. A name outside
-//! the allow-list (`os.system`, `builtins.eval`, any class) is refused before anything else is
-//! read, and the names it allows become tags, so the only things it builds are dicts, lists,
-//! tuples, numbers, strings and tensor records. It reads little-endian, contiguous tensors; the
-//! older, non-zip `torch.save` format and tensors laid out otherwise are refused by name.
+//! the allow-list (`os.system`, `builtins.eval`, any class) is refused where the pickle names it,
+//! before any storage is read, and the names it allows become tags, so the only things it builds
+//! are dicts, lists, tuples, numbers, strings and tensor records. It reads little-endian,
+//! contiguous tensors; the older, non-zip `torch.save` format and tensors laid out otherwise are
+//! refused by name.
 
 mod pickle;
 #[cfg(test)]
