@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{Config, StModule};
 use crate::graph::{Graph, OPSET};
-use crate::weights::{SHARD_INDEX, Weights};
+use crate::weights::{SHARD_INDEX, TORCH_INDEX, Weights};
 use crate::{Conversion, ConvertError, ConvertOptions, SourceFile, network};
 
 const EXTERNAL_DATA: &str = "model.onnx_data";
@@ -20,7 +20,7 @@ fn is_copied(name: &str) -> bool {
         || WEIGHTS.iter().any(|ext| name.ends_with(ext))
         || name.ends_with(".onnx_data")
         || name.ends_with(".onnx.data")
-        || [SHARD_INDEX, "conversion.json", "quantization.json", "onnx", "openvino"].contains(&name))
+        || [SHARD_INDEX, TORCH_INDEX, "conversion.json", "quantization.json", "onnx", "openvino"].contains(&name))
 }
 
 fn display(p: &Path) -> String {

@@ -1,6 +1,8 @@
 //! `nornir-convert`: a model brought as its weights becomes a folder nornir loads. It reads
 //! `config.json` and `model.safetensors` (float32, float16, bfloat16 or float64 tensors; or the
-//! shards of `model.safetensors.index.json`) and writes `model.onnx`: a BERT or XLM-RoBERTa
+//! shards of `model.safetensors.index.json`; or, where there are none, the PyTorch checkpoint
+//! `pytorch_model.bin` or the shards of `pytorch_model.bin.index.json`, read without running
+//! its pickle) and writes `model.onnx`: a BERT or XLM-RoBERTa
 //! encoder, with the masked-LM head (SPLADE) or the sequence-classification head (cross-encoders)
 //! where `config.json`'s `architectures` names one. The tokenizer and sentence-transformers files
 //! are copied beside it, and `conversion.json` records the source files' hashes and the graph.
@@ -17,6 +19,7 @@ mod config;
 mod folder;
 mod graph;
 mod network;
+mod torch;
 mod weights;
 
 /// The ONNX message types (generated from the quantizer's `proto/onnx_subset.proto`).
@@ -122,10 +125,12 @@ pub struct Conversion {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConvertError {
-    #[error("{dir} has no config.json: pass the folder of a transformers model (config.json beside model.safetensors)")]
+    #[error(
+        "{dir} has no config.json: pass the folder of a transformers model (config.json beside model.safetensors or pytorch_model.bin)"
+    )]
     NoConfig { dir: String },
     #[error(
-        "{dir} has no model.safetensors or model.safetensors.index.json: pass a folder with the model's safetensors weights (save a pytorch_model.bin as safetensors first)"
+        "{dir} has no model.safetensors or model.safetensors.index.json, nor pytorch_model.bin or pytorch_model.bin.index.json: pass a folder with the model's weights"
     )]
     NoWeights { dir: String },
     #[error("{file} {why}")]
@@ -142,6 +147,28 @@ pub enum ConvertError {
     Shape { file: String, tensor: String, found: Vec<usize>, expected: Vec<usize> },
     #[error("tensor {tensor:?} in {file} is of dtype {dtype}: converted are F32, F16, BF16 and F64 weights")]
     Dtype { file: String, tensor: String, dtype: String },
+    #[error("{file} {why}")]
+    TorchArchive { file: String, why: String },
+    #[error("{file}'s pickle {why} (at byte {at}): the file is truncated or damaged")]
+    Pickle { file: String, at: usize, why: String },
+    #[error(
+        "{file}'s pickle has the opcode 0x{opcode:02x} at byte {at}, which torch.save does not write for a state dict: nornir reads only tensors (convert it to safetensors)"
+    )]
+    UnknownOpcode { file: String, opcode: u8, at: usize },
+    #[error(
+        "{file}'s pickle names {global}, which is not a tensor: nornir reads only tensors and their storages (convert it to safetensors, or report the module)"
+    )]
+    PickleGlobal { file: String, global: String },
+    #[error("{file} has no {entry}, the storage of tensor {tensor:?}: the archive is incomplete")]
+    StorageMissing { file: String, entry: String, tensor: String },
+    #[error(
+        "tensor {tensor:?} in {file} runs past the end of its storage {entry} ({storage_bytes} bytes): the file is damaged"
+    )]
+    StorageOverrun { file: String, tensor: String, entry: String, storage_bytes: usize },
+    #[error(
+        "tensor {tensor:?} in {file} is not contiguous (shape {shape:?}, stride {stride:?}): save it contiguous, or convert it to safetensors"
+    )]
+    NonContiguous { file: String, tensor: String, shape: Vec<usize>, stride: Vec<usize> },
     #[error("cannot read {file}: {source}")]
     Read { file: String, source: std::io::Error },
     #[error("{path} already exists: choose another output folder, or ask to replace it (--force)")]

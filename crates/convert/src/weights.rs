@@ -1,5 +1,7 @@
 //! The checkpoint's tensors: `model.safetensors`, or the shards a `model.safetensors.index.json`
-//! names, read whole and checked by the `safetensors` crate; each tensor widened to float32.
+//! names, read whole and checked by the `safetensors` crate; where there are none, the PyTorch
+//! checkpoint `pytorch_model.bin` or the shards of `pytorch_model.bin.index.json`, read by
+//! [`crate::torch`]. Each tensor is widened to float32.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -7,13 +9,18 @@ use std::path::{Path, PathBuf};
 use safetensors::tensor::{Dtype, Metadata, SafeTensorError, SafeTensors};
 
 use crate::ConvertError;
+use crate::torch::Checkpoint;
 
-/// One safetensors file, read and its header checked.
+/// One weights file, read and its header (or pickle) checked.
 struct Shard {
     path: PathBuf,
     bytes: Vec<u8>,
-    header_len: usize,
-    metadata: Metadata,
+    format: Format,
+}
+
+enum Format {
+    Safetensors { header_len: usize, metadata: Metadata },
+    Torch(Checkpoint),
 }
 
 /// Every tensor of the checkpoint, by name, and the files they came from.
@@ -26,39 +33,26 @@ pub(crate) struct Weights {
 /// The file name the converter reads, and the index of a sharded checkpoint.
 pub(crate) const SINGLE: &str = "model.safetensors";
 pub(crate) const SHARD_INDEX: &str = "model.safetensors.index.json";
+/// The PyTorch checkpoint read where there is no safetensors file, and its shards' index.
+pub(crate) const TORCH_SINGLE: &str = "pytorch_model.bin";
+pub(crate) const TORCH_INDEX: &str = "pytorch_model.bin.index.json";
 
 fn display(p: &Path) -> String {
     p.display().to_string()
 }
 
 impl Weights {
-    /// Reads `model.safetensors` in `dir`, or the shards its `model.safetensors.index.json` names.
+    /// Reads `model.safetensors` in `dir`, or the shards its `model.safetensors.index.json` names;
+    /// failing both, `pytorch_model.bin` or the shards of `pytorch_model.bin.index.json`.
     pub(crate) fn open(dir: &Path) -> Result<Weights, ConvertError> {
-        let single = dir.join(SINGLE);
-        let index_file = dir.join(SHARD_INDEX);
-        let files: Vec<PathBuf> = if single.is_file() {
-            vec![single]
-        } else if index_file.is_file() {
-            let text = std::fs::read_to_string(&index_file)
-                .map_err(|e| ConvertError::Read { file: display(&index_file), source: e })?;
-            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ConvertError::Weights {
-                file: display(&index_file),
-                why: format!("is not valid JSON ({e})"),
-            })?;
-            let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| ConvertError::Weights {
-                file: display(&index_file),
-                why: "has no `weight_map` object".to_owned(),
-            })?;
-            let mut names: Vec<String> = map.values().filter_map(|f| f.as_str().map(str::to_owned)).collect();
-            names.sort();
-            names.dedup();
-            if names.is_empty() || names.iter().any(|n| n.contains('/') || n.contains("..")) {
-                return Err(ConvertError::Weights {
-                    file: display(&index_file),
-                    why: "names no shard files beside it".to_owned(),
-                });
-            }
-            names.iter().map(|n| dir.join(n)).collect()
+        let (files, torch) = if dir.join(SINGLE).is_file() {
+            (vec![dir.join(SINGLE)], false)
+        } else if dir.join(SHARD_INDEX).is_file() {
+            (shard_files(dir, &dir.join(SHARD_INDEX))?, false)
+        } else if dir.join(TORCH_SINGLE).is_file() {
+            (vec![dir.join(TORCH_SINGLE)], true)
+        } else if dir.join(TORCH_INDEX).is_file() {
+            (shard_files(dir, &dir.join(TORCH_INDEX))?, true)
         } else {
             return Err(ConvertError::NoWeights { dir: display(dir) });
         };
@@ -66,12 +60,21 @@ impl Weights {
         let mut index = HashMap::new();
         for path in files {
             let bytes = std::fs::read(&path).map_err(|e| ConvertError::Read { file: display(&path), source: e })?;
-            let (header_len, metadata) = SafeTensors::read_metadata(&bytes)
-                .map_err(|e| ConvertError::Weights { file: display(&path), why: header_problem(&bytes, &e) })?;
-            for name in metadata.tensors().keys() {
-                index.insert(name.clone(), shards.len());
-            }
-            shards.push(Shard { path, bytes, header_len, metadata });
+            let format = if torch {
+                let checkpoint = Checkpoint::read(&display(&path), &bytes)?;
+                for name in checkpoint.names() {
+                    index.insert(name.to_owned(), shards.len());
+                }
+                Format::Torch(checkpoint)
+            } else {
+                let (header_len, metadata) = SafeTensors::read_metadata(&bytes)
+                    .map_err(|e| ConvertError::Weights { file: display(&path), why: header_problem(&bytes, &e) })?;
+                for name in metadata.tensors().keys() {
+                    index.insert(name.clone(), shards.len());
+                }
+                Format::Safetensors { header_len, metadata }
+            };
+            shards.push(Shard { path, bytes, format });
         }
         Ok(Weights { shards, index })
     }
@@ -94,21 +97,27 @@ impl Weights {
             });
         };
         let shard = &self.shards[s];
-        let info = shard
-            .metadata
-            .info(name)
-            .ok_or_else(|| ConvertError::MissingTensor { tensor: name.to_owned(), files: display(&shard.path) })?;
-        if info.shape != shape {
+        let missing = || ConvertError::MissingTensor { tensor: name.to_owned(), files: display(&shard.path) };
+        let (dtype, found, data): (Dtype, &[usize], &[u8]) = match &shard.format {
+            Format::Safetensors { header_len, metadata } => {
+                let info = metadata.info(name).ok_or_else(missing)?;
+                let start = header_len + 8;
+                (info.dtype, &info.shape, &shard.bytes[start + info.data_offsets.0..start + info.data_offsets.1])
+            }
+            Format::Torch(checkpoint) => {
+                let t = checkpoint.tensor(&display(&shard.path), &shard.bytes, name)?.ok_or_else(missing)?;
+                (t.dtype, t.shape, t.data)
+            }
+        };
+        if found != shape {
             return Err(ConvertError::Shape {
                 file: display(&shard.path),
                 tensor: name.to_owned(),
-                found: info.shape.clone(),
+                found: found.to_vec(),
                 expected: shape.to_vec(),
             });
         }
-        let start = shard.header_len + 8;
-        let data = &shard.bytes[start + info.data_offsets.0..start + info.data_offsets.1];
-        let values: Vec<f32> = match info.dtype {
+        let values: Vec<f32> = match dtype {
             Dtype::F32 => data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             Dtype::F16 => data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
             Dtype::BF16 => data.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
@@ -132,6 +141,28 @@ impl Weights {
         }
         Ok(values)
     }
+}
+
+/// The shard files an index (`weight_map`: tensor name -> file) names, beside it in `dir`.
+fn shard_files(dir: &Path, index_file: &Path) -> Result<Vec<PathBuf>, ConvertError> {
+    let text =
+        std::fs::read_to_string(index_file).map_err(|e| ConvertError::Read { file: display(index_file), source: e })?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| ConvertError::Weights { file: display(index_file), why: format!("is not valid JSON ({e})") })?;
+    let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| ConvertError::Weights {
+        file: display(index_file),
+        why: "has no `weight_map` object".to_owned(),
+    })?;
+    let mut names: Vec<String> = map.values().filter_map(|f| f.as_str().map(str::to_owned)).collect();
+    names.sort();
+    names.dedup();
+    if names.is_empty() || names.iter().any(|n| n.contains('/') || n.contains("..")) {
+        return Err(ConvertError::Weights {
+            file: display(index_file),
+            why: "names no shard files beside it".to_owned(),
+        });
+    }
+    Ok(names.iter().map(|n| dir.join(n)).collect())
 }
 
 /// What is wrong with a file whose header the `safetensors` crate refused, in words; an unknown
