@@ -96,7 +96,8 @@ fn parse_smoothing(s: &str) -> Result<Smoothing, String> {
 
 #[derive(Args, Debug)]
 #[command(after_help = "Reads config.json and model.safetensors (float32, float16 or bfloat16; or the shards of
-model.safetensors.index.json) and writes a folder nornir loads: model.onnx, the tokenizer and
+model.safetensors.index.json), else PyTorch's pytorch_model.bin (or the shards of
+pytorch_model.bin.index.json; its pickle read for tensors only, nothing in it run) and writes a folder nornir loads: model.onnx, the tokenizer and
 sentence-transformers files copied, and conversion.json (the source files' sha256, the
 architecture, the graph's operators). Converted: BertModel, BertForMaskedLM,
 BertForSequenceClassification, XLMRobertaModel, XLMRobertaForMaskedLM,
@@ -114,7 +115,8 @@ Examples:
   nornir vector convert --model bge-reranker-base --output reranker --no-fuse")]
 pub struct ConvertArgs {
     /// The folder of the model: config.json, model.safetensors (or model.safetensors.index.json
-    /// and its shards), and the tokenizer and sentence-transformers files to copy.
+    /// and its shards; else pytorch_model.bin or its index and shards), and the tokenizer and
+    /// sentence-transformers files to copy.
     #[arg(long, short, value_name = "DIR")]
     pub model: PathBuf,
     /// The folder to write: model.onnx, the copied files, conversion.json.
