@@ -23,7 +23,7 @@ pub enum Truncation {
     /// Keep its last tokens (TEI's `truncation_direction: "Left"`). A prompt before the text is
     /// cut first, and the whole text is then pooled.
     Left,
-    /// Fail the call with [`EmbedError::TooLong`](https://docs.rs/nornir-embed), naming the text
+    /// Fail the call with `EmbedError::TooLong`, naming the text
     /// and its token count.
     Refuse,
 }

@@ -71,7 +71,7 @@ pub struct EmbedderOptions {
     /// alone). About 1.6 KB each for a 384-wide model with 256-token texts.
     pub max_queued_texts: usize,
     /// What a call that would pass `max_queued_texts` does: wait for room, or fail at once with
-    /// [`EmbedError::Overloaded`].
+    /// `EmbedError::Overloaded`.
     pub queue_full: QueueFull,
     /// Under load (every worker busy), how long a free worker may wait for more texts to fill
     /// a batch before running what is there. An idle embedder never waits.
@@ -268,7 +268,7 @@ pub enum QueueFull {
     /// Wait until there is room (the default for the library).
     #[default]
     Wait,
-    /// Fail at once with [`EmbedError::Overloaded`] (what a server wants: answer 503 and let the
+    /// Fail at once with `EmbedError::Overloaded` (what a server wants: answer 503 and let the
     /// client or the load balancer retry).
     Refuse,
 }

@@ -49,6 +49,12 @@ pub(crate) fn ranges_of(obj: &Bound<'_, PyAny>) -> PyResult<Ranges> {
     if let Ok(path) = obj.extract::<std::path::PathBuf>() {
         return Ranges::read(&path).map_err(|e| invalid(e.to_string()));
     }
-    let text: String = obj.py().import("json")?.call_method1("dumps", (obj,))?.extract()?;
+    // NaN and infinities are not JSON: refused here with the rule's words.
+    let kwargs = pyo3::types::PyDict::new(obj.py());
+    kwargs.set_item("allow_nan", false)?;
+    let text: String = match obj.py().import("json")?.call_method("dumps", (obj,), Some(&kwargs)) {
+        Ok(t) => t.extract()?,
+        Err(e) => return Err(invalid(format!("min and max must be lists of finite numbers ({e})"))),
+    };
     Ranges::from_json(&text).map_err(|e| invalid(e.reason))
 }
