@@ -5,14 +5,11 @@ mod common;
 
 use std::sync::Arc;
 
-use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
+use common::call;
 use nornir_server::{Models, ServerConfig, router};
 use nornir_vector::{Device, Embedder, EmbedderOptions};
-use serde_json::{Value, json};
-use common::call;
-use tower::ServiceExt;
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_cohere_embed_version_answers_and_is_counted_under_its_own_endpoint() {

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use common::call;
 use nornir_server::{Models, ServerConfig, TokenIds, router};
 use nornir_test_support::{cosine, floats};
 use nornir_vector::{CallOptions, Device, Embedder, EmbedderOptions, Embeddings, Truncation};
 use serde_json::{Value, json};
-use common::call;
 use tower::ServiceExt;
 
 fn options() -> EmbedderOptions {
