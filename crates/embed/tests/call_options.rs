@@ -138,6 +138,26 @@ fn truncation_keeps_the_side_the_call_asks_for_or_refuses() {
     }
 }
 
+/// The embedder's defaults are a `CallOptions`: its long-text choice and its `max_wait` apply to
+/// every call that makes none of its own, and a call's own choice replaces the default whole.
+#[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
+fn an_embedders_long_text_default_applies_to_calls_that_make_no_choice() {
+    nornir_test_support::needs_assets!();
+    let text = format!("start {}", long_text(600));
+    let refusing = options().with_call(CallOptions::new().with_truncation(Truncation::Refuse));
+    let e = Embedder::new(&model_dir(), &refusing).expect("load");
+    assert!(matches!(e.embed(&[text.as_str()]), Err(EmbedError::TooLong { index: 0, .. })), "the default refuses");
+    let right = e.embed_with(&[text.as_str()], &CallOptions::new().with_truncation(Truncation::Right)).expect("r");
+    assert!(right.truncated(0), "a call's own truncation wins");
+    let chunked = options().with_call(CallOptions::new().with_chunking(nornir_embed::Chunking::new()));
+    let e = Embedder::new(&model_dir(), &chunked).expect("load");
+    let rows = e.embed(&[text.as_str()]).expect("chunked by default");
+    assert!(rows.is_chunked() && rows.chunks(0).count() > 1, "the default chunks");
+    let refused = e.embed_with(&[text.as_str()], &CallOptions::new().with_truncation(Truncation::Refuse));
+    assert!(matches!(refused, Err(EmbedError::TooLong { .. })), "a call that refuses is not chunked by the default");
+}
+
 #[test]
 #[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn calls_with_different_options_share_batches() {

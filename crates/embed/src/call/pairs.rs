@@ -102,7 +102,7 @@ pub(crate) fn prepare_pairs<A: AsRef<str>, B: AsRef<str>>(
 ) -> Result<Call> {
     engine.expect_kind(ModelKind::CrossEncoder, "predict")?;
     options.check()?;
-    let truncation = options.call.truncation.unwrap_or_default();
+    let truncation = engine.long_choice(&options.call).0.unwrap_or_default();
     let tokenizer = &engine.tokenizer;
     let labels = engine.info.model_dimension;
     let request = Request::new(inputs.len(), labels);
@@ -125,7 +125,7 @@ pub(crate) fn prepare_pairs<A: AsRef<str>, B: AsRef<str>>(
         (false, Some(a)) => a,
         _ => ScoreActivation::Identity,
     };
-    let call = Call::of_pairs(request, items, tokens, labels, activation, options.call.max_wait);
+    let call = Call::of_pairs(request, items, tokens, labels, activation, engine.max_wait(&options.call));
     if let Some(handle) = &options.call.cancel
         && !handle.watch(call.request.watchable())
     {

@@ -151,8 +151,8 @@ pub(crate) fn plan_call<'a>(engine: &'a Engine, options: &'a CallOptions) -> Res
         skip,
         normalize: options.normalize.unwrap_or(engine.info.normalize),
         dim,
-        truncation: options.truncation.unwrap_or_default(),
-        max_wait: options.max_wait,
+        truncation: engine.long_choice(options).0.unwrap_or_default(),
+        max_wait: engine.max_wait(options),
     })
 }
 
@@ -189,8 +189,8 @@ pub(crate) fn prepare_texts<S: AsRef<str>>(engine: &Engine, texts: &[S], options
         })
         .collect();
     let expand = (unique.len() < texts.len()).then_some(unique_of);
-    if let Some(chunking) = &options.chunking {
-        return prepare_chunks(engine, &unique, expand, &plan, chunking);
+    if let (_, Some(chunking)) = engine.long_choice(options) {
+        return prepare_chunks(engine, &unique, expand, &plan, &chunking);
     }
     let unique_of = expand.as_deref();
     let encodings =

@@ -52,6 +52,9 @@ pub(crate) struct Engine {
     /// int8 and uint8 ranges calibrated on the built-in sample, by (width, normalised), kept for
     /// the embedder's life (`compact_calls.rs`).
     pub(crate) calibrated: Mutex<std::collections::BTreeMap<(usize, bool), Arc<nornir_options::Ranges>>>,
+    /// The options' long-text choice (truncation or chunking) and `max_wait`: those of a call
+    /// that makes no long-text choice of its own, or sets no `max_wait` (see `long_choice`).
+    pub(crate) call_defaults: nornir_options::CallOptions,
     pub(crate) io: GraphIo,
     pub(crate) settings: RowSettings,
     pub(crate) info: ModelInfo,
@@ -163,6 +166,12 @@ impl Engine {
             default_dim: options.call.dimensions,
             default_precision: (options.call.precision, options.call.ranges.clone()),
             calibrated: Mutex::default(),
+            call_defaults: {
+                let mut d = nornir_options::CallOptions::new();
+                (d.truncation, d.chunking, d.max_wait) =
+                    (options.call.truncation, options.call.chunking, options.call.max_wait);
+                d
+            },
             io,
             settings,
             info,
@@ -232,6 +241,15 @@ impl Engine {
         }
         self.info.model_dimension = dim;
         self.info.dimension = self.default_dim.unwrap_or(dim);
+        if self.info.folder.kind.kind != ModelKind::Embedder && self.call_defaults.chunking.is_some() {
+            return Err(EmbedError::invalid(
+                "chunking",
+                format!(
+                    "makes an embedder's dense document vectors, and this model is {}: truncate or refuse long texts",
+                    self.info.folder.kind.kind.with_article()
+                ),
+            ));
+        }
         // The embedder's own int8 ranges must fit the vectors its calls get by default.
         if let Some(r) = &self.default_precision.1
             && self.info.folder.kind.kind == ModelKind::Embedder
@@ -240,6 +258,25 @@ impl Engine {
         }
         self.reset_stats();
         Ok(())
+    }
+
+    /// A call's truncation and chunking: its own when it makes either choice, else the
+    /// embedder's (one long-text choice replaces the other whole: a call that says "refuse" is
+    /// not chunked by a chunking default).
+    pub(crate) fn long_choice(
+        &self,
+        options: &nornir_options::CallOptions,
+    ) -> (Option<nornir_options::Truncation>, Option<nornir_options::Chunking>) {
+        if options.truncation.is_some() || options.chunking.is_some() {
+            (options.truncation, options.chunking)
+        } else {
+            (self.call_defaults.truncation, self.call_defaults.chunking)
+        }
+    }
+
+    /// A call's `max_wait`, else the embedder's.
+    pub(crate) fn max_wait(&self, options: &nornir_options::CallOptions) -> Option<std::time::Duration> {
+        options.max_wait.or(self.call_defaults.max_wait)
     }
 
     /// An error unless the model is of kind `wanted` (`call` names the refused call).
