@@ -138,7 +138,8 @@ mod tests {
 
     /// Every `#[ignore]` in the workspace's Rust sources is for the fetched assets, with
     /// [`super::IGNORE_REASON`]: `cargo xtask test` runs the ignored tests, so a test ignored for
-    /// another reason (slow, broken, manual) would start running there.
+    /// another reason (slow, broken, manual) would start running there. And every test that calls
+    /// `needs_assets!()` is ignored so, or the fast tier would fail it.
     #[test]
     fn every_ignore_is_for_the_assets() {
         let want = format!("#[ignore = {:?}]", super::IGNORE_REASON);
@@ -152,6 +153,15 @@ mod tests {
                     stack.push(path);
                 } else if path.extension().is_some_and(|x| x == "rs") {
                     let text = std::fs::read_to_string(&path).unwrap();
+                    // A test that needs the assets and is not ignored fails the fast tier.
+                    let calls = text.lines().filter(|l| l.trim() == "nornir_test_support::needs_assets!();").count();
+                    let ignores = text.lines().filter(|l| l.trim() == want).count();
+                    if calls > ignores {
+                        wrong.push(format!(
+                            "{}: {calls} tests call needs_assets!() and {ignores} are ignored",
+                            path.display()
+                        ));
+                    }
                     for (i, line) in text.lines().enumerate() {
                         let line = line.trim();
                         // The attribute itself, not this test's own mentions of it.
