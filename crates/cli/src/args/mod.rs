@@ -76,7 +76,7 @@ Examples:
   nornir vector quantize --model all-MiniLM-L6-v2 --output all-MiniLM-L6-v2-int8
   nornir vector quantize --model DIR --output OUT --keep-fp32 output.dense --json")]
     Quantize(QuantizeArgs),
-    /// Write model.onnx from a model's safetensors weights (BERT, XLM-RoBERTa; encoder,
+    /// Write model.onnx from a model's safetensors or PyTorch weights (BERT, XLM-RoBERTa; encoder,
     /// masked-LM or classifier head), without torch.
     Convert(ConvertArgs),
     /// Rank documents by their relevance to a query with a cross-encoder (reranker).
