@@ -45,15 +45,10 @@ pub(crate) struct Engine {
     pub(crate) tokenizer: ModelTokenizer,
     /// The pooling config's `include_prompt`: false leaves a call's prompt tokens out.
     pub(crate) include_prompt: bool,
-    /// `dim` of the options: the width of a call that does not choose one.
-    pub(crate) default_dim: Option<usize>,
-    /// The options' precision and ranges: those of a compact call that does not choose them.
-    pub(crate) default_precision: (Option<nornir_options::Precision>, Option<Arc<nornir_options::Ranges>>),
-    /// int8 and uint8 ranges calibrated on the built-in sample, by (width, normalised), kept for
-    /// the embedder's life (`compact_calls.rs`).
     pub(crate) calibrated: Mutex<std::collections::BTreeMap<(usize, bool), Arc<nornir_options::Ranges>>>,
-    /// The options' long-text choice (truncation or chunking) and `max_wait`: those of a call
-    /// that makes no long-text choice of its own, or sets no `max_wait` (see `long_choice`).
+    /// `EmbedderOptions::call`, what a call gets for the options it leaves `None`: its width,
+    /// precision and ranges, long-text choice (see `long_choice`) and `max_wait` are read from
+    /// here; its prompt and normalisation were resolved with the folder into `info` at load.
     pub(crate) call_defaults: nornir_options::CallOptions,
     pub(crate) io: GraphIo,
     pub(crate) settings: RowSettings,
@@ -163,15 +158,8 @@ impl Engine {
             session_growth,
             tokenizer,
             include_prompt,
-            default_dim: options.call.dimensions,
-            default_precision: (options.call.precision, options.call.ranges.clone()),
             calibrated: Mutex::default(),
-            call_defaults: {
-                let mut d = nornir_options::CallOptions::new();
-                (d.truncation, d.chunking, d.max_wait) =
-                    (options.call.truncation, options.call.chunking, options.call.max_wait);
-                d
-            },
+            call_defaults: options.call.clone(),
             io,
             settings,
             info,
@@ -231,7 +219,7 @@ impl Engine {
                 format!("the model's output has width {dim} but its config says {what} {want}"),
             ));
         }
-        if let Some(d) = self.default_dim
+        if let Some(d) = self.call_defaults.dimensions
             && d > dim
         {
             return Err(EmbedError::invalid(
@@ -240,7 +228,7 @@ impl Engine {
             ));
         }
         self.info.model_dimension = dim;
-        self.info.dimension = self.default_dim.unwrap_or(dim);
+        self.info.dimension = self.call_defaults.dimensions.unwrap_or(dim);
         if self.info.folder.kind.kind != ModelKind::Embedder && self.call_defaults.chunking.is_some() {
             return Err(EmbedError::invalid(
                 "chunking",
@@ -251,7 +239,7 @@ impl Engine {
             ));
         }
         // The embedder's own int8 ranges must fit the vectors its calls get by default.
-        if let Some(r) = &self.default_precision.1
+        if let Some(r) = &self.call_defaults.ranges
             && self.info.folder.kind.kind == ModelKind::Embedder
         {
             r.check_width(self.info.dimension)?;

@@ -157,7 +157,7 @@ pub struct RangesUse {
 
 impl RangesReport {
     pub(crate) fn of(engine: &Engine) -> Self {
-        let (_, given) = &engine.default_precision;
+        let given = &engine.call_defaults.ranges;
         let given = given.as_ref().map(|r| RangesUse {
             dimensions: r.dimensions(),
             normalized: None,
