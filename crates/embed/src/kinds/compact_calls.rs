@@ -62,7 +62,7 @@ impl Embedder {
             let compact = self.compact_of(&options)?;
             let ranges = match compact.ranges {
                 Ok(given) => given,
-                Err(_) => Some(self.ranges_for_async(&options).await?),
+                Err(key) => Some(self.calibrated_async(key, &options).await?),
             };
             let rows = self.embed_with_async(&texts, &options).await?;
             to_precision(&rows, compact.precision, ranges.as_deref())
@@ -80,15 +80,10 @@ impl Embedder {
 
     /// [`ranges_for`](Self::ranges_for) as a future: the calibration runs as an async call.
     pub async fn ranges_for_async(&self, options: &CallOptions) -> Result<Arc<Ranges>> {
-        let key = match self.given_ranges(options)? {
-            Ok(given) => return Ok(given),
-            Err(key) => key,
-        };
-        if let Some(r) = self.engine.calibrated.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
-            return Ok(Arc::clone(r));
+        match self.given_ranges(options)? {
+            Ok(given) => Ok(given),
+            Err(key) => self.calibrated_async(key, options).await,
         }
-        let ranges = self.calibrate_on_sample_async(options).await?;
-        Ok(self.keep(key, ranges))
     }
 
     /// Each dimension's range over the vectors of `texts` made with `options`' width and
@@ -122,7 +117,7 @@ impl Embedder {
     /// The call's precision and, for int8 and uint8, its ranges or what to calibrate; refuses
     /// what the options alone refuse before any text runs.
     fn compact_of(&self, options: &CallOptions) -> Result<Compact> {
-        let precision = options.precision.or(self.engine.default_precision.0).unwrap_or_default();
+        let precision = options.precision.or(self.engine.call_defaults.precision).unwrap_or_default();
         let dim = options.dimensions.unwrap_or(self.dimension());
         if !precision.needs_ranges() {
             check(precision, dim, None)?;
@@ -138,7 +133,7 @@ impl Embedder {
     /// Rule 1's ranges (checked against the call's width), else the key of rule 2.
     fn given_ranges(&self, options: &CallOptions) -> Result<Result<Arc<Ranges>, (usize, bool)>> {
         let plan = crate::call::prepare::plan_call(&self.engine, options)?;
-        match options.ranges.as_ref().or(self.engine.default_precision.1.as_ref()) {
+        match options.ranges.as_ref().or(self.engine.call_defaults.ranges.as_ref()) {
             Some(r) => {
                 r.check_width(plan.dim)?;
                 Ok(Ok(Arc::clone(r)))
@@ -149,10 +144,23 @@ impl Embedder {
 
     /// The kept calibration for `key`, or `calibrate`'s, kept.
     fn calibrated(&self, key: (usize, bool), calibrate: impl FnOnce() -> Result<Ranges>) -> Result<Arc<Ranges>> {
-        if let Some(r) = self.engine.calibrated.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
-            return Ok(Arc::clone(r));
+        match self.kept(key) {
+            Some(r) => Ok(r),
+            None => Ok(self.keep(key, calibrate()?)),
         }
-        Ok(self.keep(key, calibrate()?))
+    }
+
+    /// [`calibrated`](Self::calibrated) on the sample as an async call.
+    async fn calibrated_async(&self, key: (usize, bool), options: &CallOptions) -> Result<Arc<Ranges>> {
+        match self.kept(key) {
+            Some(r) => Ok(r),
+            None => Ok(self.keep(key, self.calibrate_on_sample_async(options).await?)),
+        }
+    }
+
+    /// The calibration kept for `key`, if any.
+    fn kept(&self, key: (usize, bool)) -> Option<Arc<Ranges>> {
+        self.engine.calibrated.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned()
     }
 
     /// Keeps `ranges` for `key`; a calibration that finished first for the same key wins, so
