@@ -83,6 +83,11 @@ impl Graph {
         out
     }
 
+    /// Whether a node already writes the value `name`.
+    pub(crate) fn has_value(&self, name: &str) -> bool {
+        self.g.node.iter().any(|n| n.output.iter().any(|o| o == name))
+    }
+
     /// A node in ONNX's domain without attributes.
     pub(crate) fn op(&mut self, op_type: &str, inputs: &[&str]) -> String {
         self.node(op_type, "", inputs, &[], None)

@@ -84,6 +84,11 @@ impl Weights {
         self.shards.iter().map(|s| (s.path.as_path(), s.bytes.as_slice()))
     }
 
+    /// Every tensor's name, in no order.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        self.index.keys().map(String::as_str)
+    }
+
     pub(crate) fn contains(&self, name: &str) -> bool {
         self.index.contains_key(name)
     }

@@ -1,0 +1,374 @@
+//! The encoder as ONNX nodes, from the published definitions of each family: transformers'
+//! `modeling_bert.py`, `modeling_xlm_roberta.py` and `modeling_modernbert.py`, and the model
+//! repositories' own modeling code for JinaBERT v2, jina-embeddings-v3 (XLM-RoBERTa with rotary
+//! positions and LoRA), NomicBERT and GTE's `NewModel`. This file holds the blocks they share
+//! (linear layers, norms, activations, attention, the gated feed-forward); `bert.rs` the
+//! post-norm layers, `modernbert.rs` the pre-norm one, `positions.rs` ALiBi, rotary tables and
+//! masks, `heads.rs` the masked-LM and classification heads.
+
+mod bert;
+mod heads;
+mod modernbert;
+mod positions;
+
+use crate::ConvertError;
+use crate::config::{Activation, Config, Family, Head};
+use crate::graph::{Attr, FLOAT, Graph, MS_DOMAIN};
+use crate::weights::Weights;
+
+pub(crate) use positions::Masks;
+
+/// The graph's inputs, as nornir and the exporters name them.
+pub(crate) const INPUT_IDS: &str = "input_ids";
+pub(crate) const ATTENTION_MASK: &str = "attention_mask";
+pub(crate) const TOKEN_TYPE_IDS: &str = "token_type_ids";
+/// jina-embeddings-v3's adapter index (an int64 scalar), as jina's own ONNX export names it.
+pub(crate) const TASK_ID: &str = "task_id";
+
+/// Reads tensors under one prefix (`bert.`, `roberta.`, `model.`, `new.` or none), with
+/// LayerNorm's old names and LoRA's parametrized weights.
+struct Tensors<'w> {
+    weights: &'w Weights,
+    base: String,
+}
+
+impl Tensors<'_> {
+    fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ConvertError> {
+        self.weights.f32(name, shape)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.weights.contains(name)
+    }
+
+    /// A layer's weight: `<prefix>.weight`, or under a LoRA parametrization
+    /// `<prefix>.parametrizations.weight.original` (jina-embeddings-v3).
+    fn weight_name(&self, prefix: &str) -> String {
+        let lora = format!("{prefix}.parametrizations.weight.original");
+        if !self.has(&format!("{prefix}.weight")) && self.has(&lora) { lora } else { format!("{prefix}.weight") }
+    }
+
+    /// A norm's scale and shift: `.weight`/`.bias`, or the older `.gamma`/`.beta`; a norm without
+    /// a bias (ModernBERT's) shifts by zero.
+    fn norm(&self, prefix: &str, width: usize, bias: bool) -> Result<(Vec<f32>, Vec<f32>), ConvertError> {
+        if self.has(&format!("{prefix}.gamma")) {
+            return Ok((self.get(&format!("{prefix}.gamma"), &[width])?, self.get(&format!("{prefix}.beta"), &[width])?));
+        }
+        let scale = self.get(&format!("{prefix}.weight"), &[width])?;
+        let shift_name = format!("{prefix}.bias");
+        let shift = if bias || self.has(&shift_name) { self.get(&shift_name, &[width])? } else { vec![0.0; width] };
+        Ok((scale, shift))
+    }
+}
+
+/// The names a checkpoint's word embeddings may have, after its prefix.
+const WORD_EMBEDDINGS: [&str; 3] = [
+    "embeddings.word_embeddings.weight",
+    "embeddings.word_embeddings.parametrizations.weight.original",
+    "embeddings.tok_embeddings.weight",
+];
+
+/// Writes the network into `g`: inputs, nodes, initializers, and its one output. `fused` writes
+/// attention as `com.microsoft.MultiHeadAttention` and GELU as `com.microsoft.Gelu`/`FastGelu`.
+pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -> Result<(), ConvertError> {
+    let base = ["", "bert.", "roberta.", "xlm_roberta.", "model.", "new."]
+        .into_iter()
+        .find(|p| WORD_EMBEDDINGS.iter().any(|w| weights.contains(&format!("{p}{w}"))))
+        .ok_or_else(|| ConvertError::MissingTensor {
+            tensor: WORD_EMBEDDINGS[0].to_owned(),
+            files: weights.files().map(|(p, _)| p.display().to_string()).collect::<Vec<_>>().join(", "),
+        })?;
+    let t = Tensors { weights, base: base.to_owned() };
+    let mut net = Net { g, c, t, fused };
+    net.check_layer_count()?;
+    let mut x = net.embeddings()?;
+    let masks = net.masks();
+    for layer in 0..c.layers {
+        x = match c.family {
+            Family::Bert | Family::XlmRoberta => net.bert_layer(&x, &masks.global, layer)?,
+            Family::ModernBert => net.pre_norm_layer(&x, &masks, layer)?,
+            _ => net.post_norm_layer(&x, &masks, layer)?,
+        };
+    }
+    if c.family == Family::ModernBert {
+        x = net.layer_norm(&x, &net.p("final_norm"))?;
+    }
+    let (output, axes): (String, &[&str]) = match c.head {
+        Head::Encoder => (x, &["batch", "sequence", "hidden"]),
+        Head::MaskedLm => (net.masked_lm(&x)?, &["batch", "sequence", "vocabulary"]),
+        Head::SequenceClassification => (net.classifier(&x)?, &["batch", "labels"]),
+    };
+    let name = c.head.output_name();
+    net.g.rename_value(&output, name);
+    net.g.output(name, FLOAT, axes);
+    Ok(())
+}
+
+struct Net<'a, 'w> {
+    g: &'a mut Graph,
+    c: &'a Config,
+    t: Tensors<'w>,
+    fused: bool,
+}
+
+impl Net<'_, '_> {
+    fn p(&self, name: &str) -> String {
+        format!("{}{name}", self.t.base)
+    }
+
+    /// The prefix of layer `i`'s tensors.
+    fn layer_prefix(&self, i: usize) -> String {
+        match self.c.family {
+            Family::ModernBert => self.p(&format!("layers.{i}")),
+            Family::JinaXlmRoberta | Family::NomicBert => self.p(&format!("encoder.layers.{i}")),
+            _ => self.p(&format!("encoder.layer.{i}")),
+        }
+    }
+
+    /// Refuses a config that asks for more layers than the weights hold, naming both counts.
+    fn check_layer_count(&self) -> Result<(), ConvertError> {
+        let c = self.c;
+        let held = |i: usize| {
+            let prefix = format!("{}.", self.layer_prefix(i));
+            self.t.weights.names().any(|n| n.starts_with(&prefix))
+        };
+        if c.layers > 0 && !held(c.layers - 1) {
+            let found = (0..c.layers).take_while(|&i| held(i)).count();
+            return Err(ConvertError::Config {
+                file: "config.json".to_owned(),
+                why: format!(
+                    "says num_hidden_layers {} but the weights hold {found} layers: the config and the weights do not belong together",
+                    c.layers
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// A `Linear` layer's weight `[out, in]` (its rows `rows` of it), stored transposed as the
+    /// `[in, out]` MatMul reads.
+    fn weight_t_rows(
+        &mut self,
+        prefix: &str,
+        inputs: usize,
+        outputs: usize,
+        rows: std::ops::Range<usize>,
+    ) -> Result<String, ConvertError> {
+        let name = self.t.weight_name(prefix);
+        let w = self.t.get(&name, &[outputs, inputs])?;
+        let n = rows.len();
+        let mut wt = vec![0f32; n * inputs];
+        for (o, row) in rows.clone().enumerate() {
+            for i in 0..inputs {
+                wt[i * n + o] = w[row * inputs + i];
+            }
+        }
+        let label = if rows.len() == outputs { format!("{prefix}.weight_t") } else { format!("{prefix}.weight_t_{}", rows.start) };
+        Ok(self.g.f32(&label, &[inputs, n], wt))
+    }
+
+    fn weight_t(&mut self, prefix: &str, inputs: usize, outputs: usize) -> Result<String, ConvertError> {
+        self.weight_t_rows(prefix, inputs, outputs, 0..outputs)
+    }
+
+    fn bias_rows(&mut self, prefix: &str, width: usize, rows: std::ops::Range<usize>) -> Result<String, ConvertError> {
+        let b = self.t.get(&format!("{prefix}.bias"), &[width])?;
+        let label = if rows.len() == width { format!("{prefix}.bias") } else { format!("{prefix}.bias_{}", rows.start) };
+        Ok(self.g.f32(&label, &[rows.len()], b[rows].to_vec()))
+    }
+
+    /// `x Wᵀ + b`.
+    fn linear(&mut self, x: &str, prefix: &str, inputs: usize, outputs: usize) -> Result<String, ConvertError> {
+        self.linear_rows(x, prefix, inputs, outputs, 0..outputs, true)
+    }
+
+    /// `x Wᵀ (+ b)` for the output rows `rows` of a layer of `outputs`, with its LoRA adapter's
+    /// low-rank update where the checkpoint has one.
+    fn linear_rows(
+        &mut self,
+        x: &str,
+        prefix: &str,
+        inputs: usize,
+        outputs: usize,
+        rows: std::ops::Range<usize>,
+        bias: bool,
+    ) -> Result<String, ConvertError> {
+        let w = self.weight_t_rows(prefix, inputs, outputs, rows.clone())?;
+        let mut y = self.g.op("MatMul", &[x, &w]);
+        if let Some(update) = self.lora_update(x, prefix, inputs, outputs, rows.clone())? {
+            y = self.g.op("Add", &[&y, &update]);
+        }
+        if bias {
+            let b = self.bias_rows(prefix, outputs, rows)?;
+            y = self.g.op("Add", &[&y, &b]);
+        }
+        Ok(y)
+    }
+
+    /// `x Aₜᵀ Bₜᵀ · alpha / rank` for the task `task_id` chooses, where `prefix` has a LoRA
+    /// parametrization (`lora_A` `[tasks, rank, in]`, `lora_B` `[tasks, out, rank]`).
+    fn lora_update(
+        &mut self,
+        x: &str,
+        prefix: &str,
+        inputs: usize,
+        outputs: usize,
+        rows: std::ops::Range<usize>,
+    ) -> Result<Option<String>, ConvertError> {
+        let Some(lora) = &self.c.lora else { return Ok(None) };
+        let a_name = format!("{prefix}.parametrizations.weight.0.lora_A");
+        if !self.t.has(&a_name) {
+            return Ok(None);
+        }
+        let (tasks, rank) = (lora.tasks.len(), lora.rank);
+        let scaling = (lora.alpha / rank as f64) as f32;
+        let a = self.t.get(&a_name, &[tasks, rank, inputs])?;
+        let b = self.t.get(&format!("{prefix}.parametrizations.weight.0.lora_B"), &[tasks, outputs, rank])?;
+        // Aᵀ per task [tasks, in, rank]; Bᵀ's rows in `rows`, scaled, [tasks, rank, n].
+        let mut a_t = vec![0f32; tasks * inputs * rank];
+        for t in 0..tasks {
+            for r in 0..rank {
+                for i in 0..inputs {
+                    a_t[(t * inputs + i) * rank + r] = a[(t * rank + r) * inputs + i];
+                }
+            }
+        }
+        let n = rows.len();
+        let mut b_t = vec![0f32; tasks * rank * n];
+        for t in 0..tasks {
+            for (o, row) in rows.clone().enumerate() {
+                for r in 0..rank {
+                    b_t[(t * rank + r) * n + o] = b[(t * outputs + row) * rank + r] * scaling;
+                }
+            }
+        }
+        let a_t = self.g.f32(&format!("{prefix}.lora_a_t"), &[tasks, inputs, rank], a_t);
+        let b_t = self.g.f32(&format!("{prefix}.lora_b_t"), &[tasks, rank, n], b_t);
+        let a_task = self.g.node("Gather", "", &[&a_t, TASK_ID], &[("axis", Attr::Int(0))], None);
+        let b_task = self.g.node("Gather", "", &[&b_t, TASK_ID], &[("axis", Attr::Int(0))], None);
+        let low = self.g.op("MatMul", &[x, &a_task]);
+        Ok(Some(self.g.op("MatMul", &[&low, &b_task])))
+    }
+
+    /// LayerNorm over the hidden width, with the family's bias choice.
+    fn layer_norm(&mut self, x: &str, prefix: &str) -> Result<String, ConvertError> {
+        let h = self.c.hidden;
+        let (scale, shift) = self.t.norm(prefix, h, self.c.biases.norm)?;
+        let scale = self.g.f32(&format!("{prefix}.scale"), &[h], scale);
+        let shift = self.g.f32(&format!("{prefix}.shift"), &[h], shift);
+        Ok(self.g.node(
+            "LayerNormalization",
+            "",
+            &[x, &scale, &shift],
+            &[("axis", Attr::Int(-1)), ("epsilon", Attr::Float(self.c.eps))],
+            None,
+        ))
+    }
+
+    fn scalar(&mut self, name: &str, v: f32) -> String {
+        self.g.f32(name, &[], vec![v])
+    }
+
+    fn activation(&mut self, x: &str, act: Activation) -> String {
+        match (act, self.fused) {
+            (Activation::Relu, _) => self.g.op("Relu", &[x]),
+            (Activation::Silu, _) => {
+                let s = self.g.op("Sigmoid", &[x]);
+                self.g.op("Mul", &[x, &s])
+            }
+            (Activation::Gelu, true) => self.g.node("Gelu", MS_DOMAIN, &[x], &[], None),
+            (Activation::GeluTanh, true) => self.g.node("FastGelu", MS_DOMAIN, &[x], &[], None),
+            (Activation::Gelu, false) => {
+                // x * 0.5 * (1 + erf(x / sqrt 2))
+                let r = self.scalar("gelu_sqrt2", std::f32::consts::SQRT_2);
+                let (half, one) = (self.scalar("gelu_half", 0.5), self.scalar("gelu_one", 1.0));
+                let e = self.g.op("Div", &[x, &r]);
+                let e = self.g.op("Erf", &[&e]);
+                let e = self.g.op("Add", &[&e, &one]);
+                let y = self.g.op("Mul", &[x, &e]);
+                self.g.op("Mul", &[&y, &half])
+            }
+            (Activation::GeluTanh, false) => {
+                // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+                let (half, one) = (self.scalar("gelu_half", 0.5), self.scalar("gelu_one", 1.0));
+                let k = self.scalar("gelu_cubic", 0.044715);
+                let s = self.scalar("gelu_sqrt_2_over_pi", (2.0 / std::f32::consts::PI).sqrt());
+                let x2 = self.g.op("Mul", &[x, x]);
+                let x3 = self.g.op("Mul", &[&x2, x]);
+                let x3 = self.g.op("Mul", &[&x3, &k]);
+                let inner = self.g.op("Add", &[x, &x3]);
+                let inner = self.g.op("Mul", &[&inner, &s]);
+                let th = self.g.op("Tanh", &[&inner]);
+                let th = self.g.op("Add", &[&th, &one]);
+                let y = self.g.op("Mul", &[x, &th]);
+                self.g.op("Mul", &[&y, &half])
+            }
+        }
+    }
+
+    /// Scaled dot-product attention of `q`, `k`, `v` (`[batch, sequence, hidden]`, heads side by
+    /// side) with the additive `bias` (`[batch or 1, heads or 1, queries, keys]` for the fused
+    /// operator, anything that broadcasts to the scores otherwise); `[batch, sequence, hidden]`.
+    fn attend(&mut self, q: &str, k: &str, v: &str, bias: &str, l: &str) -> String {
+        let (h, heads) = (self.c.hidden, self.c.heads);
+        let head_dim = h / heads;
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        if self.fused {
+            return self.g.node(
+                "MultiHeadAttention",
+                MS_DOMAIN,
+                &[q, k, v, "", "", bias],
+                &[("num_heads", Attr::Int(heads as i64)), ("scale", Attr::Float(scale))],
+                None,
+            );
+        }
+        let split = self.g.i64(&format!("{l}.heads_shape"), &[4], &[0, 0, heads as i64, head_dim as i64]);
+        let mut per_head = Vec::new();
+        for (y, perm) in [(q, [0, 2, 1, 3]), (k, [0, 2, 3, 1]), (v, [0, 2, 1, 3])] {
+            let y = self.g.op("Reshape", &[y, &split]);
+            per_head.push(self.g.node("Transpose", "", &[&y], &[("perm", Attr::Ints(perm.to_vec()))], None));
+        }
+        let scores = self.g.op("MatMul", &[&per_head[0], &per_head[1]]);
+        let s = self.scalar(&format!("{l}.attention.scale"), scale);
+        let scores = self.g.op("Mul", &[&scores, &s]);
+        let scores = self.g.op("Add", &[&scores, bias]);
+        let probs = self.g.node("Softmax", "", &[&scores], &[("axis", Attr::Int(-1))], None);
+        let ctx = self.g.op("MatMul", &[&probs, &per_head[2]]);
+        let ctx = self.g.node("Transpose", "", &[&ctx], &[("perm", Attr::Ints(vec![0, 2, 1, 3]))], None);
+        let merge = self.g.i64(&format!("{l}.merge_shape"), &[3], &[0, 0, h as i64]);
+        self.g.op("Reshape", &[&ctx, &merge])
+    }
+
+    /// The gated feed-forward `out(act(a) * b)` where `a` and `b` are the two halves of one
+    /// projection (`up_gate` `[2 · intermediate, hidden]`, the activated half first or second),
+    /// or two projections (`Split`).
+    fn gated_mlp(&mut self, x: &str, gate: Gate<'_>, out: &str, activation: Activation) -> Result<String, ConvertError> {
+        let (h, inter) = (self.c.hidden, self.c.intermediate);
+        let (in_bias, out_bias) = (self.c.biases.mlp_in, self.c.biases.mlp_out);
+        let (activated, linear) = match gate {
+            Gate::Fused { weight, activated_first } => {
+                let (first, second) = (0..inter, inter..2 * inter);
+                let (a, b) = if activated_first { (first, second) } else { (second, first) };
+                (
+                    self.linear_rows(x, weight, h, 2 * inter, a, in_bias)?,
+                    self.linear_rows(x, weight, h, 2 * inter, b, in_bias)?,
+                )
+            }
+            Gate::Split { activated, linear } => (
+                self.linear_rows(x, activated, h, inter, 0..inter, in_bias)?,
+                self.linear_rows(x, linear, h, inter, 0..inter, in_bias)?,
+            ),
+        };
+        let a = self.activation(&activated, activation);
+        let y = self.g.op("Mul", &[&a, &linear]);
+        self.linear_rows(&y, out, inter, h, 0..h, out_bias)
+    }
+}
+
+/// Where a gated feed-forward's two projections are.
+enum Gate<'a> {
+    /// One weight `[2 · intermediate, hidden]`.
+    Fused { weight: &'a str, activated_first: bool },
+    /// Two weights `[intermediate, hidden]` (NomicBERT's `fc12` activated, `fc11` linear).
+    Split { activated: &'a str, linear: &'a str },
+}
