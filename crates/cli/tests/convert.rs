@@ -342,3 +342,85 @@ fn a_config_without_a_converted_architecture_is_refused_by_name() {
     refused(&folder(None, weights()), "has no config.json");
     refused(&folder(Some(CONFIG), None), "has no model.safetensors or model.safetensors.index.json");
 }
+
+/// A `pytorch_model.bin` whose pickle calls `os.system` (as `posix.system`), the way a hostile
+/// checkpoint runs code when Python unpickles it; `cut` bytes are cut off the end.
+fn hostile_torch_checkpoint(cut: usize) -> Vec<u8> {
+    use std::io::Write;
+    let pickle = b"\x80\x02cposix\nsystem\nX\x05\x00\x00\x00touch\x85R.";
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let stored = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    zip.start_file("archive/data.pkl", stored).expect("entry");
+    zip.write_all(pickle).expect("pickle");
+    let mut bytes = zip.finish().expect("zip").into_inner();
+    bytes.truncate(bytes.len() - cut);
+    bytes
+}
+
+#[test]
+fn a_pytorch_checkpoint_that_names_code_or_is_truncated_is_refused() {
+    let t = folder(Some(CONFIG), None);
+    std::fs::write(t.path().join("model/pytorch_model.bin"), hostile_torch_checkpoint(0)).expect("bin");
+    refused(&t, "pytorch_model.bin's pickle names posix.system, which is not a tensor");
+    let t = folder(Some(CONFIG), None);
+    std::fs::write(t.path().join("model/pytorch_model.bin"), hostile_torch_checkpoint(30)).expect("bin");
+    refused(&t, "pytorch_model.bin is a truncated or corrupt zip archive");
+}
+
+#[test]
+fn a_config_that_does_not_fit_its_weights_is_refused() {
+    let weights = || Some(safetensors(&tiny_bert(|_| {})));
+    let heads = CONFIG.replace(r#""num_attention_heads":2"#, r#""num_attention_heads":3"#);
+    refused(&folder(Some(&heads), weights()), "has hidden_size 4, not a multiple of num_attention_heads 3");
+    let layers = CONFIG.replace(r#""num_hidden_layers":1"#, r#""num_hidden_layers":3"#);
+    refused(
+        &folder(Some(&layers), weights()),
+        "says num_hidden_layers 3 but the weights hold 1 layers: the config and the weights do not belong together",
+    );
+}
+
+#[test]
+fn each_familys_unsupported_variants_are_refused_by_name() {
+    let weights = || Some(safetensors(&tiny_bert(|_| {})));
+    let sizes = r#""hidden_size":4,"num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":8,"vocab_size":10,"max_position_embeddings":8"#;
+    let nomic = r#""architectures":["NomicBertModel"],"model_type":"nomic_bert","n_embd":4,"n_layer":1,"n_head":2,"n_inner":8,"vocab_size":10,"n_positions":8,"activation_function":"swiglu""#;
+    for (config, needle) in [
+        (format!(r#"{{{nomic},"num_experts":8,"moe_every_n_layers":2}}"#), "has a mixture of experts (nomic-embed-text v2)"),
+        (format!(r#"{{{nomic},"rotary_emb_interleaved":true}}"#), "has interleaved rotary positions"),
+        (format!(r#"{{{nomic},"rotary_emb_fraction":0.5}}"#), "rotary positions on part of each head"),
+        (format!(r#"{{{nomic},"prenorm":true}}"#), "has pre-norm NomicBERT layers"),
+        (
+            format!(r#"{{"architectures":["NewModel"],"model_type":"new",{sizes},"logn_attention_scale":true}}"#),
+            "has logn_attention_scale true",
+        ),
+        (
+            format!(r#"{{"architectures":["NewModel"],"model_type":"new",{sizes},"rope_scaling":{{"type":"yarn","factor":4}}}}"#),
+            "has rope_scaling {\"factor\":4,\"type\":\"yarn\"}",
+        ),
+        (
+            format!(r#"{{"architectures":["JinaBertModel"],"model_type":"bert",{sizes},"position_embedding_type":"alibi","feed_forward_type":"original"}}"#),
+            "has JinaBERT feed_forward_type \"original\"",
+        ),
+        (
+            format!(r#"{{"architectures":["XLMRobertaLoRA"],"model_type":"xlm-roberta",{sizes},"position_embedding_type":"absolute"}}"#),
+            "(jina-embeddings-v3 is \"rotary\")",
+        ),
+        (
+            format!(r#"{{"architectures":["ModernBertForSequenceClassification"],"model_type":"modernbert",{sizes},"classifier_pooling":"max"}}"#),
+            "has classifier_pooling \"max\"",
+        ),
+        (
+            format!(r#"{{"architectures":["BertModel"],"model_type":"bert",{sizes},"position_embedding_type":"relative_key"}}"#),
+            "has position_embedding_type \"relative_key\"",
+        ),
+    ] {
+        refused(&folder(Some(&config), weights()), needle);
+        let o = {
+            let t = folder(Some(&config), weights());
+            stderr(&nornir(&["vector", "convert", "--model", s(&t.path().join("model")), "--output", s(&t.path().join("o"))]))
+        };
+        if needle.contains("mixture") || needle.contains("rotary") || needle.contains("NomicBERT") {
+            assert!(o.contains("supported are BERT, XLM-RoBERTa, JinaBERT v2"), "names the supported families: {o}");
+        }
+    }
+}

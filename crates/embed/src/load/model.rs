@@ -35,9 +35,12 @@ struct SentenceBertConfig {
 /// What nornir reads from a Hugging Face `config.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
 pub struct HfConfig {
-    /// The position table's length: an upper bound on the tokens the model reads.
+    /// The position table's length (NomicBERT's `n_positions`): an upper bound on the tokens
+    /// the model reads.
+    #[serde(alias = "n_positions")]
     pub max_position_embeddings: Option<usize>,
-    /// The width of the token vectors.
+    /// The width of the token vectors (NomicBERT's `n_embd`).
+    #[serde(alias = "n_embd")]
     pub hidden_size: Option<usize>,
     /// The embedding table's rows.
     pub vocab_size: Option<usize>,
