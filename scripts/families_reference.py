@@ -20,6 +20,10 @@ names), against ONNX Runtime running the converted model.onnx.
 Prints one JSON object; exits 1 when not ok. Token-level outputs (hidden states, masked-LM
 logits) are compared at the positions the attention mask keeps: what a padding position holds is
 not defined the same way by the published implementations (some zero it, some compute it).
+Both sides use the weights as the file stores them (rounded to its dtype); the .bin case of each
+family (BIN_CASE) is float32. Random linear weights have std 1/sqrt(fan-in): with larger ones the
+gated nets amplify float32 rounding to ~1e-4 and the check would measure rounding, not meaning.
+The graph's output is `logits` or `last_hidden_state` if it has one, else its first output.
 
 What was read, family by family (never copied; the NumPy below is written from the reading):
 
@@ -474,7 +478,7 @@ def synthetic_jina_v3(variant, dtype, rng):
 
     def lora_linear(name, n_out, n_in):
         q = p + name + ".parametrizations.weight."
-        g.w[q + "original"] = rng.normal(0, 0.3, (n_out, n_in))
+        g.w[q + "original"] = rng.normal(0, 1.0 / math.sqrt(n_in), (n_out, n_in))
         g.w[q + "0.lora_A"] = rng.normal(0, 0.5, (tasks, rank, n_in))
         g.w[q + "0.lora_B"] = rng.normal(0, 0.5, (tasks, n_out, rank))
         g.w[p + name + ".bias"] = rng.normal(0, 0.1, (n_out,))
@@ -603,7 +607,7 @@ def synthetic_nomic(variant, dtype, rng):
         g.dense(l + "attn.out_proj", hidden, hidden, bias=scaled)
         g.dense(l + "mlp.fc11", inner, hidden, bias=scaled)
         g.dense(l + "mlp.fc12", inner, hidden, bias=scaled)
-        g.dense(l + "mlp.fc2", hidden, inner, bias=scaled, std=0.1)
+        g.dense(l + "mlp.fc2", hidden, inner, bias=scaled)
         g.norm(l + "norm1", hidden)
         g.norm(l + "norm2", hidden)
     return cfg, g.w
@@ -822,17 +826,17 @@ def synthetic_modernbert(variant, dtype, rng):
         if i > 0:
             g.norm(l + "attn_norm", hidden, bias=biases)
         g.dense(l + "attn.Wqkv", 3 * hidden, hidden, bias=biases)
-        g.dense(l + "attn.Wo", hidden, hidden, bias=biases, std=0.15)
+        g.dense(l + "attn.Wo", hidden, hidden, bias=biases)
         g.norm(l + "mlp_norm", hidden, bias=biases)
         g.dense(l + "mlp.Wi", 2 * inter, hidden, bias=biases)
-        g.dense(l + "mlp.Wo", hidden, inter, bias=biases, std=0.15)
+        g.dense(l + "mlp.Wo", hidden, inter, bias=biases)
     g.norm(p + "final_norm", hidden, bias=biases)
     if arch != "ModernBertModel":
         g.dense("head.dense", hidden, hidden, bias=biases)
         g.norm("head.norm", hidden, bias=biases)
     if arch == "ModernBertForMaskedLM":
         if not cfg["tie_word_embeddings"]:
-            g.w["decoder.weight"] = rng.normal(0, 0.3, (vocab, hidden))
+            g.w["decoder.weight"] = rng.normal(0, 1.0 / math.sqrt(hidden), (vocab, hidden))
         g.w["decoder.bias"] = rng.normal(0, 0.1, (vocab,))
     if arch.endswith("SequenceClassification"):
         g.dense("classifier", labels, hidden)
@@ -848,7 +852,10 @@ class Gen:
     def __init__(self, rng):
         self.rng, self.w = rng, {}
 
-    def dense(self, name, n_out, n_in, bias=True, std=0.3):
+    def dense(self, name, n_out, n_in, bias=True, std=None):
+        # 1/sqrt(fan-in): activations stay near unit size, so float32 rounding in the graph
+        # stays well under the tolerance (at 0.3 the GLU nets amplify it to ~1e-4)
+        std = 1.0 / math.sqrt(n_in) if std is None else std
         self.w[name + ".weight"] = self.rng.normal(0, std, (n_out, n_in))
         if bias:
             self.w[name + ".bias"] = self.rng.normal(0, 0.1, (n_out,))
@@ -1141,11 +1148,10 @@ def run_batch(nornir, work):
         f1, m1 = pooled(together, mask, 1)
         f0, m0 = pooled(single, alone[1], 0)
         row = together[1, :short] if together.ndim == 3 else together[1]
-        lone = single[0] if together.ndim == 3 else single[0]
         case.update(
             first_token_cosine=cosine(f1, f0),
             mean_cosine=cosine(m1, m0),
-            max_abs_diff=float(np.abs(row - lone).max()),
+            max_abs_diff=float(np.abs(row - single[0]).max()),
         )
         good = case["first_token_cosine"] >= 0.99999 and case["mean_cosine"] >= 0.99999
         if by_design:

@@ -322,6 +322,22 @@ fn head_of(architecture: &str) -> Option<Head> {
 }
 
 impl Config {
+    /// Where `architectures` (not `modules.json`) asked for the masked-LM head and the checkpoint
+    /// holds none of it, the encoder: embedders often keep `*ForMaskedLM` in `architectures` and
+    /// ship only the encoder's weights (jina-embeddings-v2), which is what transformers' `AutoModel`
+    /// and sentence-transformers load from such a folder.
+    pub(crate) fn encoder_where_no_head_weights(mut self, st: Option<StModule>, has: impl Fn(&str) -> bool) -> Config {
+        let head_weight = match self.family {
+            Family::XlmRoberta => "lm_head.dense.weight",
+            Family::ModernBert => "head.dense.weight",
+            _ => "cls.predictions.transform.dense.weight",
+        };
+        if st.is_none() && self.head == Head::MaskedLm && !has(head_weight) {
+            self.head = Head::Encoder;
+        }
+        self
+    }
+
     /// Reads `config.json`'s text (`file` names it in errors). Where `modules.json` names the
     /// first module (`st`), the head is what sentence-transformers loads: the encoder for its
     /// `Transformer` (any architecture of a supported family), the masked-LM head for

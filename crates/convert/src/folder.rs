@@ -90,6 +90,7 @@ pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conv
     let st = std::fs::read_to_string(dir.join("modules.json")).ok().and_then(|t| StModule::parse(&t));
     let config = Config::parse(&text, &display(&config_file), st)?;
     let weights = Weights::open(dir)?;
+    let config = config.encoder_where_no_head_weights(st, |name| weights.contains(name));
     let mut g = Graph::new(&config.architecture);
     network::build(&mut g, &config, &weights, options.fused)?;
     let mut sources = vec![source_file(dir, &config_file, text.as_bytes())];
