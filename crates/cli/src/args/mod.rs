@@ -184,7 +184,8 @@ pub struct ModelArgs {
     /// retrieval.passage, separation, classification, text-matching).
     #[arg(long, value_name = "NAME")]
     pub task: Option<String>,
-    /// Keep the first N dimensions of each vector, then normalise (Matryoshka models).
+    /// Keep the first N dimensions of each vector, then normalise (Matryoshka models); of the
+    /// Dense modules' output where the folder has them.
     #[arg(long, alias = "dim", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub dimensions: Option<u32>,
     /// Under load (every worker busy), how long a free worker may wait for more texts to fill
