@@ -38,6 +38,8 @@ pub use convert_check::convert_folder;
 #[cfg(feature = "embed-ort")]
 mod quantize;
 #[cfg(feature = "embed-ort")]
+mod quantize_check;
+#[cfg(feature = "embed-ort")]
 mod serve;
 #[cfg(feature = "embed-ort")]
 pub use quantize::quantize;

@@ -13,7 +13,8 @@
 //! | tokenizer larger than config.json's vocab_size | `it has 31522 tokens but config.json says the model has 30522 (vocab_size)` |
 //! | the same, no config.json | `the model fails on a first test text (...); is tokenizer.json (31522 tokens) the model's own?` |
 //! | an image model | `input "pixel_values" takes Float; a text model takes int64 or int32 token ids (is this an image or audio model?)` |
-//! | modules.json with a Dense module | `module "sentence_transformers.models.Dense" (2_Dense) is not one nornir applies` |
+//! | modules.json with a module nornir does not apply (LayerNorm) | `module "sentence_transformers.models.LayerNorm" (2_LayerNorm) is not one nornir applies` |
+//! | a Dense module: weights missing, only pytorch_model.bin, in_features not the pooled width, weights of another shape, an unknown activation | one line each (`crates/embed/tests/dense.rs`); here the activation and the missing weights |
 //! | --prompt-name on a model without prompts | `unknown prompt name "query": the model has no prompts` |
 //! | --task on a model without tasks | `--task "retrieval.query": the model has no tasks` |
 //! | --dimensions wider than the model | `invalid --dimensions: 385 is wider than the model's 384-dimensional vectors` |
@@ -169,10 +170,30 @@ fn model_contract_mistakes() {
     let t = tempfile::tempdir().expect("tempdir");
     let modules = br#"[{"path":"","type":"sentence_transformers.models.Transformer"},
         {"path":"1_Pooling","type":"sentence_transformers.models.Pooling"},
-        {"path":"2_Dense","type":"sentence_transformers.models.Dense"}]"#;
-    let dense = model_copy(&t.path().join("a"), &[("modules.json", modules)]);
-    library_error(&dense, &cpu(), "is not one nornir applies");
-    embed_error(&dense, "module \"sentence_transformers.models.Dense\" (2_Dense) is not one nornir applies");
+        {"path":"2_LayerNorm","type":"sentence_transformers.models.LayerNorm"}]"#;
+    let other = model_copy(&t.path().join("a"), &[("modules.json", modules)]);
+    library_error(&other, &cpu(), "is not one nornir applies");
+    embed_error(&other, "module \"sentence_transformers.models.LayerNorm\" (2_LayerNorm) is not one nornir applies");
+
+    let modules = nornir_test_support::dense::modules_json(&["2_Dense"]);
+    let softplus = nornir_test_support::dense::Dense {
+        in_features: 384,
+        out_features: 8,
+        activation: "torch.nn.modules.activation.Softplus",
+        bias: true,
+        seed: 1,
+    };
+    let dense = model_copy(&t.path().join("dense"), &[("modules.json", modules.as_bytes())]);
+    nornir_test_support::dense::write_dense(&dense, "2_Dense", &softplus);
+    embed_error(
+        &dense,
+        "2_Dense/config.json: activation_function \"torch.nn.modules.activation.Softplus\" is not one nornir applies",
+    );
+    let tanh = nornir_test_support::dense::Dense { activation: "torch.nn.modules.activation.Tanh", ..softplus };
+    let unweighted = model_copy(&t.path().join("unweighted"), &[("modules.json", modules.as_bytes())]);
+    nornir_test_support::dense::write_dense(&unweighted, "2_Dense", &tanh);
+    std::fs::remove_file(unweighted.join("2_Dense/model.safetensors")).expect("rm");
+    embed_error(&unweighted, "2_Dense/model.safetensors is missing: the Dense module has no weights");
 
     let m = model();
     let with = |extra: &[&str]| {

@@ -36,8 +36,8 @@ pub use load::plan::{plan_for, plan_with};
 pub use load::runtime::{check_library, choose_library, device_list, list_devices};
 pub use report::describe::{EmbedderReport, RangesReport, RangesUse, cpu_int8_extensions, fusion_counts, precision};
 pub use report::values::{
-    DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport, PoolingSpec,
-    PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, Token,
+    DenseSpec, DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport,
+    PoolingSpec, PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, Token,
 };
 pub use schedule::stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 

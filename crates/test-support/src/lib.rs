@@ -1,13 +1,14 @@
 //! What several crates' tests share, built at test time in temporary folders: stub shared
 //! libraries with the real sonames and fake `/proc`, `/sys`, `/dev` trees (`stubs`), stub CUDA
 //! libraries generated from the real CUDA provider's imports (`cuda_stubs`), and tiny ONNX models
-//! written byte by byte (`fixtures`). A dev-dependency only: no product crate depends on it.
+//! written byte by byte (`fixtures`), sentence-transformers Dense folders (`dense`). A dev-dependency only: no product crate depends on it.
 //! Its helpers panic on failure, as test code does.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, missing_debug_implementations)]
 
 pub mod cuda_stubs;
+pub mod dense;
 pub mod fixtures;
 pub mod stubs;
 

@@ -63,9 +63,9 @@ pub mod diagnostics {
 
     #[cfg(feature = "embed-ort")]
     pub use nornir_embed::{
-        DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport, PoolingSpec,
-        PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, check_library,
-        choose_library, cpu_int8_extensions, device_list, fusion_counts, plan_for, plan_with, precision,
+        DenseSpec, DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport,
+        PoolingSpec, PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport,
+        check_library, choose_library, cpu_int8_extensions, device_list, fusion_counts, plan_for, plan_with, precision,
     };
 }
 

@@ -67,13 +67,17 @@ at run time with one scale per token, so that a text's vector is the same alone 
 DynamicQuantizeMatMul instead, whose vectors depend on the batch. The weights are int8 where this
 CPU has VNNI (AVX-512 VNNI, AVX-VNNI, AMX) and uint8 (int8 + 128) elsewhere: ONNX Runtime's AVX2
 kernel for int8 weights adds products in 16 bits, which saturate. OUTPUT gets the int8 model.onnx, the tokenizer and
-config files, and quantization.json: what was rewritten, what was kept in float32, and the cosine
-of the int8 against the float32 vectors on the built-in sample (99 texts), measured here.
+config files, and quantization.json: what was rewritten, what was kept in float32, and what int8
+costs, measured here on the built-in sample (99 texts) by each kind's own output: an embedder's
+vectors (cosine to float32), a sparse encoder's (cosine of the sparse vectors, overlap of the top
+10 terms), a cross-encoder's raw scores on 90 query/document pairs made from the sample (largest
+difference, queries whose top document and whole order are kept, mean Spearman).
 OUTPUT is written into a temporary folder and renamed into place only when all of it succeeded.
 The int8 model is for the CPU: on a GPU plan nornir runs it on the CPU and says why.
 
 Examples:
   nornir vector quantize --model all-MiniLM-L6-v2 --output all-MiniLM-L6-v2-int8
+  nornir vector quantize --model ms-marco-MiniLM-L-6-v2 --output reranker-int8
   nornir vector quantize --model DIR --output OUT --keep-fp32 output.dense --json")]
     Quantize(QuantizeArgs),
     /// Write model.onnx from a model's safetensors or PyTorch weights (BERT, XLM-RoBERTa; encoder,
@@ -184,7 +188,8 @@ pub struct ModelArgs {
     /// retrieval.passage, separation, classification, text-matching).
     #[arg(long, value_name = "NAME")]
     pub task: Option<String>,
-    /// Keep the first N dimensions of each vector, then normalise (Matryoshka models).
+    /// Keep the first N dimensions of each vector, then normalise (Matryoshka models); of the
+    /// Dense modules' output where the folder has them.
     #[arg(long, alias = "dim", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub dimensions: Option<u32>,
     /// Under load (every worker busy), how long a free worker may wait for more texts to fill

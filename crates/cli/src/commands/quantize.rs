@@ -13,6 +13,7 @@ use nornir_vector::{Device, Embedder, EmbedderOptions, Pooling};
 use sha2::{Digest, Sha256};
 
 use super::load::{model_dir, options};
+use super::quantize_check as check;
 use crate::args::QuantizeArgs;
 use nornir_vector::SAMPLE_TEXTS;
 use nornir_vector::diagnostics::fusion_counts;
@@ -57,7 +58,8 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
         .with_weights(a.weights)
         .with_keep_fp32(a.keep_fp32.clone())
         .with_fusions(a.fuse.0.clone());
-    let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
+    let kind = fp32.model_info().folder.kind.kind;
+    let sample = check::Sample::new(SAMPLE_TEXTS.lines().collect());
     let calibration_texts = match &a.calibrate {
         Some(file) => {
             std::fs::read_to_string(file).with_context(|| format!("cannot read --calibrate {}", file.display()))?
@@ -87,18 +89,16 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     let result = (|| -> Result<(serde_json::Value, QuantizeReport)> {
         std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
         copy_folder(&source_dir, &tmp)?;
-        let a32 = fp32.embed(&texts)?;
-        let (report, a8, fallback) = checked_fusions(&tmp, &int8_opts, &texts, (fused_bytes, fused_report), || {
+        let a32 = check::run(&fp32, &sample)?;
+        let (report, a8, fallback) = checked_fusions(&tmp, &int8_opts, &sample, (fused_bytes, fused_report), || {
             rewrite(&bytes, &qopts.clone().with_fusions(Vec::new())).context("cannot quantize without fusions")
         })?;
-        let cosines: Vec<f32> = a32.rows().zip(a8.rows()).map(|(x, y)| cosine(x, y)).collect();
-        let (worst, min) =
-            cosines.iter().copied().enumerate().fold((0, f32::INFINITY), |b, (i, c)| if c < b.1 { (i, c) } else { b });
-        let mean = cosines.iter().map(|&c| f64::from(c)).sum::<f64>() / cosines.len() as f64;
+        let (cost, line) = check::cost(&a32, &a8, &sample, kind);
         let calibration =
             a.calibrate.as_ref().map_or("built-in sample (99 texts)".to_owned(), |f| f.display().to_string());
-        let mut record = record(&model_file, &bytes, &report, &qopts, &calibration, (min, mean, texts[worst]));
+        let mut record = record(&model_file, &bytes, &report, &qopts, &calibration, cost);
         record["fusion_fallback"] = fallback.into();
+        record["summary"] = line.into();
         let text = serde_json::to_string_pretty(&record)?;
         std::fs::write(tmp.join("quantization.json"), text + "\n")?;
         Ok((record, report))
@@ -126,11 +126,10 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
             report.int8_gathers.len()
         );
         println!(
-            "weights {:.1} MB -> {:.1} MB; cosine to the float32 model on the built-in sample (99 texts): min {:.4}, mean {:.4}",
+            "weights {:.1} MB -> {:.1} MB; {}",
             report.weight_bytes_before as f64 / 1e6,
             report.weight_bytes_after as f64 / 1e6,
-            record["cost"]["cosine_min"].as_f64().unwrap_or(f64::NAN),
-            record["cost"]["cosine_mean"].as_f64().unwrap_or(f64::NAN),
+            record["summary"].as_str().unwrap_or_default(),
         );
         match record["fusion_fallback"].as_str() {
             Some(why) => println!("fusions not applied: {why}"),
@@ -146,28 +145,31 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     Ok(())
 }
 
-/// The least cosine between a fused graph's vectors and the unfused graph's on the sample. The
-/// fusions only reorder float arithmetic, which moves a few int8 roundings: min 0.9997 on the
-/// default model over 64 corpus texts, 0.9980 on the sample without smoothing. A fusion that
-/// computes something else falls below it (an attention scale 10% off: 0.994).
+/// The least similarity (`check::similarity`: cosine of vectors, of sparse vectors, or the
+/// Pearson correlation of a cross-encoder's scores) between a fused graph's output and the
+/// unfused graph's on the sample. The fusions only reorder float arithmetic, which moves a few
+/// int8 roundings: min cosine 0.9997 on the default model over 64 corpus texts, 0.9980 on the
+/// sample without smoothing. A fusion that computes something else falls below it (an attention
+/// scale 10% off: 0.994).
 const FUSED_MIN_COSINE: f32 = 0.995;
 
-/// Writes `fused` into `dir` and embeds `texts` with it. Where fusions were applied, the unfused
-/// graph (`unfused()`) runs too: if the fused one does not load or run, or its vectors are not
-/// the unfused one's, the unfused graph is written instead and the reason returned.
+/// Writes `fused` into `dir` and runs the sample with it, as its kind runs. Where fusions were
+/// applied, the unfused graph (`unfused()`) runs too: if the fused one does not load or run, or
+/// its output is not the unfused one's, the unfused graph is written instead and the reason
+/// returned.
 fn checked_fusions(
     dir: &Path,
     opts: &EmbedderOptions,
-    texts: &[&str],
+    sample: &check::Sample<'_>,
     (fused, report): (Vec<u8>, QuantizeReport),
     unfused: impl FnOnce() -> Result<(Vec<u8>, QuantizeReport)>,
-) -> Result<(QuantizeReport, nornir_vector::Embeddings, Option<String>)> {
+) -> Result<(QuantizeReport, check::Outputs, Option<String>)> {
     let file = dir.join("model.onnx");
     let write = |bytes: &[u8]| std::fs::write(&file, bytes).with_context(|| format!("cannot write {}", file.display()));
-    let embed = |bytes: &[u8]| -> Result<nornir_vector::Embeddings> {
+    let embed = |bytes: &[u8]| -> Result<check::Outputs> {
         write(bytes)?;
         let e = Embedder::new(dir, opts).context("the int8 model does not load")?;
-        Ok(e.embed(texts)?)
+        check::run(&e, sample)
     };
     let tried = embed(&fused);
     if report.fused.is_empty() {
@@ -177,12 +179,12 @@ fn checked_fusions(
     let plain = embed(&plain_bytes)?;
     let why = match tried {
         Ok(rows) => {
-            let min = rows.rows().zip(plain.rows()).map(|(x, y)| cosine(x, y)).fold(f32::INFINITY, f32::min);
+            let min = check::similarity(&rows, &plain);
             if min >= FUSED_MIN_COSINE {
                 write(&fused)?;
                 return Ok((report, rows, None));
             }
-            format!("the fused graph's vectors differ from the unfused graph's (min cosine {min:.4} on the sample)")
+            format!("the fused graph's output differs from the unfused graph's (min similarity {min:.4} on the sample)")
         }
         Err(e) => format!("the fused graph does not run: {e:#}"),
     };
@@ -256,19 +258,13 @@ fn granularity_name(g: Granularity) -> &'static str {
     }
 }
 
-pub(super) fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let norm = a.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 { dot / norm } else { 0.0 }
-}
-
 fn record(
     model_file: &Path,
     bytes: &[u8],
     report: &QuantizeReport,
     qopts: &QuantizeOptions,
     calibration: &str,
-    (min, mean, worst): (f32, f64, &str),
+    cost: serde_json::Value,
 ) -> serde_json::Value {
     serde_json::json!({
         "format": "nornir int8",
@@ -294,12 +290,7 @@ fn record(
         "int8_gathers": report.int8_gathers,
         "fused": report.fused,
         "nodes": { "before": report.nodes_before, "after": report.nodes_after },
-        "cost": {
-            "sample": "built-in sample (testdata/parity-sample.txt, 99 texts)",
-            "cosine_min": min,
-            "cosine_mean": mean,
-            "worst_text": worst,
-        },
+        "cost": cost,
     })
 }
 
@@ -365,10 +356,10 @@ mod tests {
         copy_folder(&model, dir.path()).expect("copy the model folder");
         let mut opts = EmbedderOptions::default();
         opts.device = Device::Cpu;
-        let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
+        let sample = check::Sample::new(SAMPLE_TEXTS.lines().collect());
         let on_disk = || std::fs::read(dir.path().join("model.onnx")).expect("model.onnx written");
         let check = |candidate: &[u8]| {
-            checked_fusions(dir.path(), &opts, &texts, (candidate.to_vec(), report.clone()), || {
+            checked_fusions(dir.path(), &opts, &sample, (candidate.to_vec(), report.clone()), || {
                 rewrite(&bytes, &qopts.clone().with_fusions(Vec::new())).context("unfused")
             })
             .expect("checked")
@@ -376,7 +367,8 @@ mod tests {
 
         let (kept, rows, why) = check(&fused);
         assert!(why.is_none(), "{why:?}");
-        assert_eq!((kept.fused.len(), rows.len()), (report.fused.len(), texts.len()));
+        let check::Outputs::Dense(rows) = rows else { panic!("an embedder's rows") };
+        assert_eq!((kept.fused.len(), rows.len()), (report.fused.len(), sample.texts.len()));
         assert!(on_disk() == fused, "the fused graph is the one written");
 
         for (candidate, reason) in [(b"not an ONNX model".to_vec(), "does not run"), (per_tensor, "differ")] {

@@ -219,6 +219,18 @@ pub(super) fn write_model(out: &mut String, m: &nornir_vector::diagnostics::Mode
         format!("{} (first {} of {}, --dimensions)", m.dimension, m.dimension, m.model_dimension)
     };
     writeln!(out, "  model vectors: {dim} dimensions, {} pooling, up to {} tokens", m.pooling, m.max_length)?;
+    if let Some(why) = &m.dense_reason {
+        let layers: Vec<String> = m
+            .folder
+            .dense
+            .iter()
+            .map(|d| {
+                let activation = d.activation.rsplit('.').next().unwrap_or_default();
+                format!("{} {} -> {} {activation}", d.path, d.in_features, d.out_features)
+            })
+            .collect();
+        writeln!(out, "  dense: {} ({why})", layers.join(", "))?;
+    }
     let normalize = if m.normalize { "normalised" } else { "not normalised" };
     writeln!(out, "  normalisation: {normalize} ({})", m.normalize_reason)?;
     if let Some(source) = &m.prompt.source {

@@ -1,8 +1,9 @@
-//! Results by kind: rows pooled and normalised (embedder), sparse vectors (sparse encoder),
+//! Results by kind: rows pooled, put through Dense modules and normalised (embedder), sparse vectors (sparse encoder),
 //! activated scores and rankings (cross-encoder), compact vectors; the rows a call gets back.
 
 pub(crate) mod compact;
 pub(crate) mod compact_calls;
+pub(crate) mod dense;
 pub(crate) mod embeddings;
 pub(crate) mod pooling;
 pub(crate) mod rerank;

@@ -14,6 +14,8 @@ use ort::session::Session;
 use crate::call::tokenize::ModelTokenizer;
 use crate::error::{EmbedError, Result, error_chain};
 use crate::forward::graph_io::{GraphIo, Row, RowSettings, graph_io, run_and_pool};
+use crate::kinds::dense::DenseHead;
+use crate::load::dense::load_head;
 use crate::load::graph_scan::one_text_per_run;
 use crate::load::kind;
 use crate::load::plan::plan_with;
@@ -52,6 +54,9 @@ pub(crate) struct Engine {
     pub(crate) call_defaults: nornir_options::CallOptions,
     pub(crate) io: GraphIo,
     pub(crate) settings: RowSettings,
+    /// The folder's Dense modules, applied to each pooled row (empty: none, or the graph's
+    /// pooled output already holds them; see `check_with_a_first_run`).
+    pub(crate) head: DenseHead,
     pub(crate) info: ModelInfo,
     pub(crate) report: SessionReport,
     pub(crate) runtime: Arc<OrtRuntime>,
@@ -67,6 +72,7 @@ impl Engine {
     pub(crate) fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
         options.validate()?;
         let mut folder = ModelFolder::open(dir, options.model_file.as_deref())?;
+        let head = load_head(&folder.dir, &folder.dense)?;
         let prompt = choose_prompt(&folder, options)?;
         let tokenizer = ModelTokenizer::load(&folder, options.max_length)?;
         let (max_length, left_padding) = (tokenizer.max_length(), tokenizer.left_padding());
@@ -144,6 +150,7 @@ impl Engine {
             prompt,
             left_padding,
             one_text_per_run,
+            dense_reason: None,
             folder,
         };
         let policy = if report.gpu_vendor == Vendor::Cpu { BatchPolicy::CPU } else { BatchPolicy::GPU };
@@ -162,6 +169,7 @@ impl Engine {
             call_defaults: options.call.clone(),
             io,
             settings,
+            head: DenseHead::default(),
             info,
             report,
             runtime,
@@ -176,14 +184,15 @@ impl Engine {
             ),
             queue_full: options.queue_full,
         };
-        engine.check_with_a_first_run()?;
+        engine.check_with_a_first_run(head)?;
         tracing::info!(provider = %engine.report.active_provider, vendor = %engine.report.gpu_vendor, "embedder ready");
         Ok(engine)
     }
 
     /// Runs one short text: finds the output width, checks it against the configs, and makes a
-    /// graph that fails on real input (wrong vocabulary, wrong inputs) fail at load time.
-    pub(crate) fn check_with_a_first_run(&mut self) -> Result<()> {
+    /// graph that fails on real input (wrong vocabulary, wrong inputs) fail at load time. Then
+    /// the Dense modules (`head`) join the engine, unless the graph's pooled output holds them.
+    pub(crate) fn check_with_a_first_run(&mut self, head: DenseHead) -> Result<()> {
         let vocab = self.tokenizer.truncating().get_vocab_size(true);
         let probe_text = "nornir checks the model";
         let enc = self
@@ -205,8 +214,16 @@ impl Engine {
                 source: Some(e.into()),
             },
         })?;
+        let (dim, dense_reason) = self.place_dense(head, dim)?;
+        self.info.dense_reason = dense_reason;
         let folder = &self.info.folder;
         let expected = match folder.kind.kind {
+            ModelKind::Embedder if !self.head.is_empty() => {
+                self.head.out_features().map(|o| (o, "last Dense module's out_features"))
+            }
+            ModelKind::Embedder if !folder.dense.is_empty() => {
+                folder.dense.last().map(|d| (d.out_features, "last Dense module's out_features"))
+            }
             ModelKind::Embedder => folder.hidden_size.map(|h| (h, "hidden size")),
             ModelKind::SparseEncoder => folder.vocab_size.map(|v| (v, "vocabulary size")),
             ModelKind::CrossEncoder => Some((folder.kind.labels.len(), "number of labels")),
@@ -246,6 +263,35 @@ impl Engine {
         }
         self.reset_stats();
         Ok(())
+    }
+
+    /// Where the Dense modules apply, given the width `raw` of the graph's first output: after
+    /// nornir pools, or (a pooled output already as wide as their output and not their input:
+    /// an export of the whole sentence-transformers model) nowhere. Returns the rows' width.
+    fn place_dense(&mut self, head: DenseHead, raw: usize) -> Result<(usize, Option<String>)> {
+        let (Some(takes), Some(gives)) = (head.in_features(), head.out_features()) else { return Ok((raw, None)) };
+        let n = self.info.folder.dense.len();
+        let output = &self.info.output;
+        if self.io.pooled && raw == gives && raw != takes {
+            return Ok((raw, Some(format!("already in the graph's pooled output {output:?} ({raw} wide)"))));
+        }
+        if self.io.pooled && takes == gives {
+            return Err(EmbedError::model(
+                &self.info.folder.dir,
+                format!(
+                    "the graph's output {output:?} is pooled and the Dense modules take and give {raw}, so nornir cannot \
+                     tell whether the graph applied them: choose its token output with `output_name`"
+                ),
+            ));
+        }
+        if raw != takes {
+            return Err(EmbedError::model(
+                &self.info.folder.dir,
+                format!("the pooled vectors are {raw} wide but the first Dense module takes in_features {takes}"),
+            ));
+        }
+        self.head = head;
+        Ok((gives, Some(format!("{n} Dense module(s) applied by nornir after pooling: {takes} -> {gives}"))))
     }
 
     /// A call's truncation and chunking: its own when it makes either choice, else the
@@ -423,7 +469,16 @@ impl Engine {
         mut emit: impl FnMut(usize, &[f32]),
     ) -> Result<usize> {
         let (settings, nanos) = (self.settings, &self.counters.ort_nanos);
-        self.run_on(slot, rows, |session| run_and_pool(session, &self.io, settings, rows, nanos, &mut emit))
+        if self.head.is_empty() {
+            return self
+                .run_on(slot, rows, |session| run_and_pool(session, &self.io, settings, rows, nanos, &mut emit));
+        }
+        // Pooled rows go through the Dense modules before anything else sees them; their width
+        // was checked against the graph's at load.
+        let mut scratch = Default::default();
+        let mut apply = |k: usize, v: &[f32]| emit(k, self.head.apply(v, &mut scratch));
+        self.run_on(slot, rows, |session| run_and_pool(session, &self.io, settings, rows, nanos, &mut apply))?;
+        Ok(self.head.out_features().unwrap_or_default())
     }
 
     /// Runs `run` on the slot's session, then counts the batch of `rows`. Pooled rows and token

@@ -6,8 +6,9 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::error::{EmbedError, Result};
+use crate::kinds::dense::Activation;
 use crate::load::kind::{HeadConfig, choose_kind, parse_splade_config};
-use crate::report::values::{ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
+use crate::report::values::{DenseSpec, ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
 use nornir_options::ModelKind;
 use nornir_options::Pooling;
 
@@ -81,9 +82,11 @@ struct Module {
     kind: String,
 }
 
-/// Parses `modules.json`. The transformer (the ONNX graph), Pooling, SpladePooling and Normalize
-/// modules are what nornir applies; any other module (Dense, WordEmbeddings, ...) is an error naming it,
-/// since leaving it out would give other vectors than sentence-transformers does.
+/// Parses `modules.json`. The transformer (the ONNX graph), Pooling, SpladePooling, Dense and
+/// Normalize modules are what nornir applies; any other module (WordEmbeddings, LayerNorm, ...) is
+/// an error naming it, since leaving it out would give other vectors than sentence-transformers
+/// does. Dense modules apply to the pooled vector, so they must come after Pooling and before
+/// Normalize, the one order nornir applies them in.
 pub fn parse_modules(text: &str) -> Result<Modules, String> {
     let modules: Vec<Module> = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let class = |m: &Module| m.kind.rsplit('.').next().unwrap_or_default().to_owned();
@@ -94,16 +97,64 @@ pub fn parse_modules(text: &str) -> Result<Modules, String> {
             "Pooling" => out.pooling_dir = Some(m.path.clone()),
             "SpladePooling" => out.splade_dir = Some(m.path.clone()),
             "Normalize" => out.normalize = true,
+            "Dense" if out.pooling_dir.is_none() || out.normalize => {
+                return Err(format!(
+                    "module {:?} ({}) is listed {} Pooling; nornir applies Dense modules after Pooling and before Normalize",
+                    m.kind,
+                    m.path,
+                    if out.normalize { "after Normalize, not between Normalize and" } else { "before" }
+                ));
+            }
+            "Dense" => out.dense_dirs.push(m.path.clone()),
             _ => {
                 return Err(format!(
-                    "module {:?} ({}) is not one nornir applies (it applies the transformer, Pooling, SpladePooling and Normalize); \
-                     its output would differ from sentence-transformers', so the model is refused",
+                    "module {:?} ({}) is not one nornir applies (it applies the transformer, Pooling, SpladePooling, Dense and \
+                     Normalize); its output would differ from sentence-transformers', so the model is refused",
                     m.kind, m.path
                 ));
             }
         }
     }
     Ok(out)
+}
+
+/// A Dense module's `config.json`, as sentence-transformers writes it.
+#[derive(Deserialize)]
+struct DenseConfig {
+    in_features: usize,
+    out_features: usize,
+    #[serde(default = "yes")]
+    bias: bool,
+    activation_function: Option<String>,
+    /// sentence-transformers 5: the feature it reads; nornir applies it to the pooled vector only.
+    module_input_name: Option<String>,
+    module_output_name: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Parses a Dense module's `config.json` (its folder `path`): widths, bias and an activation
+/// nornir applies (other keys are ignored).
+pub fn parse_dense_config(path: &str, text: &str) -> Result<DenseSpec, String> {
+    let c: DenseConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    Activation::from_torch(c.activation_function.as_deref())?;
+    for (key, name) in [("module_input_name", &c.module_input_name), ("module_output_name", &c.module_output_name)] {
+        if let Some(n) = name.as_deref().filter(|n| *n != "sentence_embedding") {
+            return Err(format!("{key} {n:?}: nornir applies a Dense module to the sentence_embedding only"));
+        }
+    }
+    if c.in_features == 0 || c.out_features == 0 {
+        return Err(format!("in_features {} and out_features {} must both be positive", c.in_features, c.out_features));
+    }
+    Ok(DenseSpec {
+        path: path.to_owned(),
+        in_features: c.in_features,
+        out_features: c.out_features,
+        bias: c.bias,
+        activation: c.activation_function.unwrap_or_else(|| "torch.nn.modules.activation.Tanh".to_owned()),
+    })
 }
 
 #[derive(Deserialize)]
@@ -265,8 +316,30 @@ impl ModelFolder {
             }
             None => None,
         };
+        let mut dense: Vec<DenseSpec> = Vec::new();
+        for path in modules.as_ref().map(|m| m.dense_dirs.as_slice()).unwrap_or_default() {
+            let name = format!("{path}/config.json");
+            let text =
+                read_json(&name)?.ok_or_else(|| err(format!("{name} is missing (the Dense module's config)")))?;
+            let spec = parse_dense_config(path, &text).map_err(|e| err(format!("{name}: {e}")))?;
+            // Each layer reads the width the one before gives, the first the pooled width.
+            let (takes, from) = match dense.last() {
+                Some(before) => (Some(before.out_features), format!("{}'s out_features", before.path)),
+                None => (hidden_size, "the pooled vectors' width (hidden size)".to_owned()),
+            };
+            if let Some(w) = takes.filter(|&w| w != spec.in_features) {
+                return Err(err(format!("{name}: in_features {} does not match {from}, {w}", spec.in_features)));
+            }
+            dense.push(spec);
+        }
         let listed_pooling = modules.as_ref().is_some_and(|m| m.pooling_dir.is_some());
         let kind = choose_kind(&head, splade, listed_pooling).map_err(|e| err(format!("config.json: {e}")))?;
+        if !dense.is_empty() && kind.kind != ModelKind::Embedder {
+            return Err(err(format!(
+                "modules.json lists Dense modules, which apply to an embedder's vectors; this is {}",
+                kind.kind.with_article()
+            )));
+        }
         let prompts = match read_json("config_sentence_transformers.json")? {
             Some(t) => parse_prompts(&t).map_err(|e| err(format!("config_sentence_transformers.json: {e}")))?,
             None => Prompts::default(),
@@ -290,6 +363,7 @@ impl ModelFolder {
             task_instructions: hf.task_instructions,
             quantization,
             kind,
+            dense,
         })
     }
 }
@@ -305,19 +379,66 @@ mod tests {
             {"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}]"#;
         assert_eq!(
             parse_modules(modules),
-            Ok(Modules { pooling_dir: Some("1_Pooling".to_owned()), normalize: true, splade_dir: None })
+            Ok(Modules {
+                pooling_dir: Some("1_Pooling".to_owned()),
+                normalize: true,
+                splade_dir: None,
+                dense_dirs: Vec::new()
+            })
         );
         let jina_v3 = r#"[{"idx":0,"name":"transformer","path":"","type":"custom_st.Transformer"},
             {"idx":1,"name":"pooler","path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]"#;
         assert_eq!(
             parse_modules(jina_v3),
-            Ok(Modules { pooling_dir: Some("1_Pooling".to_owned()), normalize: false, splade_dir: None })
+            Ok(Modules {
+                pooling_dir: Some("1_Pooling".to_owned()),
+                normalize: false,
+                splade_dir: None,
+                dense_dirs: Vec::new()
+            })
         );
-        let dense = r#"[{"path":"","type":"sentence_transformers.models.Transformer"},
-            {"path":"2_Dense","type":"sentence_transformers.models.Dense"}]"#;
-        let e = parse_modules(dense).unwrap_err();
-        assert!(e.contains("sentence_transformers.models.Dense") && e.contains("2_Dense"), "{e}");
+        let m = |types: &[&str]| {
+            let list: Vec<String> = types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| format!(r#"{{"path":"{i}_{t}","type":"sentence_transformers.models.{t}"}}"#))
+                .collect();
+            parse_modules(&format!("[{}]", list.join(",")))
+        };
+        let dense = m(&["Transformer", "Pooling", "Dense", "Dense", "Normalize"]).expect("dense");
+        assert_eq!(dense.dense_dirs, ["2_Dense", "3_Dense"]);
+        assert!(dense.normalize);
+        for (order, why) in [
+            (&["Transformer", "Dense", "Pooling"][..], "before Pooling"),
+            (&["Transformer", "Pooling", "Normalize", "Dense"], "after Normalize"),
+        ] {
+            let e = m(order).unwrap_err();
+            assert!(e.contains("sentence_transformers.models.Dense") && e.contains(why), "{e}");
+        }
+        let e = m(&["Transformer", "Pooling", "LayerNorm"]).unwrap_err();
+        assert!(e.contains("sentence_transformers.models.LayerNorm") && e.contains("2_LayerNorm"), "{e}");
         assert!(parse_modules("{").is_err());
+
+        let spec = parse_dense_config(
+            "2_Dense",
+            r#"{"in_features":384,"out_features":256,"bias":false,"activation_function":"torch.nn.modules.linear.Identity"}"#,
+        )
+        .expect("dense config");
+        assert_eq!((spec.in_features, spec.out_features, spec.bias), (384, 256, false));
+        let tanh = parse_dense_config("d", r#"{"in_features":4,"out_features":2}"#).expect("defaults");
+        assert_eq!((tanh.bias, tanh.activation.as_str()), (true, "torch.nn.modules.activation.Tanh"));
+        for (config, why) in [
+            (
+                r#"{"in_features":4,"out_features":2,"activation_function":"torch.nn.modules.activation.Softplus"}"#,
+                "Softplus",
+            ),
+            (r#"{"in_features":4}"#, "out_features"),
+            (r#"{"in_features":0,"out_features":2}"#, "positive"),
+            (r#"{"in_features":4,"out_features":2,"module_input_name":"token_embeddings"}"#, "token_embeddings"),
+        ] {
+            let e = parse_dense_config("d", config).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
 
         let pooling =
             r#"{"word_embedding_dimension":384,"pooling_mode_cls_token":false,"pooling_mode_mean_tokens":true}"#;

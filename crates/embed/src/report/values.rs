@@ -273,6 +273,10 @@ pub struct ModelInfo {
     /// quantizes activations with one scale per batch, so batching would change the vectors.
     #[serde(default)]
     pub one_text_per_run: Option<String>,
+    /// Where the folder's Dense modules are applied, when it lists any: by nornir after pooling,
+    /// or already inside the graph's pooled output.
+    #[serde(default)]
+    pub dense_reason: Option<String>,
 }
 
 /// Where a model's files are and what its configs say.
@@ -309,6 +313,26 @@ pub struct ModelFolder {
     /// Embedder, sparse encoder or cross-encoder, and why.
     #[serde(default)]
     pub kind: KindChoice,
+    /// The `Dense` modules `modules.json` lists after pooling, in order (their configs; the
+    /// weights are read when the embedder loads).
+    #[serde(default)]
+    pub dense: Vec<DenseSpec>,
+}
+
+/// One sentence-transformers `Dense` module: `activation(W x + b)` on the pooled vector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DenseSpec {
+    /// Its folder (`2_Dense`).
+    pub path: String,
+    /// The width it takes.
+    pub in_features: usize,
+    /// The width it gives.
+    pub out_features: usize,
+    /// Whether it adds a bias.
+    pub bias: bool,
+    /// Its `activation_function`, a torch class (`torch.nn.modules.activation.Tanh`).
+    pub activation: String,
 }
 
 /// What `quantization.json` says about how the model was made.
@@ -353,6 +377,9 @@ pub struct Modules {
     /// The SpladePooling module's folder, if one is listed (a sparse encoder).
     #[serde(default)]
     pub splade_dir: Option<String>,
+    /// The Dense modules' folders, in the order they apply (after pooling, before Normalize).
+    #[serde(default)]
+    pub dense_dirs: Vec<String>,
 }
 
 /// A sentence-transformers pooling config: the mode, the embedding width, and whether prompt
