@@ -193,6 +193,9 @@ pub(super) fn write_memory(out: &mut String, m: &nornir_vector::diagnostics::Mem
 pub(super) fn write_model(out: &mut String, m: &nornir_vector::diagnostics::ModelInfo) -> std::fmt::Result {
     let kind = &m.folder.kind;
     writeln!(out, "  model kind: {} ({})", kind.kind, kind.reason)?;
+    if let Some(family) = &m.folder.family {
+        writeln!(out, "  family: {family}")?;
+    }
     writeln!(out, "  model output: {:?}, {}", m.output, m.output_reason)?;
     if kind.kind == nornir_vector::ModelKind::CrossEncoder {
         let activation = kind.activation.map_or("none".to_owned(), |a| format!("{a:?}").to_lowercase());

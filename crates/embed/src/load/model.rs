@@ -49,6 +49,11 @@ pub struct HfConfig {
     pub model_type: Option<String>,
     /// The padding token (the RoBERTa family's position offset).
     pub pad_token_id: Option<usize>,
+    /// The network's classes (`BertModel`, `JinaBertForMaskedLM`, ...).
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    /// `absolute`, `alibi` (JinaBERT v2), `rotary` (jina-embeddings-v3), ...
+    pub position_embedding_type: Option<String>,
     /// jina-embeddings-v3: the task adapters, in `task_id` order.
     pub lora_adaptations: Option<Vec<String>>,
     /// jina-embeddings-v3: the text put before a text for each task.
@@ -71,6 +76,27 @@ impl HfConfig {
             _ => 0,
         };
         self.max_position_embeddings.map(|n| n.saturating_sub(offset))
+    }
+
+    /// The family, named for a person: from `architectures`, `model_type` and the positions.
+    pub fn family(&self) -> Option<String> {
+        let arch = self.architectures.first().map(String::as_str).unwrap_or_default();
+        let positions = self.position_embedding_type.as_deref();
+        let named = match self.model_type.as_deref() {
+            _ if arch.starts_with("JinaBert") => "JinaBERT v2 (ALiBi)",
+            Some("bert") if positions == Some("alibi") => "JinaBERT v2 (ALiBi)",
+            _ if arch.starts_with("XLMRobertaLoRA") => "jina-embeddings-v3 (XLM-RoBERTa, rotary, task LoRA)",
+            Some("xlm-roberta") if positions == Some("rotary") => "jina-embeddings-v3 (XLM-RoBERTa, rotary, task LoRA)",
+            Some("nomic_bert") => "NomicBERT (rotary, SwiGLU)",
+            Some("new") => "GTE (NewModel: rotary, GeGLU)",
+            Some("modernbert") => "ModernBERT (rotary, local and global attention)",
+            Some("bert") => "BERT",
+            Some("xlm-roberta") => "XLM-RoBERTa",
+            Some(other) => other,
+            None if arch.is_empty() => return None,
+            None => arch,
+        };
+        Some(if arch.is_empty() { named.to_owned() } else { format!("{named}, {arch}") })
     }
 }
 
@@ -359,6 +385,7 @@ impl ModelFolder {
             pooling,
             modules,
             prompts,
+            family: hf.family(),
             tasks: hf.lora_adaptations,
             task_instructions: hf.task_instructions,
             quantization,
@@ -482,6 +509,26 @@ mod tests {
         assert_eq!(xlmr.expect("config").usable_positions(), Some(512));
         let bert = parse_hf_config(r#"{"model_type":"bert","max_position_embeddings":512,"pad_token_id":0}"#);
         assert_eq!(bert.expect("config").usable_positions(), Some(512));
+    }
+
+    #[test]
+    fn the_family_is_named_from_the_config_and_nomics_keys_are_read() {
+        let family = |text: &str| parse_hf_config(text).expect("config").family();
+        assert_eq!(
+            family(r#"{"architectures":["JinaBertForMaskedLM"],"model_type":"bert","position_embedding_type":"alibi"}"#)
+                .as_deref(),
+            Some("JinaBERT v2 (ALiBi), JinaBertForMaskedLM")
+        );
+        assert_eq!(
+            family(r#"{"architectures":["XLMRobertaModel"],"model_type":"xlm-roberta","position_embedding_type":"rotary"}"#)
+                .as_deref(),
+            Some("jina-embeddings-v3 (XLM-RoBERTa, rotary, task LoRA), XLMRobertaModel")
+        );
+        assert_eq!(family(r#"{"model_type":"modernbert"}"#).as_deref(), Some("ModernBERT (rotary, local and global attention)"));
+        assert_eq!(family(r#"{"architectures":["BertModel"],"model_type":"bert"}"#).as_deref(), Some("BERT, BertModel"));
+        assert_eq!(family("{}"), None);
+        let nomic = parse_hf_config(r#"{"model_type":"nomic_bert","n_positions":8192,"n_embd":768}"#).expect("config");
+        assert_eq!((nomic.usable_positions(), nomic.hidden_size), (Some(8192), Some(768)));
     }
 
     #[test]

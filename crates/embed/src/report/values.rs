@@ -313,6 +313,10 @@ pub struct ModelFolder {
     /// Embedder, sparse encoder or cross-encoder, and why.
     #[serde(default)]
     pub kind: KindChoice,
+    /// The network's family as `config.json` describes it (`architectures`, `model_type`,
+    /// `position_embedding_type`), e.g. "JinaBERT v2 (ALiBi)"; absent without a config.json.
+    #[serde(default)]
+    pub family: Option<String>,
     /// The `Dense` modules `modules.json` lists after pooling, in order (their configs; the
     /// weights are read when the embedder loads).
     #[serde(default)]
