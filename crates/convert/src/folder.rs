@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{Config, StModule};
 use crate::graph::{Graph, OPSET};
-use crate::weights::{SHARD_INDEX, TORCH_INDEX, Weights};
+use crate::weights::{SHARD_INDEX, SINGLE, TORCH_INDEX, TORCH_SINGLE, Weights};
 use crate::{Conversion, ConvertError, ConvertOptions, SourceFile, network};
 
 const EXTERNAL_DATA: &str = "model.onnx_data";
@@ -146,6 +146,16 @@ fn copy_folder(from: &Path, to: &Path, relative: &Path, output: &Path) -> Result
             }
             std::fs::create_dir_all(&dst).map_err(write_err(&dst))?;
             copied.extend(copy_folder(&src, &dst, &relative.join(&name), output)?);
+        } else if src.is_file() && !relative.as_os_str().is_empty() && name == TORCH_SINGLE {
+            // A module folder's PyTorch weights (a `2_Dense` of older sentence-transformers
+            // models): read as the encoder's are, written as the safetensors nornir loads.
+            if from.join(SINGLE).is_file() {
+                continue;
+            }
+            let bytes = Weights::open(from)?.to_safetensors()?;
+            let dst = to.join(SINGLE);
+            std::fs::write(&dst, bytes).map_err(write_err(&dst))?;
+            copied.push(format!("{} (from {})", display(&relative.join(SINGLE)), display(&relative.join(&name))));
         } else if src.is_file() {
             std::fs::copy(&src, &dst).map_err(write_err(&dst))?;
             copied.push(display(&relative.join(&name)));

@@ -84,6 +84,42 @@ impl Weights {
         self.shards.iter().map(|s| (s.path.as_path(), s.bytes.as_slice()))
     }
 
+    /// Tensor `name`'s shape as its file records it.
+    pub(crate) fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        let shard = &self.shards[*self.index.get(name)?];
+        match &shard.format {
+            Format::Safetensors { metadata, .. } => metadata.info(name).map(|i| i.shape.clone()),
+            Format::Torch(checkpoint) => {
+                checkpoint.tensor(&display(&shard.path), &shard.bytes, name).ok().flatten().map(|t| t.shape.to_vec())
+            }
+        }
+    }
+
+    /// The checkpoint as one safetensors file of float32 tensors (`pytorch_model.bin` of a
+    /// sentence-transformers module folder, written as the `model.safetensors` it reads).
+    pub(crate) fn to_safetensors(&self) -> Result<Vec<u8>, ConvertError> {
+        let mut names: Vec<&str> = self.names().collect();
+        names.sort_unstable();
+        let mut tensors = Vec::with_capacity(names.len());
+        for name in names {
+            let shape = self.shape(name).ok_or_else(|| ConvertError::MissingTensor {
+                tensor: name.to_owned(),
+                files: self.shards.iter().map(|s| display(&s.path)).collect::<Vec<_>>().join(", "),
+            })?;
+            let bytes: Vec<u8> = self.f32(name, &shape)?.iter().flat_map(|v| v.to_le_bytes()).collect();
+            tensors.push((name.to_owned(), shape, bytes));
+        }
+        let views = tensors
+            .iter()
+            .map(|(name, shape, bytes)| {
+                safetensors::tensor::TensorView::new(Dtype::F32, shape.clone(), bytes).map(|v| (name.clone(), v))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ConvertError::Weights { file: "safetensors".to_owned(), why: format!("cannot be written ({e})") })?;
+        safetensors::tensor::serialize(views, None)
+            .map_err(|e| ConvertError::Weights { file: "safetensors".to_owned(), why: format!("cannot be written ({e})") })
+    }
+
     /// Every tensor's name, in no order.
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.index.keys().map(String::as_str)

@@ -28,7 +28,7 @@ fn load_layer(dir: &Path, spec: &DenseSpec) -> std::result::Result<DenseLayer, S
             return Err(if folder.join("pytorch_model.bin").is_file() {
                 format!(
                     "{}/ holds only pytorch_model.bin; nornir reads a Dense module from model.safetensors: \
-                     write it with Python (safetensors.torch.save_file(torch.load(\"pytorch_model.bin\"), \"model.safetensors\"))",
+                     `nornir vector convert` writes it (or Python: safetensors.torch.save_file(torch.load(\"pytorch_model.bin\"), \"model.safetensors\"))",
                     spec.path
                 )
             } else {
