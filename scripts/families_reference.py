@@ -12,6 +12,14 @@ names), against ONNX Runtime running the converted model.onnx.
                                                wrong in one way at a time: each must differ
   families_reference.py batch NORNIR WORK      batch invariance of the converted graphs: a short
                                                text alone and beside 600+ token texts
+  families_reference.py surfaces NORNIR WORK [TOKENIZER]
+                                               each family's converted folder on every surface:
+                                               `nornir vector embed` (mean-pooled, normalised;
+                                               jina-v3 under two tasks), `serve`'s /v1/embeddings,
+                                               `rerank` (the classifier heads, one label) and the
+                                               SPLADE sparse embed (masked-LM heads), against the
+                                               reference on the ids of a real BERT tokenizer
+                                               (TOKENIZER, default: the cached all-MiniLM-L6-v2's)
   families_reference.py selftest               the reference against itself (no nornir): ALiBi
                                                and rotary against brute force, padded rows
                                                against the same text alone, the shared encoder
@@ -165,7 +173,14 @@ ModernBERT
 import collections
 import json
 import math
+import os
+import shutil
+import subprocess
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -1268,10 +1283,398 @@ def selftest():
     return {"checks": checks, "ok": all(c["ok"] for c in checks)}
 
 
+
+# --- every surface nornir has ------------------------------------------------------------------
+
+# Each family's encoder as a sentence-transformers folder with a real BERT tokenizer (the cached
+# all-MiniLM-L6-v2's), its vocabulary widened to hold that tokenizer's ids; the heads as
+# cross-encoder and SPLADE folders. What nornir's embed, rerank and serve give is compared with the
+# float64 reference on the token ids the `tokenizers` library gives for the same texts, each text
+# run alone (the graphs' batch invariance is the `batch` mode's).
+
+SURFACE_VOCAB = 30528  # the tokenizer's 30,522 ids, rounded up to NomicBERT's multiple of 64
+MAX_SEQ = 64  # sentence_bert_config.json's max_seq_length: the long text below is cut there
+SURFACE_TEXTS = [
+    "A man is eating food.",
+    "The capital of France is Paris.",
+    "Fjords are long, narrow inlets with steep sides, created by glacial erosion.",
+    " ".join(["The quick brown fox jumps over the lazy dog while the band plays on."] * 8),
+]
+SURFACE_ENCODERS = [
+    ("jina-bert-v2", "model"),
+    ("jina-bert-v2", "code"),
+    ("jina-embeddings-v3", "lora"),
+    ("nomic-bert", "model"),
+    ("gte", "base-en"),
+    ("gte", "multilingual"),
+    ("modernbert", "model"),
+]
+SURFACE_RERANKERS = [("gte", "reranker"), ("modernbert", "classifier-cls"), ("modernbert", "classifier-mean")]
+SURFACE_SPARSE = [("jina-bert-v2", "masked-lm-head"), ("modernbert", "masked-lm-tied")]
+QUERY = "what is a fjord?"
+DOCUMENTS = [
+    "A fjord is a long, narrow inlet with steep sides, created by a glacier.",
+    "Paris is the capital of France.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Norway's coast is famous for its fjords.",
+]
+COSINE = 0.99999
+SCORE_TOLERANCE = 1e-5
+JINA_TASKS = ("retrieval.passage", "retrieval.query")  # the first is the embed and serve task
+
+
+def widened(cfg, w, vocab, rng):
+    """The checkpoint with `vocab` rows wherever it has a row per token (the word embeddings, their
+    adapters, the masked-LM decoder and bias), the new rows drawn like the old ones."""
+    old = cfg["vocab_size"]
+    cfg = dict(cfg, vocab_size=vocab)
+    out = {}
+    for name, t in w.items():
+        axis = None
+        if ("word_embeddings" in name or "tok_embeddings" in name) and not name.endswith("lora_B"):
+            axis = 1 if name.endswith("lora_A") else 0
+        elif name in ("cls.predictions.bias", "cls.predictions.decoder.weight", "decoder.bias", "decoder.weight"):
+            axis = 0
+        if axis is not None:
+            assert t.shape[axis] == old, (name, t.shape)
+            shape = list(t.shape)
+            shape[axis] = vocab - old
+            t = np.concatenate([t, rng.normal(0, float(t.std()), shape)], axis)
+        out[name] = t
+    return cfg, out
+
+
+def one_label(cfg, w, rng):
+    """A classification checkpoint with one label (a reranker's)."""
+    cfg = dict(cfg, id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+    hidden = w["classifier.weight"].shape[1]
+    w = dict(w)
+    w["classifier.weight"] = rng.normal(0, 1.0 / math.sqrt(hidden), (1, hidden))
+    w["classifier.bias"] = rng.normal(0, 0.1, (1,))
+    return cfg, w
+
+
+def two_token_types(cfg, w, rng):
+    """A GTE checkpoint whose token-type table has the two rows a BERT tokenizer's pairs use (the
+    real multilingual reranker has one, with XLM-RoBERTa's tokenizer, which gives pairs type 0)."""
+    name = next(k for k in w if k.endswith("embeddings.token_type_embeddings.weight"))
+    w = dict(w)
+    w[name] = np.concatenate([w[name], rng.normal(0, 1.0, (1, w[name].shape[1]))])
+    return dict(cfg, type_vocab_size=2), w
+
+
+ST_MODULE = "sentence_transformers.models."
+
+
+def write_st_files(folder, tokenizer, modules, hidden, splade=False):
+    """tokenizer.json and the sentence-transformers files: modules.json with `modules`."""
+    shutil.copy(tokenizer, folder / "tokenizer.json")
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": MAX_SEQ, "do_lower_case": False}))
+    if modules is None:
+        (folder / "modules.json").unlink(missing_ok=True)
+        return
+    (folder / "modules.json").write_text(json.dumps(modules, indent=1))
+    if splade:
+        module, config = "1_SpladePooling", {"pooling_strategy": "max", "activation_function": "relu",
+                                             "word_embedding_dimension": SURFACE_VOCAB}
+    else:
+        module, config = "1_Pooling", {"word_embedding_dimension": hidden, "pooling_mode_cls_token": False,
+                                       "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+                                       "pooling_mode_mean_sqrt_len_tokens": False}
+    (folder / module).mkdir(exist_ok=True)
+    (folder / module / "config.json").write_text(json.dumps(config, indent=1))
+
+
+EMBEDDER_MODULES = [
+    {"idx": 0, "name": "0", "path": "", "type": ST_MODULE + "Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": ST_MODULE + "Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Normalize", "type": ST_MODULE + "Normalize"},
+]
+SPARSE_MODULE = "sentence_transformers.sparse_encoder.models."
+SPARSE_MODULES = [
+    {"idx": 0, "name": "0", "path": "", "type": SPARSE_MODULE + "MLMTransformer"},
+    {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": SPARSE_MODULE + "SpladePooling"},
+]
+
+
+def hidden_of(cfg):
+    return cfg.get("hidden_size") or cfg["n_embd"]
+
+
+def surface_checkpoint(family, variant, rng, head=None):
+    """(config, float64 weights as stored) of a family's variant with the tokenizer's vocabulary."""
+    cfg, w = FAMILIES[family][0](variant, "F32", rng)
+    cfg, w = widened(cfg, w, SURFACE_VOCAB, rng)
+    if head == "reranker":
+        if "classifier.weight" in w and w["classifier.weight"].shape[0] != 1:
+            cfg, w = one_label(cfg, w, rng)
+        if any(k.endswith("token_type_embeddings.weight") for k in w) and cfg.get("type_vocab_size", 0) < 2:
+            cfg, w = two_token_types(cfg, w, rng)
+    return cfg, w
+
+
+def nornir_run(nornir, *args):
+    """`nornir vector ARGS`; (stdout, None) or (None, its error)."""
+    done = subprocess.run([nornir, "vector", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        return None, f"nornir vector {args[0]}: exit {done.returncode}: {done.stderr.strip()[-2000:]}"
+    return done.stdout, None
+
+
+CPU = ["--device", "cpu", "--threads", "2"]
+
+
+def json_lines(text):
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def encode(tok, text, pair=None):
+    """(ids, mask, types) of one text (or pair) as [1, n] arrays."""
+    e = tok.encode(text, pair) if pair is not None else tok.encode(text)
+    row = lambda v: np.array([v], dtype=np.int64)  # noqa: E731
+    return row(e.ids), row(e.attention_mask), row(e.type_ids)
+
+
+def reference_vector(cfg, w, tok, text, task=None):
+    """The reference's last_hidden_state, mean-pooled over the text's tokens and L2-normalised."""
+    ids, mask, types = encode(tok, text)
+    h = reference(cfg, w, ids, mask, types, task=task)[0]
+    v = h[mask[0] == 1].mean(0)
+    return v / np.linalg.norm(v), int(ids.shape[1])
+
+
+def prompt_of(cfg, task):
+    return cfg.get("task_instructions", {}).get(task, "") if task else ""
+
+
+def check_embeddings(nornir, folder, cfg, w, tok, task=None, note=None):
+    """nornir vector embed on SURFACE_TEXTS against the reference: the case and the vectors."""
+    args = ["embed", "--quiet", *CPU, "--model", str(folder), *(["--task", task] if task else []), *SURFACE_TEXTS]
+    out, error = nornir_run(nornir, *args)
+    case = {"task": task} if task else {}
+    if error:
+        return dict(case, error=error, min_cosine=None), None
+    got = [np.array(v, dtype=np.float64) for v in json_lines(out)]
+    prompt = prompt_of(cfg, task)
+    if prompt:
+        case["prompt"] = prompt
+    want, tokens = zip(*(reference_vector(cfg, w, tok, prompt + t, task=task) for t in SURFACE_TEXTS))
+    if len(got) != len(want) or any(g.shape != v.shape for g, v in zip(got, want)):
+        return dict(case, error=f"{len(got)} vectors of {[g.shape for g in got]}", min_cosine=None), None
+    case.update(tokens=list(tokens), cosines=[cosine(g, v) for g, v in zip(got, want)],
+                norms=[float(np.linalg.norm(g)) for g in got])
+    case["min_cosine"] = min(case["cosines"])
+    return case, got
+
+
+def check_serve(nornir, models, texts, expected, task=None):
+    """`nornir vector serve` with `models` (name -> folder): /v1/embeddings for each against
+    `expected` (name -> the vectors nornir vector embed wrote)."""
+    args = [nornir, "vector", "serve", "--port", "0", "--device", "cpu", "--threads", "2"]
+    for name, folder in models.items():
+        args += ["--model", f"{name}={folder}"]
+    if task:
+        args += ["--task", task]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log, url = [], None
+    try:
+        for line in proc.stderr:
+            log.append(line)
+            if "listening on " in line:
+                url = line.split("listening on ", 1)[1].split()[0]
+                break
+        if url is None:
+            return {"models": list(models), "error": "the server ended before listening: " + "".join(log)[-2000:]}
+        threading.Thread(target=lambda: [log.append(x) for x in proc.stderr], daemon=True).start()
+
+        def call(path, body=None):
+            data = None if body is None else json.dumps(body).encode()
+            req = urllib.request.Request(url + path, data=data, headers={"content-type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+            except OSError as e:
+                return None, str(e)
+
+        start = time.monotonic()
+        while call("/health")[0] != 200:
+            if proc.poll() is not None or time.monotonic() - start > 120:
+                return {"models": list(models), "error": "not ready: " + "".join(log)[-2000:]}
+            time.sleep(0.1)
+        cases = []
+        for name in models:
+            status, text = call("/v1/embeddings", {"model": name, "input": texts})
+            case = {"model": name, "status": status}
+            if status != 200:
+                case.update(error=text[-2000:], min_cosine=None)
+            else:
+                data = sorted(json.loads(text)["data"], key=lambda d: d["index"])
+                got = [np.array(d["embedding"], dtype=np.float64) for d in data]
+                case["cosines"] = [cosine(g, e) for g, e in zip(got, expected[name])]
+                case["max_abs_diff"] = max(float(np.abs(g - e).max()) for g, e in zip(got, expected[name]))
+                case["min_cosine"] = min(case["cosines"]) if len(got) == len(expected[name]) else None
+            cases.append(case)
+        return {"models": list(models), "task": task, "cases": cases}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def check_rerank(nornir, folder, cfg, w, tok):
+    """nornir vector rerank (default: sigmoid for one label; and --raw-scores) against the reference's
+    logits for each (query, document) pair as the tokenizer pairs them."""
+    logits, tokens = [], []
+    for d in DOCUMENTS:
+        ids, mask, types = encode(tok, QUERY, d)
+        logits.append(float(reference(cfg, w, ids, mask, types)[0, 0]))
+        tokens.append(int(ids.shape[1]))
+    case = {"reference_logits": logits, "tokens": tokens}
+    for key, flags, want in (("scores", [], [float(sigmoid(x)) for x in logits]), ("raw", ["--raw-scores"], logits)):
+        out, error = nornir_run(nornir, "rerank", *CPU, "--model", str(folder), "--query", QUERY, *flags, *DOCUMENTS)
+        if error:
+            case[key] = {"error": error}
+            case["max_abs_diff"] = None
+            return case
+        ranked = json_lines(out)
+        got = {r["index"]: r["score"] for r in ranked}
+        order = [r["index"] for r in ranked]
+        diff = max(abs(got[i] - want[i]) for i in range(len(DOCUMENTS))) if len(got) == len(DOCUMENTS) else float("inf")
+        case[key] = {"nornir": [got.get(i) for i in range(len(DOCUMENTS))], "order": order,
+                     "reference_order": sorted(range(len(want)), key=lambda i: -want[i]), "max_abs_diff": diff}
+    case["max_abs_diff"] = max(case["scores"]["max_abs_diff"], case["raw"]["max_abs_diff"])
+    case["same_order"] = case["scores"]["order"] == case["scores"]["reference_order"] == case["raw"]["order"]
+    return case
+
+
+def check_sparse(nornir, folder, cfg, w, tok):
+    """nornir vector embed on a SPLADE folder against log(1 + relu(logits)) max-pooled over the
+    text's tokens: every term weighed above 1e-4 on either side, within 1e-4."""
+    out, error = nornir_run(nornir, "embed", "--quiet", *CPU, "--model", str(folder), *SURFACE_TEXTS)
+    if error:
+        return {"error": error, "max_abs_diff": None}
+    got = json_lines(out)
+    worst, terms, top = 0.0, [], []
+    for line, text in zip(got, SURFACE_TEXTS):
+        ids, mask, types = encode(tok, text)
+        want = np.log1p(np.maximum(reference(cfg, w, ids, mask, types)[0], 0.0)).max(0)
+        mine = np.zeros_like(want)
+        mine[np.array(line["indices"], dtype=np.int64)] = line["values"]
+        keep = (want > 1e-4) | (mine > 1e-4)
+        worst = max(worst, float(np.abs(mine - want)[keep].max()))
+        terms.append(int(keep.sum()))
+        top.append([int(i) for i in np.argsort(-want)[:3]] == [int(i) for i in np.argsort(-mine)[:3]])
+    whole = len(got) == len(SURFACE_TEXTS)
+    return {"texts": len(got), "terms": terms, "same_top3": top, "max_abs_diff": worst if whole else None}
+
+
+def run_surfaces(nornir, work, tokenizer=None):
+    from tokenizers import Tokenizer  # this mode only: the other modes need no tokenizer
+
+    work = Path(work)
+    home = Path(os.environ.get("NORNIR_HOME", Path.home() / ".cache/nornir"))
+    tokenizer = Path(tokenizer or home / "models/all-MiniLM-L6-v2/tokenizer.json")
+    tok = Tokenizer.from_file(str(tokenizer))
+    tok.no_padding()
+    tok.enable_truncation(MAX_SEQ)
+    rng = np.random.default_rng(17)
+    result = {"tokenizer": str(tokenizer), "vocab_size": SURFACE_VOCAB, "max_seq_length": MAX_SEQ,
+              "embed": [], "rerank": [], "sparse": []}
+    served, vectors = {}, {}
+    for family, variant in SURFACE_ENCODERS:
+        cfg, w = surface_checkpoint(family, variant, rng)
+        source = work / f"surface-{family}-{variant}"
+        write_folder(source, cfg, w, "F32")
+        write_st_files(source, tokenizer, EMBEDDER_MODULES, hidden_of(cfg))
+        w = rounded(w, "F32")
+        base = {"family": family, "variant": variant}
+        out, error = converted(nornir, source, work / f"{source.name}-onnx", [])
+        if error:
+            result["embed"].append(dict(base, error=error, min_cosine=None))
+            continue
+        tasks = JINA_TASKS if "lora_adaptations" in cfg else (None,)
+        got = {}
+        for task in tasks:
+            case, got[task] = check_embeddings(nornir, out, cfg, w, tok, task)
+            result["embed"].append(dict(base, **case))
+        if "lora_adaptations" in cfg:
+            a, b = got[JINA_TASKS[0]], got[JINA_TASKS[1]]
+            if a is not None and b is not None:
+                # the same text under another task: another adapter and another instruction
+                result["embed"][-1]["cosine_to_first_task"] = [cosine(x, y) for x, y in zip(a, b)]
+            _, error = nornir_run(nornir, "embed", "--quiet", *CPU, "--model", str(out), SURFACE_TEXTS[0])
+            result["jina_without_task"] = error or "accepted"
+            # --task is the server's, for every model it serves: this one alone
+            result["jina_serve"] = (
+                check_serve(nornir, {"jina-v3": out}, SURFACE_TEXTS, {"jina-v3": a}, task=JINA_TASKS[0])
+                if a is not None
+                else {"error": "no vectors from embed"}
+            )
+        elif got[None] is not None:
+            name = f"{family}-{variant}"
+            served[name], vectors[name] = out, got[None]
+    result["serve"] = check_serve(nornir, served, SURFACE_TEXTS, vectors)
+
+    for family, variant in SURFACE_RERANKERS:
+        cfg, w = surface_checkpoint(family, variant, rng, head="reranker")
+        source = work / f"surface-{family}-{variant}"
+        write_folder(source, cfg, w, "F32")
+        write_st_files(source, tokenizer, None, hidden_of(cfg))
+        w = rounded(w, "F32")
+        base = {"family": family, "variant": variant, "architecture": cfg["architectures"][0]}
+        out, error = converted(nornir, source, work / f"{source.name}-onnx", [])
+        result["rerank"].append(
+            dict(base, error=error, max_abs_diff=None) if error else dict(base, **check_rerank(nornir, out, cfg, w, tok))
+        )
+
+    for family, variant in SURFACE_SPARSE:
+        cfg, w = surface_checkpoint(family, variant, rng)
+        source = work / f"surface-{family}-{variant}"
+        write_folder(source, cfg, w, "F32")
+        write_st_files(source, tokenizer, SPARSE_MODULES, hidden_of(cfg), splade=True)
+        w = rounded(w, "F32")
+        base = {"family": family, "variant": variant, "architecture": cfg["architectures"][0]}
+        out, error = converted(nornir, source, work / f"{source.name}-onnx", [])
+        result["sparse"].append(
+            dict(base, error=error, max_abs_diff=None) if error else dict(base, **check_sparse(nornir, out, cfg, w, tok))
+        )
+
+    def good(c, key, ok):
+        return c.get(key) is not None and ok(c[key])
+
+    serve_cases = result["serve"].get("cases", []) + result.get("jina_serve", {}).get("cases", [])
+    jina = [c for c in result["embed"] if "cosine_to_first_task" in c]
+
+    def all_good(cs, key, ok, extra=lambda c: True):
+        return bool(cs) and all(good(c, key, ok) and extra(c) for c in cs)
+
+    checks = {
+        "embed": all_good(result["embed"], "min_cosine", lambda v: v >= COSINE),
+        "jina_tasks_differ": bool(jina) and all(max(c["cosine_to_first_task"]) < 0.999 for c in jina),
+        "serve": len(serve_cases) == len(SURFACE_ENCODERS)
+        and all_good(serve_cases, "min_cosine", lambda v: v >= COSINE),
+        "rerank": all_good(result["rerank"], "max_abs_diff", lambda v: v <= SCORE_TOLERANCE, lambda c: c["same_order"]),
+        "sparse": all_good(result["sparse"], "max_abs_diff", lambda v: v <= TOLERANCE),
+    }
+    result["checks"] = checks
+    result["ok"] = all(checks.values())
+    return result
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] in ("synthetic", "broken", "batch"):
         run = {"synthetic": run_synthetic, "broken": run_broken, "batch": run_batch}[sys.argv[1]]
         result = run(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) in (4, 5) and sys.argv[1] == "surfaces":
+        result = run_surfaces(*sys.argv[2:])
     elif len(sys.argv) == 2 and sys.argv[1] == "selftest":
         result = selftest()
     else:

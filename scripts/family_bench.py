@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Speed and memory of the encoder families `nornir vector convert` writes, at their published
+base sizes, with random weights (the figures depend on the shapes, not on the values).
+
+  family_bench.py speed NORNIR WORK CORPUS TEXTS ROUNDS [FAMILY ...]
+      each family converted (fused, the default), then `nornir vector embed` against onnxruntime
+      in Python on the same model.onnx (tokenizers, sorted by length, batches of 32, mean
+      pooling, L2 norm: sentence-transformers' strategy), the first TEXTS corpus lines truncated
+      at 256 tokens, 2 threads each, ROUNDS interleaved rounds: median texts/s of both
+  family_bench.py lora NORNIR WORK CORPUS TEXTS ROUNDS
+      jina-embeddings-v3 as one graph for every task (task_id chooses the LoRA adapter, applied
+      as its low-rank update) against the same network with one adapter merged into its weights
+      (what a graph per task would be): `nornir vector embed` texts/s of both, interleaved
+  family_bench.py long NORNIR WORK [FAMILY ...]
+      texts of 512, 2,048 and 8,192 tokens (8,192 tokens in all per length) through
+      `nornir vector embed` with its default budget: wall time per token and peak RSS
+
+Families: jina-v2-base, modernbert-base, nomic-v1.5, gte-base-v1.5, jina-v3. Every folder gets
+the default model's tokenizer (BERT's 30,522 tokens; the families' own vocabularies only change
+the embedding table) and a mean-pooling sentence-transformers config. Prints one JSON object.
+"""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import convert_reference as cr  # noqa: E402  (the safetensors writer and the converter call)
+
+HOME = Path(os.environ.get("NORNIR_HOME", Path.home() / ".cache" / "nornir"))
+TOKENIZER = HOME / "models" / "all-MiniLM-L6-v2" / "tokenizer.json"
+TASKS = ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"]
+
+
+def base_checkpoint(family, rng):
+    """(config, tensors) of `family` at its published base size, N(0, 1/fan-in) weights."""
+    w = {}
+
+    def dense(name, n_out, n_in, bias=True):
+        w[name + ".weight"] = rng.standard_normal((n_out, n_in), dtype=np.float32) / math.sqrt(n_in)
+        if bias:
+            w[name + ".bias"] = rng.standard_normal(n_out, dtype=np.float32) * 0.02
+
+    def norm(name, n, bias=True):
+        w[name + ".weight"] = np.ones(n, dtype=np.float32)
+        if bias:
+            w[name + ".bias"] = np.zeros(n, dtype=np.float32)
+
+    def table(name, rows, n):
+        w[name] = rng.standard_normal((rows, n), dtype=np.float32)
+
+    if family == "jina-v2-base":
+        h, layers, heads, inter = 768, 12, 12, 3072
+        cfg = {"architectures": ["JinaBertModel"], "model_type": "bert", "position_embedding_type": "alibi",
+               "feed_forward_type": "geglu", "hidden_size": h, "num_hidden_layers": layers,
+               "num_attention_heads": heads, "intermediate_size": inter, "vocab_size": 30528,
+               "max_position_embeddings": 8192, "type_vocab_size": 2, "layer_norm_eps": 1e-12}
+        table("embeddings.word_embeddings.weight", 30528, h)
+        table("embeddings.token_type_embeddings.weight", 2, h)
+        norm("embeddings.LayerNorm", h)
+        for i in range(layers):
+            l = f"encoder.layer.{i}."
+            for n in ("query", "key", "value"):
+                dense(l + "attention.self." + n, h, h)
+            dense(l + "attention.output.dense", h, h)
+            norm(l + "attention.output.LayerNorm", h)
+            dense(l + "mlp.gated_layers", 2 * inter, h, bias=False)
+            dense(l + "mlp.wo", h, inter)
+            norm(l + "mlp.layernorm", h)
+    elif family == "modernbert-base":
+        h, layers, heads, inter = 768, 22, 12, 1152
+        cfg = {"architectures": ["ModernBertModel"], "model_type": "modernbert", "hidden_size": h,
+               "num_hidden_layers": layers, "num_attention_heads": heads, "intermediate_size": inter,
+               "vocab_size": 50368, "max_position_embeddings": 8192, "global_rope_theta": 160000.0,
+               "local_rope_theta": 10000.0, "global_attn_every_n_layers": 3, "local_attention": 128,
+               "norm_eps": 1e-5, "norm_bias": False, "attention_bias": False, "mlp_bias": False,
+               "hidden_activation": "gelu", "pad_token_id": 0}
+        table("embeddings.tok_embeddings.weight", 50368, h)
+        norm("embeddings.norm", h, bias=False)
+        for i in range(layers):
+            l = f"layers.{i}."
+            if i:
+                norm(l + "attn_norm", h, bias=False)
+            dense(l + "attn.Wqkv", 3 * h, h, bias=False)
+            dense(l + "attn.Wo", h, h, bias=False)
+            norm(l + "mlp_norm", h, bias=False)
+            dense(l + "mlp.Wi", 2 * inter, h, bias=False)
+            dense(l + "mlp.Wo", h, inter, bias=False)
+        norm("final_norm", h, bias=False)
+    elif family == "nomic-v1.5":
+        h, layers, heads, inter = 768, 12, 12, 3072
+        cfg = {"architectures": ["NomicBertModel"], "model_type": "nomic_bert", "n_embd": h, "n_layer": layers,
+               "n_head": heads, "n_inner": inter, "vocab_size": 30528, "n_positions": 8192,
+               "type_vocab_size": 2, "layer_norm_epsilon": 1e-12, "activation_function": "swiglu",
+               "rotary_emb_fraction": 1.0, "rotary_emb_base": 1000, "rotary_emb_interleaved": False,
+               "qkv_proj_bias": False, "mlp_fc1_bias": False, "mlp_fc2_bias": False, "prenorm": False}
+        table("embeddings.word_embeddings.weight", 30528, h)
+        table("embeddings.token_type_embeddings.weight", 2, h)
+        norm("emb_ln", h)
+        for i in range(layers):
+            l = f"encoder.layers.{i}."
+            dense(l + "attn.Wqkv", 3 * h, h, bias=False)
+            dense(l + "attn.out_proj", h, h, bias=False)
+            norm(l + "norm1", h)
+            dense(l + "mlp.fc11", inter, h, bias=False)
+            dense(l + "mlp.fc12", inter, h, bias=False)
+            dense(l + "mlp.fc2", h, inter, bias=False)
+            norm(l + "norm2", h)
+    elif family == "gte-base-v1.5":
+        h, layers, heads, inter = 768, 12, 12, 3072
+        cfg = {"architectures": ["NewModel"], "model_type": "new", "hidden_size": h, "num_hidden_layers": layers,
+               "num_attention_heads": heads, "intermediate_size": inter, "vocab_size": 30528,
+               "max_position_embeddings": 8192, "type_vocab_size": 0, "layer_norm_eps": 1e-12,
+               "hidden_act": "gelu", "rope_theta": 500000, "rope_scaling": {"type": "ntk", "factor": 2.0}}
+        table("embeddings.word_embeddings.weight", 30528, h)
+        norm("embeddings.LayerNorm", h)
+        for i in range(layers):
+            l = f"encoder.layer.{i}."
+            dense(l + "attention.qkv_proj", 3 * h, h)
+            dense(l + "attention.o_proj", h, h)
+            norm(l + "attn_ln", h)
+            dense(l + "mlp.up_gate_proj", 2 * inter, h, bias=False)
+            dense(l + "mlp.down_proj", h, inter)
+            norm(l + "mlp_ln", h)
+    elif family == "jina-v3":
+        h, layers, heads, inter, rank, vocab = 1024, 24, 16, 4096, 4, 30528
+        cfg = {"architectures": ["XLMRobertaLoRA"], "model_type": "xlm-roberta", "position_embedding_type": "rotary",
+               "rotary_emb_base": 20000.0, "hidden_size": h, "num_hidden_layers": layers,
+               "num_attention_heads": heads, "intermediate_size": inter, "vocab_size": vocab,
+               "max_position_embeddings": 8194, "type_vocab_size": 1, "layer_norm_eps": 1e-5,
+               "hidden_act": "gelu", "pad_token_id": 1, "lora_adaptations": TASKS, "lora_rank": rank,
+               "lora_alpha": 1.0}
+        n = len(TASKS)
+
+        def adapted(name, n_out, n_in):
+            dense(name, n_out, n_in)
+            w[name + ".parametrizations.weight.original"] = w.pop(name + ".weight")
+            w[name + ".parametrizations.weight.0.lora_A"] = rng.standard_normal((n, rank, n_in), dtype=np.float32) * 0.01
+            w[name + ".parametrizations.weight.0.lora_B"] = rng.standard_normal((n, n_out, rank), dtype=np.float32) * 0.01
+
+        for name, rows in (("word_embeddings", vocab), ("token_type_embeddings", 1)):
+            p = f"roberta.embeddings.{name}.parametrizations.weight."
+            w[p + "original"] = rng.standard_normal((rows, h), dtype=np.float32)
+            w[p + "0.lora_A"] = rng.standard_normal((n, rows, rank), dtype=np.float32) * 0.01
+            w[p + "0.lora_B"] = rng.standard_normal((n, rank, h), dtype=np.float32) * 0.01
+        norm("roberta.emb_ln", h)
+        for i in range(layers):
+            l = f"roberta.encoder.layers.{i}."
+            adapted(l + "mixer.Wqkv", 3 * h, h)
+            adapted(l + "mixer.out_proj", h, h)
+            norm(l + "norm1", h)
+            adapted(l + "mlp.fc1", inter, h)
+            adapted(l + "mlp.fc2", h, inter)
+            norm(l + "norm2", h)
+    elif family == "jina-v3-merged":
+        # jina-v3 with one adapter merged into its weights: the same shapes, no LoRA, no task_id.
+        cfg, lora = base_checkpoint("jina-v3", rng)
+        for key in ("lora_adaptations", "lora_rank", "lora_alpha"):
+            cfg.pop(key)
+        w = {k.replace(".parametrizations.weight.original", ".weight"): v for k, v in lora.items() if "lora_" not in k}
+    else:
+        raise SystemExit(f"unknown family {family}")
+    return cfg, w
+
+
+def write_source(folder, family, max_length):
+    """The checkpoint folder, as a sentence-transformers folder of a mean-pooling embedder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "model.safetensors").is_file():
+        cfg, w = base_checkpoint(family, np.random.default_rng(7))
+        (folder / "config.json").write_text(json.dumps(cfg))
+        cr.write_safetensors(folder / "model.safetensors", w, "F32")
+    tok = json.loads(TOKENIZER.read_text())
+    tok["truncation"], tok["padding"] = None, None
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]))
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_length}))
+
+
+def nornir_embed(nornir, model, texts_file, extra=()):
+    """Seconds and peak RSS (MiB) of `nornir vector embed` on a file, vectors to /dev/null."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [nornir, "vector", "embed", "-v", "--quiet", "--device", "cpu", "--format", "f32", "--threads", "2",
+         "--model", str(model), "--input", str(texts_file), "--output", "/dev/null", *extra],
+        capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"nornir vector embed failed: {done.stderr.strip()}")
+    rss = re.search(r"peak RSS ([0-9.]+) MiB", done.stderr)
+    return seconds, float(rss.group(1)) if rss else None
+
+
+def python_embed(model, texts, task):
+    """sentence-transformers' strategy on onnxruntime: seconds for `texts`."""
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    start = time.perf_counter()
+    tok = Tokenizer.from_file(str(model / "tokenizer.json"))
+    tok.no_padding()
+    tok.enable_truncation(256)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    sess = ort.InferenceSession(str(model / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out = [None] * len(texts)
+    for b in range(0, len(order), 32):
+        rows = order[b : b + 32]
+        encs = tok.encode_batch([texts[i] for i in rows])
+        longest = max(len(e.ids) for e in encs)
+        ids = np.zeros((len(encs), longest), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for k, e in enumerate(encs):
+            ids[k, : len(e.ids)] = e.ids
+            mask[k, : len(e.ids)] = 1
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in names:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        if "task_id" in names:
+            feed["task_id"] = np.array(TASKS.index(task), dtype=np.int64)
+        hidden = sess.run(None, feed)[0]
+        m = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * m).sum(1) / m.sum(1)
+        pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+        for k, i in enumerate(rows):
+            out[i] = pooled[k]
+    return time.perf_counter() - start
+
+
+def converted(nornir, work, family, max_length):
+    source, out = work / f"{family}-source", work / family
+    write_source(source, family, max_length)
+    if not (out / "model.onnx").is_file():
+        cr.convert(nornir, source, out)
+    write_source(out, family, max_length)  # the pooling and length this run measures with
+    return out
+
+
+def speed(nornir, work, corpus, n, rounds, families):
+    texts = Path(corpus).read_text(encoding="utf-8").splitlines()[:n]
+    texts_file = work / "texts.txt"
+    texts_file.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    results = {}
+    for family in families:
+        model = converted(nornir, work, family, 256)
+        task = ["--task", "retrieval.passage"] if family == "jina-v3" else []
+        ours, theirs = [], []
+        for _ in range(rounds):
+            ours.append(nornir_embed(nornir, model, texts_file, ["--max-length", "256", *task])[0])
+            theirs.append(python_embed(model, texts, "retrieval.passage"))
+        a, b = float(np.median(ours)), float(np.median(theirs))
+        results[family] = {"nornir_texts_per_s": round(n / a, 1), "python_onnxruntime_texts_per_s": round(n / b, 1),
+                           "ratio": round(b / a, 2), "nornir_s": ours, "python_s": theirs}
+        print(json.dumps({family: results[family]}), file=sys.stderr)
+    return {"texts": n, "rounds": rounds, "threads": 2, "families": results}
+
+
+def lora(nornir, work, corpus, n, rounds):
+    texts = Path(corpus).read_text(encoding="utf-8").splitlines()[:n]
+    texts_file = work / "texts.txt"
+    texts_file.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    graphs = {"task_id": converted(nornir, work, "jina-v3", 256), "merged": converted(nornir, work, "jina-v3-merged", 256)}
+    times = {k: [] for k in graphs}
+    for _ in range(rounds):
+        for k, model in graphs.items():
+            task = ["--task", "retrieval.passage"] if k == "task_id" else []
+            times[k].append(nornir_embed(nornir, model, texts_file, ["--max-length", "256", *task])[0])
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    return {"texts": n, "rounds": rounds, "seconds": times,
+            "texts_per_s": {k: round(n / v, 2) for k, v in med.items()},
+            "task_id_graph_time_over_merged": round(med["task_id"] / med["merged"], 3),
+            "bytes": {k: (m / "model.onnx").stat().st_size for k, m in graphs.items()}}
+
+
+def long_inputs(nornir, work, families):
+    results = {}
+    for family in families:
+        model = converted(nornir, work, family, 8192)
+        rows = {}
+        for length in (512, 2048, 8192):
+            count = 8192 // length
+            # "word" is one token: [CLS] + (length - 2) + [SEP].
+            f = work / f"long-{length}.txt"
+            f.write_text("".join(f"{'word ' * (length - 2)}\n" for _ in range(count)))
+            seconds, rss = nornir_embed(nornir, model, f, ["--max-length", str(length)])
+            rows[str(length)] = {"texts": count, "seconds": round(seconds, 2),
+                                 "ms_per_token": round(1000 * seconds / (count * length), 3), "peak_rss_mib": rss}
+            print(json.dumps({family: {str(length): rows[str(length)]}}), file=sys.stderr)
+        results[family] = rows
+    return results
+
+
+def main():
+    if len(sys.argv) >= 7 and sys.argv[1] == "speed":
+        work = Path(sys.argv[3])
+        work.mkdir(parents=True, exist_ok=True)
+        families = sys.argv[7:] or ["jina-v2-base", "modernbert-base", "nomic-v1.5", "gte-base-v1.5", "jina-v3"]
+        result = speed(sys.argv[2], work, sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), families)
+    elif len(sys.argv) == 7 and sys.argv[1] == "lora":
+        work = Path(sys.argv[3])
+        work.mkdir(parents=True, exist_ok=True)
+        result = lora(sys.argv[2], work, sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
+    elif len(sys.argv) >= 4 and sys.argv[1] == "long":
+        work = Path(sys.argv[3])
+        work.mkdir(parents=True, exist_ok=True)
+        result = long_inputs(sys.argv[2], work, sys.argv[4:] or ["modernbert-base", "jina-v2-base"])
+    else:
+        raise SystemExit(__doc__)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
