@@ -64,7 +64,7 @@ impl Embedder {
 impl Embedder {
     #[new]
     #[pyo3(signature = (model=None, *, device="auto", threads=None, workers=None, prompt_name=None, prompt=None,
-        dimensions=None, normalize=None, max_length=None, pooling=None, ort_library=None, providers=None))]
+        dimensions=None, normalize=None, max_length=None, pooling=None, ort_library=None, providers=None, task=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -80,9 +80,11 @@ impl Embedder {
         pooling: Option<&str>,
         ort_library: Option<PathBuf>,
         providers: Option<Vec<String>>,
+        task: Option<String>,
     ) -> PyResult<Self> {
         let device: Device = device.parse().map_err(|e: String| invalid("device", e))?;
         let mut o = EmbedderOptions::default().with_device(device);
+        o.task = task;
         o.threads = threads;
         o.workers = workers;
         o.call.prompt = one_prompt(prompt_name, prompt)?;

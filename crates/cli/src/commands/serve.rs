@@ -35,6 +35,8 @@ struct FileModel {
     workers: Option<usize>,
     prompt_name: Option<String>,
     prompt: Option<String>,
+    /// jina-embeddings-v3's task adapter for this model (`--task` for one folder).
+    task: Option<String>,
     dimensions: Option<usize>,
     /// int8 and uint8 ranges, a JSON file.
     ranges: Option<PathBuf>,
@@ -108,6 +110,9 @@ fn read_models_file(file: &Path, base: &EmbedderOptions) -> Result<Vec<Served>> 
             }
             if let Some(p) = prompt(m.prompt, m.prompt_name) {
                 o.call.prompt = Some(p);
+            }
+            if let Some(task) = m.task {
+                o.task = Some(task);
             }
             if let Some(file) = &m.ranges {
                 o.call.ranges = Some(read_ranges(&root.join(file)).with_context(|| format!("model {:?}", m.name))?);
@@ -261,7 +266,7 @@ mod tests {
         let file = t.path().join("models.toml");
         std::fs::write(
             &file,
-            "[[model]]\nname = \"q\"\naliases = [\"query\"]\nfolder = \"bge\"\nprompt_name = \"query\"\nthreads = 1\n\n[[model]]\nname = \"d\"\nfolder = \"/abs/bge\"\ndevice = \"cpu\"\n",
+            "[[model]]\nname = \"q\"\naliases = [\"query\"]\nfolder = \"bge\"\nprompt_name = \"query\"\nthreads = 1\n\n[[model]]\nname = \"d\"\nfolder = \"/abs/bge\"\ndevice = \"cpu\"\ntask = \"retrieval.passage\"\n",
         )
         .expect("write");
         let base =
@@ -277,6 +282,7 @@ mod tests {
             (m[1].dir.clone(), m[1].options.device, m[1].options.threads),
             (PathBuf::from("/abs/bge"), Device::Cpu, Some(4))
         );
+        assert_eq!((m[0].options.task.as_deref(), m[1].options.task.as_deref()), (None, Some("retrieval.passage")));
         std::fs::write(&file, "[[model]]\nname = \"q\"\nfolder = \"bge\"\nthread = 1\n").expect("write");
         let e = read_models_file(&file, &base).err().expect("a typo is an error").to_string();
         assert!(e.contains("thread") && e.contains("[[model]]"), "{e}");

@@ -51,6 +51,7 @@ class Embedder:
         pooling: str | None = None,
         ort_library: str | PathLike[str] | None = None,
         providers: Sequence[str] | None = None,
+        task: str | None = None,
     ) -> None: ...
     @overload
     def embed(
