@@ -385,7 +385,10 @@ fn each_familys_unsupported_variants_are_refused_by_name() {
     let sizes = r#""hidden_size":4,"num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":8,"vocab_size":10,"max_position_embeddings":8"#;
     let nomic = r#""architectures":["NomicBertModel"],"model_type":"nomic_bert","n_embd":4,"n_layer":1,"n_head":2,"n_inner":8,"vocab_size":10,"n_positions":8,"activation_function":"swiglu""#;
     for (config, needle) in [
-        (format!(r#"{{{nomic},"num_experts":8,"moe_every_n_layers":2}}"#), "has a mixture of experts (nomic-embed-text v2)"),
+        (
+            format!(r#"{{{nomic},"num_experts":8,"moe_every_n_layers":2}}"#),
+            "has a mixture of experts (nomic-embed-text v2)",
+        ),
         (format!(r#"{{{nomic},"rotary_emb_interleaved":true}}"#), "has interleaved rotary positions"),
         (format!(r#"{{{nomic},"rotary_emb_fraction":0.5}}"#), "rotary positions on part of each head"),
         (format!(r#"{{{nomic},"prenorm":true}}"#), "has pre-norm NomicBERT layers"),
@@ -394,30 +397,47 @@ fn each_familys_unsupported_variants_are_refused_by_name() {
             "has logn_attention_scale true",
         ),
         (
-            format!(r#"{{"architectures":["NewModel"],"model_type":"new",{sizes},"rope_scaling":{{"type":"yarn","factor":4}}}}"#),
+            format!(
+                r#"{{"architectures":["NewModel"],"model_type":"new",{sizes},"rope_scaling":{{"type":"yarn","factor":4}}}}"#
+            ),
             "has rope_scaling {\"factor\":4,\"type\":\"yarn\"}",
         ),
         (
-            format!(r#"{{"architectures":["JinaBertModel"],"model_type":"bert",{sizes},"position_embedding_type":"alibi","feed_forward_type":"original"}}"#),
+            format!(
+                r#"{{"architectures":["JinaBertModel"],"model_type":"bert",{sizes},"position_embedding_type":"alibi","feed_forward_type":"original"}}"#
+            ),
             "has JinaBERT feed_forward_type \"original\"",
         ),
         (
-            format!(r#"{{"architectures":["XLMRobertaLoRA"],"model_type":"xlm-roberta",{sizes},"position_embedding_type":"absolute"}}"#),
+            format!(
+                r#"{{"architectures":["XLMRobertaLoRA"],"model_type":"xlm-roberta",{sizes},"position_embedding_type":"absolute"}}"#
+            ),
             "(jina-embeddings-v3 is \"rotary\")",
         ),
         (
-            format!(r#"{{"architectures":["ModernBertForSequenceClassification"],"model_type":"modernbert",{sizes},"classifier_pooling":"max"}}"#),
+            format!(
+                r#"{{"architectures":["ModernBertForSequenceClassification"],"model_type":"modernbert",{sizes},"classifier_pooling":"max"}}"#
+            ),
             "has classifier_pooling \"max\"",
         ),
         (
-            format!(r#"{{"architectures":["BertModel"],"model_type":"bert",{sizes},"position_embedding_type":"relative_key"}}"#),
+            format!(
+                r#"{{"architectures":["BertModel"],"model_type":"bert",{sizes},"position_embedding_type":"relative_key"}}"#
+            ),
             "has position_embedding_type \"relative_key\"",
         ),
     ] {
         refused(&folder(Some(&config), weights()), needle);
         let o = {
             let t = folder(Some(&config), weights());
-            stderr(&nornir(&["vector", "convert", "--model", s(&t.path().join("model")), "--output", s(&t.path().join("o"))]))
+            stderr(&nornir(&[
+                "vector",
+                "convert",
+                "--model",
+                s(&t.path().join("model")),
+                "--output",
+                s(&t.path().join("o")),
+            ]))
         };
         if needle.contains("mixture") || needle.contains("rotary") || needle.contains("NomicBERT") {
             assert!(o.contains("supported are BERT, XLM-RoBERTa, JinaBERT v2"), "names the supported families: {o}");

@@ -94,10 +94,15 @@ pub(crate) enum FeedForward {
 pub(crate) enum RopeScaling {
     None,
     /// GTE's static NTK: the base times `factor`, every frequency divided by `factor^(2/dim)`.
-    Ntk { factor: f64 },
+    Ntk {
+        factor: f64,
+    },
     /// NomicBERT's dynamic NTK: where the (padded) batch is longer than `trained` tokens, the base
     /// becomes `base * (factor * length / trained - (factor - 1))^(dim / (dim - 2))`.
-    DynamicNtk { factor: f64, trained: usize },
+    DynamicNtk {
+        factor: f64,
+        trained: usize,
+    },
 }
 
 /// How the encoder knows where a token is.
@@ -297,23 +302,28 @@ impl StModule {
 /// the base model of any of them); `raw` tells rotary XLM-RoBERTa and ALiBi BERT apart.
 fn family_of(architecture: &str, raw: &Raw) -> Option<Family> {
     let positions = raw.position_embedding_type.as_deref();
-    Some(if architecture.starts_with("XLMRobertaLoRA") || architecture.starts_with("XLMRoberta") && positions == Some("rotary") {
-        Family::JinaXlmRoberta
-    } else if architecture.starts_with("XLMRoberta") {
-        Family::XlmRoberta
-    } else if architecture.starts_with("JinaBert") || architecture.starts_with("Bert") && positions == Some("alibi") {
-        Family::JinaBert
-    } else if architecture.starts_with("Bert") {
-        Family::Bert
-    } else if architecture.starts_with("NomicBert") {
-        Family::NomicBert
-    } else if architecture.starts_with("New") {
-        Family::Gte
-    } else if architecture.starts_with("ModernBert") {
-        Family::ModernBert
-    } else {
-        return None;
-    })
+    Some(
+        if architecture.starts_with("XLMRobertaLoRA")
+            || architecture.starts_with("XLMRoberta") && positions == Some("rotary")
+        {
+            Family::JinaXlmRoberta
+        } else if architecture.starts_with("XLMRoberta") {
+            Family::XlmRoberta
+        } else if architecture.starts_with("JinaBert") || architecture.starts_with("Bert") && positions == Some("alibi")
+        {
+            Family::JinaBert
+        } else if architecture.starts_with("Bert") {
+            Family::Bert
+        } else if architecture.starts_with("NomicBert") {
+            Family::NomicBert
+        } else if architecture.starts_with("New") {
+            Family::Gte
+        } else if architecture.starts_with("ModernBert") {
+            Family::ModernBert
+        } else {
+            return None;
+        },
+    )
 }
 
 /// The head an architecture's name asks for, in a family that has it.
@@ -388,8 +398,7 @@ impl Config {
             .or(raw.activation_function.as_deref())
             .unwrap_or("gelu");
         let parse_act = |name: &str, key: &str| {
-            Activation::parse(name)
-                .ok_or_else(|| bad(format!("has {key} {name:?}; converted: {}", Activation::NAMES)))
+            Activation::parse(name).ok_or_else(|| bad(format!("has {key} {name:?}; converted: {}", Activation::NAMES)))
         };
         // NomicBERT names its gated feed-forward as its activation.
         let nomic_glu = match (family, act_name) {
@@ -406,27 +415,25 @@ impl Config {
             None => FeedForward::Plain,
         };
         let positions_kind = raw.position_embedding_type.as_deref().unwrap_or("absolute");
-        let mut biases = Biases {
-            qkv: true,
-            attention_out: true,
-            mlp_in: true,
-            mlp_out: true,
-            norm: true,
-            classifier_dense: true,
-        };
+        let mut biases =
+            Biases { qkv: true, attention_out: true, mlp_in: true, mlp_out: true, norm: true, classifier_dense: true };
         let mut local = None;
         let mut lora = None;
         let max_positions = raw.max_position_embeddings.or(raw.n_positions);
         let positions = match family {
             Family::Bert | Family::XlmRoberta => {
                 if positions_kind != "absolute" {
-                    return Err(bad(format!("has position_embedding_type {positions_kind:?}; only \"absolute\" is converted for {architecture}")));
+                    return Err(bad(format!(
+                        "has position_embedding_type {positions_kind:?}; only \"absolute\" is converted for {architecture}"
+                    )));
                 }
                 Positions::Absolute
             }
             Family::JinaBert => {
                 if positions_kind != "alibi" {
-                    return Err(unsupported(format!("JinaBERT with position_embedding_type {positions_kind:?} (not \"alibi\")")));
+                    return Err(unsupported(format!(
+                        "JinaBERT with position_embedding_type {positions_kind:?} (not \"alibi\")"
+                    )));
                 }
                 biases.mlp_in = false;
                 // v2's GLU activates its first half; the code variant's (`up_gated_layer`) its
@@ -434,13 +441,19 @@ impl Config {
                 feed_forward = match raw.feed_forward_type.as_deref().unwrap_or("geglu") {
                     "geglu" => FeedForward::Gated { activated_first: true, activation: Activation::Gelu },
                     "reglu" => FeedForward::Gated { activated_first: true, activation: Activation::Relu },
-                    other => return Err(unsupported(format!("JinaBERT feed_forward_type {other:?} (converted: geglu, reglu)"))),
+                    other => {
+                        return Err(unsupported(format!(
+                            "JinaBERT feed_forward_type {other:?} (converted: geglu, reglu)"
+                        )));
+                    }
                 };
                 Positions::Alibi
             }
             Family::JinaXlmRoberta => {
                 if positions_kind != "rotary" {
-                    return Err(unsupported(format!("{architecture} with position_embedding_type {positions_kind:?} (jina-embeddings-v3 is \"rotary\")")));
+                    return Err(unsupported(format!(
+                        "{architecture} with position_embedding_type {positions_kind:?} (jina-embeddings-v3 is \"rotary\")"
+                    )));
                 }
                 if let Some(tasks) = raw.lora_adaptations.clone().filter(|t| !t.is_empty()) {
                     lora = Some(Lora {
@@ -459,7 +472,9 @@ impl Config {
                     return Err(unsupported("interleaved rotary positions (rotary_emb_interleaved)".to_owned()));
                 }
                 if raw.rotary_emb_fraction.is_some_and(|f| (f - 1.0).abs() > f64::EPSILON) {
-                    return Err(unsupported("rotary positions on part of each head (rotary_emb_fraction < 1)".to_owned()));
+                    return Err(unsupported(
+                        "rotary positions on part of each head (rotary_emb_fraction < 1)".to_owned(),
+                    ));
                 }
                 if raw.prenorm == Some(true) {
                     return Err(unsupported("pre-norm NomicBERT layers (prenorm true)".to_owned()));
@@ -492,8 +507,14 @@ impl Config {
                         let kind = s.get("type").or_else(|| s.get("rope_type")).and_then(Value::as_str);
                         let factor = s.get("factor").and_then(Value::as_f64);
                         match (kind, factor) {
-                            (Some("ntk"), Some(factor)) if s.get("mixed_b").is_none_or(Value::is_null) => RopeScaling::Ntk { factor },
-                            _ => return Err(unsupported(format!("rope_scaling {s} (converted: {{\"type\": \"ntk\", \"factor\": ...}})"))),
+                            (Some("ntk"), Some(factor)) if s.get("mixed_b").is_none_or(Value::is_null) => {
+                                RopeScaling::Ntk { factor }
+                            }
+                            _ => {
+                                return Err(unsupported(format!(
+                                    "rope_scaling {s} (converted: {{\"type\": \"ntk\", \"factor\": ...}})"
+                                )));
+                            }
                         }
                     }
                 };
@@ -514,7 +535,11 @@ impl Config {
                 };
                 let layers = need(raw.num_hidden_layers, "num_hidden_layers")?;
                 let theta = |kind: &str| {
-                    raw.rope_parameters.as_ref().and_then(|p| p.get(kind)).and_then(|p| p.get("rope_theta")).and_then(Value::as_f64)
+                    raw.rope_parameters
+                        .as_ref()
+                        .and_then(|p| p.get(kind))
+                        .and_then(|p| p.get("rope_theta"))
+                        .and_then(Value::as_f64)
                 };
                 let global = raw.global_rope_theta.or_else(|| theta("full_attention")).unwrap_or(160_000.0);
                 let local_base = raw.local_rope_theta.or_else(|| theta("sliding_attention")).unwrap_or(global);
@@ -548,7 +573,9 @@ impl Config {
             }
         };
         if matches!(positions, Positions::Rotary { .. }) && head_dim % 2 != 0 {
-            return Err(bad(format!("has an odd head width {head_dim} (hidden_size / num_attention_heads): rotary positions need an even one")));
+            return Err(bad(format!(
+                "has an odd head width {head_dim} (hidden_size / num_attention_heads): rotary positions need an even one"
+            )));
         }
         let labels = match head {
             Head::SequenceClassification => raw

@@ -15,12 +15,20 @@ const EXTERNAL_DATA: &str = "model.onnx_data";
 /// Files of the source folder's top level that are not copied: weights in any format (the graph
 /// replaces them), ONNX files and records of earlier conversions, and hidden files.
 fn is_copied(name: &str) -> bool {
-    const WEIGHTS: [&str; 8] = [".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx"];
+    const WEIGHTS: [&str; 6] = [".bin", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx"];
     !(name.starts_with('.')
         || WEIGHTS.iter().any(|ext| name.ends_with(ext))
+        || name.starts_with("model") && name.ends_with(".safetensors")
+        || is_head_checkpoint(name)
         || name.ends_with(".onnx_data")
         || name.ends_with(".onnx.data")
         || [SHARD_INDEX, TORCH_INDEX, "conversion.json", "quantization.json", "onnx", "openvino"].contains(&name))
+}
+
+/// A head's PyTorch weights beside the model (BGE-M3's `colbert_linear.pt`, `sparse_linear.pt`):
+/// written as `<name>.safetensors`; other safetensors files beside the model are copied.
+fn is_head_checkpoint(name: &str) -> bool {
+    name.ends_with(".pt")
 }
 
 fn display(p: &Path) -> String {
@@ -136,10 +144,21 @@ fn copy_folder(from: &Path, to: &Path, relative: &Path, output: &Path) -> Result
     let mut copied = Vec::new();
     for entry in entries {
         let name = entry.file_name().to_string_lossy().into_owned();
+        let (src, dst) = (entry.path(), to.join(&name));
+        if relative.as_os_str().is_empty() && is_head_checkpoint(&name) && src.is_file() {
+            let stem = name.trim_end_matches(".pt");
+            let target = format!("{stem}.safetensors");
+            if !from.join(&target).is_file() {
+                let bytes = Weights::open_torch_file(&src)?.to_safetensors()?;
+                let dst = to.join(&target);
+                std::fs::write(&dst, bytes).map_err(write_err(&dst))?;
+                copied.push(format!("{target} (from {name})"));
+            }
+            continue;
+        }
         if relative.as_os_str().is_empty() && !is_copied(&name) || name.starts_with('.') {
             continue;
         }
-        let (src, dst) = (entry.path(), to.join(&name));
         if src.is_dir() {
             if same_folder(&src, output) {
                 continue;

@@ -56,6 +56,17 @@ impl Weights {
         } else {
             return Err(ConvertError::NoWeights { dir: display(dir) });
         };
+        Self::read(files, torch)
+    }
+
+    /// Reads one `torch.save` file of tensors (a head's `.pt`, such as BGE-M3's
+    /// `colbert_linear.pt`).
+    pub(crate) fn open_torch_file(path: &Path) -> Result<Weights, ConvertError> {
+        Self::read(vec![path.to_path_buf()], true)
+    }
+
+    /// Reads `files`: safetensors, or (`torch`) torch.save archives.
+    fn read(files: Vec<PathBuf>, torch: bool) -> Result<Weights, ConvertError> {
         let mut shards = Vec::with_capacity(files.len());
         let mut index = HashMap::new();
         for path in files {
@@ -115,9 +126,14 @@ impl Weights {
                 safetensors::tensor::TensorView::new(Dtype::F32, shape.clone(), bytes).map(|v| (name.clone(), v))
             })
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ConvertError::Weights { file: "safetensors".to_owned(), why: format!("cannot be written ({e})") })?;
-        safetensors::tensor::serialize(views, None)
-            .map_err(|e| ConvertError::Weights { file: "safetensors".to_owned(), why: format!("cannot be written ({e})") })
+            .map_err(|e| ConvertError::Weights {
+                file: "safetensors".to_owned(),
+                why: format!("cannot be written ({e})"),
+            })?;
+        safetensors::tensor::serialize(views, None).map_err(|e| ConvertError::Weights {
+            file: "safetensors".to_owned(),
+            why: format!("cannot be written ({e})"),
+        })
     }
 
     /// Every tensor's name, in no order.

@@ -5,7 +5,7 @@
 
 use super::{ATTENTION_MASK, Gate, INPUT_IDS, Masks, Net, TASK_ID, TOKEN_TYPE_IDS};
 use crate::ConvertError;
-use crate::config::{FeedForward, Family, Positions};
+use crate::config::{Family, FeedForward, Positions};
 use crate::graph::{Attr, INT64, MS_DOMAIN};
 
 impl Net<'_, '_> {
@@ -140,7 +140,8 @@ impl Net<'_, '_> {
         let mut table = Vec::with_capacity(tasks * h);
         for t in 0..tasks {
             for j in 0..h {
-                let update: f64 = (0..rank).map(|r| f64::from(a[t * rank + r]) * f64::from(b[(t * rank + r) * h + j])).sum();
+                let update: f64 =
+                    (0..rank).map(|r| f64::from(a[t * rank + r]) * f64::from(b[(t * rank + r) * h + j])).sum();
                 table.push((f64::from(row[j]) + update * scaling) as f32);
             }
         }
@@ -214,7 +215,8 @@ impl Net<'_, '_> {
             )
         };
         // jina-embeddings-v2-base-code normalises queries and keys over the whole width.
-        let code_variant = c.family == Family::JinaBert && self.t.has(&format!("{l}.attention.self.layer_norm_q.weight"));
+        let code_variant =
+            c.family == Family::JinaBert && self.t.has(&format!("{l}.attention.self.layer_norm_q.weight"));
         if code_variant {
             q = self.layer_norm(&q, &format!("{l}.attention.self.layer_norm_q"))?;
             k = self.layer_norm(&k, &format!("{l}.attention.self.layer_norm_k"))?;

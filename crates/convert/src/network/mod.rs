@@ -52,7 +52,10 @@ impl Tensors<'_> {
     /// a bias (ModernBERT's) shifts by zero.
     fn norm(&self, prefix: &str, width: usize, bias: bool) -> Result<(Vec<f32>, Vec<f32>), ConvertError> {
         if self.has(&format!("{prefix}.gamma")) {
-            return Ok((self.get(&format!("{prefix}.gamma"), &[width])?, self.get(&format!("{prefix}.beta"), &[width])?));
+            return Ok((
+                self.get(&format!("{prefix}.gamma"), &[width])?,
+                self.get(&format!("{prefix}.beta"), &[width])?,
+            ));
         }
         let scale = self.get(&format!("{prefix}.weight"), &[width])?;
         let shift_name = format!("{prefix}.bias");
@@ -163,7 +166,11 @@ impl Net<'_, '_> {
                 wt[i * n + o] = w[row * inputs + i];
             }
         }
-        let label = if rows.len() == outputs { format!("{prefix}.weight_t") } else { format!("{prefix}.weight_t_{}", rows.start) };
+        let label = if rows.len() == outputs {
+            format!("{prefix}.weight_t")
+        } else {
+            format!("{prefix}.weight_t_{}", rows.start)
+        };
         Ok(self.g.f32(&label, &[inputs, n], wt))
     }
 
@@ -173,7 +180,8 @@ impl Net<'_, '_> {
 
     fn bias_rows(&mut self, prefix: &str, width: usize, rows: std::ops::Range<usize>) -> Result<String, ConvertError> {
         let b = self.t.get(&format!("{prefix}.bias"), &[width])?;
-        let label = if rows.len() == width { format!("{prefix}.bias") } else { format!("{prefix}.bias_{}", rows.start) };
+        let label =
+            if rows.len() == width { format!("{prefix}.bias") } else { format!("{prefix}.bias_{}", rows.start) };
         Ok(self.g.f32(&label, &[rows.len()], b[rows].to_vec()))
     }
 
@@ -342,7 +350,13 @@ impl Net<'_, '_> {
     /// The gated feed-forward `out(act(a) * b)` where `a` and `b` are the two halves of one
     /// projection (`up_gate` `[2 · intermediate, hidden]`, the activated half first or second),
     /// or two projections (`Split`).
-    fn gated_mlp(&mut self, x: &str, gate: Gate<'_>, out: &str, activation: Activation) -> Result<String, ConvertError> {
+    fn gated_mlp(
+        &mut self,
+        x: &str,
+        gate: Gate<'_>,
+        out: &str,
+        activation: Activation,
+    ) -> Result<String, ConvertError> {
         let (h, inter) = (self.c.hidden, self.c.intermediate);
         let (in_bias, out_bias) = (self.c.biases.mlp_in, self.c.biases.mlp_out);
         let (activated, linear) = match gate {

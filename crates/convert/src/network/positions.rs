@@ -38,7 +38,8 @@ impl Net<'_, '_> {
             Positions::Rotary { base, scaling } => Some(self.rotary_table(base, scaling, "rope")),
             _ => None,
         };
-        let local_rotary = c.local.as_ref().map(|l| l.base).map(|base| self.rotary_table(base, RopeScaling::None, "local_rope"));
+        let local_rotary =
+            c.local.as_ref().map(|l| l.base).map(|base| self.rotary_table(base, RopeScaling::None, "local_rope"));
         Masks { global, local, rotary, local_rotary }
     }
 
@@ -54,7 +55,8 @@ impl Net<'_, '_> {
         if self.g.has_value("position_range") {
             return "position_range".to_owned();
         }
-        let len = if self.g.has_value("sequence_length") { "sequence_length".to_owned() } else { self.sequence_length() };
+        let len =
+            if self.g.has_value("sequence_length") { "sequence_length".to_owned() } else { self.sequence_length() };
         let zero = self.g.i64("range_start", &[], &[0]);
         let step = self.g.i64("range_step", &[], &[1]);
         self.g.node("Range", "", &[&zero, &len, &step], &[], Some("position_range"))
@@ -148,7 +150,8 @@ impl Net<'_, '_> {
         }
         let cos = self.g.f32(&format!("{name}_cos_table"), &[rows, dim], cos);
         let sin = self.g.f32(&format!("{name}_sin_table"), &[rows, dim], sin);
-        let len = if self.g.has_value("sequence_length") { "sequence_length".to_owned() } else { self.sequence_length() };
+        let len =
+            if self.g.has_value("sequence_length") { "sequence_length".to_owned() } else { self.sequence_length() };
         let zero = self.g.i64(&format!("{name}_start"), &[1], &[0]);
         let axis = self.g.i64(&format!("{name}_axis"), &[1], &[0]);
         let one = self.g.i64(&format!("{name}_unsqueeze"), &[1], &[1]);

@@ -495,17 +495,39 @@ fn a_pytorch_model_bin_folder_converts_to_the_graph_of_the_same_safetensors() {
 
     // Through convert(): the folder is written, and the .bin is not copied; a module folder's
     // pytorch_model.bin (an older sentence-transformers Dense) becomes its model.safetensors.
-    let dense = write("pytorch_model", &[t("linear.weight", "FloatStorage", "0", 0, &[3, 4]), t("linear.bias", "FloatStorage", "1", 0, &[3])]);
+    let dense = write(
+        "pytorch_model",
+        &[t("linear.weight", "FloatStorage", "0", 0, &[3, 4]), t("linear.bias", "FloatStorage", "1", 0, &[3])],
+    );
     std::fs::create_dir(torch_dir.path().join("2_Dense")).expect("mkdir");
     std::fs::write(torch_dir.path().join("2_Dense/pytorch_model.bin"), &dense.bytes).expect("dense bin");
     std::fs::write(torch_dir.path().join("2_Dense/config.json"), "{}").expect("dense config");
+    // A head beside the model as its own torch.save file (BGE-M3's colbert_linear.pt).
+    let head = write(
+        "colbert_linear",
+        &[t("weight", "FloatStorage", "0", 0, &[2, 4]), t("bias", "FloatStorage", "1", 0, &[2])],
+    );
+    std::fs::write(torch_dir.path().join("colbert_linear.pt"), &head.bytes).expect("head");
     let out = torch_dir.path().join("out");
     let record = crate::convert(torch_dir.path(), &out, &options).expect("converts");
     assert!(out.join("model.onnx").is_file());
     assert!(!out.join("pytorch_model.bin").exists());
     assert!(!out.join("2_Dense/pytorch_model.bin").exists());
     assert_reads(&out.join("2_Dense"), &dense.expected);
-    assert!(record.copied.contains(&"2_Dense/model.safetensors (from 2_Dense/pytorch_model.bin)".to_owned()), "{:?}", record.copied);
+    assert!(!out.join("colbert_linear.pt").exists());
+    let head_dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(out.join("colbert_linear.safetensors"), head_dir.path().join("model.safetensors")).expect("copy");
+    assert_reads(head_dir.path(), &head.expected);
+    assert!(
+        record.copied.contains(&"colbert_linear.safetensors (from colbert_linear.pt)".to_owned()),
+        "{:?}",
+        record.copied
+    );
+    assert!(
+        record.copied.contains(&"2_Dense/model.safetensors (from 2_Dense/pytorch_model.bin)".to_owned()),
+        "{:?}",
+        record.copied
+    );
 }
 
 /// Runs scripts/make_torch_checkpoint.py (CPython's own pickler with torch.save's layout) into
