@@ -12,17 +12,7 @@ use serde_json::{Value, json};
 
 /// Runs scripts/convert_reference.py with `args` after the nornir binary; its JSON result.
 fn reference(args: &[&str]) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/convert_reference.py");
-    let o = std::process::Command::new(env_path("NORNIR_TEST_REFERENCE_PYTHON"))
-        .arg(script)
-        .arg(args[0])
-        .arg(env!("CARGO_BIN_EXE_nornir"))
-        .args(&args[1..])
-        .output()
-        .expect("run the reference script");
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "the reference check failed:\n{out}\n{}", stderr(&o));
-    serde_json::from_str(&out).expect("the reference script's JSON")
+    common::reference_script("convert_reference.py", args[0], &args[1..])
 }
 
 #[test]

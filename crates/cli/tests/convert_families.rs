@@ -8,24 +8,14 @@ mod common;
 
 use std::path::Path;
 
-use common::{s, stderr};
+use common::s;
 use nornir_test_support::env_path;
 use serde_json::Value;
 
-/// Runs scripts/families_reference.py `mode` with the nornir binary, a work folder and `extra`;
-/// its JSON result. The script exits 1 when its check fails: that fails the test, with its JSON.
+/// Runs scripts/families_reference.py `mode` with the nornir binary, a work folder and `extra`.
 fn reference(mode: &str, work: &Path, extra: &[&str]) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/families_reference.py");
-    let o = std::process::Command::new(env_path("NORNIR_TEST_REFERENCE_PYTHON"))
-        .arg(script)
-        .args([mode, env!("CARGO_BIN_EXE_nornir"), s(work)])
-        .args(extra)
-        .env("ORT_DYLIB_PATH", env_path("NORNIR_TEST_ORT_CPU"))
-        .output()
-        .expect("run the reference script");
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "families_reference.py {mode} failed:\n{out}\n{}", stderr(&o));
-    serde_json::from_str(&out).expect("the reference script's JSON")
+    let args: Vec<&str> = std::iter::once(s(work)).chain(extra.iter().copied()).collect();
+    common::reference_script("families_reference.py", mode, &args)
 }
 
 fn cases(r: &Value, key: &str) -> Vec<Value> {

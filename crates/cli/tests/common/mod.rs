@@ -147,3 +147,21 @@ pub fn files_in(dir: &Path) -> Vec<String> {
     v.sort();
     v
 }
+
+/// Runs `scripts/<script>` (an independent reference, in the test venv's Python with ONNX
+/// Runtime) as `script MODE NORNIR ARGS...`; its JSON result. The script exits 1 when its check
+/// fails: that fails the test, with its output.
+pub fn reference_script(script: &str, mode: &str, args: &[&str]) -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts").join(script);
+    let o = Command::new(nornir_test_support::env_path("NORNIR_TEST_REFERENCE_PYTHON"))
+        .arg(path)
+        .args([mode, env!("CARGO_BIN_EXE_nornir")])
+        .args(args)
+        .env("ORT_DYLIB_PATH", nornir_test_support::env_path("NORNIR_TEST_ORT_CPU"))
+        .output()
+        .expect("run the reference script");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{script} {mode} failed:\n{out}\n{}", stderr(&o));
+    serde_json::from_str(&out).expect("the reference script's JSON")
+}
+
