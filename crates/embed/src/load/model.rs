@@ -515,17 +515,27 @@ mod tests {
     fn the_family_is_named_from_the_config_and_nomics_keys_are_read() {
         let family = |text: &str| parse_hf_config(text).expect("config").family();
         assert_eq!(
-            family(r#"{"architectures":["JinaBertForMaskedLM"],"model_type":"bert","position_embedding_type":"alibi"}"#)
-                .as_deref(),
+            family(
+                r#"{"architectures":["JinaBertForMaskedLM"],"model_type":"bert","position_embedding_type":"alibi"}"#
+            )
+            .as_deref(),
             Some("JinaBERT v2 (ALiBi), JinaBertForMaskedLM")
         );
         assert_eq!(
-            family(r#"{"architectures":["XLMRobertaModel"],"model_type":"xlm-roberta","position_embedding_type":"rotary"}"#)
-                .as_deref(),
+            family(
+                r#"{"architectures":["XLMRobertaModel"],"model_type":"xlm-roberta","position_embedding_type":"rotary"}"#
+            )
+            .as_deref(),
             Some("jina-embeddings-v3 (XLM-RoBERTa, rotary, task LoRA), XLMRobertaModel")
         );
-        assert_eq!(family(r#"{"model_type":"modernbert"}"#).as_deref(), Some("ModernBERT (rotary, local and global attention)"));
-        assert_eq!(family(r#"{"architectures":["BertModel"],"model_type":"bert"}"#).as_deref(), Some("BERT, BertModel"));
+        assert_eq!(
+            family(r#"{"model_type":"modernbert"}"#).as_deref(),
+            Some("ModernBERT (rotary, local and global attention)")
+        );
+        assert_eq!(
+            family(r#"{"architectures":["BertModel"],"model_type":"bert"}"#).as_deref(),
+            Some("BERT, BertModel")
+        );
         assert_eq!(family("{}"), None);
         let nomic = parse_hf_config(r#"{"model_type":"nomic_bert","n_positions":8192,"n_embd":768}"#).expect("config");
         assert_eq!((nomic.usable_positions(), nomic.hidden_size), (Some(8192), Some(768)));
