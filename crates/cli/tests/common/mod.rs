@@ -164,4 +164,3 @@ pub fn reference_script(script: &str, mode: &str, args: &[&str]) -> serde_json::
     assert!(o.status.success(), "{script} {mode} failed:\n{out}\n{}", stderr(&o));
     serde_json::from_str(&out).expect("the reference script's JSON")
 }
-
