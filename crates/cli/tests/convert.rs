@@ -107,8 +107,8 @@ fn converted_minilm_is_checked_fused_and_close_to_the_int8_export() {
     let min = converted.iter().zip(&export).map(|(a, b)| nornir_test_support::cosine(a, b)).fold(1.0f32, f32::min);
     assert!(min >= 0.999, "min cosine {min}");
 
-    // A folder nornir does not embed with (a module it does not apply) still converts; the check
-    // says why it did not run.
+    // A folder nornir does not embed with (here a Dense module whose folder is missing) still
+    // converts; the check says why it did not run.
     let with_dense = t.path().join("with-dense");
     std::fs::create_dir(&with_dense).expect("mkdir");
     for f in files_in(&source) {

@@ -217,10 +217,18 @@ fn modules_json_decides_normalisation_and_unknown_modules_are_refused() {
             .expect("--no-normalize");
         assert_close(off.embed(&["hello world"]).expect("embed").row(0), &raw, 1e-5);
     }
+    // A module nornir does not apply is refused by name; a Dense module is applied, so one
+    // without its folder is refused for that (crates/embed/tests/dense.rs applies real ones).
+    let layer_norm =
+        json!({ "idx": 2, "name": "2", "path": "2_LayerNorm", "type": "sentence_transformers.models.LayerNorm" });
+    let t = tempfile::tempdir().expect("tempdir");
+    folder(t.path(), Kind::NoTokenTypeIds, |_| {}, &[("modules.json", json!([transformer, pooling, layer_norm]))]);
+    let e = Embedder::new(t.path(), &options()).expect_err("a LayerNorm module").to_string();
+    assert!(e.contains("sentence_transformers.models.LayerNorm") && e.contains("refused"), "{e}");
     let t = tempfile::tempdir().expect("tempdir");
     folder(t.path(), Kind::NoTokenTypeIds, |_| {}, &[("modules.json", json!([transformer, pooling, dense]))]);
-    let e = Embedder::new(t.path(), &options()).expect_err("a Dense module").to_string();
-    assert!(e.contains("sentence_transformers.models.Dense") && e.contains("refused"), "{e}");
+    let e = Embedder::new(t.path(), &options()).expect_err("a Dense module without its folder").to_string();
+    assert!(e.contains("2_Dense/config.json is missing"), "{e}");
 }
 
 #[test]
