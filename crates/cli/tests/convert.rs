@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::{assert_one_line_error, files_in, nornir, s, stderr};
 use nornir_test_support::env_path;
 use serde_json::{Value, json};
@@ -83,7 +81,7 @@ fn converted_minilm_is_checked_fused_and_close_to_the_int8_export() {
     let first: String = text.lines().take(1000).map(|l| format!("{l}\n")).collect();
     let input = t.path().join("first-1000.txt");
     std::fs::write(&input, first).expect("write");
-    let embed = |model: &Path, name: &str| {
+    let embed = |model: &std::path::Path, name: &str| {
         let file = t.path().join(name);
         let o = nornir(&[
             "vector",

@@ -9,7 +9,6 @@ mod common;
 use std::path::Path;
 
 use common::s;
-use nornir_test_support::env_path;
 use serde_json::Value;
 
 /// Runs scripts/families_reference.py `mode` with the nornir binary, a work folder and `extra`.
@@ -79,7 +78,7 @@ fn a_short_text_beside_long_ones_gets_the_vector_it_gets_alone() {
 fn converted_families_embed_serve_rerank_and_weigh_terms_as_their_references() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
-    let tokenizer = env_path("NORNIR_TEST_CONVERTED_MODEL").join("tokenizer.json");
+    let tokenizer = nornir_test_support::env_path("NORNIR_TEST_CONVERTED_MODEL").join("tokenizer.json");
     let r = reference("surfaces", t.path(), &[s(&tokenizer)]);
 
     // `nornir vector embed`: seven encoders (jina-embeddings-v3 under two tasks), mean-pooled
