@@ -103,21 +103,13 @@ impl Net<'_, '_> {
     /// An embedding's LoRA update for `ids`: `A[task][ids] B[task] · alpha / rank` (`lora_A`
     /// `[tasks, rows, rank]`, `lora_B` `[tasks, rank, width]`), where it has an adapter.
     fn embedding_lora(&mut self, prefix: &str, rows: usize, ids: &str) -> Result<Option<String>, ConvertError> {
-        let Some(lora) = &self.c.lora else { return Ok(None) };
-        let a_name = format!("{prefix}.parametrizations.weight.0.lora_A");
-        if !self.t.has(&a_name) {
+        let h = self.c.hidden;
+        let Some(ad) = self.adapters(prefix, |tasks, rank| ([tasks, rows, rank], [tasks, rank, h]))? else {
             return Ok(None);
-        }
-        let (tasks, rank, h) = (lora.tasks.len(), lora.rank, self.c.hidden);
-        let scaling = (lora.alpha / rank as f64) as f32;
-        let a = self.t.get(&a_name, &[tasks, rows, rank])?;
-        let b: Vec<f32> = self
-            .t
-            .get(&format!("{prefix}.parametrizations.weight.0.lora_B"), &[tasks, rank, h])?
-            .into_iter()
-            .map(|v| v * scaling)
-            .collect();
-        let a = self.g.f32(&a_name, &[tasks, rows, rank], a);
+        };
+        let (tasks, rank, scaling) = (ad.tasks, ad.rank, ad.scaling as f32);
+        let b: Vec<f32> = ad.b.into_iter().map(|v| v * scaling).collect();
+        let a = self.g.f32(&ad.a_name, &[tasks, rows, rank], ad.a);
         let b = self.g.f32(&format!("{prefix}.lora_b_scaled"), &[tasks, rank, h], b);
         let a_task = self.g.node("Gather", "", &[&a, TASK_ID], &[("axis", Attr::Int(0))], None);
         let b_task = self.g.node("Gather", "", &[&b, TASK_ID], &[("axis", Attr::Int(0))], None);
@@ -128,21 +120,17 @@ impl Net<'_, '_> {
     /// The one token type's row with each task's LoRA update: a `[tasks, hidden]` table the task
     /// chooses from; `None` where the embedding has no adapter.
     fn type_row_per_task(&mut self, prefix: &str, row: &[f32]) -> Result<Option<String>, ConvertError> {
-        let Some(lora) = &self.c.lora else { return Ok(None) };
-        let a_name = format!("{prefix}.parametrizations.weight.0.lora_A");
-        if !self.t.has(&a_name) {
+        let h = self.c.hidden;
+        let Some(ad) = self.adapters(prefix, |tasks, rank| ([tasks, 1, rank], [tasks, rank, h]))? else {
             return Ok(None);
-        }
-        let (tasks, rank, h) = (lora.tasks.len(), lora.rank, self.c.hidden);
-        let scaling = lora.alpha / rank as f64;
-        let a = self.t.get(&a_name, &[tasks, 1, rank])?;
-        let b = self.t.get(&format!("{prefix}.parametrizations.weight.0.lora_B"), &[tasks, rank, h])?;
+        };
+        let (tasks, rank) = (ad.tasks, ad.rank);
         let mut table = Vec::with_capacity(tasks * h);
         for t in 0..tasks {
-            for j in 0..h {
+            for (j, &value) in row.iter().enumerate() {
                 let update: f64 =
-                    (0..rank).map(|r| f64::from(a[t * rank + r]) * f64::from(b[(t * rank + r) * h + j])).sum();
-                table.push((f64::from(row[j]) + update * scaling) as f32);
+                    (0..rank).map(|r| f64::from(ad.a[t * rank + r]) * f64::from(ad.b[(t * rank + r) * h + j])).sum();
+                table.push((f64::from(value) + update * ad.scaling) as f32);
             }
         }
         let table = self.g.f32(&format!("{prefix}.per_task"), &[tasks, h], table);

@@ -43,8 +43,11 @@ impl Net<'_, '_> {
         Masks { global, local, rotary, local_rotary }
     }
 
-    /// The sequence length as an int64 scalar.
+    /// The sequence length as an int64 scalar, written once and shared.
     fn sequence_length(&mut self) -> String {
+        if self.g.has_value("sequence_length") {
+            return "sequence_length".to_owned();
+        }
         let shape = self.g.op("Shape", &[INPUT_IDS]);
         let one = self.g.i64("sequence_axis", &[], &[1]);
         self.g.node("Gather", "", &[&shape, &one], &[("axis", Attr::Int(0))], Some("sequence_length"))
@@ -55,8 +58,7 @@ impl Net<'_, '_> {
         if self.g.has_value("position_range") {
             return "position_range".to_owned();
         }
-        let len =
-            if self.g.has_value("sequence_length") { "sequence_length".to_owned() } else { self.sequence_length() };
+        let len = self.sequence_length();
         let zero = self.g.i64("range_start", &[], &[0]);
         let step = self.g.i64("range_step", &[], &[1]);
         self.g.node("Range", "", &[&zero, &len, &step], &[], Some("position_range"))
@@ -150,8 +152,7 @@ impl Net<'_, '_> {
         }
         let cos = self.g.f32(&format!("{name}_cos_table"), &[rows, dim], cos);
         let sin = self.g.f32(&format!("{name}_sin_table"), &[rows, dim], sin);
-        let len =
-            if self.g.has_value("sequence_length") { "sequence_length".to_owned() } else { self.sequence_length() };
+        let len = self.sequence_length();
         let zero = self.g.i64(&format!("{name}_start"), &[1], &[0]);
         let axis = self.g.i64(&format!("{name}_axis"), &[1], &[0]);
         let one = self.g.i64(&format!("{name}_unsqueeze"), &[1], &[1]);
@@ -175,7 +176,8 @@ impl Net<'_, '_> {
     /// `base' = base * (factor * length / trained - (factor - 1))^(dim / (dim - 2))`.
     fn dynamic_ntk_angles(&mut self, base: f64, factor: f64, trained: usize, name: &str) -> String {
         let dim = self.c.hidden / self.c.heads;
-        let len = self.g.node("Cast", "", &["sequence_length"], &[("to", Attr::Int(FLOAT.into()))], None);
+        let len = self.sequence_length();
+        let len = self.g.node("Cast", "", &[&len], &[("to", Attr::Int(FLOAT.into()))], None);
         let slope = self.scalar(&format!("{name}_ntk_slope"), (factor / trained as f64) as f32);
         let offset = self.scalar(&format!("{name}_ntk_offset"), (factor - 1.0) as f32);
         let one = self.scalar(&format!("{name}_ntk_one"), 1.0);
