@@ -36,8 +36,8 @@ its padding does not leak into a text's vectors.
 
 Tolerances: token vectors, BGE-M3 dense vectors and sparse values: max |nornir - reference|
 <= 1e-5 (float32 graph against float64 reference; every vector is unit length). Vector counts and
-sparse index sets must be equal exactly (a sparse index whose reference weight is under 1e-5 may
-be absent on one side: relu(x) near 0 in float32; none occurred in the runs recorded here).
+sparse index sets must be equal exactly, except that an index whose weight is under 1e-5 on both
+sides may be present on one side only (relu(x) of an x near 0 can fall either way in float32).
 Scores: |nornir - reference| <= 1e-5 * max(1, |reference|) (a PyLate MaxSim is a sum of up to
 query_length cosines, so its float32 error grows with it). Ranking: nornir's order, read on the
 reference's scores, must never go up by more than that tolerance (exact ties may swap).
@@ -116,11 +116,14 @@ BGE-M3 (FlagOpen/FlagEmbedding, commit 7ed43d67): FlagEmbedding/inference/embedd
     the vectors of positions 1 .. n-1 (</s> included, <s> not), each L2-normalised.
     colbert_score(q, p) = sum_i max_j q_i . p_j / (number of query vectors). A query is encoded
     as a document is (no prefix, no expansion). Texts here stay under max_seq_length (64): no
-    truncation is exercised for BGE-M3.
+    truncation is exercised for BGE-M3 (FlagEmbedding cuts at its own passage_max_length, 8192
+    by default, not at sentence_bert_config.json's value, so a cut would test a choice, not a
+    reading). One text holds characters the tokenizer lacks (<unk>, kept as a ColBERT vector,
+    dropped from the sparse output) and most texts repeat some token (max, not sum).
 
 Deliberate mistakes (`broken`): no-prefix (the prefix never inserted), prefix-appended (the
   prefix after the text's last token instead of after the first), no-expansion (queries never
-  padded with MASK), attend-expansion (expansion positions attended whatever the config says),
+  padded with MASK), expansion-pad-id (queries padded with [PAD] instead of [MASK]), attend-expansion (expansion positions attended whatever the config says),
   skiplist-ignored, no-normalisation (token vectors left unnormalised), sparse-sum (BGE-M3
   sparse weights of a repeated id summed instead of maxed), colbert-first-token (BGE-M3
   ColBERT vectors of positions 0 .. n-2, i.e. <s> included and </s> left out: same count).
@@ -154,6 +157,7 @@ MISTAKES = [
     "no-prefix",
     "prefix-appended",
     "no-expansion",
+    "expansion-pad-id",
     "attend-expansion",
     "skiplist-ignored",
     "no-normalisation",
@@ -169,6 +173,7 @@ DOCUMENTS = [
     "The quick brown fox jumps over the lazy dog while the farmer's children watch from the old "
     "wooden fence near the river bank at sunset, and nobody (not even the dog) minds.",
     "What is the capital of France? It is Paris, of course.",
+    "Café crème at the bank of the river.",
 ]
 QUERIES = [
     "what is a fjord?",
@@ -236,7 +241,7 @@ def pylate_tokenize(tok, text, is_query, s, mistake=None):
     if expand:
         width = length - 1 if use_prefix else length
         n_pad = width - len(ids)
-        ids += [mask_id(tok)] * n_pad
+        ids += [mask_id(tok) if mistake != "expansion-pad-id" else tok.token_to_id("[PAD]")] * n_pad
         att += [0] * n_pad
         types += [0] * n_pad
     if use_prefix and mistake != "no-prefix":
@@ -439,7 +444,8 @@ XLMR_WORDS = sorted(set(
     "the a an is of and to in on at for with what which why how do does cats cat sleep sleeps dogs dog fox "
     "foxes day most much more than capital france paris fjord fjords long narrow inlet inlets steep sides "
     "glacier glaciers carved them man eating food art fashion it course quick brown jumps over lazy "
-    "river bank sunset old wooden fence near nobody even minds".split()))
+    "river bank sunset old wooden fence near nobody even minds farmer children watch from not while "
+    "animals or so are".split()))
 XLMR_CHARS = string.ascii_lowercase + string.ascii_uppercase + string.digits + string.punctuation
 
 
