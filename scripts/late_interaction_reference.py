@@ -31,7 +31,8 @@ nornir is called as (the flags are collected in `nornir_convert`, `nornir_embed`
       -> per text {"embedding": [...], "sparse": {"indices": [...], "values": [...]}, "vectors": [...]}
   nornir vector rerank --device cpu --threads 2 --model DST --query QUERY --no-text DOC...
       -> {"index": i, "score": s} lines, best first
-Each text is encoded alone by the reference (no batch); nornir may batch, so this also checks that
+(The convert form is the one docs/cli.md documents; `--quiet` is embed's -q; rerank's query is
+its `--query` option.) Each text is encoded alone by the reference (no batch); nornir may batch, so this also checks that
 its padding does not leak into a text's vectors.
 
 Tolerances: token vectors, BGE-M3 dense vectors and sparse values: max |nornir - reference|
@@ -96,6 +97,9 @@ Stanford ColBERT as PyLate loads it (ColBERT.__init__ when config.architectures[
   attend_to_mask_tokens -> attend_to_expansion_tokens; the rest (mask_punctuation, dim,
   similarity) is not read: skiplist string.punctuation and do_query_expansion true by default.
   So the Stanford case's expected behaviour is exactly that of the PyLate settings above.
+  Second opinion: vLLM's vllm/model_executor/models/colbert.py (ColBERTModel.load_weights) reads
+  the same tensors: "bert." stripped from the encoder's names, linear.weight [dim, hidden] as a
+  projection without bias (vLLM leaves prefixes, expansion and the skiplist to its caller).
 
 BGE-M3 (FlagOpen/FlagEmbedding, commit 7ed43d67): FlagEmbedding/inference/embedder/encoder_only/
   m3.py (encode_single_device: _process_token_weights, _process_colbert_vecs; colbert_score) and
@@ -717,10 +721,6 @@ def compare(case, got, documents, queries, mistake=None):
     out.update(score_max_rel_diff=max(scores), same_ranking=all(orders))
     out["ok"] = bool(ok and out["score_max_rel_diff"] <= SCORE_TOLERANCE and out["same_ranking"])
     return out
-
-
-def reported(value):
-    return None if value is None or (isinstance(value, float) and math.isinf(value)) else value
 
 
 def clean(obj):
