@@ -16,6 +16,8 @@ pub use embed::embed;
 #[cfg(feature = "embed-ort")]
 mod compact;
 #[cfg(feature = "embed-ort")]
+mod multi_vector;
+#[cfg(feature = "embed-ort")]
 mod retrieval;
 #[cfg(feature = "embed-ort")]
 mod source;
@@ -73,6 +75,7 @@ pub struct EmbedJob {
     pub window: Option<usize>,
     pub overlap: Option<usize>,
     pub sparse: crate::args::SparseArgs,
+    pub multi_vector: crate::args::MultiVectorArgs,
     pub compact: crate::args::CompactArgs,
     pub json: bool,
     pub quiet: bool,

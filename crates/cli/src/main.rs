@@ -56,6 +56,7 @@ fn main() -> ExitCode {
                 window: a.window.map(|w| w as usize),
                 overlap: a.overlap.map(|o| o as usize),
                 sparse: a.sparse,
+                multi_vector: a.multi_vector,
                 compact: a.compact,
                 json: a.json,
                 quiet: a.quiet,

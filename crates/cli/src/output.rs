@@ -14,6 +14,9 @@ pub enum OutputFormat {
     Npy,
     /// Raw little-endian float32 rows, no header.
     F32,
+    /// Token vectors only: one NumPy .npz with `vectors` [rows, dimension] and `offsets`
+    /// [texts + 1] (text i's rows are offsets[i]..offsets[i + 1]).
+    Npz,
 }
 
 /// Where the output goes: stdout, or a temporary file renamed onto the target on success.
@@ -166,6 +169,7 @@ impl RowWriter {
                 }
                 w.write_all(b"\n")?;
             }
+            OutputFormat::Npz => anyhow::bail!("--format npz holds token vectors only (ColBERT, BGE-M3)"),
             OutputFormat::F32 => {
                 let bytes: Vec<u8> = row.iter().flat_map(|x| x.to_le_bytes()).collect();
                 w.write_all(&bytes)?;

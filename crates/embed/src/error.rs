@@ -250,6 +250,7 @@ fn calls_for(kind: &ModelKind) -> &'static str {
         ModelKind::Embedder => "embed",
         ModelKind::SparseEncoder => "embed_sparse",
         ModelKind::CrossEncoder => "rerank or predict",
+        ModelKind::MultiVector => "embed_multi_vector or rerank",
     }
 }
 

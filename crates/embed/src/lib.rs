@@ -29,6 +29,7 @@ pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use kinds::compact::{CompactVectors, to_precision};
 pub use kinds::compact_calls::SAMPLE_TEXTS;
 pub use kinds::embeddings::{CharChunk, Chunk, Embeddings, Usage};
+pub use kinds::multi_vector::{Encoded, MultiVectorOptions, MultiVectors, Outputs, ROWS_PER_PART, max_sim};
 pub use kinds::pooling::normalize;
 pub use kinds::sparse::{SparseOptions, SparseVector, SparseVectors};
 pub use load::kind::KindChoice;
@@ -36,8 +37,9 @@ pub use load::plan::{plan_for, plan_with};
 pub use load::runtime::{check_library, choose_library, device_list, list_devices};
 pub use report::describe::{EmbedderReport, RangesReport, RangesUse, cpu_int8_extensions, fusion_counts, precision};
 pub use report::values::{
-    DenseSpec, DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport,
-    PoolingSpec, PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport, Token,
+    DenseSpec, DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, MultiVectorSpec, OrtInfo, Placement,
+    PluginReport, PoolingSpec, PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport,
+    Token, TokenVectorSource,
 };
 pub use schedule::stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 

@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// The three kinds of model a retrieval stack runs.
+/// The kinds of model a retrieval stack runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
@@ -16,26 +16,33 @@ pub enum ModelKind {
     SparseEncoder,
     /// Scores per (query, document) pair (`rerank`, `predict`).
     CrossEncoder,
+    /// A small vector per token (late interaction, ColBERT): `embed_multi_vector`, and
+    /// `rerank` by MaxSim.
+    MultiVector,
 }
 
 impl ModelKind {
-    /// The name used in reports and errors: `embedder`, `sparse-encoder`, `cross-encoder`.
+    /// The name used in reports and errors: `embedder`, `sparse-encoder`, `cross-encoder`,
+    /// `multi-vector`.
     pub fn label(self) -> &'static str {
         match self {
             Self::Embedder => "embedder",
             Self::SparseEncoder => "sparse-encoder",
             Self::CrossEncoder => "cross-encoder",
+            Self::MultiVector => "multi-vector",
         }
     }
 }
 
 impl ModelKind {
-    /// The label with its article: `an embedder`, `a sparse-encoder`, `a cross-encoder`.
+    /// The label with its article: `an embedder`, `a sparse-encoder`, `a cross-encoder`, `a
+    /// multi-vector model`.
     pub fn with_article(self) -> &'static str {
         match self {
             Self::Embedder => "an embedder",
             Self::SparseEncoder => "a sparse-encoder",
             Self::CrossEncoder => "a cross-encoder",
+            Self::MultiVector => "a multi-vector model",
         }
     }
 }

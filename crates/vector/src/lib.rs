@@ -42,9 +42,9 @@ pub use nornir_options::{
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
     BATCH_SIZE_BOUNDS, Cause, CharChunk, Chunk, CompactVectors, EmbedError, EmbedFuture, EmbedStats, Embedder,
-    EmbedderReport, Embeddings, InferenceKind, KindChoice, PairOptions, RangesReport, RangesUse, Ranked, Ranking,
-    Result, SAMPLE_TEXTS, SparseOptions, SparseVector, SparseVectors, Token, Usage, error_chain, normalize, rank,
-    to_precision,
+    EmbedderReport, Embeddings, Encoded, InferenceKind, KindChoice, MultiVectorOptions, MultiVectors, Outputs,
+    PairOptions, ROWS_PER_PART, RangesReport, RangesUse, Ranked, Ranking, Result, SAMPLE_TEXTS, SparseOptions,
+    SparseVector, SparseVectors, Token, Usage, error_chain, max_sim, normalize, rank, to_precision,
 };
 
 /// What nornir found on this machine and what it decided, as typed reports: the probe's
@@ -63,9 +63,10 @@ pub mod diagnostics {
 
     #[cfg(feature = "embed-ort")]
     pub use nornir_embed::{
-        DenseSpec, DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, OrtInfo, Placement, PluginReport,
-        PoolingSpec, PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport,
-        check_library, choose_library, cpu_int8_extensions, device_list, fusion_counts, plan_for, plan_with, precision,
+        DenseSpec, DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, MultiVectorSpec, OrtInfo, Placement,
+        PluginReport, PoolingSpec, PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome,
+        SessionReport, TokenVectorSource, check_library, choose_library, cpu_int8_extensions, device_list,
+        fusion_counts, plan_for, plan_with, precision,
     };
 }
 

@@ -12,7 +12,7 @@ pub use tools::{ConvertArgs, QuantizeArgs};
 mod compact;
 mod retrieval;
 pub use compact::CompactArgs;
-pub use retrieval::{RerankArgs, SparseArgs};
+pub use retrieval::{MultiVectorArgs, OutputKind, RerankArgs, SparseArgs};
 
 use std::path::PathBuf;
 
@@ -236,6 +236,8 @@ pub struct EmbedArgs {
     pub overlap: Option<u32>,
     #[command(flatten)]
     pub sparse: SparseArgs,
+    #[command(flatten)]
+    pub multi_vector: MultiVectorArgs,
     #[command(flatten)]
     pub compact: CompactArgs,
     /// No progress bar.

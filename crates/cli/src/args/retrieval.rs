@@ -30,6 +30,36 @@ impl SparseArgs {
     }
 }
 
+/// With a late-interaction model (ColBERT, BGE-M3), `embed` writes each text's token vectors.
+#[derive(Args, Clone, Debug, Default)]
+#[command(next_help_heading = "Late interaction (ColBERT, BGE-M3)")]
+pub struct MultiVectorArgs {
+    /// Encode the texts as queries (the query marker, expanded to the model's query length);
+    /// else as documents (the document marker, punctuation's vectors left out).
+    #[arg(long)]
+    pub query: bool,
+    /// What to write from one pass of a BGE-M3 model, comma-separated: dense ("embedding"),
+    /// sparse ("sparse": {"indices", "values"}), multi-vector ("vectors"); default: multi-vector.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
+    pub outputs: Vec<OutputKind>,
+}
+
+#[cfg_attr(not(feature = "embed-ort"), allow(dead_code))]
+impl MultiVectorArgs {
+    /// Whether any of them was given (they need a model that makes token vectors).
+    pub fn any(&self) -> bool {
+        self.query || !self.outputs.is_empty()
+    }
+}
+
+/// One output of a BGE-M3 pass.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputKind {
+    Dense,
+    Sparse,
+    MultiVector,
+}
+
 #[derive(Args, Debug)]
 pub struct RerankArgs {
     /// The query the documents are ranked against.

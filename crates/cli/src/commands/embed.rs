@@ -19,6 +19,21 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
     if job.verbose {
         eprintln!("nornir: {}", provider_line(&embedder));
     }
+    let makes_tokens = embedder.model_info().folder.multi_vector.is_some();
+    if makes_tokens && (job.multi_vector.any() || embedder.model_info().folder.kind.kind == ModelKind::MultiVector) {
+        return super::multi_vector::embed_multi_vector(job, &embedder, options, source, size, sink);
+    }
+    if job.multi_vector.any() {
+        anyhow::bail!(
+            "--query and --outputs are for a model that makes token vectors (ColBERT, BGE-M3), and this model is {}",
+            embedder.model_info().folder.kind.kind.with_article()
+        );
+    }
+    if job.format == crate::output::OutputFormat::Npz {
+        anyhow::bail!(
+            "--format npz holds token vectors (ColBERT, BGE-M3); use jsonl, npy or f32 for this model's vectors"
+        );
+    }
     match embedder.model_info().folder.kind.kind {
         ModelKind::SparseEncoder if job.compact.compacts() => {
             anyhow::bail!(

@@ -25,6 +25,8 @@ pub(crate) const TOKENIZING_THREADS: usize = 2;
 pub(crate) enum Work {
     Texts(Vec<String>, CallOptions),
     Pairs(Vec<(String, Option<String>)>, PairOptions),
+    /// A part of a token call, and its first text's index in the call.
+    Tokens(Vec<String>, crate::kinds::multi_vector::MultiVectorOptions, usize),
 }
 
 impl Work {
@@ -32,6 +34,7 @@ impl Work {
         match self {
             Self::Texts(t, _) => t.len(),
             Self::Pairs(p, _) => p.len(),
+            Self::Tokens(t, _, _) => t.len(),
         }
     }
 
@@ -39,6 +42,9 @@ impl Work {
         match self {
             Self::Texts(texts, options) => prepare::prepare(engine, texts, options),
             Self::Pairs(pairs, options) => crate::call::pairs::prepare_pairs(engine, pairs, options),
+            Self::Tokens(texts, options, first) => {
+                crate::kinds::multi_vector::prepare_tokens(engine, texts, options, *first)
+            }
         }
     }
 }

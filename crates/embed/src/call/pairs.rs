@@ -45,7 +45,7 @@ impl PairOptions {
     }
 
     /// Refuses the call's options that make vectors, naming the first.
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         let c = &self.call;
         let vector_options = [
             ("prompt", c.prompt.is_some()),

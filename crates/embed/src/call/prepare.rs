@@ -12,7 +12,7 @@ use crate::call::request::{Item, Request};
 use crate::call::tokenize::{tokenizer_failed, with_prompt};
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::forward::graph_io::{Row, forward};
-use crate::kinds::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
+use crate::kinds::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens, TokenGroups};
 use crate::kinds::pooling::normalize;
 use crate::load::engine::Engine;
 use crate::load::prompt::named_prompt;
@@ -39,6 +39,8 @@ pub(crate) struct Call {
     pub(crate) max_wait: Option<std::time::Duration>,
     /// A cross-encoder call's activation, applied to each row instead of normalising.
     activation: Option<ScoreActivation>,
+    /// A token call's rows per text (its token vectors), handed back raw.
+    groups: Option<TokenGroups>,
 }
 
 impl Call {
@@ -52,7 +54,20 @@ impl Call {
         max_wait: Option<std::time::Duration>,
     ) -> Self {
         let (expand, normalize, chunked, activation) = (None, false, None, Some(activation));
-        Self { request, items, expand, tokens, dim: labels, normalize, chunked, max_wait, activation }
+        Self { request, items, expand, tokens, dim: labels, normalize, chunked, max_wait, activation, groups: None }
+    }
+
+    /// A call of token vectors: text i fills `groups[i]` rows of `width`, in order, raw.
+    pub(crate) fn of_tokens(
+        request: Arc<Request>,
+        items: Vec<Item>,
+        tokens: Vec<TextTokens>,
+        groups: TokenGroups,
+        width: usize,
+        max_wait: Option<std::time::Duration>,
+    ) -> Self {
+        let (expand, normalize, chunked, activation, groups) = (None, false, None, None, Some(groups));
+        Self { request, items, expand, tokens, dim: width, normalize, chunked, max_wait, activation, groups }
     }
 
     fn new(
@@ -64,7 +79,7 @@ impl Call {
         chunked: Option<Chunked>,
     ) -> Self {
         let (dim, normalize, max_wait) = (plan.dim, plan.normalize, plan.max_wait);
-        Self { request, items, expand, tokens, dim, normalize, chunked, max_wait, activation: None }
+        Self { request, items, expand, tokens, dim, normalize, chunked, max_wait, activation: None, groups: None }
     }
 }
 
@@ -328,6 +343,10 @@ pub(crate) fn too_long(engine: &Engine, index: usize, text: &str, prompt: &str) 
 /// each cut to the call's width and normalised if it asks.
 pub(crate) fn finish(engine: &Engine, mut call: Call, rows: Vec<f32>) -> Embeddings {
     let (width, dim) = (engine.info.model_dimension, call.dim);
+    if let Some(groups) = call.groups.take() {
+        engine.counters.texts.fetch_add(groups.counts.len() as u64, Ordering::Relaxed);
+        return Embeddings::from_whole_rows(rows, width, call.tokens).with_groups(groups);
+    }
     let chunked = call.chunked.take();
     // Text i's row among the unique texts (the same when the call had no duplicates).
     let texts = call.expand.as_ref().map_or(call.tokens.len(), Vec::len);

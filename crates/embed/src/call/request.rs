@@ -144,6 +144,8 @@ pub(crate) struct Item {
     pub(crate) spans: Vec<(usize, usize)>,
     /// Token type ids (a query and document pair's); empty: all 0.
     pub(crate) types: Vec<u32>,
+    /// Tokens attended to, from the first (see `graph_io::Row::attend`); `None`: all.
+    pub(crate) attend: Option<usize>,
     pub(crate) request: Arc<Request>,
     /// Its first row in the request.
     pub(crate) index: usize,
@@ -173,7 +175,7 @@ impl Item {
         request: &Arc<Request>,
         index: usize,
     ) -> Self {
-        Self { ids, skip, spans, types: Vec::new(), request: Arc::clone(request), index, settled: false }
+        Self { ids, skip, spans, types: Vec::new(), attend: None, request: Arc::clone(request), index, settled: false }
     }
 
     /// A query and document pair: its ids and their token types.
@@ -181,6 +183,11 @@ impl Item {
         let mut item = Self::new(ids, 0, Vec::new(), request, index);
         item.types = types;
         item
+    }
+
+    /// The tokens attended to, from the first.
+    pub(crate) fn attend(&self) -> usize {
+        self.attend.unwrap_or(self.ids.len())
     }
 
     /// How many rows it fills.

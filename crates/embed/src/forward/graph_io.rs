@@ -207,12 +207,15 @@ pub(crate) struct Row<'a> {
     pub(crate) spans: &'a [(usize, usize)],
     /// Token type ids (1 for a pair's second text); empty: all 0.
     pub(crate) types: &'a [u32],
+    /// The tokens every token may attend to: the first this many (a ColBERT query's expansion
+    /// tokens after them are read but not attended to); `ids.len()` for a whole text.
+    pub(crate) attend: usize,
 }
 
 impl<'a> Row<'a> {
     /// A whole text, every token pooled.
     pub(crate) fn text(ids: &'a [u32]) -> Self {
-        Self { ids, skip: 0, spans: &[], types: &[] }
+        Self { ids, skip: 0, spans: &[], types: &[], attend: ids.len() }
     }
 }
 
@@ -252,7 +255,9 @@ impl<
             for (j, &t) in r.iter().enumerate() {
                 // Token ids come from the tokenizer's vocabulary and j from the length limit, far below i32::MAX.
                 ids[start + j] = T::try_from(t).unwrap_or(zero);
-                mask[start + j] = one;
+                if j < row.attend {
+                    mask[start + j] = one;
+                }
                 if with_positions {
                     positions[start + j] = T::try_from(j).unwrap_or(zero);
                 }

@@ -38,8 +38,10 @@ fn run_batches(engine: &Engine, k: usize) {
 /// batch's texts, and a panic anywhere else fails them as they drop (see `Item`).
 fn run_items(engine: &Engine, k: usize, slot: &RwLock<Slot>, items: &mut [Item]) {
     let run = |batch: &[Item]| -> Result<Vec<f32>> {
-        let rows: Vec<Row<'_>> =
-            batch.iter().map(|i| Row { ids: &i.ids, skip: i.skip, spans: &i.spans, types: &i.types }).collect();
+        let rows: Vec<Row<'_>> = batch
+            .iter()
+            .map(|i| Row { ids: &i.ids, skip: i.skip, spans: &i.spans, types: &i.types, attend: i.attend() })
+            .collect();
         // The batch's rows are copied out of ONNX Runtime's output here, and handed over only
         // once the batch succeeded, was counted, and the session is unlocked.
         let mut out = Vec::with_capacity(batch.len() * engine.info.model_dimension);

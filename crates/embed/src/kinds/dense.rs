@@ -71,14 +71,31 @@ pub struct DenseLayer {
 }
 
 impl DenseLayer {
-    /// `activation(weight · x + bias)` into `out` (sums in f64).
-    fn apply(&self, x: &[f32], out: &mut Vec<f32>) {
+    /// `activation(weight · x + bias)` into `out`. It runs on every token of a late-interaction
+    /// model, so the sums are float32 in eight lanes (see [`dot`]).
+    pub(crate) fn apply(&self, x: &[f32], out: &mut Vec<f32>) {
         out.clear();
-        out.extend(self.weight.chunks_exact(self.in_features).zip(&self.bias).map(|(row, b)| {
-            let dot: f64 = row.iter().zip(x).map(|(w, v)| f64::from(*w) * f64::from(*v)).sum();
-            self.activation.apply((dot + f64::from(*b)) as f32)
-        }));
+        out.extend(
+            self.weight
+                .chunks_exact(self.in_features)
+                .zip(&self.bias)
+                .map(|(row, b)| self.activation.apply(dot(row, x) + b)),
+        );
     }
+}
+
+/// `a · b` in eight float32 partial sums (which the compiler vectorises), added in float64 at
+/// the end: within ~1e-6 relative of a float64 sum for the widths of real models.
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in a8.zip(b8) {
+        for k in 0..8 {
+            lanes[k] += x[k] * y[k];
+        }
+    }
+    (lanes.iter().map(|&l| f64::from(l)).sum::<f64>() + f64::from(tail)) as f32
 }
 
 /// The `Dense` modules of an embedder in order (empty: none, or its graph applies them).

@@ -10,6 +10,15 @@ pub struct Embeddings {
     tokens: Vec<TextTokens>,
     /// The chunks of a call that chunks long texts; `None` otherwise.
     chunks: Option<Box<ChunkRows>>,
+    /// A token call's rows per text (`tokens` then has an entry per text, not per row).
+    groups: Option<TokenGroups>,
+}
+
+/// A token call's rows: how many are each text's, and the token id of each.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct TokenGroups {
+    pub(crate) counts: Vec<usize>,
+    pub(crate) ids: Vec<u32>,
 }
 
 /// One chunk of a text: where it lies in the text, and how many tokens the model read for it.
@@ -65,7 +74,16 @@ impl Embeddings {
     /// For the embedder, which writes whole rows only.
     pub(crate) fn from_whole_rows(data: Vec<f32>, dim: usize, tokens: Vec<TextTokens>) -> Self {
         debug_assert!(if dim == 0 { data.is_empty() } else { data.len().is_multiple_of(dim) });
-        Self { data, dim, tokens, chunks: None }
+        Self { data, dim, tokens, chunks: None, groups: None }
+    }
+    /// Rows that are token vectors, `groups[i]` of them text i's.
+    pub(crate) fn with_groups(mut self, groups: TokenGroups) -> Self {
+        self.groups = Some(groups);
+        self
+    }
+    /// A token call's rows per text, taken out.
+    pub(crate) fn take_groups(&mut self) -> Option<TokenGroups> {
+        self.groups.take()
     }
     /// With the chunks each row was made from.
     pub(crate) fn with_chunks(mut self, chunks: ChunkRows) -> Self {
@@ -75,7 +93,7 @@ impl Embeddings {
     /// `data` holds whole rows of `dim` floats (`dim` 0 only with no data); else `None`.
     pub fn new(data: Vec<f32>, dim: usize) -> Option<Self> {
         let whole = if dim == 0 { data.is_empty() } else { data.len().is_multiple_of(dim) };
-        whole.then_some(Self { data, dim, tokens: Vec::new(), chunks: None })
+        whole.then_some(Self { data, dim, tokens: Vec::new(), chunks: None, groups: None })
     }
     /// Tokens the model read for row `i` (special tokens and prompt included, after truncation);
     /// `None` for rows not made by an embedder.

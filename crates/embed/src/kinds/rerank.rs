@@ -62,6 +62,9 @@ impl Embedder {
         top_n: Option<usize>,
         options: &PairOptions,
     ) -> Result<Ranking> {
+        if self.ranks_by_max_sim() {
+            return self.rerank_by_max_sim(query, documents, top_n, options);
+        }
         self.can_rerank(query)?;
         let pairs: Vec<(&str, &str)> = documents.iter().map(|d| (query, d.as_ref())).collect();
         Ok(rank(&self.predict(&pairs, options)?, top_n))
@@ -75,9 +78,21 @@ impl Embedder {
         top_n: Option<usize>,
         options: &PairOptions,
     ) -> impl Future<Output = Result<Ranking>> + '_ {
+        let by_max_sim =
+            self.ranks_by_max_sim().then(|| self.rerank_by_max_sim_async(query, documents, top_n, options));
         let pairs: Vec<(&str, Option<&str>)> = documents.iter().map(|d| (query, Some(d.as_ref()))).collect();
         let scores = self.can_rerank(query).map(|()| self.score_async(&pairs, options));
-        async move { Ok(rank(&scores?.await?, top_n)) }
+        async move {
+            match by_max_sim {
+                Some(ranking) => ranking.await,
+                None => Ok(rank(&scores?.await?, top_n)),
+            }
+        }
+    }
+
+    /// A model that makes token vectors and scores no pairs ranks by MaxSim.
+    fn ranks_by_max_sim(&self) -> bool {
+        self.engine.token_rules.is_some() && self.engine.info.folder.kind.kind != ModelKind::CrossEncoder
     }
 
     /// The checks [`rerank`](Self::rerank) makes before it scores anything: a cross-encoder

@@ -9,6 +9,7 @@ use crate::call::future::Work;
 use crate::embedder::Embedder;
 use crate::error::{EmbedError, Result};
 use crate::kinds::embeddings::{Embeddings, Usage};
+use crate::kinds::multi_vector::{Encoded, MultiVectorOptions, Outputs};
 use nornir_options::CallOptions;
 use nornir_options::ModelKind;
 
@@ -76,6 +77,24 @@ impl SparseOptions {
         SparseVector { indices: kept.iter().map(|&(i, _)| i).collect(), values: kept.iter().map(|&(_, w)| w).collect() }
     }
 
+    /// A sparse vector pruned as asked (BGE-M3's, which is sparse from the start).
+    pub fn prune(&self, v: SparseVector) -> SparseVector {
+        if self.top_k.is_none() && self.threshold.is_none_or(|t| t <= 0.0) {
+            return v;
+        }
+        let mut row: Vec<(u32, f32)> = v.indices.into_iter().zip(v.values).collect();
+        let floor = self.threshold.unwrap_or(0.0).max(0.0);
+        row.retain(|&(_, w)| w > floor);
+        if let Some(k) = self.top_k
+            && row.len() > k
+        {
+            row.select_nth_unstable_by(k, |a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            row.truncate(k);
+            row.sort_unstable_by_key(|&(i, _)| i);
+        }
+        SparseVector { indices: row.iter().map(|&(i, _)| i).collect(), values: row.iter().map(|&(_, w)| w).collect() }
+    }
+
     fn check(&self) -> Result<()> {
         if self.call.dimensions.is_some() {
             return Err(EmbedError::invalid("dimensions", "cuts dense vectors; a sparse vector keeps its terms"));
@@ -122,6 +141,11 @@ impl Embedder {
     /// maximum over its tokens), pruned as `options` say. A long list runs in parts, so memory
     /// stays bounded. An error ([`EmbedError::WrongKind`]) unless the model is a sparse encoder.
     pub fn embed_sparse<S: AsRef<str>>(&self, texts: &[S], options: &SparseOptions) -> Result<SparseVectors> {
+        if self.engine.sparse_head.is_some() {
+            options.check()?;
+            let encoded = self.encode(texts, SPARSE_ONLY, &as_tokens(options))?;
+            return Ok(pruned(encoded, options));
+        }
         self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse")?;
         options.check()?;
         let mut out = SparseVectors { vectors: Vec::with_capacity(texts.len()), usage: Usage::default() };
@@ -138,11 +162,23 @@ impl Embedder {
         texts: &[S],
         options: &SparseOptions,
     ) -> impl Future<Output = Result<SparseVectors>> + '_ {
+        let by_head = self.engine.sparse_head.is_some().then(|| {
+            let checked = options.check();
+            let options = options.clone();
+            let encoded = self.run_planned(self.plan_parts(texts, SPARSE_ONLY, &as_tokens(&options), "embed_sparse"));
+            async move {
+                checked?;
+                Ok(pruned(encoded.await?, &options))
+            }
+        });
         let checked = self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse").and_then(|()| options.check());
         let parts: Vec<Vec<String>> =
             texts.chunks(TEXTS_PER_PART).map(|p| p.iter().map(|t| t.as_ref().to_owned()).collect()).collect();
         let options = options.clone();
         async move {
+            if let Some(by_head) = by_head {
+                return by_head.await;
+            }
             checked?;
             let mut out = SparseVectors::default();
             for part in parts {
@@ -157,4 +193,18 @@ impl Embedder {
     pub fn vocabulary_term(&self, id: u32) -> Option<String> {
         self.engine.tokenizer.truncating().id_to_token(id)
     }
+}
+
+/// BGE-M3's term weights alone.
+const SPARSE_ONLY: Outputs = Outputs { dense: false, sparse: true, multi_vector: false };
+
+/// A sparse call's options as a token call's: documents.
+fn as_tokens(options: &SparseOptions) -> MultiVectorOptions {
+    MultiVectorOptions::new().with_call(options.call.clone())
+}
+
+/// A sparse head's vectors, pruned as asked.
+fn pruned(encoded: Encoded, options: &SparseOptions) -> SparseVectors {
+    let vectors = encoded.sparse.unwrap_or_default().into_iter().map(|v| options.prune(v)).collect();
+    SparseVectors { vectors, usage: encoded.usage }
 }

@@ -20,53 +20,84 @@ pub(crate) fn load_head(dir: &Path, specs: &[DenseSpec]) -> Result<DenseHead> {
 }
 
 fn load_layer(dir: &Path, spec: &DenseSpec) -> std::result::Result<DenseLayer, String> {
-    let folder = dir.join(&spec.path);
-    let file = folder.join("model.safetensors");
-    let bytes = match std::fs::read(&file) {
+    let file = format!("{}/model.safetensors", spec.path);
+    let bytes = match std::fs::read(dir.join(&file)) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(if folder.join("pytorch_model.bin").is_file() {
+            return Err(if dir.join(&spec.path).join("pytorch_model.bin").is_file() {
                 format!(
                     "{}/ holds only pytorch_model.bin; nornir reads a Dense module from model.safetensors: \
                      `nornir vector convert` writes it (or Python: safetensors.torch.save_file(torch.load(\"pytorch_model.bin\"), \"model.safetensors\"))",
                     spec.path
                 )
             } else {
-                format!("{}/model.safetensors is missing: the Dense module has no weights", spec.path)
+                format!("{file} is missing: the Dense module has no weights")
             });
         }
-        Err(e) => return Err(format!("cannot read {}/model.safetensors: {e}", spec.path)),
+        Err(e) => return Err(format!("cannot read {file}: {e}")),
     };
-    let st = SafeTensors::deserialize(&bytes)
-        .map_err(|e| format!("{}/model.safetensors is not a readable safetensors file ({e})", spec.path))?;
-    let tensor = |name: &str, shape: &[usize]| -> std::result::Result<Vec<f32>, String> {
-        let t = st.tensor(name).map_err(|_| format!("{}/model.safetensors has no tensor {name:?}", spec.path))?;
-        if t.shape() != shape {
-            return Err(format!(
-                "{}/model.safetensors: {name} has shape {:?}, but config.json says {shape:?} (out_features, in_features)",
-                spec.path,
-                t.shape()
-            ));
-        }
-        let data = t.data();
-        let values: Vec<f32> = match t.dtype() {
-            Dtype::F32 => data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            Dtype::F16 => data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            Dtype::BF16 => data.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            Dtype::F64 => data
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32)
-                .collect(),
-            other => return Err(format!("{}/model.safetensors: {name} is {other:?}, not a float type", spec.path)),
-        };
-        if values.iter().any(|v| !v.is_finite()) {
-            return Err(format!("{}/model.safetensors: {name} holds a value that is not finite", spec.path));
-        }
-        Ok(values)
-    };
+    let st = open_safetensors(&file, &bytes)?;
     let (i, o) = (spec.in_features, spec.out_features);
-    let weight = tensor("linear.weight", &[o, i])?;
-    let bias = if spec.bias { tensor("linear.bias", &[o])? } else { vec![0.0; o] };
+    let weight = tensor(&st, &file, "linear.weight", Some(&[o, i]))?.1;
+    let bias = if spec.bias { tensor(&st, &file, "linear.bias", Some(&[o]))?.1 } else { vec![0.0; o] };
     let activation = Activation::from_torch(Some(&spec.activation))?;
     Ok(DenseLayer { in_features: i, out_features: o, weight, bias, activation })
+}
+
+/// A head saved as a bare `nn.Linear` state dict (`weight` `[out, in]`, `bias` `[out]`), as
+/// BGE-M3's `colbert_linear` and `sparse_linear` are once converted from `.pt`, taking
+/// `in_features` (the hidden size), with `activation` after it.
+pub(crate) fn load_linear(dir: &Path, file: &str, in_features: usize, activation: Activation) -> Result<DenseLayer> {
+    let read = || -> std::result::Result<DenseLayer, String> {
+        let bytes = std::fs::read(dir.join(file)).map_err(|e| format!("cannot read {file}: {e}"))?;
+        let st = open_safetensors(file, &bytes)?;
+        let (shape, weight) = tensor(&st, file, "weight", None)?;
+        let [o, i] = shape[..] else {
+            return Err(format!("{file}: weight has shape {shape:?}, not [out_features, in_features]"));
+        };
+        if i != in_features {
+            return Err(format!("{file}: weight takes {i} features, but the model's vectors are {in_features} wide"));
+        }
+        let bias = match st.tensor("bias") {
+            Ok(_) => tensor(&st, file, "bias", Some(&[o]))?.1,
+            Err(_) => vec![0.0; o],
+        };
+        Ok(DenseLayer { in_features: i, out_features: o, weight, bias, activation })
+    };
+    read().map_err(|e| EmbedError::model(dir, e))
+}
+
+fn open_safetensors<'a>(file: &str, bytes: &'a [u8]) -> std::result::Result<SafeTensors<'a>, String> {
+    SafeTensors::deserialize(bytes).map_err(|e| format!("{file} is not a readable safetensors file ({e})"))
+}
+
+/// Tensor `name` of `file` widened to f32, with its shape (checked against `shape` if given).
+fn tensor(
+    st: &SafeTensors<'_>,
+    file: &str,
+    name: &str,
+    shape: Option<&[usize]>,
+) -> std::result::Result<(Vec<usize>, Vec<f32>), String> {
+    let t = st.tensor(name).map_err(|_| format!("{file} has no tensor {name:?}"))?;
+    if let Some(shape) = shape.filter(|s| *s != t.shape()) {
+        return Err(format!(
+            "{file}: {name} has shape {:?}, but config.json says {shape:?} (out_features, in_features)",
+            t.shape()
+        ));
+    }
+    let data = t.data();
+    let values: Vec<f32> = match t.dtype() {
+        Dtype::F32 => data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        Dtype::F16 => data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        Dtype::BF16 => data.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        Dtype::F64 => data
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32)
+            .collect(),
+        other => return Err(format!("{file}: {name} is {other:?}, not a float type")),
+    };
+    if values.iter().any(|v| !v.is_finite()) {
+        return Err(format!("{file}: {name} holds a value that is not finite"));
+    }
+    Ok((t.shape().to_vec(), values))
 }

@@ -18,6 +18,7 @@ use crate::kinds::dense::DenseHead;
 use crate::load::dense::load_head;
 use crate::load::graph_scan::one_text_per_run;
 use crate::load::kind;
+use crate::load::multi_vector::{SparseHead, TokenRules};
 use crate::load::plan::plan_with;
 use crate::load::prompt::choose_prompt;
 use crate::load::runtime::{OrtRuntime, list_devices, load_runtime};
@@ -57,6 +58,10 @@ pub(crate) struct Engine {
     /// The folder's Dense modules, applied to each pooled row (empty: none, or the graph's
     /// pooled output already holds them; see `check_with_a_first_run`).
     pub(crate) head: DenseHead,
+    /// How the model makes token vectors (a ColBERT model, BGE-M3); `None`: it makes none.
+    pub(crate) token_rules: Option<TokenRules>,
+    /// BGE-M3's term weights from the same pass.
+    pub(crate) sparse_head: Option<SparseHead>,
     pub(crate) info: ModelInfo,
     pub(crate) report: SessionReport,
     pub(crate) runtime: Arc<OrtRuntime>,
@@ -75,6 +80,17 @@ impl Engine {
         let head = load_head(&folder.dir, &folder.dense)?;
         let prompt = choose_prompt(&folder, options)?;
         let tokenizer = ModelTokenizer::load(&folder, options.max_length)?;
+        let token_rules = match &folder.multi_vector {
+            Some(spec) => Some(TokenRules::resolve(&folder, spec, &tokenizer, folder.hidden_size)?),
+            None => None,
+        };
+        let sparse_head = match (&folder.sparse_head, folder.hidden_size) {
+            (Some(file), Some(hidden)) => Some(SparseHead::load(&folder, file, &tokenizer, hidden)?),
+            (Some(file), None) => {
+                return Err(EmbedError::model(&folder.dir, format!("{file} needs config.json's hidden_size")));
+            }
+            (None, _) => None,
+        };
         let (max_length, left_padding) = (tokenizer.max_length(), tokenizer.left_padding());
         let cpu_only = folder.quantization.as_ref().and_then(|q| q.cpu_only());
         let first = plan_with(options.device, cpu_only.clone(), &[], &options.providers);
@@ -111,7 +127,9 @@ impl Engine {
         let output = session.outputs()[io.output].name().to_owned();
         folder.kind = kind::with_graph(std::mem::take(&mut folder.kind), &output, io.pooled)
             .map_err(|e| EmbedError::model(&folder.dir, e))?;
-        if folder.kind.kind != ModelKind::Embedder && options.call.dimensions.is_some() {
+        if !matches!(folder.kind.kind, ModelKind::Embedder | ModelKind::MultiVector)
+            && options.call.dimensions.is_some()
+        {
             return Err(EmbedError::invalid(
                 "dimensions",
                 format!("cuts dense vectors; this model is a {}", folder.kind.kind),
@@ -170,6 +188,8 @@ impl Engine {
             io,
             settings,
             head: DenseHead::default(),
+            token_rules,
+            sparse_head,
             info,
             report,
             runtime,
@@ -218,13 +238,13 @@ impl Engine {
         self.info.dense_reason = dense_reason;
         let folder = &self.info.folder;
         let expected = match folder.kind.kind {
-            ModelKind::Embedder if !self.head.is_empty() => {
+            ModelKind::Embedder | ModelKind::MultiVector if !self.head.is_empty() => {
                 self.head.out_features().map(|o| (o, "last Dense module's out_features"))
             }
-            ModelKind::Embedder if !folder.dense.is_empty() => {
+            ModelKind::Embedder | ModelKind::MultiVector if !folder.dense.is_empty() => {
                 folder.dense.last().map(|d| (d.out_features, "last Dense module's out_features"))
             }
-            ModelKind::Embedder => folder.hidden_size.map(|h| (h, "hidden size")),
+            ModelKind::Embedder | ModelKind::MultiVector => folder.hidden_size.map(|h| (h, "hidden size")),
             ModelKind::SparseEncoder => folder.vocab_size.map(|v| (v, "vocabulary size")),
             ModelKind::CrossEncoder => Some((folder.kind.labels.len(), "number of labels")),
         };

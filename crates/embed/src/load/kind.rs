@@ -34,6 +34,10 @@ impl KindChoice {
     pub(crate) fn embedder(reason: impl Into<String>) -> Self {
         Self { kind: ModelKind::Embedder, reason: reason.into(), labels: Vec::new(), activation: None, pooling: None }
     }
+
+    pub(crate) fn multi_vector(reason: impl Into<String>) -> Self {
+        Self { kind: ModelKind::MultiVector, ..Self::embedder(reason) }
+    }
 }
 
 /// What `config.json` says about the head.
@@ -152,7 +156,13 @@ const HIDDEN_OUTPUTS: [&str; 3] = ["last_hidden_state", "token_embeddings", "sen
 /// text). A head's configs over a graph exported without its head make an embedder, as the
 /// graph gives hidden vectors; a classification head needs one row per text.
 pub(crate) fn with_graph(choice: KindChoice, output: &str, pooled: bool) -> Result<KindChoice, String> {
-    if choice.kind == ModelKind::Embedder {
+    if choice.kind == ModelKind::MultiVector && pooled {
+        return Err(format!(
+            "{}, but the graph's output {output:?} is one vector per text: export the transformer's token output",
+            choice.reason
+        ));
+    }
+    if matches!(choice.kind, ModelKind::Embedder | ModelKind::MultiVector) {
         return Ok(choice);
     }
     if HIDDEN_OUTPUTS.contains(&output) {

@@ -7,6 +7,7 @@ pub(crate) mod engine;
 pub(crate) mod graph_scan;
 pub(crate) mod kind;
 pub(crate) mod model;
+pub(crate) mod multi_vector;
 pub(crate) mod placement;
 pub(crate) mod plan;
 pub(crate) mod plugins;

@@ -7,8 +7,10 @@ use serde::Deserialize;
 
 use crate::error::{EmbedError, Result};
 use crate::kinds::dense::Activation;
-use crate::load::kind::{HeadConfig, choose_kind, parse_splade_config};
-use crate::report::values::{DenseSpec, ModelFolder, Modules, PoolingSpec, Prompts, Quantization};
+use crate::load::kind::{HeadConfig, KindChoice, choose_kind, parse_splade_config};
+use crate::report::values::{
+    DenseSpec, ModelFolder, Modules, MultiVectorSpec, PoolingSpec, Prompts, Quantization, TokenVectorSource,
+};
 use nornir_options::ModelKind;
 use nornir_options::Pooling;
 
@@ -112,26 +114,31 @@ struct Module {
 /// Normalize modules are what nornir applies; any other module (WordEmbeddings, LayerNorm, ...) is
 /// an error naming it, since leaving it out would give other vectors than sentence-transformers
 /// does. Dense modules apply to the pooled vector, so they must come after Pooling and before
-/// Normalize, the one order nornir applies them in.
+/// Normalize, the one order nornir applies them in; with no Pooling module at all they apply to
+/// every token (a PyLate late-interaction model).
 pub fn parse_modules(text: &str) -> Result<Modules, String> {
     let modules: Vec<Module> = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let class = |m: &Module| m.kind.rsplit('.').next().unwrap_or_default().to_owned();
     let mut out = Modules::default();
+    let mut before_pooling: Option<&Module> = None;
     for m in &modules {
         match class(m).as_str() {
             "Transformer" | "MLMTransformer" => {}
             "Pooling" => out.pooling_dir = Some(m.path.clone()),
             "SpladePooling" => out.splade_dir = Some(m.path.clone()),
             "Normalize" => out.normalize = true,
-            "Dense" if out.pooling_dir.is_none() || out.normalize => {
+            "Dense" if out.normalize => {
                 return Err(format!(
-                    "module {:?} ({}) is listed {} Pooling; nornir applies Dense modules after Pooling and before Normalize",
-                    m.kind,
-                    m.path,
-                    if out.normalize { "after Normalize, not between Normalize and" } else { "before" }
+                    "module {:?} ({}) is listed after Normalize; nornir applies Dense modules after Pooling and before Normalize",
+                    m.kind, m.path
                 ));
             }
-            "Dense" => out.dense_dirs.push(m.path.clone()),
+            "Dense" => {
+                if out.pooling_dir.is_none() {
+                    before_pooling.get_or_insert(m);
+                }
+                out.dense_dirs.push(m.path.clone());
+            }
             _ => {
                 return Err(format!(
                     "module {:?} ({}) is not one nornir applies (it applies the transformer, Pooling, SpladePooling, Dense and \
@@ -141,7 +148,68 @@ pub fn parse_modules(text: &str) -> Result<Modules, String> {
             }
         }
     }
-    Ok(out)
+    match before_pooling {
+        Some(m) if out.pooling_dir.is_some() || out.splade_dir.is_some() => Err(format!(
+            "module {:?} ({}) is listed before Pooling; nornir applies Dense modules after Pooling and before Normalize",
+            m.kind, m.path
+        )),
+        Some(_) => {
+            out.dense_per_token = true;
+            Ok(out)
+        }
+        None => Ok(out),
+    }
+}
+
+/// PyLate's keys in `config_sentence_transformers.json`.
+#[derive(Deserialize, Default)]
+struct PylateConfig {
+    query_prefix: Option<String>,
+    document_prefix: Option<String>,
+    query_length: Option<usize>,
+    document_length: Option<usize>,
+    do_query_expansion: Option<bool>,
+    attend_to_expansion_tokens: Option<bool>,
+    skiplist_words: Option<Vec<String>>,
+}
+
+/// Python's `string.punctuation`: PyLate's default skiplist.
+const PUNCTUATION: &str = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
+
+/// A PyLate model's token rules from `config_sentence_transformers.json` (`text`; `None`: the
+/// file is absent), with PyLate's defaults for the keys it lacks.
+pub fn parse_multi_vector_config(text: Option<&str>) -> Result<MultiVectorSpec, String> {
+    let c: PylateConfig = match text {
+        Some(t) => serde_json::from_str(t).map_err(|e| e.to_string())?,
+        None => PylateConfig::default(),
+    };
+    let expansion = c.do_query_expansion.unwrap_or(true);
+    Ok(MultiVectorSpec {
+        query_prefix: c.query_prefix.unwrap_or_else(|| "[Q] ".to_owned()),
+        document_prefix: c.document_prefix.unwrap_or_else(|| "[D] ".to_owned()),
+        query_length: Some(c.query_length.unwrap_or(32)),
+        document_length: Some(c.document_length.unwrap_or(180)),
+        do_query_expansion: expansion,
+        // PyLate attends to no expansion token when it makes none.
+        attend_to_expansion_tokens: expansion && c.attend_to_expansion_tokens.unwrap_or(false),
+        skiplist_words: c.skiplist_words.unwrap_or_else(|| PUNCTUATION.chars().map(String::from).collect()),
+        source: TokenVectorSource::DenseModules,
+    })
+}
+
+/// BGE-M3's ColBERT head: its token rules are FlagEmbedding's (no markers, no expansion, no
+/// skiplist, the model's length).
+fn colbert_linear_spec(file: &str) -> MultiVectorSpec {
+    MultiVectorSpec {
+        query_prefix: String::new(),
+        document_prefix: String::new(),
+        query_length: None,
+        document_length: None,
+        do_query_expansion: false,
+        attend_to_expansion_tokens: false,
+        skiplist_words: Vec::new(),
+        source: TokenVectorSource::ColbertLinear(file.to_owned()),
+    }
 }
 
 /// A Dense module's `config.json`, as sentence-transformers writes it.
@@ -264,6 +332,7 @@ impl ModelFolder {
         match self.kind.kind {
             ModelKind::SparseEncoder => return (false, "a sparse encoder's term weights are not normalised"),
             ModelKind::CrossEncoder => return (false, "a cross-encoder's scores are not normalised"),
+            ModelKind::MultiVector => return (true, "token vectors are normalised, as PyLate does"),
             ModelKind::Embedder => {}
         }
         match &self.modules {
@@ -359,17 +428,34 @@ impl ModelFolder {
             dense.push(spec);
         }
         let listed_pooling = modules.as_ref().is_some_and(|m| m.pooling_dir.is_some());
-        let kind = choose_kind(&head, splade, listed_pooling).map_err(|e| err(format!("config.json: {e}")))?;
-        if !dense.is_empty() && kind.kind != ModelKind::Embedder {
+        let per_token = modules.as_ref().is_some_and(|m| m.dense_per_token);
+        let mut kind = choose_kind(&head, splade, listed_pooling).map_err(|e| err(format!("config.json: {e}")))?;
+        if per_token {
+            kind = KindChoice::multi_vector(
+                "modules.json lists Dense modules and no Pooling module: a vector per token (PyLate)",
+            );
+        }
+        if !dense.is_empty() && !matches!(kind.kind, ModelKind::Embedder | ModelKind::MultiVector) {
             return Err(err(format!(
                 "modules.json lists Dense modules, which apply to an embedder's vectors; this is {}",
                 kind.kind.with_article()
             )));
         }
-        let prompts = match read_json("config_sentence_transformers.json")? {
-            Some(t) => parse_prompts(&t).map_err(|e| err(format!("config_sentence_transformers.json: {e}")))?,
+        let st_config = read_json("config_sentence_transformers.json")?;
+        let prompts = match &st_config {
+            Some(t) => parse_prompts(t).map_err(|e| err(format!("config_sentence_transformers.json: {e}")))?,
             None => Prompts::default(),
         };
+        let exists = |name: &str| dir.join(name).is_file();
+        let multi_vector = if per_token {
+            Some(
+                parse_multi_vector_config(st_config.as_deref())
+                    .map_err(|e| err(format!("config_sentence_transformers.json: {e}")))?,
+            )
+        } else {
+            exists(COLBERT_LINEAR).then(|| colbert_linear_spec(COLBERT_LINEAR))
+        };
+        let sparse_head = exists(SPARSE_LINEAR).then(|| SPARSE_LINEAR.to_owned());
         let quantization = match read_json("quantization.json")? {
             Some(t) => Some(parse_quantization(&t).map_err(|e| err(format!("quantization.json: {e}")))?),
             None => None,
@@ -391,9 +477,17 @@ impl ModelFolder {
             quantization,
             kind,
             dense,
+            multi_vector,
+            sparse_head,
         })
     }
 }
+
+/// BGE-M3's heads as `nornir vector convert` writes them from `colbert_linear.pt` and
+/// `sparse_linear.pt`.
+pub(crate) const COLBERT_LINEAR: &str = "colbert_linear.safetensors";
+/// See [`COLBERT_LINEAR`].
+pub(crate) const SPARSE_LINEAR: &str = "sparse_linear.safetensors";
 
 #[cfg(test)]
 mod tests {

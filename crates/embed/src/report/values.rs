@@ -321,6 +321,50 @@ pub struct ModelFolder {
     /// weights are read when the embedder loads).
     #[serde(default)]
     pub dense: Vec<DenseSpec>,
+    /// How a late-interaction model makes token vectors (a PyLate folder, or BGE-M3's
+    /// `colbert_linear`); `None` when it makes none.
+    #[serde(default)]
+    pub multi_vector: Option<MultiVectorSpec>,
+    /// BGE-M3's `sparse_linear` head: term weights from the same pass as its dense vector.
+    #[serde(default)]
+    pub sparse_head: Option<String>,
+}
+
+/// How a late-interaction model turns a text into token vectors, as PyLate reads
+/// `config_sentence_transformers.json` (its defaults where a key is absent), or as
+/// FlagEmbedding's BGE-M3 makes its ColBERT vectors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct MultiVectorSpec {
+    /// The token put after the first token of a query (`[Q] `, `[unused0]`; empty: none).
+    pub query_prefix: String,
+    /// The token put after the first token of a document (`[D] `, `[unused1]`; empty: none).
+    pub document_prefix: String,
+    /// A query's tokens, the prefix included: longer ones are cut, shorter ones expanded.
+    pub query_length: Option<usize>,
+    /// A document's tokens at most, the prefix included.
+    pub document_length: Option<usize>,
+    /// Queries padded with the mask token up to `query_length`, and every query token kept.
+    pub do_query_expansion: bool,
+    /// The expansion tokens are attended to (else only their own vectors are read).
+    pub attend_to_expansion_tokens: bool,
+    /// Tokens whose vectors a document leaves out (punctuation).
+    pub skiplist_words: Vec<String>,
+    /// Where the token vectors come from.
+    pub source: TokenVectorSource,
+}
+
+/// Where a model's token vectors come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TokenVectorSource {
+    /// PyLate: the Dense modules on every token, each vector normalised; MaxSim sums over
+    /// the query's tokens.
+    DenseModules,
+    /// BGE-M3: the head in this file on every token after the first, normalised; MaxSim is the
+    /// mean over the query's tokens (FlagEmbedding's `colbert_score`).
+    ColbertLinear(String),
 }
 
 /// One sentence-transformers `Dense` module: `activation(W x + b)` on the pooled vector.
@@ -384,6 +428,9 @@ pub struct Modules {
     /// The Dense modules' folders, in the order they apply (after pooling, before Normalize).
     #[serde(default)]
     pub dense_dirs: Vec<String>,
+    /// Dense modules listed with no Pooling module: they apply to every token (PyLate).
+    #[serde(default)]
+    pub dense_per_token: bool,
 }
 
 /// A sentence-transformers pooling config: the mode, the embedding width, and whether prompt

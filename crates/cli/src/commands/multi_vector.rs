@@ -1,0 +1,189 @@
+//! `embed` on a late-interaction model: each text's token vectors (ColBERT), or BGE-M3's outputs
+//! from one pass (`--outputs dense,sparse,multi-vector`), as JSON lines or one `.npz` of rows and
+//! offsets.
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use nornir_vector::{CallOptions, Embedder, Encoded, MultiVectorOptions, Outputs, Precision, to_precision};
+
+use super::EmbedJob;
+use super::source::{Source, input_error, next_chunk, progress, show_progress};
+use crate::args::OutputKind;
+use crate::output::{OutputFormat, Sink};
+
+/// The outputs a run asks for: `--outputs`, else the token vectors.
+fn outputs(job: &EmbedJob) -> Outputs {
+    let asked = &job.multi_vector.outputs;
+    if asked.is_empty() {
+        return Outputs::multi_vector();
+    }
+    let has = |k: OutputKind| asked.contains(&k);
+    Outputs::new(has(OutputKind::Dense), has(OutputKind::Sparse), has(OutputKind::MultiVector))
+}
+
+/// One text's line: the outputs asked, with the input's id when it had one.
+fn line(
+    encoded: &Encoded,
+    i: usize,
+    precision: Precision,
+    id: Option<&serde_json::Value>,
+) -> Result<serde_json::Value> {
+    let mut object = serde_json::Map::new();
+    if let Some(id) = id {
+        object.insert("id".into(), id.clone());
+    }
+    if let Some(dense) = &encoded.dense {
+        object.insert("embedding".into(), serde_json::json!(dense.row(i)));
+    }
+    if let Some(sparse) = &encoded.sparse {
+        let v = &sparse[i];
+        object.insert("sparse".into(), serde_json::json!({ "indices": v.indices, "values": v.values }));
+    }
+    if let Some(mv) = &encoded.multi_vector {
+        let vectors = if precision == Precision::Float32 {
+            serde_json::json!(mv.get(i).chunks_exact(mv.dim().max(1)).collect::<Vec<_>>())
+        } else {
+            let rows = nornir_vector::Embeddings::new(mv.get(i).to_vec(), mv.dim()).unwrap_or_default();
+            let c = to_precision(&rows, precision, None)?;
+            serde_json::json!((0..c.len()).map(|r| c.row_values(r)).collect::<Vec<_>>())
+        };
+        object.insert("vectors".into(), vectors);
+    }
+    Ok(serde_json::Value::Object(object))
+}
+
+/// `embed` on a model that makes token vectors.
+pub(super) fn embed_multi_vector(
+    job: &EmbedJob,
+    embedder: &Embedder,
+    call: CallOptions,
+    mut source: Source,
+    size: Option<u64>,
+    mut sink: Sink,
+) -> Result<()> {
+    let outputs = outputs(job);
+    let precision = job.compact.precision;
+    if precision.needs_ranges() {
+        bail!(
+            "--precision {precision} needs each dimension's calibrated range; token vectors are written as float32, binary or ubinary"
+        );
+    }
+    if job.compact.ranges.is_some() || job.compact.calibrate.is_some() {
+        bail!(
+            "--ranges and --calibrate are for int8 dense vectors; token vectors are written as float32, binary or ubinary"
+        );
+    }
+    let npz = match job.format {
+        OutputFormat::Jsonl => false,
+        OutputFormat::Npz if outputs == Outputs::multi_vector() => true,
+        OutputFormat::Npz => bail!("--format npz holds token vectors only: leave out --outputs, or use --format jsonl"),
+        other => bail!(
+            "token vectors are written as JSON lines or one .npz of rows and offsets: use --format jsonl or npz, not {other:?}"
+        ),
+    };
+    let options = MultiVectorOptions::new().with_query(job.multi_vector.query).with_call(call);
+    let bar = progress(!job.quiet && job.texts.is_empty(), size);
+    let started = Instant::now();
+    let (mut done, mut tokens) = (0usize, 0usize);
+    let (mut rows, mut offsets, mut dim) = (Vec::<u8>::new(), vec![0i64], 0usize);
+    loop {
+        let chunk = next_chunk(&mut source)?;
+        if chunk.is_empty() {
+            break;
+        }
+        let texts: Vec<&str> = chunk.iter().map(|r| r.text.as_str()).collect();
+        let encoded = embedder.encode(&texts, outputs, &options).map_err(|e| input_error(e, done))?;
+        tokens += encoded.usage.tokens;
+        if npz {
+            let mv = encoded.multi_vector.as_ref().context("the model made no token vectors")?;
+            dim = mv.dim();
+            let c = to_precision(&mv.rows(), precision, None)?;
+            rows.extend_from_slice(c.as_bytes());
+            let last = *offsets.last().unwrap_or(&0);
+            offsets.extend(mv.offsets()[1..].iter().map(|&o| last + o as i64));
+        } else {
+            for (i, rec) in chunk.iter().enumerate() {
+                serde_json::to_writer(sink.writer(), &line(&encoded, i, precision, rec.id.as_ref())?)
+                    .context("write output")?;
+                sink.writer().write_all(b"\n").context("write output")?;
+            }
+        }
+        done += chunk.len();
+        show_progress(&bar, &source, done, started);
+    }
+    bar.finish_and_clear();
+    if npz {
+        write_npz(&mut sink, &rows, &offsets, dim, precision)?;
+    }
+    sink.finish()?;
+    if job.json {
+        let summary = serde_json::json!({
+            "texts": done,
+            "tokens": tokens,
+            "seconds": started.elapsed().as_secs_f64(),
+            "query": job.multi_vector.query,
+            "provider": embedder.report().active_provider,
+        });
+        eprintln!("{summary}");
+    }
+    Ok(())
+}
+
+/// An `.npz` (a zip of `.npy` files, stored) with `vectors` (`[rows, dim]` float32, or
+/// `[rows, dim / 8]` bytes for the binary kinds) and `offsets` (`[texts + 1]` int64: text i's
+/// rows are `offsets[i]..offsets[i + 1]`), as `numpy.load` reads it.
+fn write_npz(sink: &mut Sink, rows: &[u8], offsets: &[i64], dim: usize, precision: Precision) -> Result<()> {
+    use npyz::WriterBuilder;
+    let texts = offsets.len() as u64;
+    let mut vectors = Vec::new();
+    match precision {
+        Precision::Float32 => {
+            let values: Vec<f32> = rows.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let n = (values.len() / dim.max(1)) as u64;
+            let mut w = npyz::WriteOptions::<f32>::new()
+                .default_dtype()
+                .shape(&[n, dim as u64])
+                .writer(&mut vectors)
+                .begin_nd()?;
+            w.extend(values)?;
+            w.finish()?;
+        }
+        // binary's bytes are int8 (offset by -128), as sentence-transformers' are.
+        Precision::Binary => {
+            let width = precision.bytes_per_vector(dim).max(1);
+            let n = (rows.len() / width) as u64;
+            let mut w = npyz::WriteOptions::<i8>::new()
+                .default_dtype()
+                .shape(&[n, width as u64])
+                .writer(&mut vectors)
+                .begin_nd()?;
+            w.extend(rows.iter().map(|&b| b as i8))?;
+            w.finish()?;
+        }
+        _ => {
+            let width = precision.bytes_per_vector(dim).max(1);
+            let n = (rows.len() / width) as u64;
+            let mut w = npyz::WriteOptions::<u8>::new()
+                .default_dtype()
+                .shape(&[n, width as u64])
+                .writer(&mut vectors)
+                .begin_nd()?;
+            w.extend(rows.iter().copied())?;
+            w.finish()?;
+        }
+    }
+    let mut index = Vec::new();
+    let mut w = npyz::WriteOptions::<i64>::new().default_dtype().shape(&[texts]).writer(&mut index).begin_nd()?;
+    w.extend(offsets.iter().copied())?;
+    w.finish()?;
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let stored = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (name, bytes) in [("vectors.npy", &vectors), ("offsets.npy", &index)] {
+        zip.start_file(name, stored).context("write .npz")?;
+        zip.write_all(bytes).context("write .npz")?;
+    }
+    let bytes = zip.finish().context("write .npz")?.into_inner();
+    sink.writer().write_all(&bytes).context("write output")
+}

@@ -1,0 +1,701 @@
+//! Late interaction: a vector per token (ColBERT, as PyLate makes them; BGE-M3's three outputs
+//! from one pass), and MaxSim, the score of a query's token vectors against a document's.
+//!
+//! A text's tokens run through the ordinary queue as one item whose rows are its kept tokens
+//! (a span of one token each: any pooling of one token is that token), so token calls batch with
+//! every other call. A long list runs in parts of at most [`ROWS_PER_PART`] token rows, each
+//! finished (projected, normalised) before the next is queued: the memory a call holds beyond
+//! its answer is one part's raw rows.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use crate::call::future::Work;
+use crate::call::pairs::{PairOptions, Ranked, Ranking};
+use crate::call::prepare::{Call, too_long};
+use crate::call::request::{Item, Request};
+use crate::call::tokenize::{tokenizer_failed, with_prompt};
+use crate::embedder::Embedder;
+use crate::error::{EmbedError, Result};
+use crate::kinds::dense::dot;
+use crate::kinds::embeddings::{Embeddings, TextTokens, TokenGroups, Usage};
+use crate::kinds::pooling::normalize;
+use crate::kinds::sparse::SparseVector;
+use crate::load::engine::Engine;
+use crate::load::multi_vector::TokenRules;
+use nornir_options::{CallOptions, ModelKind, Truncation};
+
+/// The most token rows one part of a call holds before it is finished (16,384 rows of a
+/// 1,024-wide model's hidden states are 64 MiB).
+pub const ROWS_PER_PART: usize = 16_384;
+
+/// How a token call encodes its texts.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct MultiVectorOptions {
+    /// Prompt, truncation (documents are cut to the model's `document_length`, queries to its
+    /// `query_length`), `dimensions` (each token vector cut, then normalised again), `max_wait`
+    /// and `cancel`.
+    pub call: CallOptions,
+    /// Encode as queries (the query marker; expanded with mask tokens to `query_length`),
+    /// else as documents (the document marker; punctuation's vectors left out).
+    pub is_query: bool,
+}
+
+impl MultiVectorOptions {
+    /// Documents, the call's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Queries (`true`) or documents.
+    pub fn with_query(mut self, is_query: bool) -> Self {
+        self.is_query = is_query;
+        self
+    }
+
+    /// The call's prompt, truncation, dimensions, `max_wait` and cancel handle.
+    pub fn with_call(mut self, call: CallOptions) -> Self {
+        self.call = call;
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        let c = &self.call;
+        if c.chunking.is_some() {
+            return Err(EmbedError::invalid(
+                "chunking",
+                "makes dense document vectors; token vectors keep a text's first tokens (truncate) or refuse it",
+            ));
+        }
+        if c.precision.is_some() || c.ranges.is_some() {
+            return Err(EmbedError::invalid(
+                "precision",
+                "applies to token vectors once they are made: MultiVectors::to_precision",
+            ));
+        }
+        if c.normalize == Some(false) {
+            return Err(EmbedError::invalid("normalize", "token vectors are always normalised, as MaxSim needs"));
+        }
+        Ok(())
+    }
+}
+
+/// The token vectors of a call's texts: text i's are `get(i)`, `token_count(i)` rows of `dim()`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MultiVectors {
+    data: Vec<f32>,
+    dim: usize,
+    /// Text i's rows are `offsets[i]..offsets[i + 1]`.
+    offsets: Vec<usize>,
+    usage: Usage,
+}
+
+impl MultiVectors {
+    fn empty(dim: usize) -> Self {
+        Self { data: Vec::new(), dim, offsets: vec![0], usage: Usage::default() }
+    }
+
+    /// One text's token vectors, appended.
+    fn push(&mut self, rows: &[f32]) {
+        self.data.extend_from_slice(rows);
+        self.offsets.push(self.data.len() / self.dim.max(1));
+    }
+
+    /// How many texts.
+    pub fn len(&self) -> usize {
+        self.offsets.len() - 1
+    }
+    /// No texts.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The width of every token vector.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+    /// Text `i`'s token vectors, one after another (`token_count(i) * dim()` floats); panics
+    /// past `len()`.
+    pub fn get(&self, i: usize) -> &[f32] {
+        &self.data[self.offsets[i] * self.dim..self.offsets[i + 1] * self.dim]
+    }
+    /// How many token vectors text `i` has.
+    pub fn token_count(&self, i: usize) -> usize {
+        self.offsets[i + 1] - self.offsets[i]
+    }
+    /// Every text's token vectors, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[f32]> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+    /// All token vectors as rows, text after text (`offsets()` says where each text starts).
+    pub fn rows(&self) -> Embeddings {
+        Embeddings::new(self.data.clone(), self.dim).unwrap_or_default()
+    }
+    /// Where each text's rows start in [`rows`](Self::rows), and past the last: `len() + 1`
+    /// offsets (an `.npz`'s `offsets`).
+    pub fn offsets(&self) -> &[usize] {
+        &self.offsets
+    }
+    /// All token vectors, one after another.
+    pub fn as_slice(&self) -> &[f32] {
+        &self.data
+    }
+    /// The tokens the model read and how many texts were cut.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+}
+
+/// MaxSim as PyLate scores: for each query token vector, its largest dot product with a
+/// document token vector, summed over the query's tokens (both `dim` wide, rows one after
+/// another). A document without tokens scores 0.
+pub fn max_sim(query: &[f32], document: &[f32], dim: usize) -> f32 {
+    if document.is_empty() || dim == 0 {
+        return 0.0;
+    }
+    query
+        .chunks_exact(dim)
+        .map(|q| document.chunks_exact(dim).map(|d| dot(q, d)).fold(f32::NEG_INFINITY, f32::max))
+        .sum()
+}
+
+/// Which of BGE-M3's outputs an [`Embedder::encode`] call makes from its one pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Outputs {
+    /// The dense vector (the first token's, normalised).
+    pub dense: bool,
+    /// Term weights (the sparse head on every token, the largest per token id).
+    pub sparse: bool,
+    /// Token vectors (the ColBERT head on every token after the first, normalised).
+    pub multi_vector: bool,
+}
+
+impl Outputs {
+    /// All three.
+    pub fn all() -> Self {
+        Self { dense: true, sparse: true, multi_vector: true }
+    }
+
+    /// The ones asked for.
+    pub fn new(dense: bool, sparse: bool, multi_vector: bool) -> Self {
+        Self { dense, sparse, multi_vector }
+    }
+
+    /// Token vectors alone.
+    pub fn multi_vector() -> Self {
+        Self::new(false, false, true)
+    }
+}
+
+/// What an [`Embedder::encode`] call made, one entry per text for each output asked.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Encoded {
+    /// Dense vectors, a row per text.
+    pub dense: Option<Embeddings>,
+    /// Term weights per text.
+    pub sparse: Option<Vec<SparseVector>>,
+    /// Token vectors per text.
+    pub multi_vector: Option<MultiVectors>,
+    /// The tokens the model read (once per text, whatever the outputs) and the texts cut.
+    pub usage: Usage,
+}
+
+/// A text's ids as the model reads them, and which rows come back.
+struct TokenText {
+    ids: Vec<u32>,
+    /// Tokens attended to, from the first (`ids.len()` but for a query's unattended expansion).
+    attend: usize,
+    /// Positions whose vectors come back.
+    keep: Vec<usize>,
+    truncated: bool,
+}
+
+/// `text` as PyLate tokenizes it: the tokenizer's ids (prompt first), cut to the length less
+/// the marker (content only; the special tokens stay), the marker put after the first token;
+/// a query expanded with the mask token to its length; a document's skiplist tokens' vectors
+/// left out. BGE-M3 (no marker, no expansion, no skiplist) keeps every token.
+fn token_text(
+    engine: &Engine,
+    rules: &TokenRules,
+    text: &str,
+    prompt: &str,
+    is_query: bool,
+    truncation: Truncation,
+    index: usize,
+) -> Result<TokenText> {
+    let prompted = with_prompt(prompt, text);
+    let enc = engine.tokenizer.whole().encode(prompted.as_ref(), true).map_err(tokenizer_failed)?;
+    let (ids, special) = (enc.get_ids(), enc.get_special_tokens_mask());
+    let (prefix, length) = if is_query {
+        (rules.query_prefix, rules.query_length)
+    } else {
+        (rules.document_prefix, rules.document_length)
+    };
+    let room = length - usize::from(prefix.is_some());
+    let lead = special.iter().take_while(|&&m| m == 1).count().min(ids.len());
+    let trail = special[lead..].iter().rev().take_while(|&&m| m == 1).count();
+    let content = &ids[lead..ids.len() - trail];
+    let fits = room.saturating_sub(lead + trail);
+    let truncated = content.len() > fits;
+    let kept = match truncation {
+        _ if !truncated => content,
+        Truncation::Refuse => return Err(too_long(engine, index, text, prompt)),
+        Truncation::Left => &content[content.len() - fits..],
+        _ => &content[..fits],
+    };
+    let mut out: Vec<u32> = Vec::with_capacity(length);
+    out.extend_from_slice(&ids[..lead]);
+    out.extend_from_slice(kept);
+    out.extend_from_slice(&ids[ids.len() - trail..]);
+    if let Some(p) = prefix {
+        out.insert(1.min(out.len()), p);
+    }
+    let real = out.len();
+    let mut attend = real;
+    if is_query && let Some(mask) = rules.expansion {
+        out.resize(length.max(real), mask);
+        if rules.attend_expansion {
+            attend = out.len();
+        }
+    }
+    let keep = if is_query || rules.skiplist.is_empty() {
+        (0..out.len()).collect()
+    } else {
+        (0..out.len()).filter(|&p| rules.skiplist.binary_search(&out[p]).is_err()).collect()
+    };
+    Ok(TokenText { ids: out, attend, keep, truncated })
+}
+
+/// An upper bound of the rows `text` gives: a token covers at least one byte, plus the special
+/// tokens and the marker; never more than the length.
+fn rows_bound(rules: &TokenRules, text: &str, prompt: &str, is_query: bool) -> usize {
+    let length = if is_query { rules.query_length } else { rules.document_length };
+    if is_query && rules.expansion.is_some() {
+        return length;
+    }
+    (text.len() + prompt.len() + 8).min(length)
+}
+
+/// The texts split into parts of at most [`ROWS_PER_PART`] rows (a text alone when it has more).
+fn parts<'a, S: AsRef<str>>(
+    rules: &TokenRules,
+    texts: &'a [S],
+    prompt: &str,
+    is_query: bool,
+) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut rows) = (0, 0);
+    for (i, t) in texts.iter().enumerate() {
+        let r = rows_bound(rules, t.as_ref(), prompt, is_query);
+        if i > start && rows + r > ROWS_PER_PART {
+            out.push(start..i);
+            (start, rows) = (i, 0);
+        }
+        rows += r;
+    }
+    if start < texts.len() {
+        out.push(start..texts.len());
+    }
+    out
+}
+
+/// A part's texts as queue items, a row per kept token; `first` is the part's first index in
+/// the whole call (for errors).
+pub(crate) fn prepare_tokens<S: AsRef<str>>(
+    engine: &Engine,
+    texts: &[S],
+    options: &MultiVectorOptions,
+    first: usize,
+) -> Result<Call> {
+    let rules = token_rules(engine, "embed_multi_vector")?;
+    // The call's width applies to the finished token vectors, not to the raw rows.
+    let mut call = options.call.clone();
+    call.dimensions = None;
+    let plan = crate::call::prepare::plan_call(engine, &call)?;
+    let encoded: Vec<TokenText> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| token_text(engine, rules, t.as_ref(), plan.prompt, options.is_query, plan.truncation, first + i))
+        .collect::<Result<_>>()?;
+    let counts: Vec<usize> = encoded.iter().map(|t| t.keep.len()).collect();
+    let ids = encoded.iter().flat_map(|t| t.keep.iter().map(|&p| t.ids[p])).collect();
+    let request = Request::new(counts.iter().sum(), engine.info.model_dimension);
+    let mut row = 0;
+    let mut tokens = Vec::with_capacity(encoded.len());
+    let mut items = Vec::with_capacity(encoded.len());
+    for t in encoded {
+        tokens.push(TextTokens { count: u32::try_from(t.ids.len()).unwrap_or(u32::MAX), truncated: t.truncated });
+        let spans: Vec<(usize, usize)> = t.keep.iter().map(|&p| (p, p + 1)).collect();
+        let n = spans.len();
+        if n == 0 {
+            continue;
+        }
+        let mut item = Item::new(t.ids, 0, spans, &request, row);
+        item.attend = Some(t.attend);
+        items.push(item);
+        row += n;
+    }
+    let groups = TokenGroups { counts, ids };
+    let call = Call::of_tokens(request, items, tokens, groups, engine.info.model_dimension, plan.max_wait);
+    if let Some(handle) = &options.call.cancel
+        && !handle.watch(call.request.watchable())
+    {
+        return Err(EmbedError::Cancelled);
+    }
+    Ok(call)
+}
+
+/// An [`Embedder::encode`] call's outputs, filled part by part.
+struct Accumulator {
+    outputs: Outputs,
+    /// The token vectors' width (the call's `dimensions`, else the head's).
+    dim: usize,
+    dense: Vec<f32>,
+    dense_width: usize,
+    sparse: Vec<SparseVector>,
+    multi: MultiVectors,
+    usage: Usage,
+}
+
+impl Accumulator {
+    /// Adds a finished part: `rows` are its texts' kept tokens' raw rows, grouped per text.
+    fn add(&mut self, engine: &Engine, rules: &TokenRules, mut rows: Embeddings) {
+        let groups = rows.take_groups().unwrap_or_default();
+        let width = rows.dim();
+        self.usage += rows.usage();
+        let data = rows.as_slice();
+        let (mut at, mut scratch) = (0, Vec::new());
+        for &n in &groups.counts {
+            let (text, ids) = (&data[at * width..(at + n) * width], &groups.ids[at..at + n]);
+            at += n;
+            if self.outputs.multi_vector {
+                let d = self.dim;
+                let mut vectors = Vec::with_capacity(n * d);
+                match &rules.colbert {
+                    // BGE-M3: its head on every token after the first.
+                    Some(head) => text.chunks_exact(width).skip(1).for_each(|h| {
+                        head.apply(h, &mut scratch);
+                        vectors.extend_from_slice(&scratch[..d]);
+                    }),
+                    None => text.chunks_exact(width).for_each(|v| vectors.extend_from_slice(&v[..d])),
+                }
+                vectors.chunks_exact_mut(d.max(1)).for_each(normalize);
+                self.multi.push(&vectors);
+            }
+            if self.outputs.dense {
+                let start = self.dense.len();
+                self.dense.resize(start + width, 0.0);
+                let pooling = engine.settings.pooling;
+                crate::kinds::pooling::pool_tokens(text, n, width, pooling, 0, &mut self.dense[start..]);
+                if engine.info.normalize {
+                    normalize(&mut self.dense[start..]);
+                }
+                self.dense_width = width;
+            }
+            if self.outputs.sparse
+                && let Some(head) = &engine.sparse_head
+            {
+                let mut weights: BTreeMap<u32, f32> = BTreeMap::new();
+                for (h, &id) in text.chunks_exact(width).zip(ids) {
+                    if head.unused.binary_search(&id).is_ok() {
+                        continue;
+                    }
+                    head.layer.apply(h, &mut scratch);
+                    let w = scratch[0];
+                    if w > 0.0 {
+                        let best = weights.entry(id).or_insert(0.0);
+                        *best = best.max(w);
+                    }
+                }
+                self.sparse.push(SparseVector {
+                    indices: weights.keys().copied().collect(),
+                    values: weights.values().copied().collect(),
+                });
+            }
+        }
+    }
+
+    /// An empty accumulator for the same outputs.
+    fn fresh(&self) -> Self {
+        Self {
+            outputs: self.outputs,
+            dim: self.dim,
+            dense: Vec::new(),
+            dense_width: 0,
+            sparse: Vec::new(),
+            multi: MultiVectors::empty(self.dim),
+            usage: Usage::default(),
+        }
+    }
+
+    fn done(self) -> Encoded {
+        let Self { outputs, dense, dense_width, sparse, mut multi, usage, .. } = self;
+        multi.usage = usage;
+        Encoded {
+            dense: outputs.dense.then(|| Embeddings::new(dense, dense_width).unwrap_or_default()),
+            sparse: outputs.sparse.then_some(sparse),
+            multi_vector: outputs.multi_vector.then_some(multi),
+            usage,
+        }
+    }
+}
+
+impl Engine {
+    /// Checks a token call (`outputs` of `options`) against the model; its accumulator.
+    fn token_call(&self, outputs: Outputs, options: &MultiVectorOptions, call: &'static str) -> Result<Accumulator> {
+        options.check()?;
+        let rules = token_rules(self, call)?;
+        let bge_m3 = rules.colbert.is_some();
+        if outputs.dense && !(bge_m3 && self.info.folder.kind.kind == ModelKind::Embedder) {
+            return Err(EmbedError::invalid(
+                "outputs",
+                "dense vectors come from one pass with token vectors only on a model that makes both (BGE-M3); call embed",
+            ));
+        }
+        if outputs.sparse && self.sparse_head.is_none() {
+            return Err(EmbedError::invalid(
+                "outputs",
+                "this model has no sparse head (BGE-M3's sparse_linear.safetensors, which `nornir vector convert` writes from sparse_linear.pt)",
+            ));
+        }
+        if !(outputs.dense || outputs.sparse || outputs.multi_vector) {
+            return Err(EmbedError::invalid("outputs", "asks for nothing: ask for dense, sparse or multi_vector"));
+        }
+        let width = rules.colbert.as_ref().map_or(self.info.model_dimension, |h| h.out_features);
+        let dim = match options.call.dimensions {
+            None => width,
+            Some(d) if (1..=width).contains(&d) => d,
+            Some(d) => {
+                return Err(EmbedError::invalid(
+                    "dimensions",
+                    format!("must be between 1 and {width} for this model's token vectors, not {d}"),
+                ));
+            }
+        };
+        let empty = MultiVectors::empty(dim);
+        let (dense, sparse, usage) = (Vec::new(), Vec::new(), Usage::default());
+        Ok(Accumulator { outputs, dim, dense, dense_width: 0, sparse, multi: empty, usage })
+    }
+}
+
+fn token_rules<'e>(engine: &'e Engine, call: &'static str) -> Result<&'e TokenRules> {
+    engine.token_rules.as_ref().ok_or(EmbedError::WrongKind {
+        call,
+        wanted: ModelKind::MultiVector,
+        kind: engine.info.folder.kind.kind,
+    })
+}
+
+impl Embedder {
+    /// Each text's token vectors, as PyLate's `encode` makes them (queries or documents, as
+    /// `options` say): a long list runs in parts of at most [`ROWS_PER_PART`] rows. An error
+    /// ([`EmbedError::WrongKind`]) unless the model makes token vectors (a ColBERT model, or
+    /// BGE-M3 converted with its `colbert_linear`).
+    pub fn embed_multi_vector<S: AsRef<str>>(&self, texts: &[S], options: &MultiVectorOptions) -> Result<MultiVectors> {
+        let only = Outputs::multi_vector();
+        Ok(self.encode_as(texts, only, options, "embed_multi_vector")?.multi_vector.unwrap_or_default())
+    }
+
+    /// [`embed_multi_vector`](Self::embed_multi_vector) as a future (dropping it cancels the call).
+    pub fn embed_multi_vector_async<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        options: &MultiVectorOptions,
+    ) -> impl Future<Output = Result<MultiVectors>> + '_ {
+        let only = Outputs::multi_vector();
+        let encoded = self.encode_async_as(texts, only, options, "embed_multi_vector");
+        async move { Ok(encoded.await?.multi_vector.unwrap_or_default()) }
+    }
+
+    /// BGE-M3's outputs, as FlagEmbedding's `BGEM3FlagModel.encode` makes them, from one pass
+    /// per text: the dense vector, term weights and token vectors, as `outputs` asks. A ColBERT
+    /// model makes token vectors only.
+    pub fn encode<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        outputs: Outputs,
+        options: &MultiVectorOptions,
+    ) -> Result<Encoded> {
+        self.encode_as(texts, outputs, options, "encode")
+    }
+
+    /// [`encode`](Self::encode) as a future (dropping it cancels the call).
+    pub fn encode_async<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        outputs: Outputs,
+        options: &MultiVectorOptions,
+    ) -> impl Future<Output = Result<Encoded>> + '_ {
+        self.encode_async_as(texts, outputs, options, "encode")
+    }
+
+    fn encode_as<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        outputs: Outputs,
+        options: &MultiVectorOptions,
+        call: &'static str,
+    ) -> Result<Encoded> {
+        let engine = &self.engine;
+        let mut acc = engine.token_call(outputs, options, call)?;
+        let rules = token_rules(engine, call)?;
+        let prompt = crate::call::prepare::plan_call(engine, &options.call)?.prompt;
+        for part in parts(rules, texts, prompt, options.is_query) {
+            let rows = self.run_call(prepare_tokens(engine, &texts[part.clone()], options, part.start)?)?;
+            acc.add(engine, rules, rows);
+        }
+        Ok(acc.done())
+    }
+
+    /// An async token call's checks and parts, planned before its future runs (so the future
+    /// holds no borrow of the caller's texts).
+    pub(crate) fn plan_parts<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        outputs: Outputs,
+        options: &MultiVectorOptions,
+        call: &'static str,
+    ) -> Result<Planned> {
+        let engine = &self.engine;
+        let acc = engine.token_call(outputs, options, call)?;
+        let rules = token_rules(engine, call)?;
+        let prompt = crate::call::prepare::plan_call(engine, &options.call)?.prompt;
+        let parts = parts(rules, texts, prompt, options.is_query)
+            .into_iter()
+            .map(|r| (r.start, texts[r].iter().map(|t| t.as_ref().to_owned()).collect()))
+            .collect();
+        Ok(Planned { acc, parts, options: options.clone(), call })
+    }
+
+    fn encode_async_as<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        outputs: Outputs,
+        options: &MultiVectorOptions,
+        call: &'static str,
+    ) -> impl Future<Output = Result<Encoded>> + '_ {
+        self.run_planned(self.plan_parts(texts, outputs, options, call))
+    }
+
+    pub(crate) async fn run_planned(&self, planned: Result<Planned>) -> Result<Encoded> {
+        let Planned { mut acc, parts, options, call } = planned?;
+        let engine = &self.engine;
+        let rules = token_rules(engine, call)?;
+        for (first, part) in parts {
+            let rows = self.future(Work::Tokens(part, options.clone(), first)).await?;
+            acc.add(engine, rules, rows);
+        }
+        Ok(acc.done())
+    }
+}
+
+/// A token call planned: its accumulator, its parts (each with its first text's index).
+pub(crate) struct Planned {
+    acc: Accumulator,
+    parts: Vec<(usize, Vec<String>)>,
+    options: MultiVectorOptions,
+    call: &'static str,
+}
+
+impl Embedder {
+    /// `documents` ranked by MaxSim against `query` (see [`rerank`](Self::rerank)): the query's
+    /// token vectors made once, the documents' part by part, each part scored and dropped.
+    pub(crate) fn rerank_by_max_sim<S: AsRef<str>>(
+        &self,
+        query: &str,
+        documents: &[S],
+        top_n: Option<usize>,
+        options: &PairOptions,
+    ) -> Result<Ranking> {
+        let (as_query, as_documents) = max_sim_options(query, options)?;
+        let engine = &self.engine;
+        let only = Outputs::multi_vector();
+        let q = self.encode_as(&[query], only, &as_query, "rerank")?;
+        let mut scorer = Scorer::new(engine, q)?;
+        let rules = token_rules(engine, "rerank")?;
+        for part in parts(rules, documents, "", false) {
+            let mut acc = engine.token_call(only, &as_documents, "rerank")?;
+            acc.add(
+                engine,
+                rules,
+                self.run_call(prepare_tokens(engine, &documents[part.clone()], &as_documents, part.start)?)?,
+            );
+            scorer.score(acc.done());
+        }
+        Ok(scorer.ranking(top_n))
+    }
+
+    /// [`rerank_by_max_sim`](Self::rerank_by_max_sim) as a future.
+    pub(crate) fn rerank_by_max_sim_async<S: AsRef<str>>(
+        &self,
+        query: &str,
+        documents: &[S],
+        top_n: Option<usize>,
+        options: &PairOptions,
+    ) -> impl Future<Output = Result<Ranking>> + '_ {
+        let only = Outputs::multi_vector();
+        let planned = max_sim_options(query, options).and_then(|(as_query, as_documents)| {
+            let q = self.plan_parts(&[query], only, &as_query, "rerank")?;
+            Ok((q, self.plan_parts(documents, only, &as_documents, "rerank")?))
+        });
+        self.rerank_planned(planned, top_n)
+    }
+
+    async fn rerank_planned(&self, planned: Result<(Planned, Planned)>, top_n: Option<usize>) -> Result<Ranking> {
+        let (query, documents) = planned?;
+        let mut scorer = Scorer::new(&self.engine, self.run_planned(Ok(query)).await?)?;
+        let Planned { acc, parts, options, call } = documents;
+        for (first, part) in parts {
+            let one = Planned { acc: acc.fresh(), parts: vec![(first, part)], options: options.clone(), call };
+            scorer.score(self.run_planned(Ok(one)).await?);
+        }
+        Ok(scorer.ranking(top_n))
+    }
+}
+
+/// A rerank's options as the query's and the documents' token calls: truncation, `max_wait`
+/// and cancel apply; an empty query is refused.
+fn max_sim_options(query: &str, options: &PairOptions) -> Result<(MultiVectorOptions, MultiVectorOptions)> {
+    options.check()?;
+    if query.trim().is_empty() {
+        return Err(EmbedError::invalid("query", "is empty: give the text to rank the documents against"));
+    }
+    let documents = MultiVectorOptions { call: options.call.clone(), is_query: false };
+    Ok((MultiVectorOptions { is_query: true, ..documents.clone() }, documents))
+}
+
+/// One query's token vectors, and the scores of the documents so far.
+struct Scorer {
+    query: Vec<f32>,
+    dim: usize,
+    /// Divide by the query's tokens (BGE-M3's mean).
+    scale: f32,
+    scores: Vec<f32>,
+    usage: Usage,
+}
+
+impl Scorer {
+    fn new(engine: &Engine, query: Encoded) -> Result<Self> {
+        let q = query.multi_vector.unwrap_or_default();
+        let mean = token_rules(engine, "rerank")?.mean_score;
+        let tokens = q.token_count(0).max(1) as f32;
+        let scale = if mean { 1.0 / tokens } else { 1.0 };
+        Ok(Self { dim: q.dim(), query: q.get(0).to_vec(), scale, scores: Vec::new(), usage: q.usage() })
+    }
+
+    fn score(&mut self, documents: Encoded) {
+        let d = documents.multi_vector.unwrap_or_default();
+        self.usage += d.usage();
+        self.scores.extend(d.iter().map(|doc| self.scale * max_sim(&self.query, doc, self.dim)));
+    }
+
+    fn ranking(self, top_n: Option<usize>) -> Ranking {
+        let mut ranked: Vec<Ranked> =
+            self.scores.iter().enumerate().map(|(index, &score)| Ranked { index, score }).collect();
+        ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
+        ranked.truncate(top_n.unwrap_or(usize::MAX));
+        Ranking { ranked, usage: self.usage }
+    }
+}
