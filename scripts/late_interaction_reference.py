@@ -816,7 +816,7 @@ def run_real(nornir, work, minilm):
     model = {"kind": "pylate", "config": cfg, "weights": cr.read_safetensors(minilm / "model.safetensors"),
              "tokenizer": Tokenizer.from_file(str(folder / "tokenizer.json")), "dense": dense,
              "settings": pylate_settings(st)}
-    case = {"name": "real-minilm", "source": folder, "model": model, "convert": False}
+    case = {"name": "real-minilm", "source": folder, "model": model, "convert": True}
     got = collect(nornir, case, work, REAL_DOCUMENTS, REAL_QUERIES)
     r = compare(case, got, REAL_DOCUMENTS, REAL_QUERIES)
     if not got["error"]:

@@ -152,8 +152,10 @@ pub(crate) enum ClassifierPooling {
 }
 
 /// The architectures `config.json` may name, with their family and head.
-pub const SUPPORTED: [(&str, Family, Head); 15] = [
+pub const SUPPORTED: [(&str, Family, Head); 16] = [
     ("BertModel", Family::Bert, Head::Encoder),
+    // Stanford ColBERT's checkpoints: BERT under `bert.`, the projection beside it (colbert.rs).
+    ("HF_ColBERT", Family::Bert, Head::Encoder),
     ("BertForMaskedLM", Family::Bert, Head::MaskedLm),
     ("BertForSequenceClassification", Family::Bert, Head::SequenceClassification),
     ("XLMRobertaModel", Family::XlmRoberta, Head::Encoder),
@@ -312,7 +314,7 @@ fn family_of(architecture: &str, raw: &Raw) -> Option<Family> {
         } else if architecture.starts_with("JinaBert") || architecture.starts_with("Bert") && positions == Some("alibi")
         {
             Family::JinaBert
-        } else if architecture.starts_with("Bert") {
+        } else if architecture.starts_with("Bert") || architecture == "HF_ColBERT" {
             Family::Bert
         } else if architecture.starts_with("NomicBert") {
             Family::NomicBert

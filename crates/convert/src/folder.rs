@@ -57,7 +57,7 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
     if !parent.is_dir() {
         return Err(ConvertError::NoOutputParent { path: display(&parent) });
     }
-    let (mut g, mut conversion) = build(source, options)?;
+    let (mut g, mut conversion, added) = build(source, options)?;
     let name = output.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
     let tmp = parent.join(format!(".{name}.nornir-convert-{}.tmp", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
@@ -75,6 +75,13 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
         let file = tmp.join("model.onnx");
         std::fs::write(&file, bytes).map_err(write_err(&file))?;
         conversion.copied = copy_folder(source, &tmp, Path::new(""), output)?;
+        for (relative, bytes) in &added {
+            let file = tmp.join(relative);
+            if let Some(dir) = file.parent() {
+                std::fs::create_dir_all(dir).map_err(write_err(dir))?;
+            }
+            std::fs::write(&file, bytes).map_err(write_err(&file))?;
+        }
         conversion.folder = output.to_path_buf();
         let record = tmp.join("conversion.json");
         let text = serde_json::to_string_pretty(&conversion).unwrap_or_default() + "\n";
@@ -88,7 +95,13 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
 }
 
 /// The graph of the model in `dir` and its record (without the copied files and the folder).
-pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conversion), ConvertError> {
+/// Files the output folder gets beside the graph (a Stanford ColBERT's PyLate modules), by
+/// relative path.
+type Added = Vec<(String, Vec<u8>)>;
+
+/// The graph of the model in `dir`, its record (without the copied files and the folder), and
+/// the files its folder adds.
+pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conversion, Added), ConvertError> {
     let config_file = dir.join("config.json");
     if !config_file.is_file() {
         return Err(ConvertError::NoConfig { dir: display(dir) });
@@ -101,6 +114,10 @@ pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conv
     let config = config.encoder_where_no_head_weights(st, |name| weights.contains(name));
     let mut g = Graph::new(&config.architecture);
     network::build(&mut g, &config, &weights, options.fused)?;
+    let added = match config.architecture.as_str() {
+        "HF_ColBERT" => crate::colbert::stanford_files(dir, config.hidden, &weights)?,
+        _ => Vec::new(),
+    };
     let mut sources = vec![source_file(dir, &config_file, text.as_bytes())];
     sources.extend(weights.files().map(|(path, bytes)| source_file(dir, path, bytes)));
     let conversion = Conversion {
@@ -123,7 +140,7 @@ pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conv
         nornir_version: env!("CARGO_PKG_VERSION").to_owned(),
         folder: PathBuf::new(),
     };
-    Ok((g, conversion))
+    Ok((g, conversion, added))
 }
 
 fn source_file(dir: &Path, path: &Path, bytes: &[u8]) -> SourceFile {

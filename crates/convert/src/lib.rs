@@ -15,6 +15,7 @@
 
 #![forbid(unsafe_code)]
 
+mod colbert;
 mod config;
 mod folder;
 mod graph;

@@ -109,7 +109,11 @@ impl Weights {
     /// The checkpoint as one safetensors file of float32 tensors (`pytorch_model.bin` of a
     /// sentence-transformers module folder, written as the `model.safetensors` it reads).
     pub(crate) fn to_safetensors(&self) -> Result<Vec<u8>, ConvertError> {
-        let mut names: Vec<&str> = self.names().collect();
+        self.some_to_safetensors(self.names().collect())
+    }
+
+    /// The tensors `names` as one safetensors file of float32 tensors.
+    pub(crate) fn some_to_safetensors(&self, mut names: Vec<&str>) -> Result<Vec<u8>, ConvertError> {
         names.sort_unstable();
         let mut tensors = Vec::with_capacity(names.len());
         for name in names {
