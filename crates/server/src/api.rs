@@ -208,6 +208,7 @@ fn endpoint(matched: &str) -> (&'static str, Flavour) {
         "/rerank" => ("/rerank", Flavour::Tei),
         "/predict" => ("/predict", Flavour::Tei),
         "/v1/rerank" => ("/v1/rerank", Flavour::Cohere),
+        "/v1/multi-vector" => ("/v1/multi-vector", Flavour::OpenAi),
         "/v2/rerank" => ("/v2/rerank", Flavour::Cohere),
         "/v1/embed" => ("/v1/embed", Flavour::Cohere),
         "/v2/embed" => ("/v2/embed", Flavour::Cohere),

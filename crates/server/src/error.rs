@@ -107,6 +107,7 @@ impl From<EmbedError> for ApiError {
                 match kind {
                     ModelKind::Embedder => "ask /embed or /v1/embeddings",
                     ModelKind::SparseEncoder => "ask /embed_sparse",
+                    ModelKind::MultiVector => "ask /v1/multi-vector, /embed_all or /rerank",
                     _ => "ask /rerank, /predict, /v1/rerank or /v2/rerank",
                 }
             ),

@@ -43,6 +43,7 @@ mod cohere;
 mod error;
 mod metrics;
 mod models;
+mod multi_vector;
 mod openai;
 mod retrieval;
 mod serve;
@@ -236,6 +237,7 @@ pub fn router(models: Arc<Models>, config: ServerConfig) -> Result<Router, Inval
         .route("/v1/models", get(openai::models))
         .route("/models", get(openai::models))
         .route("/v1/rerank", post(retrieval::cohere_rerank))
+        .route("/v1/multi-vector", post(multi_vector::multi_vector))
         .route("/v1/embed", post(cohere::embed))
         .route("/v2/embed", post(cohere::embed))
         .route("/v2/rerank", post(retrieval::cohere_rerank))

@@ -224,7 +224,17 @@ pub(crate) async fn embed_all(
     model: ModelPath,
     JsonBody(req): JsonBody<EmbedRequest>,
 ) -> Result<Response, ApiError> {
-    let (_, embedder, texts, options) = embed_request(&app, &model, req, false, true)?;
+    let (entry, embedder, texts, options) = embed_request(&app, &model, req, false, true)?;
+    // A late-interaction model's token vectors are its documents' (projected, normalised).
+    if embedder.model_info().folder.multi_vector.is_some() {
+        let options = nornir_vector::MultiVectorOptions::new().with_call(options.with_max_wait(app.max_wait()));
+        let vectors = app.in_time(embedder.embed_multi_vector_async(&texts, &options)).await?;
+        let usage = vectors.usage();
+        app.metrics.count_texts(entry, texts.len(), usage.tokens, usage.truncated);
+        let answer: Vec<Vec<&[f32]>> =
+            vectors.iter().map(|rows| rows.chunks_exact(vectors.dim().max(1)).collect()).collect();
+        return Ok(axum::Json(answer).into_response());
+    }
     let embedder = Arc::clone(embedder);
     let vectors = tokio::task::spawn_blocking(move || {
         texts
