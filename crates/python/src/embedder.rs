@@ -4,12 +4,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use numpy::PyArray1;
+use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use nornir_vector::{
-    CancelHandle, Device, EmbedError, Embedder as RustEmbedder, EmbedderOptions, Pooling, Precision, SparseOptions,
+    CancelHandle, Device, EmbedError, Embedder as RustEmbedder, EmbedderOptions, MultiVectorOptions, Outputs, Pooling,
+    Precision, SparseOptions,
 };
 
 use crate::errors::*;
@@ -281,6 +282,83 @@ impl Embedder {
         let embedder = self.get()?;
         let ranked = run_cancellable(py, &cancel, || embedder.rerank(&query, &documents, top_n, &options))?;
         Ok(ranked.ranked.into_iter().map(|r| (r.index, r.score)).collect())
+    }
+
+    /// A late-interaction model's token vectors: per text, a float32 array of shape (tokens,
+    /// dim), as queries (`is_query`) or documents (`MultiVectorEncoder.embed` wraps it).
+    #[pyo3(signature = (texts, *, is_query=false, dimensions=None, prompt_name=None, prompt=None, truncation="right"))]
+    #[allow(clippy::too_many_arguments)]
+    fn embed_multi_vector<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        is_query: bool,
+        dimensions: Option<usize>,
+        prompt_name: Option<String>,
+        prompt: Option<String>,
+        truncation: &str,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let encoded =
+            self.encode(py, texts, false, false, true, is_query, dimensions, prompt_name, prompt, truncation)?;
+        Ok(encoded
+            .get_item("multi_vector")?
+            .and_then(|v| v.cast_into::<PyList>().ok())
+            .unwrap_or_else(|| PyList::empty(py)))
+    }
+
+    /// BGE-M3's outputs from one pass per text: a dict with "dense" (float32 (n, dim)),
+    /// "sparse" (per text `(indices, values)`) and "multi_vector" (per text float32 (tokens,
+    /// dim)), for those asked (`MultiVectorEncoder.encode` wraps it).
+    #[pyo3(signature = (texts, *, dense=true, sparse=true, multi_vector=true, is_query=false, dimensions=None,
+                        prompt_name=None, prompt=None, truncation="right"))]
+    #[allow(clippy::too_many_arguments)]
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        dense: bool,
+        sparse: bool,
+        multi_vector: bool,
+        is_query: bool,
+        dimensions: Option<usize>,
+        prompt_name: Option<String>,
+        prompt: Option<String>,
+        truncation: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (texts, _) = texts_of(texts)?;
+        let cancel = CancelHandle::new();
+        let call =
+            call_options(prompt_name, prompt, None, dimensions, truncation, None, None, None)?.with_cancel(&cancel);
+        let options = MultiVectorOptions::new().with_query(is_query).with_call(call);
+        let embedder = self.get()?;
+        let outputs = Outputs::new(dense, sparse, multi_vector);
+        let encoded = run_cancellable(py, &cancel, || embedder.encode(&texts, outputs, &options))?;
+        let out = PyDict::new(py);
+        if let Some(rows) = encoded.dense {
+            out.set_item("dense", to_array(py, rows, false)?)?;
+        }
+        if let Some(vectors) = encoded.sparse {
+            let list = PyList::empty(py);
+            for v in vectors {
+                list.append((PyArray1::from_vec(py, v.indices), PyArray1::from_vec(py, v.values)))?;
+            }
+            out.set_item("sparse", list)?;
+        }
+        if let Some(mv) = encoded.multi_vector {
+            let list = PyList::empty(py);
+            for rows in mv.iter() {
+                let n = rows.len() / mv.dim().max(1);
+                list.append(PyArray1::from_slice(py, rows).reshape([n, mv.dim()])?)?;
+            }
+            out.set_item("multi_vector", list)?;
+        }
+        Ok(out)
+    }
+
+    /// Whether the model makes token vectors (a ColBERT model, BGE-M3).
+    #[getter]
+    fn multi_vector(&self) -> PyResult<bool> {
+        Ok(self.get()?.model_info().folder.multi_vector.is_some())
     }
 
     /// The tokens of vocabulary term ids (a sparse vector's indices); "" outside the vocabulary.

@@ -71,7 +71,10 @@ fn precision(kind: Option<EmbeddingType>) -> Result<Precision, ApiError> {
 }
 
 /// `POST /v1/multi-vector`.
-pub(crate) async fn multi_vector(State(app): State<Arc<App>>, JsonBody(req): JsonBody<Request>) -> Result<Response, ApiError> {
+pub(crate) async fn multi_vector(
+    State(app): State<Arc<App>>,
+    JsonBody(req): JsonBody<Request>,
+) -> Result<Response, ApiError> {
     let (entry, embedder) = app.model(req.model.as_deref())?;
     let texts: Vec<String> = match req.input {
         Inputs::One(t) => vec![t],
@@ -106,7 +109,8 @@ pub(crate) async fn multi_vector(State(app): State<Arc<App>>, JsonBody(req): Jso
         let embeddings: Value = if precision == Precision::Float32 {
             json!(rows.chunks_exact(vectors.dim().max(1)).collect::<Vec<_>>())
         } else {
-            let packed = to_precision(&Embeddings::new(rows.to_vec(), vectors.dim()).unwrap_or_default(), precision, None)?;
+            let packed =
+                to_precision(&Embeddings::new(rows.to_vec(), vectors.dim()).unwrap_or_default(), precision, None)?;
             json!((0..packed.len()).map(|r| packed.row_values(r)).collect::<Vec<_>>())
         };
         data.push(json!({ "object": "embeddings", "index": index, "embeddings": embeddings }));

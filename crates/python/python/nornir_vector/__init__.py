@@ -46,7 +46,7 @@ from ._nornir import (  # noqa: E402
     preflight,
 )
 from ._fetch import DEFAULT_MODEL, fetch_default_model  # noqa: E402
-from .retrieval import Reranker, SparseEncoder  # noqa: E402
+from .retrieval import MultiVectorEncoder, Reranker, SparseEncoder, max_sim  # noqa: E402
 
 __all__ = [
     "Cancelled",
@@ -60,6 +60,7 @@ __all__ = [
     "InferenceError",
     "InvalidOption",
     "ModelError",
+    "MultiVectorEncoder",
     "NoOrtLibrary",
     "OrtLoadError",
     "Overloaded",
@@ -68,6 +69,7 @@ __all__ = [
     "TooLong",
     "WrongKind",
     "__version__",
+    "max_sim",
     "convert",
     "doctor",
     "fetch_default_model",

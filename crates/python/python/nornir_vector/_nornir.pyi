@@ -31,7 +31,7 @@ class InferenceError(EmbedError): ...
 class EmbedderClosed(EmbedError): ...
 
 class WrongKind(EmbedError):
-    kind: Literal["embedder", "sparse-encoder", "cross-encoder"]
+    kind: Literal["embedder", "sparse-encoder", "cross-encoder", "multi-vector"]
 
 class Embedder:
     """One loaded model; thread-safe: Python threads calling one Embedder share its batches."""
@@ -119,6 +119,31 @@ class Embedder:
         prompt: str | None = None,
         truncation: Literal["right", "left", "refuse"] = "right",
     ) -> list[tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32]]]: ...
+    def embed_multi_vector(
+        self,
+        texts: str | Sequence[str],
+        *,
+        is_query: bool = False,
+        dimensions: int | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        truncation: Literal["right", "left", "refuse"] = "right",
+    ) -> list[npt.NDArray[np.float32]]: ...
+    def encode(
+        self,
+        texts: str | Sequence[str],
+        *,
+        dense: bool = True,
+        sparse: bool = True,
+        multi_vector: bool = True,
+        is_query: bool = False,
+        dimensions: int | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        truncation: Literal["right", "left", "refuse"] = "right",
+    ) -> dict[str, Any]: ...
+    @property
+    def multi_vector(self) -> bool: ...
     def predict(
         self,
         inputs: Sequence[tuple[str, str] | str],

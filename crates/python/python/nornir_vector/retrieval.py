@@ -128,3 +128,80 @@ class Reranker(_Model):
 
     def __repr__(self) -> str:
         return f"Reranker(labels={self.labels!r}, provider={self.report()['active_provider']!r})"
+
+
+def max_sim(query, document) -> float:
+    """MaxSim as PyLate scores: for each query token vector (rows of `query`), its largest dot
+    product with a document token vector, summed. Float32 arrays of shape (tokens, dim)."""
+    import numpy as np
+
+    if len(document) == 0:
+        return 0.0
+    return float(np.max(np.asarray(query) @ np.asarray(document).T, axis=1).sum())
+
+
+class MultiVectorEncoder(_Model):
+    """A late-interaction model loaded from `model`: a ColBERT model (a PyLate folder, or a
+    Stanford checkpoint made ONNX by `nornir_vector.convert`), or BGE-M3 converted with its
+    `colbert_linear.pt`. Keyword options are `Embedder`'s.
+
+        >>> colbert = MultiVectorEncoder("models/colbert")
+        >>> q = colbert.embed("what is a fjord?", is_query=True)   # float32 (tokens, dim)
+        >>> docs = colbert.embed(["A fjord is a long inlet.", "Paris is in France."])
+        >>> colbert.rerank("what is a fjord?", ["Paris is in France.", "A fjord is a long inlet."])
+        [(1, 25.1...), (0, 17.3...)]
+    """
+
+    def __init__(self, model=None, **options):
+        if model is None:
+            raise TypeError("model= is required: the folder of a multi-vector model (ColBERT, BGE-M3)")
+        embedder = Embedder(model, **options)
+        if not embedder.multi_vector:
+            found = embedder.kind
+            embedder.close()
+            error = WrongKind(
+                f"{model} holds a {found} that makes no token vectors: load a ColBERT model or BGE-M3 "
+                "(converted with its colbert_linear.pt)"
+            )
+            error.kind = found
+            raise error
+        self._embedder = embedder
+
+    def embed(self, texts, *, is_query=False, dimensions=None, prompt_name=None, prompt=None, truncation="right"):
+        """Each text's token vectors, float32 of shape (tokens, dim), normalised: as queries
+        (`is_query=True`: the query marker, expanded with mask tokens to the model's query
+        length) or documents (the document marker, punctuation's vectors left out). A str
+        gives one array, a sequence a list."""
+        one = isinstance(texts, str)
+        arrays = self._embedder.embed_multi_vector(
+            texts, is_query=is_query, dimensions=dimensions, prompt_name=prompt_name, prompt=prompt,
+            truncation=truncation,
+        )
+        return arrays[0] if one else arrays
+
+    def encode(self, texts, *, dense=True, sparse=True, multi_vector=True, is_query=False, truncation="right"):
+        """BGE-M3's outputs from one pass per text, as FlagEmbedding's `BGEM3FlagModel.encode`
+        names them: a dict with "dense_vecs" (float32 (n, dim)), "lexical_weights" (per text a
+        dict of token id -> weight) and "colbert_vecs" (per text float32 (tokens, dim)), for
+        those asked."""
+        out = self._embedder.encode(
+            texts, dense=dense, sparse=sparse, multi_vector=multi_vector, is_query=is_query, truncation=truncation
+        )
+        result = {}
+        if "dense" in out:
+            result["dense_vecs"] = out["dense"]
+        if "sparse" in out:
+            result["lexical_weights"] = [
+                {str(int(i)): float(w) for i, w in zip(indices, values)} for indices, values in out["sparse"]
+            ]
+        if "multi_vector" in out:
+            result["colbert_vecs"] = out["multi_vector"]
+        return result
+
+    def rerank(self, query, documents, *, top_n=None, truncation="right") -> list:
+        """`documents` ranked against `query` by MaxSim: `(index, score)` best first, the first
+        `top_n`; the query's token vectors are made once."""
+        return self._embedder.rerank(query, list(documents), top_n=top_n, truncation=truncation)
+
+    def __repr__(self) -> str:
+        return f"MultiVectorEncoder(kind={self._embedder.kind!r}, provider={self.report()['active_provider']!r})"
