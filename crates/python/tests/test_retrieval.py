@@ -117,3 +117,85 @@ def test_each_class_refuses_a_model_of_another_kind(model, splade, cross):
             embedder.embed("a dense vector from a sparse encoder")
     with pytest.raises(TypeError, match="model= is required"):
         Reranker()
+
+
+def write_safetensors(path, tensors: dict) -> None:
+    """A float32 safetensors file, written by hand (the test venv needs no safetensors package)."""
+    header, offset, blobs = {}, 0, []
+    for name, array in tensors.items():
+        data = np.ascontiguousarray(array, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
+@pytest.fixture(scope="session")
+def colbert(tmp_path_factory) -> str:
+    """The real all-MiniLM-L6-v2 under a random 384 -> 128 projection, as a PyLate folder, converted."""
+    from nornir_vector import convert
+
+    source = os.environ.get("NORNIR_TEST_MINILM_SAFETENSORS")
+    if not source:
+        pytest.fail("NORNIR_TEST_MINILM_SAFETENSORS is unset: run `cargo xtask test`")
+    work = tmp_path_factory.mktemp("colbert")
+    src = work / "pylate"
+    src.mkdir()
+    for name in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                 "special_tokens_map.json", "vocab.txt"]:
+        if os.path.exists(os.path.join(source, name)):
+            (src / name).write_bytes(open(os.path.join(source, name), "rb").read())
+    (src / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"},
+    ]))
+    (src / "1_Dense").mkdir()
+    (src / "1_Dense/config.json").write_text(json.dumps(
+        {"in_features": 384, "out_features": 128, "bias": False,
+         "activation_function": "torch.nn.modules.linear.Identity"}))
+    rng = np.random.default_rng(7)
+    write_safetensors(src / "1_Dense/model.safetensors", {"linear.weight": rng.normal(0, 0.05, (128, 384))})
+    (src / "config_sentence_transformers.json").write_text(json.dumps(
+        {"query_prefix": "[unused0]", "document_prefix": "[unused1]", "query_length": 32, "document_length": 180,
+         "do_query_expansion": True, "attend_to_expansion_tokens": False, "similarity_fn_name": "MaxSim"}))
+    out = work / "colbert"
+    convert(str(src), str(out))
+    return str(out)
+
+
+def test_a_colbert_model_gives_token_vectors_and_ranks_by_max_sim(colbert, tmp_path):
+    from nornir_vector import MultiVectorEncoder, max_sim
+
+    with MultiVectorEncoder(colbert, device="cpu", threads=2) as m:
+        query = m.embed("how do fjords form?", is_query=True)
+        docs = m.embed(TEXTS)
+        assert query.shape == (32, 128) and query.dtype == np.float32, "expanded to query_length"
+        assert [d.shape[1] for d in docs] == [128, 128, 128]
+        for d in [query, *docs]:
+            assert np.allclose(np.linalg.norm(d, axis=1), 1.0, atol=1e-5)
+        # "The capital of France is Paris." keeps [CLS], [unused1], 6 words and [SEP]: the "." is skipped.
+        assert docs[0].shape[0] == 9
+        ranked = m.rerank("how do fjords form?", TEXTS)
+        want = sorted(range(3), key=lambda i: -max_sim(query, docs[i]))
+        assert [i for i, _ in ranked] == want
+        for i, score in ranked:
+            assert abs(score - max_sim(query, docs[i])) < 1e-3
+        half = m.embed(TEXTS[0], dimensions=64)
+        assert half.shape == (9, 64) and np.allclose(np.linalg.norm(half, axis=1), 1.0, atol=1e-5)
+    texts_file = tmp_path / "texts.txt"
+    texts_file.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    lines = subprocess.run(
+        [os.environ["NORNIR_TEST_NORNIR"], "vector", "embed", "-q", "--model", colbert, "--input", str(texts_file)],
+        capture_output=True, check=True, text=True,
+    ).stdout.splitlines()
+    for d, line in zip(docs, lines):
+        assert np.allclose(np.array(json.loads(line)["vectors"], dtype=np.float32), d, atol=1e-6)
+
+
+def test_multi_vector_encoder_refuses_a_model_without_token_vectors(model):
+    from nornir_vector import MultiVectorEncoder
+
+    with pytest.raises(WrongKind, match="makes no token vectors"):
+        MultiVectorEncoder(model, device="cpu", threads=2)
