@@ -11,7 +11,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::server::{KEY, Server};
+use common::server::{Server, client};
 use nornir_test_support::env_path;
 use nornir_vector::{Device, Embedder, EmbedderOptions, PairOptions, SparseOptions};
 use serde_json::{Value, json};
@@ -131,25 +131,6 @@ fn rerank_predict_and_sparse_routes_answer_as_the_library() {
     let info: Value = serde_json::from_str(&info).expect("info");
     assert_eq!(info["model"]["folder"]["kind"]["kind"], "sparse-encoder", "{info}");
     assert!(info["model"]["folder"]["kind"]["reason"].as_str().is_some_and(|r| r.contains("BertForMaskedLM")));
-}
-
-/// Runs scripts/client_libraries_check.py's `client` against the server.
-fn client(client: &str, server: &Server, model: &str, texts: &[&str]) -> Value {
-    use std::io::Write;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/client_libraries_check.py");
-    let mut child = std::process::Command::new(env_path("NORNIR_TEST_PYTHON"))
-        .arg(script)
-        .args([client, server.url.as_str(), KEY, model])
-        .env("HF_HUB_DISABLE_TELEMETRY", "1")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run the client");
-    child.stdin.take().expect("stdin").write_all(json!(texts).to_string().as_bytes()).expect("send texts");
-    let out = child.wait_with_output().expect("wait");
-    assert!(out.status.success(), "{client}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{client}'s JSON: {e}"))
 }
 
 #[test]

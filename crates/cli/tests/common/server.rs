@@ -129,3 +129,22 @@ pub fn metric(metrics: &str, name: &str) -> u64 {
         })
         .sum()
 }
+
+/// Runs scripts/client_libraries_check.py's `client` (in the clients' venv) against the server.
+pub fn client(client: &str, server: &Server, model: &str, texts: &[&str]) -> Value {
+    use std::io::Write;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/client_libraries_check.py");
+    let mut child = std::process::Command::new(nornir_test_support::env_path("NORNIR_TEST_PYTHON"))
+        .arg(script)
+        .args([client, server.url.as_str(), KEY, model])
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the client");
+    child.stdin.take().expect("stdin").write_all(serde_json::json!(texts).to_string().as_bytes()).expect("send texts");
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{client}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{client}'s JSON: {e}"))
+}
