@@ -699,3 +699,54 @@ impl Scorer {
         Ranking { ranked, usage: self.usage }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(document_length: usize) -> TokenRules {
+        TokenRules {
+            query_prefix: Some(1),
+            document_prefix: Some(2),
+            query_length: 32,
+            document_length,
+            expansion: Some(103),
+            attend_expansion: false,
+            skiplist: Vec::new(),
+            colbert: None,
+            mean_score: false,
+        }
+    }
+
+    #[test]
+    fn max_sim_is_the_sum_of_each_query_tokens_best_match() {
+        // Query tokens (1, 0) and (0, 1); document tokens (0.6, 0.8), (1, 0), (-1, 0).
+        let q = [1.0, 0.0, 0.0, 1.0];
+        let d = [0.6, 0.8, 1.0, 0.0, -1.0, 0.0];
+        assert!((max_sim(&q, &d, 2) - (1.0 + 0.8)).abs() < 1e-6);
+        // A query token whose every match is negative counts its best, not 0 (the pairwise form).
+        assert!((max_sim(&[-1.0, 0.0], &[1.0, 0.0], 2) + 1.0).abs() < 1e-6);
+        assert_eq!(max_sim(&q, &[], 2), 0.0);
+    }
+
+    #[test]
+    fn long_documents_run_in_parts_that_bound_the_rows_held() {
+        // Ten documents of 9,000 bytes, each cut to 8,192 tokens: two to a part.
+        let long = "x".repeat(9000);
+        let texts = vec![long.as_str(); 10];
+        let parts = parts(&rules(8192), &texts, "", false);
+        assert_eq!(parts.len(), 5);
+        for p in &parts {
+            let rows: usize = texts[p.clone()].iter().map(|t| rows_bound(&rules(8192), t, "", false)).sum();
+            assert!(rows <= ROWS_PER_PART, "{rows}");
+        }
+        // A text longer than a part alone is a part of its own; short texts share one.
+        assert_eq!(parts_of(&rules(40_000), &["y".repeat(30_000).as_str(), "a", "b"]), vec![0..1, 1..3]);
+        // Queries expanded to their length are bound by it exactly.
+        assert_eq!(rows_bound(&rules(180), "hi", "", true), 32);
+    }
+
+    fn parts_of(rules: &TokenRules, texts: &[&str]) -> Vec<std::ops::Range<usize>> {
+        parts(rules, texts, "", false)
+    }
+}

@@ -504,7 +504,8 @@ mod tests {
                 pooling_dir: Some("1_Pooling".to_owned()),
                 normalize: true,
                 splade_dir: None,
-                dense_dirs: Vec::new()
+                dense_dirs: Vec::new(),
+                dense_per_token: false
             })
         );
         let jina_v3 = r#"[{"idx":0,"name":"transformer","path":"","type":"custom_st.Transformer"},
@@ -515,7 +516,8 @@ mod tests {
                 pooling_dir: Some("1_Pooling".to_owned()),
                 normalize: false,
                 splade_dir: None,
-                dense_dirs: Vec::new()
+                dense_dirs: Vec::new(),
+                dense_per_token: false
             })
         );
         let m = |types: &[&str]| {
@@ -633,6 +635,30 @@ mod tests {
         assert_eq!(family("{}"), None);
         let nomic = parse_hf_config(r#"{"model_type":"nomic_bert","n_positions":8192,"n_embd":768}"#).expect("config");
         assert_eq!((nomic.usable_positions(), nomic.hidden_size), (Some(8192), Some(768)));
+    }
+
+    #[test]
+    fn a_pylate_folder_is_dense_on_every_token_with_its_rules() {
+        let pylate = r#"[{"path":"","type":"sentence_transformers.models.Transformer"},
+                         {"path":"1_Dense","type":"pylate.models.Dense.Dense"}]"#;
+        let m = parse_modules(pylate).expect("modules");
+        assert!(m.dense_per_token && m.pooling_dir.is_none());
+        assert_eq!(m.dense_dirs, ["1_Dense"]);
+        let before = r#"[{"path":"","type":"sentence_transformers.models.Transformer"},
+                         {"path":"1_Dense","type":"sentence_transformers.models.Dense"},
+                         {"path":"2_Pooling","type":"sentence_transformers.models.Pooling"}]"#;
+        assert!(parse_modules(before).unwrap_err().contains("before Pooling"));
+        let defaults = parse_multi_vector_config(None).expect("defaults");
+        assert_eq!((defaults.query_prefix.as_str(), defaults.document_prefix.as_str()), ("[Q] ", "[D] "));
+        assert_eq!((defaults.query_length, defaults.document_length), (Some(32), Some(180)));
+        assert!(defaults.do_query_expansion && !defaults.attend_to_expansion_tokens);
+        assert_eq!(defaults.skiplist_words.len(), 32, "string.punctuation");
+        let stanford = parse_multi_vector_config(Some(
+            r#"{"query_prefix":"[unused0]","query_length":64,"do_query_expansion":false,"attend_to_expansion_tokens":true}"#,
+        ))
+        .expect("config");
+        assert_eq!((stanford.query_prefix.as_str(), stanford.query_length), ("[unused0]", Some(64)));
+        assert!(!stanford.attend_to_expansion_tokens, "no expansion, nothing to attend to");
     }
 
     #[test]
