@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use nornir_vector::{CallOptions, Embedder, Encoded, MultiVectorOptions, Outputs, Precision, to_precision};
+use nornir_vector::{CallOptions, Embedder, Encoded, MultiVectorOptions, Outputs, Precision, Ranges, to_precision};
 
 use super::EmbedJob;
 use super::source::{Source, input_error, next_chunk, progress, show_progress};
@@ -28,6 +28,7 @@ fn line(
     encoded: &Encoded,
     i: usize,
     precision: Precision,
+    ranges: Option<&Ranges>,
     id: Option<&serde_json::Value>,
 ) -> Result<serde_json::Value> {
     let mut object = serde_json::Map::new();
@@ -46,7 +47,7 @@ fn line(
             serde_json::json!(mv.get(i).chunks_exact(mv.dim().max(1)).collect::<Vec<_>>())
         } else {
             let rows = nornir_vector::Embeddings::new(mv.get(i).to_vec(), mv.dim()).unwrap_or_default();
-            let c = to_precision(&rows, precision, None)?;
+            let c = to_precision(&rows, precision, ranges)?;
             serde_json::json!((0..c.len()).map(|r| c.row_values(r)).collect::<Vec<_>>())
         };
         object.insert("vectors".into(), vectors);
@@ -65,16 +66,6 @@ pub(super) fn embed_multi_vector(
 ) -> Result<()> {
     let outputs = outputs(job);
     let precision = job.compact.precision;
-    if precision.needs_ranges() {
-        bail!(
-            "--precision {precision} needs each dimension's calibrated range; token vectors are written as float32, binary or ubinary"
-        );
-    }
-    if job.compact.ranges.is_some() || job.compact.calibrate.is_some() {
-        bail!(
-            "--ranges and --calibrate are for int8 dense vectors; token vectors are written as float32, binary or ubinary"
-        );
-    }
     let npz = match job.format {
         OutputFormat::Jsonl => false,
         OutputFormat::Npz if outputs == Outputs::multi_vector() => true,
@@ -84,6 +75,11 @@ pub(super) fn embed_multi_vector(
         ),
     };
     let options = MultiVectorOptions::new().with_query(job.multi_vector.query).with_call(call);
+    let ranges = if precision.needs_ranges() || job.compact.ranges.is_some() || job.compact.calibrate.is_some() {
+        Some(token_ranges(job, embedder, &options)?)
+    } else {
+        None
+    };
     let bar = progress(!job.quiet && job.texts.is_empty(), size);
     let started = Instant::now();
     let (mut done, mut tokens) = (0usize, 0usize);
@@ -99,13 +95,13 @@ pub(super) fn embed_multi_vector(
         if npz {
             let mv = encoded.multi_vector.as_ref().context("the model made no token vectors")?;
             dim = mv.dim();
-            let c = to_precision(&mv.rows(), precision, None)?;
+            let c = mv.to_precision(precision, ranges.as_ref())?;
             rows.extend_from_slice(c.as_bytes());
             let last = *offsets.last().unwrap_or(&0);
             offsets.extend(mv.offsets()[1..].iter().map(|&o| last + o as i64));
         } else {
             for (i, rec) in chunk.iter().enumerate() {
-                serde_json::to_writer(sink.writer(), &line(&encoded, i, precision, rec.id.as_ref())?)
+                serde_json::to_writer(sink.writer(), &line(&encoded, i, precision, ranges.as_ref(), rec.id.as_ref())?)
                     .context("write output")?;
                 sink.writer().write_all(b"\n").context("write output")?;
             }
@@ -131,6 +127,30 @@ pub(super) fn embed_multi_vector(
     Ok(())
 }
 
+/// int8's and uint8's ranges for token vectors: `--ranges` from an earlier run, else calibrated
+/// on `--calibrate`'s texts or the built-in sample (as documents; queries must use the same),
+/// saved beside `--output` as OUTPUT.ranges.json.
+fn token_ranges(job: &EmbedJob, embedder: &Embedder, options: &MultiVectorOptions) -> Result<Ranges> {
+    if let Some(file) = &job.compact.ranges {
+        return Ok(Ranges::read(file)?);
+    }
+    let out = job.output.as_ref().context(
+        "int8 and uint8 token vectors need ranges saved beside --output FILE (queries and documents must share them): give --output, or --ranges FILE from an earlier run",
+    )?;
+    let ranges = match &job.compact.calibrate {
+        Some(file) => {
+            let text =
+                std::fs::read_to_string(file).with_context(|| format!("cannot read --calibrate {}", file.display()))?;
+            let texts: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            embedder.multi_vector_ranges(&texts, options, &file.display().to_string())?
+        }
+        None => embedder.multi_vector_ranges_on_sample(options)?,
+    };
+    let path = super::compact::ranges_path(out);
+    ranges.write(&path).with_context(|| format!("write {}", path.display()))?;
+    Ok(ranges)
+}
+
 /// An `.npz` (a zip of `.npy` files, stored) with `vectors` (`[rows, dim]` float32, or
 /// `[rows, dim / 8]` bytes for the binary kinds) and `offsets` (`[texts + 1]` int64: text i's
 /// rows are `offsets[i]..offsets[i + 1]`), as `numpy.load` reads it.
@@ -150,8 +170,8 @@ fn write_npz(sink: &mut Sink, rows: &[u8], offsets: &[i64], dim: usize, precisio
             w.extend(values)?;
             w.finish()?;
         }
-        // binary's bytes are int8 (offset by -128), as sentence-transformers' are.
-        Precision::Binary => {
+        // int8's and binary's bytes are int8 (binary offset by -128), as sentence-transformers' are.
+        p if p.is_signed() => {
             let width = precision.bytes_per_vector(dim).max(1);
             let n = (rows.len() / width) as u64;
             let mut w = npyz::WriteOptions::<i8>::new()

@@ -17,13 +17,14 @@ use crate::call::request::{Item, Request};
 use crate::call::tokenize::{tokenizer_failed, with_prompt};
 use crate::embedder::Embedder;
 use crate::error::{EmbedError, Result};
+use crate::kinds::compact::CompactVectors;
 use crate::kinds::dense::dot;
 use crate::kinds::embeddings::{Embeddings, TextTokens, TokenGroups, Usage};
 use crate::kinds::pooling::normalize;
 use crate::kinds::sparse::SparseVector;
 use crate::load::engine::Engine;
 use crate::load::multi_vector::TokenRules;
-use nornir_options::{CallOptions, ModelKind, Truncation};
+use nornir_options::{CallOptions, ModelKind, Precision, Ranges, Truncation};
 
 /// The most token rows one part of a call holds before it is finished (16,384 rows of a
 /// 1,024-wide model's hidden states are 64 MiB).
@@ -697,6 +698,38 @@ impl Scorer {
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
         ranked.truncate(top_n.unwrap_or(usize::MAX));
         Ranking { ranked, usage: self.usage }
+    }
+}
+
+impl Embedder {
+    /// Each dimension's range over the token vectors of `texts` (documents, at the call's
+    /// width): what int8 and uint8 token vectors are cut by ([`MultiVectors::to_precision`]).
+    /// Queries and documents must share them.
+    pub fn multi_vector_ranges<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        options: &MultiVectorOptions,
+        source: &str,
+    ) -> Result<Ranges> {
+        let documents = MultiVectorOptions { is_query: false, ..options.clone() };
+        let vectors = self.embed_multi_vector(texts, &documents)?;
+        let rows = vectors.as_slice().chunks_exact(vectors.dim().max(1));
+        Ok(Ranges::of_rows(rows, format!("token vectors of {source}"))?)
+    }
+
+    /// [`multi_vector_ranges`](Self::multi_vector_ranges) on nornir's built-in sample of 99 texts.
+    pub fn multi_vector_ranges_on_sample(&self, options: &MultiVectorOptions) -> Result<Ranges> {
+        let texts: Vec<&str> = crate::kinds::compact_calls::SAMPLE_TEXTS.lines().filter(|l| !l.is_empty()).collect();
+        self.multi_vector_ranges(&texts, options, "nornir's built-in sample (testdata/parity-sample.txt)")
+    }
+}
+
+impl MultiVectors {
+    /// Every token vector in `precision` (as [`to_precision`](crate::to_precision) makes dense
+    /// vectors: int8 and uint8 need `ranges` of the vectors' width, the binary kinds a width that
+    /// is a multiple of 8), rows in the order of [`offsets`](Self::offsets).
+    pub fn to_precision(&self, precision: Precision, ranges: Option<&Ranges>) -> Result<CompactVectors> {
+        crate::kinds::compact::to_precision(&self.rows(), precision, ranges)
     }
 }
 
