@@ -177,6 +177,8 @@ pub fn compact(a: &Args) -> Result<()> {
         Ok(p)
     };
     let (qfile, dfile) = (write("queries.txt", &queries)?, write("documents.txt", &documents)?);
+    // Query i's relevant document, for other measurements on the same set (late_bench.py).
+    std::fs::write(dir.join("relevant.txt"), relevant.iter().map(|r| format!("{r}\n")).collect::<String>())?;
     let models = if a.models.is_empty() {
         vec![home.join(assets::DEFAULT_MODEL_DIR), home.join(assets::PARAPHRASE_MODEL_DIR)]
     } else {
