@@ -134,7 +134,10 @@ fn quality(found: &[Vec<usize>], relevant: &[usize]) -> (f64, f64, f64) {
 }
 
 pub fn compact(a: &Args) -> Result<()> {
-    let home = fetch::fetch(&crate::test::all_test_assets())?;
+    // The retrieval set is made of STS Benchmark pairs, which the test assets do not include.
+    let mut wanted = crate::test::all_test_assets();
+    wanted.push(&assets::STSB);
+    let home = fetch::fetch(&wanted)?;
     run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
     let nornir = workspace_root().join("target/release/nornir");
     let dir = workspace_root().join("target/compact");
