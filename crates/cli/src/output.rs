@@ -14,8 +14,8 @@ pub enum OutputFormat {
     Npy,
     /// Raw little-endian float32 rows, no header.
     F32,
-    /// Token vectors only: one NumPy .npz with `vectors` [rows, dimension] and `offsets`
-    /// [texts + 1] (text i's rows are offsets[i]..offsets[i + 1]).
+    /// Token vectors only: one NumPy .npz with `vectors` `[rows, dimension]` and `offsets`
+    /// `[texts + 1]` (text i's rows are `offsets[i]..offsets[i + 1]`).
     Npz,
 }
 

@@ -12,7 +12,9 @@ pub use tools::{ConvertArgs, QuantizeArgs};
 mod compact;
 mod retrieval;
 pub use compact::CompactArgs;
-pub use retrieval::{MultiVectorArgs, OutputKind, RerankArgs, SparseArgs};
+#[cfg(feature = "embed-ort")]
+pub use retrieval::OutputKind;
+pub use retrieval::{MultiVectorArgs, RerankArgs, SparseArgs};
 
 use std::path::PathBuf;
 

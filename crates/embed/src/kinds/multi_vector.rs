@@ -280,12 +280,7 @@ fn rows_bound(rules: &TokenRules, text: &str, prompt: &str, is_query: bool) -> u
 }
 
 /// The texts split into parts of at most [`ROWS_PER_PART`] rows (a text alone when it has more).
-fn parts<'a, S: AsRef<str>>(
-    rules: &TokenRules,
-    texts: &'a [S],
-    prompt: &str,
-    is_query: bool,
-) -> Vec<std::ops::Range<usize>> {
+fn parts<S: AsRef<str>>(rules: &TokenRules, texts: &[S], prompt: &str, is_query: bool) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
     let (mut start, mut rows) = (0, 0);
     for (i, t) in texts.iter().enumerate() {
