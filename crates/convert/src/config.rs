@@ -154,8 +154,6 @@ pub(crate) enum ClassifierPooling {
 /// The architectures `config.json` may name, with their family and head.
 pub const SUPPORTED: [(&str, Family, Head); 16] = [
     ("BertModel", Family::Bert, Head::Encoder),
-    // Stanford ColBERT's checkpoints: BERT under `bert.`, the projection beside it (colbert.rs).
-    ("HF_ColBERT", Family::Bert, Head::Encoder),
     ("BertForMaskedLM", Family::Bert, Head::MaskedLm),
     ("BertForSequenceClassification", Family::Bert, Head::SequenceClassification),
     ("XLMRobertaModel", Family::XlmRoberta, Head::Encoder),
@@ -170,6 +168,8 @@ pub const SUPPORTED: [(&str, Family, Head); 16] = [
     ("ModernBertModel", Family::ModernBert, Head::Encoder),
     ("ModernBertForMaskedLM", Family::ModernBert, Head::MaskedLm),
     ("ModernBertForSequenceClassification", Family::ModernBert, Head::SequenceClassification),
+    // Stanford ColBERT's checkpoints: BERT under `bert.`, the projection beside it (colbert.rs).
+    ("HF_ColBERT", Family::Bert, Head::Encoder),
 ];
 
 /// The sizes and choices the graph is built from.
@@ -662,7 +662,7 @@ mod tests {
             "cannot convert architecture GPT2LMHeadModel: supported are BertModel, BertForMaskedLM, \
              BertForSequenceClassification, XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, \
              JinaBertModel, JinaBertForMaskedLM, XLMRobertaLoRA, NomicBertModel, NewModel, NewForSequenceClassification, \
-             ModernBertModel, ModernBertForMaskedLM, ModernBertForSequenceClassification"
+             ModernBertModel, ModernBertForMaskedLM, ModernBertForSequenceClassification, HF_ColBERT"
         );
         let e = Config::parse(r#"{"model_type":"bert"}"#, "m/config.json", None).expect_err("refused");
         assert!(e.to_string().starts_with("m/config.json has no `architectures` (model_type \"bert\")"), "{e}");
