@@ -319,3 +319,30 @@ fn replace_dir(tmp: &Path, out: &Path) -> Result<(), ConvertError> {
 fn same_folder(a: &Path, b: &Path) -> bool {
     matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_causal_lm_is_a_reranker_where_asked_or_where_its_folder_or_name_says_so() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let dir = |name: &str| {
+            let d = t.path().join(name);
+            std::fs::create_dir_all(&d).expect("mkdir");
+            d
+        };
+        let plain = ConvertOptions::default();
+        let asked = ConvertOptions::default().with_reranker(true);
+        let embedding = dir("Qwen3-Embedding-0.6B");
+        assert!(!is_reranker(&embedding, "{}", "Qwen3ForCausalLM", &plain));
+        assert!(is_reranker(&embedding, "{}", "Qwen3ForCausalLM", &asked));
+        assert!(is_reranker(&dir("Qwen3-Reranker-0.6B"), "{}", "Qwen3ForCausalLM", &plain));
+        let cached = dir("models--Qwen--Qwen3-Reranker-4B/snapshots/0123abcd");
+        assert!(is_reranker(&cached, "{}", "Qwen3ForCausalLM", &plain), "a hub cache's repository folder");
+        let named = r#"{"_name_or_path": "Qwen/Qwen3-Reranker-8B"}"#;
+        assert!(is_reranker(&dir("snapshot"), named, "Qwen3ForCausalLM", &plain));
+        // Only a causal LM: a Qwen3Model has no language-model head to score with.
+        assert!(!is_reranker(&dir("my-reranker"), "{}", "Qwen3Model", &plain));
+    }
+}
