@@ -180,12 +180,7 @@ impl Net<'_, '_> {
         // Only the rows asked for are read.
         let w = self.t.weights.f32_rows(&name, &[outputs, inputs], rows.clone())?;
         let n = rows.len();
-        let mut wt = vec![0f32; n * inputs];
-        for (o, row) in w.chunks_exact(inputs).enumerate() {
-            for (i, &v) in row.iter().enumerate() {
-                wt[i * n + o] = v;
-            }
-        }
+        let wt = transpose(&w, n, inputs);
         let label = if rows.len() == outputs {
             format!("{prefix}.weight_t")
         } else {
@@ -432,10 +427,41 @@ impl Net<'_, '_> {
     }
 }
 
+/// `w` `[rows, cols]` transposed to `[cols, rows]`, in tiles that stay in the cache.
+fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const TILE: usize = 64;
+    let mut t = vec![0f32; rows * cols];
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..rows.min(r0 + TILE) {
+                for c in c0..cols.min(c0 + TILE) {
+                    t[c * rows + r] = w[r * cols + c];
+                }
+            }
+        }
+    }
+    t
+}
+
 /// Where a gated feed-forward's two projections are.
 enum Gate<'a> {
     /// One weight `[2 · intermediate, hidden]`.
     Fused { weight: &'a str, activated_first: bool },
     /// Two weights `[intermediate, hidden]` (NomicBERT's `fc12` activated, `fc11` linear).
     Split { activated: &'a str, linear: &'a str },
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_transpose_in_tiles_is_a_transpose() {
+        let (rows, cols) = (70, 131);
+        let w: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
+        let t = super::transpose(&w, rows, cols);
+        for r in 0..rows {
+            for c in 0..cols {
+                assert_eq!(t[c * rows + r], w[r * cols + c]);
+            }
+        }
+    }
 }
