@@ -323,8 +323,8 @@ fn a_config_without_a_converted_architecture_is_refused_by_name() {
         "config.json has no `architectures` (model_type \"bert\")",
     );
     refused(
-        &folder(Some(r#"{"architectures":["LlamaForCausalLM"]}"#), weights()),
-        "cannot convert architecture LlamaForCausalLM: supported are BertModel, BertForMaskedLM",
+        &folder(Some(r#"{"architectures":["GPT2LMHeadModel"]}"#), weights()),
+        "cannot convert architecture GPT2LMHeadModel: supported are BertModel, BertForMaskedLM",
     );
     refused(&folder(Some("{not json"), weights()), "config.json is not a valid config");
     refused(&folder(None, weights()), "has no config.json");
@@ -431,4 +431,122 @@ fn each_familys_unsupported_variants_are_refused_by_name() {
             assert!(o.contains("supported are BERT, XLM-RoBERTa, JinaBERT v2"), "names the supported families: {o}");
         }
     }
+}
+
+// --- decoders ------------------------------------------------------------------------------------
+
+/// A tiny Qwen3 checkpoint (`model.` prefix, untied `lm_head`): hidden 8, 4 heads over 2 kv
+/// heads of width 4, `layers` layers.
+fn tiny_qwen3(layers: usize) -> Vec<(String, &'static str, Vec<usize>)> {
+    let (h, d, i, v) = (8usize, 4usize, 16usize, 12usize);
+    let mut t: Vec<(String, &'static str, Vec<usize>)> = vec![
+        ("model.embed_tokens.weight".into(), "BF16", vec![v, h]),
+        ("model.norm.weight".into(), "BF16", vec![h]),
+        ("lm_head.weight".into(), "BF16", vec![v, h]),
+    ];
+    for l in 0..layers {
+        for (name, shape) in [
+            ("input_layernorm", vec![h]),
+            ("post_attention_layernorm", vec![h]),
+            ("self_attn.q_proj", vec![4 * d, h]),
+            ("self_attn.k_proj", vec![2 * d, h]),
+            ("self_attn.v_proj", vec![2 * d, h]),
+            ("self_attn.o_proj", vec![h, 4 * d]),
+            ("self_attn.q_norm", vec![d]),
+            ("self_attn.k_norm", vec![d]),
+            ("mlp.gate_proj", vec![i, h]),
+            ("mlp.up_proj", vec![i, h]),
+            ("mlp.down_proj", vec![h, i]),
+        ] {
+            t.push((format!("model.layers.{l}.{name}.weight"), "BF16", shape));
+        }
+    }
+    t
+}
+
+const QWEN3: &str = r#"{"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3","hidden_size":8,"num_hidden_layers":1,
+"num_attention_heads":4,"num_key_value_heads":2,"head_dim":4,"intermediate_size":16,"vocab_size":12,"rms_norm_eps":1e-6,
+"rope_theta":1000000.0,"rope_scaling":null,"use_sliding_window":false,"tie_word_embeddings":false}"#;
+
+/// A tokenizer.json whose vocabulary has `words` at ids 0, 1, 2...
+fn tokenizer(words: &[&str]) -> String {
+    let vocab: serde_json::Map<String, Value> =
+        words.iter().enumerate().map(|(i, w)| ((*w).to_owned(), json!(i))).collect();
+    json!({"version": "1.0", "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "a"}}).to_string()
+}
+
+/// Converts `t/model` into `t/out` with `flags`; asserts the one-line error and that nothing was
+/// written.
+fn refused_with(t: &tempfile::TempDir, flags: &[&str], needle: &str) {
+    let (model, out) = (t.path().join("model"), t.path().join("out"));
+    let mut args = vec!["vector", "convert", "--model", s(&model), "--output", s(&out)];
+    args.extend_from_slice(flags);
+    assert_one_line_error(&nornir(&args), needle);
+    assert_eq!(files_in(t.path()), ["model"], "nothing written beside the model");
+}
+
+#[test]
+fn a_decoder_the_converter_does_not_implement_is_refused_by_name() {
+    let weights = || Some(safetensors(&tiny_qwen3(1)));
+    let with = |from: &str, to: &str| QWEN3.replace(from, to);
+    for (config, needle) in [
+        (with(r#""use_sliding_window":false"#, r#""use_sliding_window":true"#), "has use_sliding_window true"),
+        (
+            with(r#""rope_scaling":null"#, r#""rope_scaling":{"rope_type":"yarn","factor":4.0}"#),
+            "has rope_scaling type \"yarn\" (converted: default, linear, llama3)",
+        ),
+        (
+            with(r#""num_key_value_heads":2"#, r#""num_key_value_heads":3"#),
+            "has num_attention_heads 4, not a multiple of num_key_value_heads 3",
+        ),
+        (
+            with(r#""num_hidden_layers":1"#, r#""num_hidden_layers":2"#),
+            "says num_hidden_layers 2 but the weights hold 1 layers",
+        ),
+        (with(r#"Qwen3ForCausalLM"#, "Qwen3MoeForCausalLM"), "cannot convert architecture Qwen3MoeForCausalLM"),
+    ] {
+        refused_with(&folder(Some(&config), weights()), &[], needle);
+    }
+    // More layers in the weights than the config says.
+    refused_with(
+        &folder(Some(QWEN3), Some(safetensors(&tiny_qwen3(2)))),
+        &[],
+        "says num_hidden_layers 1 but the weights hold 2 layers",
+    );
+}
+
+#[test]
+fn a_reranker_without_yes_and_no_and_an_encoder_in_half_precision_are_refused() {
+    let t = folder(Some(QWEN3), Some(safetensors(&tiny_qwen3(1))));
+    std::fs::write(t.path().join("model/tokenizer.json"), tokenizer(&["a", "b", "yes"])).expect("tokenizer");
+    refused_with(&t, &["--reranker"], "has no tokens \"yes\" and \"no\" in its vocabulary");
+    let t = folder(Some(CONFIG), Some(safetensors(&tiny_bert(|_| {}))));
+    refused_with(&t, &["--dtype", "bfloat16"], "--dtype bfloat16 is written for decoders");
+}
+
+#[test]
+fn a_decoder_converts_as_an_embedder_or_as_a_one_label_reranker() {
+    let t = folder(Some(QWEN3), Some(safetensors(&tiny_qwen3(1))));
+    std::fs::write(t.path().join("model/tokenizer.json"), tokenizer(&["a", "no", "b", "yes"])).expect("tokenizer");
+    let (model, out) = (t.path().join("model"), t.path().join("out"));
+    let run = |flags: &[&str]| {
+        let mut args = vec!["vector", "convert", "--model", s(&model), "--output", s(&out), "--force", "--json"];
+        args.extend_from_slice(flags);
+        let o = nornir(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice::<Value>(&o.stdout).expect("conversion.json")
+    };
+    let r = run(&["--dtype", "bfloat16"]);
+    assert_eq!(
+        (&r["family"], &r["head"], &r["output"], &r["dtype"]),
+        (&json!("qwen3"), &json!("encoder"), &json!("last_hidden_state"), &json!("bfloat16"))
+    );
+    assert_eq!(r["fused"], false, "ONNX's own operators");
+    let r = run(&["--reranker"]);
+    assert_eq!((&r["head"], &r["output"], &r["labels"]), (&json!("yes-no"), &json!("logits"), &json!(1)));
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).expect("config")).expect("json");
+    assert_eq!(config["architectures"], json!(["Qwen3ForSequenceClassification"]));
+    assert_eq!((&config["num_labels"], &config["id2label"]), (&json!(1), &json!({"0": "yes"})));
+    assert_eq!(config["hidden_size"], 8, "the rest of the config is kept");
 }

@@ -28,6 +28,22 @@ pub enum Family {
     Gte,
     /// ModernBERT: pre-norm, GeGLU, global and sliding-window local attention with two rotary bases.
     ModernBert,
+    /// Qwen3 decoders (Qwen3-Embedding, Qwen3-Reranker): RMSNorm, grouped-query causal attention
+    /// with a per-head RMSNorm on queries and keys, rotary positions, SwiGLU.
+    Qwen3,
+    /// Qwen2 decoders (gte-Qwen2-instruct): as Qwen3 without the query and key norms, with
+    /// biases on the query, key and value projections.
+    Qwen2,
+    /// Llama and Mistral decoders (e5-mistral-7b-instruct): as Qwen2 without the biases
+    /// (`attention_bias`, `mlp_bias` where the config sets them), Mistral's sliding window.
+    Llama,
+}
+
+impl Family {
+    /// A causal decoder (Qwen3, Qwen2, Llama, Mistral), written without a KV cache.
+    pub fn is_decoder(self) -> bool {
+        matches!(self, Family::Qwen3 | Family::Qwen2 | Family::Llama)
+    }
 }
 
 /// What the graph puts on top of the encoder, and so what it outputs.
@@ -42,6 +58,10 @@ pub enum Head {
     /// The classifier on the first token (or the mean, as ModernBERT's config says): `logits`
     /// `[batch, labels]` (cross-encoders).
     SequenceClassification,
+    /// A decoder asked "yes or no" (Qwen3-Reranker): `logits` `[batch, 1]`, the difference of the
+    /// language-model head's "yes" and "no" logits at each row's last attended token, so its
+    /// sigmoid is the softmax of the two logits' "yes" entry.
+    YesNo,
 }
 
 impl Head {
@@ -49,7 +69,7 @@ impl Head {
     pub fn output_name(self) -> &'static str {
         match self {
             Head::Encoder => "last_hidden_state",
-            Head::MaskedLm | Head::SequenceClassification => "logits",
+            Head::MaskedLm | Head::SequenceClassification | Head::YesNo => "logits",
         }
     }
 }
@@ -103,6 +123,18 @@ pub(crate) enum RopeScaling {
         factor: f64,
         trained: usize,
     },
+    /// transformers' `linear`: every frequency divided by `factor`.
+    Linear {
+        factor: f64,
+    },
+    /// transformers' `llama3` (Llama 3.1): wavelengths longer than `original / low` divided by
+    /// `factor`, shorter than `original / high` kept, the ones between interpolated.
+    Llama3 {
+        factor: f64,
+        low: f64,
+        high: f64,
+        original: f64,
+    },
 }
 
 /// How the encoder knows where a token is.
@@ -151,8 +183,9 @@ pub(crate) enum ClassifierPooling {
     Mean,
 }
 
-/// The architectures `config.json` may name, with their family and head.
-pub const SUPPORTED: [(&str, Family, Head); 16] = [
+/// The architectures `config.json` may name, with their family and head (a decoder's head is the
+/// encoder's output unless the conversion asks for the yes/no reranker).
+pub const SUPPORTED: [(&str, Family, Head); 24] = [
     ("BertModel", Family::Bert, Head::Encoder),
     ("BertForMaskedLM", Family::Bert, Head::MaskedLm),
     ("BertForSequenceClassification", Family::Bert, Head::SequenceClassification),
@@ -170,7 +203,33 @@ pub const SUPPORTED: [(&str, Family, Head); 16] = [
     ("ModernBertForSequenceClassification", Family::ModernBert, Head::SequenceClassification),
     // Stanford ColBERT's checkpoints: BERT under `bert.`, the projection beside it (colbert.rs).
     ("HF_ColBERT", Family::Bert, Head::Encoder),
+    ("Qwen3Model", Family::Qwen3, Head::Encoder),
+    ("Qwen3ForCausalLM", Family::Qwen3, Head::Encoder),
+    ("Qwen2Model", Family::Qwen2, Head::Encoder),
+    ("Qwen2ForCausalLM", Family::Qwen2, Head::Encoder),
+    ("LlamaModel", Family::Llama, Head::Encoder),
+    ("LlamaForCausalLM", Family::Llama, Head::Encoder),
+    ("MistralModel", Family::Llama, Head::Encoder),
+    ("MistralForCausalLM", Family::Llama, Head::Encoder),
 ];
+
+/// What a decoder adds to the shared sizes: its attention's heads and widths, norms, biases and
+/// positions.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Decoder {
+    /// Key and value heads (`num_key_value_heads`), each shared by `heads / kv_heads` query heads.
+    pub(crate) kv_heads: usize,
+    /// One head's width (`head_dim`, else `hidden_size / num_attention_heads`).
+    pub(crate) head_dim: usize,
+    /// Qwen3's RMSNorm over each query and key head.
+    pub(crate) qk_norm: bool,
+    /// Mistral's window: a query attends to the `window` tokens up to itself.
+    pub(crate) sliding_window: Option<usize>,
+    /// The language-model head is the embedding table (`tie_word_embeddings`).
+    pub(crate) tied: bool,
+    /// The reranker's "yes" and "no" token ids (with [`Head::YesNo`]).
+    pub(crate) yes_no: Option<(usize, usize)>,
+}
 
 /// The sizes and choices the graph is built from.
 #[derive(Debug, Clone)]
@@ -202,6 +261,8 @@ pub(crate) struct Config {
     pub(crate) classifier_pooling: ClassifierPooling,
     pub(crate) classifier_activation: Activation,
     pub(crate) decoder_bias: bool,
+    /// The decoder families' own choices.
+    pub(crate) decoder: Option<Decoder>,
 }
 
 #[derive(Deserialize, Default)]
@@ -268,6 +329,13 @@ struct Raw {
     classifier_activation: Option<String>,
     classifier_bias: Option<bool>,
     decoder_bias: Option<bool>,
+    // Decoders (Qwen3, Qwen2, Llama, Mistral).
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    rms_norm_eps: Option<f64>,
+    use_sliding_window: Option<bool>,
+    sliding_window: Option<usize>,
+    tie_word_embeddings: Option<bool>,
 }
 
 fn supported_names() -> String {
@@ -322,6 +390,14 @@ fn family_of(architecture: &str, raw: &Raw) -> Option<Family> {
             Family::Gte
         } else if architecture.starts_with("ModernBert") {
             Family::ModernBert
+        } else if architecture.starts_with("Qwen3") && !architecture.starts_with("Qwen3Moe") {
+            Family::Qwen3
+        } else if architecture.starts_with("Qwen2")
+            && !["Qwen2Moe", "Qwen2VL", "Qwen2Audio", "Qwen2_5"].iter().any(|p| architecture.starts_with(p))
+        {
+            Family::Qwen2
+        } else if architecture.starts_with("Llama") || architecture.starts_with("Mistral") {
+            Family::Llama
         } else {
             return None;
         },
@@ -387,6 +463,9 @@ impl Config {
         let need = |v: Option<usize>, key: &str| -> Result<usize, ConvertError> {
             v.filter(|&n| n > 0).ok_or_else(|| bad(format!("has no positive `{key}`")))
         };
+        if family.is_decoder() {
+            return decoder(&raw, architecture, family, file);
+        }
         let hidden = need(raw.hidden_size.or(raw.n_embd), "hidden_size")?;
         let heads = need(raw.num_attention_heads.or(raw.n_head), "num_attention_heads")?;
         if hidden % heads != 0 {
@@ -423,6 +502,7 @@ impl Config {
         let mut lora = None;
         let max_positions = raw.max_position_embeddings.or(raw.n_positions);
         let positions = match family {
+            Family::Qwen3 | Family::Qwen2 | Family::Llama => return decoder(&raw, architecture, family, file),
             Family::Bert | Family::XlmRoberta => {
                 if positions_kind != "absolute" {
                     return Err(bad(format!(
@@ -630,8 +710,138 @@ impl Config {
             classifier_pooling,
             classifier_activation,
             decoder_bias: raw.decoder_bias.unwrap_or(true),
+            decoder: None,
         })
     }
+
+    /// A decoder's config with the yes/no head for the tokens `yes` and `no`: what a reranker
+    /// converts to.
+    pub(crate) fn into_reranker(mut self, yes: usize, no: usize) -> Config {
+        if let Some(d) = &mut self.decoder {
+            d.yes_no = Some((yes, no));
+            self.head = Head::YesNo;
+            self.labels = 1;
+        }
+        self
+    }
+}
+
+/// A decoder's config (Qwen3, Qwen2, Llama, Mistral), read under transformers' keys; what this
+/// converter does not write (sliding windows on Qwen, rope scalings other than linear and llama3)
+/// is refused by name.
+fn decoder(raw: &Raw, architecture: &str, family: Family, file: &str) -> Result<Config, ConvertError> {
+    let bad = |why: String| ConvertError::Config { file: file.to_owned(), why };
+    let unsupported = |what: String| {
+        bad(format!(
+            "has {what}, which nornir does not convert for {architecture}: remove it from config.json if the model \
+             was not trained with it, or convert the model with another tool"
+        ))
+    };
+    let need = |v: Option<usize>, key: &str| -> Result<usize, ConvertError> {
+        v.filter(|&n| n > 0).ok_or_else(|| bad(format!("has no positive `{key}`")))
+    };
+    let hidden = need(raw.hidden_size, "hidden_size")?;
+    let heads = need(raw.num_attention_heads, "num_attention_heads")?;
+    let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
+    if kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(bad(format!(
+            "has num_attention_heads {heads}, not a multiple of num_key_value_heads {kv_heads}: the config is damaged"
+        )));
+    }
+    let head_dim = match raw.head_dim {
+        Some(d) => d,
+        // Qwen3Config's default, whatever the hidden size.
+        None if family == Family::Qwen3 => 128,
+        None if hidden % heads == 0 => hidden / heads,
+        None => {
+            return Err(bad(format!(
+                "has hidden_size {hidden}, not a multiple of num_attention_heads {heads}, and no head_dim"
+            )));
+        }
+    };
+    if head_dim == 0 || head_dim % 2 != 0 {
+        return Err(bad(format!("has head_dim {head_dim}: rotary positions need an even, positive one")));
+    }
+    let act_name = raw.hidden_act.as_deref().unwrap_or("silu");
+    let activation = Activation::parse(act_name)
+        .ok_or_else(|| bad(format!("has hidden_act {act_name:?}; converted: {}", Activation::NAMES)))?;
+    let sliding_window = match family {
+        Family::Llama => raw.sliding_window.filter(|_| architecture.starts_with("Mistral")),
+        _ if raw.use_sliding_window == Some(true) => {
+            return Err(unsupported("use_sliding_window true (sliding-window attention on Qwen layers)".to_owned()));
+        }
+        _ => None,
+    };
+    let (base, scaling) = rope(raw).map_err(unsupported)?;
+    let attention_bias = raw.attention_bias.unwrap_or(false);
+    let biases = Biases {
+        qkv: family == Family::Qwen2 || attention_bias,
+        attention_out: attention_bias,
+        mlp_in: raw.mlp_bias.unwrap_or(false),
+        mlp_out: raw.mlp_bias.unwrap_or(false),
+        norm: false,
+        classifier_dense: false,
+    };
+    Ok(Config {
+        architecture: architecture.to_owned(),
+        family,
+        head: Head::Encoder,
+        hidden,
+        layers: need(raw.num_hidden_layers, "num_hidden_layers")?,
+        heads,
+        intermediate: need(raw.intermediate_size, "intermediate_size")?,
+        vocab: need(raw.vocab_size, "vocab_size")?,
+        max_positions: raw.max_position_embeddings.unwrap_or(0),
+        type_vocab: 0,
+        eps: raw.rms_norm_eps.unwrap_or(1e-6) as f32,
+        activation,
+        feed_forward: FeedForward::Gated { activated_first: true, activation },
+        positions: Positions::Rotary { base, scaling },
+        biases,
+        local: None,
+        lora: None,
+        pad_token_id: raw.pad_token_id.unwrap_or(0),
+        labels: 0,
+        classifier_pooling: ClassifierPooling::First,
+        classifier_activation: activation,
+        decoder_bias: false,
+        decoder: Some(Decoder {
+            kv_heads,
+            head_dim,
+            qk_norm: family == Family::Qwen3,
+            sliding_window,
+            tied: raw.tie_word_embeddings.unwrap_or(false),
+            yes_no: None,
+        }),
+    })
+}
+
+/// A decoder's rotary base and scaling: `rope_theta` and `rope_scaling`, or transformers 5's
+/// `rope_parameters`; what it does not implement, named.
+fn rope(raw: &Raw) -> Result<(f64, RopeScaling), String> {
+    let parameters = raw.rope_parameters.as_ref().filter(|p| !p.is_null());
+    let base = raw
+        .rope_theta
+        .or_else(|| parameters.and_then(|p| p.get("rope_theta")).and_then(Value::as_f64))
+        .unwrap_or(10_000.0);
+    let Some(s) = raw.rope_scaling.as_ref().filter(|s| !s.is_null()).or(parameters) else {
+        return Ok((base, RopeScaling::None));
+    };
+    let kind = s.get("rope_type").or_else(|| s.get("type")).and_then(Value::as_str).unwrap_or("default");
+    let number =
+        |key: &str| s.get(key).and_then(Value::as_f64).ok_or_else(|| format!("rope_scaling {s} without {key}"));
+    let scaling = match kind {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor: number("factor")? },
+        "llama3" => RopeScaling::Llama3 {
+            factor: number("factor")?,
+            low: number("low_freq_factor")?,
+            high: number("high_freq_factor")?,
+            original: number("original_max_position_embeddings")?,
+        },
+        other => return Err(format!("rope_scaling type {other:?} (converted: default, linear, llama3)")),
+    };
+    Ok((base, scaling))
 }
 
 #[cfg(test)]
@@ -662,7 +872,8 @@ mod tests {
             "cannot convert architecture GPT2LMHeadModel: supported are BertModel, BertForMaskedLM, \
              BertForSequenceClassification, XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, \
              JinaBertModel, JinaBertForMaskedLM, XLMRobertaLoRA, NomicBertModel, NewModel, NewForSequenceClassification, \
-             ModernBertModel, ModernBertForMaskedLM, ModernBertForSequenceClassification, HF_ColBERT"
+             ModernBertModel, ModernBertForMaskedLM, ModernBertForSequenceClassification, HF_ColBERT, Qwen3Model, \
+             Qwen3ForCausalLM, Qwen2Model, Qwen2ForCausalLM, LlamaModel, LlamaForCausalLM, MistralModel, MistralForCausalLM"
         );
         let e = Config::parse(r#"{"model_type":"bert"}"#, "m/config.json", None).expect_err("refused");
         assert!(e.to_string().starts_with("m/config.json has no `architectures` (model_type \"bert\")"), "{e}");
@@ -690,5 +901,63 @@ mod tests {
         assert_eq!(c.head, Head::MaskedLm);
         let c = Config::parse(&config("BertForPreTraining"), "config.json", None);
         assert!(c.is_err(), "without modules.json only the listed architectures convert");
+    }
+}
+
+#[cfg(test)]
+mod decoder_tests {
+    use super::*;
+
+    fn parse(arch: &str, extra: &str) -> Result<Config, ConvertError> {
+        let text = format!(
+            r#"{{"architectures":["{arch}"],"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,
+            "intermediate_size":96,"vocab_size":300,"rms_norm_eps":1e-6{extra}}}"#
+        );
+        Config::parse(&text, "m/config.json", None)
+    }
+
+    #[test]
+    fn decoder_families_read_their_heads_norms_and_biases() {
+        let c = parse("Qwen3ForCausalLM", r#","num_key_value_heads":2,"head_dim":32"#).expect("qwen3");
+        let d = c.decoder.clone().expect("decoder");
+        assert_eq!((c.family, c.head, d.kv_heads, d.head_dim, d.qk_norm), (Family::Qwen3, Head::Encoder, 2, 32, true));
+        assert!(!c.biases.qkv && !c.biases.attention_out);
+        // Qwen3Config's head_dim default is 128, not hidden / heads.
+        assert_eq!(parse("Qwen3Model", "").expect("qwen3").decoder.expect("decoder").head_dim, 128);
+        let c = parse("Qwen2ForCausalLM", "").expect("qwen2");
+        let d = c.decoder.clone().expect("decoder");
+        assert_eq!((c.family, d.kv_heads, d.head_dim, d.qk_norm), (Family::Qwen2, 4, 16, false));
+        assert!(c.biases.qkv && !c.biases.attention_out, "Qwen2: q, k, v biases, none on o_proj");
+        let c = parse("MistralModel", r#","sliding_window":4096"#).expect("mistral");
+        assert_eq!((c.family, c.decoder.expect("decoder").sliding_window), (Family::Llama, Some(4096)));
+        let c = parse("LlamaForCausalLM", r#","sliding_window":4096,"attention_bias":true"#).expect("llama");
+        assert_eq!(c.decoder.expect("decoder").sliding_window, None, "Llama has no window");
+        assert!(c.biases.qkv && c.biases.attention_out);
+        let c = parse("LlamaModel", r#","rope_theta":500000.0,"rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}"#).expect("llama3");
+        assert_eq!(
+            c.positions,
+            Positions::Rotary {
+                base: 500_000.0,
+                scaling: RopeScaling::Llama3 { factor: 8.0, low: 1.0, high: 4.0, original: 8192.0 }
+            }
+        );
+    }
+
+    #[test]
+    fn what_a_decoder_conversion_does_not_implement_is_refused_in_one_line() {
+        let refused = |arch: &str, extra: &str| parse(arch, extra).expect_err("refused").to_string();
+        let e = refused("Qwen3ForCausalLM", r#","num_key_value_heads":3"#);
+        assert!(
+            e.starts_with("m/config.json has num_attention_heads 4, not a multiple of num_key_value_heads 3"),
+            "{e}"
+        );
+        let e = refused("Qwen2Model", r#","use_sliding_window":true"#);
+        assert!(e.contains("use_sliding_window true"), "{e}");
+        let e = refused("LlamaModel", r#","rope_scaling":{"rope_type":"yarn","factor":4.0}"#);
+        assert!(e.contains("rope_scaling type \"yarn\" (converted: default, linear, llama3)"), "{e}");
+        let e = refused("Qwen3MoeForCausalLM", "");
+        assert!(e.starts_with("cannot convert architecture Qwen3MoeForCausalLM"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        assert!(parse("Qwen3ForCausalLM", r#","rope_scaling":null,"use_sliding_window":false"#).is_ok());
     }
 }

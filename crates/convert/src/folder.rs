@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::config::{Config, StModule};
-use crate::graph::{Graph, OPSET};
+use crate::config::{Config, Head, StModule};
+use crate::graph::{Graph, OPSET, WeightDtype};
 use crate::weights::{SHARD_INDEX, SINGLE, TORCH_INDEX, TORCH_SINGLE, Weights};
 use crate::{Conversion, ConvertError, ConvertOptions, SourceFile, network};
 
@@ -57,13 +57,16 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
     if !parent.is_dir() {
         return Err(ConvertError::NoOutputParent { path: display(&parent) });
     }
-    let (mut g, mut conversion, added) = build(source, options)?;
     let name = output.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
     let tmp = parent.join(format!(".{name}.nornir-convert-{}.tmp", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     let written = (|| {
         std::fs::create_dir(&tmp).map_err(write_err(&tmp))?;
-        if g.weight_bytes() > options.external_data_over {
+        let (mut g, mut conversion) = build_in(source, options, Some(&tmp))?;
+        if g.streams_weights() {
+            g.finish_weights().map_err(|(path, source)| ConvertError::Write { path: display(&path), source })?;
+            conversion.external_data = Some(EXTERNAL_DATA.to_owned());
+        } else if g.weight_bytes() > options.external_data_over {
             let mut data = Vec::new();
             g.move_weights_out(EXTERNAL_DATA, &mut data);
             let file = tmp.join(EXTERNAL_DATA);
@@ -75,33 +78,41 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
         let file = tmp.join("model.onnx");
         std::fs::write(&file, bytes).map_err(write_err(&file))?;
         conversion.copied = copy_folder(source, &tmp, Path::new(""), output)?;
-        for (relative, bytes) in &added {
-            let file = tmp.join(relative);
-            if let Some(dir) = file.parent() {
-                std::fs::create_dir_all(dir).map_err(write_err(dir))?;
+        if conversion.head == Head::YesNo {
+            write_reranker_config(&tmp.join("config.json"), &conversion.architecture)?;
+        }
+        if conversion.architecture == "HF_ColBERT" {
+            let files = crate::colbert::stanford_files(source, conversion.hidden, &Weights::open(source)?)?;
+            for (relative, bytes) in files {
+                let file = tmp.join(relative);
+                if let Some(dir) = file.parent() {
+                    std::fs::create_dir_all(dir).map_err(write_err(dir))?;
+                }
+                std::fs::write(&file, bytes).map_err(write_err(&file))?;
             }
-            std::fs::write(&file, bytes).map_err(write_err(&file))?;
         }
         conversion.folder = output.to_path_buf();
         let record = tmp.join("conversion.json");
         let text = serde_json::to_string_pretty(&conversion).unwrap_or_default() + "\n";
         std::fs::write(&record, text).map_err(write_err(&record))?;
-        replace_dir(&tmp, output)
+        replace_dir(&tmp, output)?;
+        Ok(conversion)
     })();
     if written.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
-    written.map(|()| conversion)
+    written
 }
 
 /// The graph of the model in `dir` and its record (without the copied files and the folder).
-/// Files the output folder gets beside the graph (a Stanford ColBERT's PyLate modules), by
-/// relative path.
-type Added = Vec<(String, Vec<u8>)>;
+#[cfg(test)]
+pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conversion), ConvertError> {
+    build_in(dir, options, None)
+}
 
-/// The graph of the model in `dir`, its record (without the copied files and the folder), and
-/// the files its folder adds.
-pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conversion, Added), ConvertError> {
+/// [`build`], with the weights written to `out`'s external data file as they are converted where
+/// `out` is given and they are larger than `options.external_data_over`.
+fn build_in(dir: &Path, options: &ConvertOptions, out: Option<&Path>) -> Result<(Graph, Conversion), ConvertError> {
     let config_file = dir.join("config.json");
     if !config_file.is_file() {
         return Err(ConvertError::NoConfig { dir: display(dir) });
@@ -109,24 +120,43 @@ pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conv
     let text = std::fs::read_to_string(&config_file)
         .map_err(|e| ConvertError::Read { file: display(&config_file), source: e })?;
     let st = std::fs::read_to_string(dir.join("modules.json")).ok().and_then(|t| StModule::parse(&t));
-    let config = Config::parse(&text, &display(&config_file), st)?;
+    let mut config = Config::parse(&text, &display(&config_file), st)?;
+    if options.dtype != WeightDtype::Float32 && !config.family.is_decoder() {
+        return Err(ConvertError::Config {
+            file: display(&config_file),
+            why: format!(
+                "names {}: --dtype {} is written for decoders (Qwen3, Qwen2, Llama, Mistral) only; convert an encoder in float32 (then quantize it if it is too large)",
+                config.architecture,
+                options.dtype.name()
+            ),
+        });
+    }
+    if config.family.is_decoder() && is_reranker(dir, &text, &config.architecture, options) {
+        let (yes, no) = yes_no_ids(dir, config.vocab)?;
+        config = config.into_reranker(yes, no);
+    }
     let weights = Weights::open(dir)?;
     let config = config.encoder_where_no_head_weights(st, |name| weights.contains(name));
-    let mut g = Graph::new(&config.architecture);
+    let mut g = Graph::new(&config.architecture).with_weight_dtype(options.dtype);
+    if let Some(out) = out
+        && weights.size_as(options.dtype.element_bytes()) > options.external_data_over
+    {
+        let file = out.join(EXTERNAL_DATA);
+        g.stream_weights_to(&file, EXTERNAL_DATA).map_err(write_err(&file))?;
+    }
     network::build(&mut g, &config, &weights, options.fused)?;
-    let added = match config.architecture.as_str() {
-        "HF_ColBERT" => crate::colbert::stanford_files(dir, config.hidden, &weights)?,
-        _ => Vec::new(),
-    };
-    let mut sources = vec![source_file(dir, &config_file, text.as_bytes())];
-    sources.extend(weights.files().map(|(path, bytes)| source_file(dir, path, bytes)));
+    let mut sources = vec![source_file(dir, &config_file)?];
+    for path in weights.files() {
+        sources.push(source_file(dir, path)?);
+    }
     let conversion = Conversion {
         architecture: config.architecture.clone(),
         family: config.family,
         head: config.head,
         output: config.head.output_name().to_owned(),
         opset: OPSET,
-        fused: options.fused,
+        // A decoder is written with ONNX's operators only.
+        fused: options.fused && !config.family.is_decoder(),
         layers: config.layers,
         hidden: config.hidden,
         vocabulary: config.vocab,
@@ -134,21 +164,104 @@ pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conv
         nodes: g.node_count(),
         operators: g.op_counts(),
         weight_bytes: g.weight_bytes(),
+        dtype: options.dtype,
         external_data: None,
         sources,
         copied: Vec::new(),
         nornir_version: env!("CARGO_PKG_VERSION").to_owned(),
         folder: PathBuf::new(),
     };
-    Ok((g, conversion, added))
+    Ok((g, conversion))
 }
 
-fn source_file(dir: &Path, path: &Path, bytes: &[u8]) -> SourceFile {
-    SourceFile {
-        file: path.strip_prefix(dir).map_or_else(|_| display(path), display),
-        sha256: format!("{:x}", Sha256::digest(bytes)),
-        bytes: bytes.len() as u64,
+/// Whether a decoder converts as the yes/no reranker: asked for (`--reranker`), or a causal-LM
+/// checkpoint whose folder (or, in a hub cache, its repository folder `models--*`) or
+/// config.json's `_name_or_path` says "reranker". An embedder (Qwen3-Embedding) ships the same
+/// architecture, so nothing else tells them apart.
+fn is_reranker(dir: &Path, config_text: &str, architecture: &str, options: &ConvertOptions) -> bool {
+    if options.reranker {
+        return true;
     }
+    if !architecture.ends_with("ForCausalLM") {
+        return false;
+    }
+    let says = |name: &str| name.to_ascii_lowercase().contains("reranker");
+    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let folder = canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let repository = canonical
+        .ancestors()
+        .filter_map(|a| a.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .find(|n| n.starts_with("models--"));
+    let name_or_path = serde_json::from_str::<serde_json::Value>(config_text)
+        .ok()
+        .and_then(|v| v.get("_name_or_path").and_then(|n| n.as_str()).map(str::to_owned))
+        .unwrap_or_default();
+    says(&folder) || repository.as_deref().is_some_and(says) || says(&name_or_path)
+}
+
+/// The ids of the tokens "yes" and "no" in the folder's tokenizer.json vocabulary.
+fn yes_no_ids(dir: &Path, vocab: usize) -> Result<(usize, usize), ConvertError> {
+    let file = dir.join("tokenizer.json");
+    let refuse = |why: &str| ConvertError::Config {
+        file: display(&file),
+        why: format!(
+            "{why}: a reranker is scored by the logits of \"yes\" and \"no\"; pass the reranker's own folder, or convert without --reranker"
+        ),
+    };
+    let text = std::fs::read_to_string(&file).map_err(|_| refuse("cannot be read"))?;
+    let tokenizer: serde_json::Value = serde_json::from_str(&text).map_err(|_| refuse("is not valid JSON"))?;
+    let vocabulary = tokenizer.get("model").and_then(|m| m.get("vocab"));
+    let id = |token: &str| {
+        vocabulary
+            .and_then(|v| v.get(token))
+            .and_then(serde_json::Value::as_u64)
+            .map(|id| id as usize)
+            .filter(|&id| id < vocab)
+    };
+    match (id("yes"), id("no")) {
+        (Some(yes), Some(no)) => Ok((yes, no)),
+        _ => Err(refuse("has no tokens \"yes\" and \"no\" in its vocabulary (below config.json's vocab_size)")),
+    }
+}
+
+/// Rewrites the copied config.json of a reranker as the one-label classifier nornir runs:
+/// `architectures` `<Family>ForSequenceClassification`, `num_labels` 1, label "yes".
+fn write_reranker_config(file: &Path, architecture: &str) -> Result<(), ConvertError> {
+    let text = std::fs::read_to_string(file).map_err(|e| ConvertError::Read { file: display(file), source: e })?;
+    let mut config: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| ConvertError::Config { file: display(file), why: format!("is not a valid config ({e})") })?;
+    let family = architecture.trim_end_matches("ForCausalLM").trim_end_matches("Model");
+    if let Some(map) = config.as_object_mut() {
+        map.insert("architectures".to_owned(), serde_json::json!([format!("{family}ForSequenceClassification")]));
+        map.insert("num_labels".to_owned(), serde_json::json!(1));
+        map.insert("id2label".to_owned(), serde_json::json!({"0": "yes"}));
+        map.insert("label2id".to_owned(), serde_json::json!({"yes": 0}));
+    }
+    let text = serde_json::to_string_pretty(&config).unwrap_or_default() + "\n";
+    std::fs::write(file, text).map_err(write_err(file))
+}
+
+/// A source file's record; its sha256 read in slices, not the file whole.
+fn source_file(dir: &Path, path: &Path) -> Result<SourceFile, ConvertError> {
+    let read = |e| ConvertError::Read { file: display(path), source: e };
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    let mut hash = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 22];
+    let mut bytes = 0u64;
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buffer).map_err(read)?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buffer[..n]);
+        bytes += n as u64;
+    }
+    Ok(SourceFile {
+        file: path.strip_prefix(dir).map_or_else(|_| display(path), display),
+        sha256: format!("{:x}", hash.finalize()),
+        bytes,
+    })
 }
 
 /// Copies what [`is_copied`] keeps from `from` into `to` (subfolders whole, symbolic links
@@ -215,4 +328,31 @@ fn replace_dir(tmp: &Path, out: &Path) -> Result<(), ConvertError> {
 
 fn same_folder(a: &Path, b: &Path) -> bool {
     matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_causal_lm_is_a_reranker_where_asked_or_where_its_folder_or_name_says_so() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let dir = |name: &str| {
+            let d = t.path().join(name);
+            std::fs::create_dir_all(&d).expect("mkdir");
+            d
+        };
+        let plain = ConvertOptions::default();
+        let asked = ConvertOptions::default().with_reranker(true);
+        let embedding = dir("Qwen3-Embedding-0.6B");
+        assert!(!is_reranker(&embedding, "{}", "Qwen3ForCausalLM", &plain));
+        assert!(is_reranker(&embedding, "{}", "Qwen3ForCausalLM", &asked));
+        assert!(is_reranker(&dir("Qwen3-Reranker-0.6B"), "{}", "Qwen3ForCausalLM", &plain));
+        let cached = dir("models--Qwen--Qwen3-Reranker-4B/snapshots/0123abcd");
+        assert!(is_reranker(&cached, "{}", "Qwen3ForCausalLM", &plain), "a hub cache's repository folder");
+        let named = r#"{"_name_or_path": "Qwen/Qwen3-Reranker-8B"}"#;
+        assert!(is_reranker(&dir("snapshot"), named, "Qwen3ForCausalLM", &plain));
+        // Only a causal LM: a Qwen3Model has no language-model head to score with.
+        assert!(!is_reranker(&dir("my-reranker"), "{}", "Qwen3Model", &plain));
+    }
 }

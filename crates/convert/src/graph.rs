@@ -1,5 +1,9 @@
 //! A small ONNX graph builder: nodes with fresh value names, initializers, and the model around
-//! them (opset, inputs and outputs with named dynamic axes).
+//! them (opset, inputs and outputs with named dynamic axes). Where the graph is given an external
+//! data file ([`Graph::stream_weights_to`]), each weight's bytes go to it when the weight is
+//! added and only its offset stays: memory then holds one tensor at a time, not the model.
+
+use std::io::Write;
 
 use crate::onnx::{
     AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
@@ -8,6 +12,11 @@ use crate::onnx::{
 
 pub(crate) const FLOAT: i32 = 1;
 pub(crate) const INT64: i32 = 7;
+pub(crate) const FLOAT16: i32 = 10;
+pub(crate) const BFLOAT16: i32 = 16;
+/// Initializers smaller than this stay inline when the others go to external data: shape
+/// inference reads small constants (ONNX Runtime refuses an external `Slice` bound).
+const EXTERNAL_MIN_BYTES: usize = 1024;
 /// The default domain's opset the graph is written for: `LayerNormalization` needs 17.
 pub(crate) const OPSET: i64 = 17;
 pub(crate) const MS_DOMAIN: &str = "com.microsoft";
@@ -19,18 +28,134 @@ pub(crate) enum Attr {
     Ints(Vec<i64>),
 }
 
+/// How the large weights are stored: float32, or half precision turned back into float32 by a
+/// `Cast` where the graph reads them (ONNX Runtime folds the cast once, at load).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum WeightDtype {
+    #[default]
+    Float32,
+    Float16,
+    Bfloat16,
+}
+
+impl WeightDtype {
+    pub(crate) fn element_bytes(self) -> usize {
+        match self {
+            WeightDtype::Float32 => 4,
+            WeightDtype::Float16 | WeightDtype::Bfloat16 => 2,
+        }
+    }
+
+    /// The name `--dtype` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightDtype::Float32 => "float32",
+            WeightDtype::Float16 => "float16",
+            WeightDtype::Bfloat16 => "bfloat16",
+        }
+    }
+
+    fn onnx(self) -> i32 {
+        match self {
+            WeightDtype::Float32 => FLOAT,
+            WeightDtype::Float16 => FLOAT16,
+            WeightDtype::Bfloat16 => BFLOAT16,
+        }
+    }
+
+    /// `values` as little-endian bytes of this type (rounded to nearest even).
+    fn encode(self, values: &[f32]) -> Vec<u8> {
+        match self {
+            WeightDtype::Float32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            WeightDtype::Float16 => values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect(),
+            WeightDtype::Bfloat16 => values.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect(),
+        }
+    }
+}
+
+impl std::str::FromStr for WeightDtype {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "float32" | "f32" => Ok(WeightDtype::Float32),
+            "float16" | "f16" => Ok(WeightDtype::Float16),
+            "bfloat16" | "bf16" => Ok(WeightDtype::Bfloat16),
+            other => Err(format!("{other:?} is not a weight type: give float32, float16 or bfloat16")),
+        }
+    }
+}
+
+/// The external data file weights are written to as they are added.
+struct Sink {
+    location: String,
+    path: std::path::PathBuf,
+    file: std::io::BufWriter<std::fs::File>,
+    written: u64,
+    /// The first write that failed: reported by [`Graph::finish_weights`].
+    error: Option<std::io::Error>,
+}
+
 /// The graph being written.
 pub(crate) struct Graph {
     g: GraphProto,
     next: usize,
     initializers: std::collections::HashSet<String>,
+    sink: Option<Sink>,
+    /// Weight bytes written to the sink.
+    external_bytes: usize,
+    /// How [`Graph::weight`] stores its values.
+    dtype: WeightDtype,
 }
 
 impl Graph {
     pub(crate) fn new(name: &str) -> Graph {
         let mut g = GraphProto::new();
         g.name = Some(name.to_owned());
-        Graph { g, next: 0, initializers: std::collections::HashSet::new() }
+        Graph {
+            g,
+            next: 0,
+            initializers: std::collections::HashSet::new(),
+            sink: None,
+            external_bytes: 0,
+            dtype: WeightDtype::Float32,
+        }
+    }
+
+    /// Stores the values of [`Graph::weight`] and [`Graph::weight_from_rows`] as `dtype`.
+    pub(crate) fn with_weight_dtype(mut self, dtype: WeightDtype) -> Graph {
+        self.dtype = dtype;
+        self
+    }
+
+    /// From now on, writes every weight of [`EXTERNAL_MIN_BYTES`] or more to `path` (named
+    /// `location` in the model, beside it) as it is added.
+    pub(crate) fn stream_weights_to(&mut self, path: &std::path::Path, location: &str) -> std::io::Result<()> {
+        let file = std::fs::File::create(path)?;
+        self.sink = Some(Sink {
+            location: location.to_owned(),
+            path: path.to_path_buf(),
+            file: std::io::BufWriter::with_capacity(1 << 22, file),
+            written: 0,
+            error: None,
+        });
+        Ok(())
+    }
+
+    /// Flushes the external data file; the first write that failed, with the file's path.
+    pub(crate) fn finish_weights(&mut self) -> Result<(), (std::path::PathBuf, std::io::Error)> {
+        let Some(sink) = &mut self.sink else { return Ok(()) };
+        let result = match sink.error.take() {
+            Some(e) => Err(e),
+            None => sink.file.flush(),
+        };
+        result.map_err(|e| (sink.path.clone(), e))
+    }
+
+    /// Whether weights went to an external data file as they were added.
+    pub(crate) fn streams_weights(&self) -> bool {
+        self.sink.is_some()
     }
 
     fn fresh(&mut self, base: &str) -> String {
@@ -100,21 +225,125 @@ impl Graph {
         name
     }
 
-    /// An initializer of `data_type` holding `raw` (little-endian); returns its name.
+    /// An initializer of `data_type` holding `raw` (little-endian); returns its name. A float
+    /// weight goes to the external data file where there is one.
     fn initializer(&mut self, name: &str, dims: &[usize], data_type: i32, raw: Vec<u8>) -> String {
+        self.initializer_from_chunks(name, dims, data_type, raw.len(), std::iter::once(raw))
+    }
+
+    /// An initializer whose `len` bytes come as `chunks`: written to the external data file one
+    /// chunk at a time where it goes there, else joined inline.
+    fn initializer_from_chunks(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        data_type: i32,
+        len: usize,
+        chunks: impl Iterator<Item = Vec<u8>>,
+    ) -> String {
         let name = self.initializer_name(name);
         let mut t = TensorProto::new();
         t.name = Some(name.clone());
         t.dims = dims.iter().map(|&d| d as i64).collect();
         t.data_type = Some(data_type);
-        t.raw_data = Some(raw);
+        let external = data_type != INT64 && len >= EXTERNAL_MIN_BYTES;
+        match &mut self.sink {
+            Some(sink) if external => {
+                // ONNX Runtime maps external data with offsets aligned to 4 KiB when it can.
+                let offset = sink.written.next_multiple_of(4096);
+                let padding = vec![0u8; (offset - sink.written) as usize];
+                let mut write = |bytes: &[u8]| {
+                    if sink.error.is_none()
+                        && let Err(e) = sink.file.write_all(bytes)
+                    {
+                        sink.error = Some(e);
+                    }
+                };
+                write(&padding);
+                let mut n = 0;
+                for chunk in chunks {
+                    write(&chunk);
+                    n += chunk.len();
+                }
+                sink.written = offset + n as u64;
+                self.external_bytes += n;
+                t.external_data = vec![
+                    entry("location", sink.location.clone()),
+                    entry("offset", offset.to_string()),
+                    entry("length", n.to_string()),
+                ];
+                t.data_location = Some(1);
+            }
+            _ => {
+                let mut raw = Vec::with_capacity(len);
+                chunks.for_each(|c| raw.extend_from_slice(&c));
+                t.raw_data = Some(raw);
+            }
+        }
         self.g.initializer.push(t);
         name
+    }
+
+    /// A weight stored as the graph's weight type; returns the float32 value the graph reads
+    /// (the initializer, or its `Cast` to float32).
+    pub(crate) fn weight(&mut self, name: &str, dims: &[usize], values: Vec<f32>) -> String {
+        let elements = values.len();
+        let chunk = std::iter::once(Ok::<_, std::convert::Infallible>(values));
+        let Ok(stored) = self.stored_weight(name, dims, elements, chunk);
+        self.widened(&stored)
+    }
+
+    /// A weight stored as the graph's weight type from its values in `chunks` (of `elements` in
+    /// all), each encoded and written as it comes; returns the stored initializer (see
+    /// [`Graph::widened`]). The first error of `chunks` is returned, and the initializer is then
+    /// not added.
+    pub(crate) fn stored_weight<E>(
+        &mut self,
+        name: &str,
+        dims: &[usize],
+        elements: usize,
+        chunks: impl Iterator<Item = Result<Vec<f32>, E>>,
+    ) -> Result<String, E> {
+        let dtype = self.dtype;
+        let mut failed = None;
+        let bytes = chunks.map_while(|c| match c {
+            Ok(values) => Some(dtype.encode(&values)),
+            Err(e) => {
+                failed = Some(e);
+                None
+            }
+        });
+        // Collected only where inline; streamed chunk by chunk to external data.
+        let name = self.initializer_from_chunks(name, dims, dtype.onnx(), elements * dtype.element_bytes(), bytes);
+        match failed {
+            Some(e) => {
+                self.g.initializer.pop();
+                Err(e)
+            }
+            None => Ok(name),
+        }
+    }
+
+    /// `stored` (an initializer of [`Graph::stored_weight`]) as float32: itself, or a `Cast`.
+    pub(crate) fn widened(&mut self, stored: &str) -> String {
+        if self.dtype == WeightDtype::Float32 {
+            return stored.to_owned();
+        }
+        self.node("Cast", "", &[stored], &[("to", Attr::Int(FLOAT.into()))], None)
     }
 
     /// A float32 initializer; returns its name.
     pub(crate) fn f32(&mut self, name: &str, dims: &[usize], values: Vec<f32>) -> String {
         self.initializer(name, dims, FLOAT, values.iter().flat_map(|v| v.to_le_bytes()).collect())
+    }
+
+    /// A float32 scalar written once under `name` and shared by every later caller (the name
+    /// must say the value).
+    pub(crate) fn constant_f32(&mut self, name: &str, value: f32) -> String {
+        if self.initializers.contains(name) {
+            return name.to_owned();
+        }
+        self.f32(name, &[], vec![value])
     }
 
     /// An int64 constant (an initializer); returns its name.
@@ -163,22 +392,15 @@ impl Graph {
         self.g.node.len()
     }
 
-    /// Moves the bytes of every float initializer of 1 KiB or more into `data` (the external data
-    /// file `location`), leaving a reference: for models whose weights pass protobuf's 2 GB limit.
-    /// Small constants stay inline: shape inference reads them (ONNX Runtime refuses an external
-    /// `Slice` bound).
+    /// Moves the bytes of every float initializer of [`EXTERNAL_MIN_BYTES`] or more into `data`
+    /// (the external data file `location`), leaving a reference: for models whose weights pass
+    /// protobuf's 2 GB limit, where they were not streamed to it.
     pub(crate) fn move_weights_out(&mut self, location: &str, data: &mut Vec<u8>) {
         for t in &mut self.g.initializer {
-            if t.data_type != Some(FLOAT) || t.raw_data.as_ref().is_none_or(|r| r.len() < 1024) {
+            if t.data_type == Some(INT64) || t.raw_data.as_ref().is_none_or(|r| r.len() < EXTERNAL_MIN_BYTES) {
                 continue;
             }
             let Some(raw) = t.raw_data.take() else { continue };
-            let entry = |key: &str, value: String| {
-                let mut e = StringStringEntryProto::new();
-                e.key = Some(key.to_owned());
-                e.value = Some(value);
-                e
-            };
             // ONNX Runtime maps external data with offsets aligned to 4 KiB when it can.
             data.resize(data.len().next_multiple_of(4096), 0);
             t.external_data = vec![
@@ -191,8 +413,13 @@ impl Graph {
         }
     }
 
-    /// The weight bytes held in the graph.
+    /// The weight bytes held in the graph and written to its external data file.
     pub(crate) fn weight_bytes(&self) -> usize {
+        self.external_bytes + self.inline_bytes()
+    }
+
+    /// The weight bytes held in the graph.
+    pub(crate) fn inline_bytes(&self) -> usize {
         self.g.initializer.iter().map(|t| t.raw_data.as_ref().map_or(0, Vec::len)).sum()
     }
 
@@ -212,6 +439,13 @@ impl Graph {
         m
     }
 
+    /// The graph's initializer `name`: its dims, type and inline bytes (for tests).
+    #[cfg(test)]
+    pub(crate) fn initializer_data(&self, name: &str) -> Option<(Vec<i64>, i32, &[u8])> {
+        let t = self.g.initializer.iter().find(|t| t.name.as_deref() == Some(name))?;
+        Some((t.dims.clone(), t.data_type.unwrap_or(0), t.raw_data.as_deref().unwrap_or_default()))
+    }
+
     /// Node counts by operator, in order of first appearance.
     pub(crate) fn op_counts(&self) -> Vec<(String, usize)> {
         let mut counts: Vec<(String, usize)> = Vec::new();
@@ -224,4 +458,11 @@ impl Graph {
         }
         counts
     }
+}
+
+fn entry(key: &str, value: String) -> StringStringEntryProto {
+    let mut e = StringStringEntryProto::new();
+    e.key = Some(key.to_owned());
+    e.value = Some(value);
+    e
 }

@@ -36,6 +36,7 @@ use serde::Serialize;
 
 pub use config::{Family, Head, SUPPORTED};
 pub use folder::convert;
+pub use graph::WeightDtype;
 
 /// How to write the graph.
 #[derive(Debug, Clone)]
@@ -49,13 +50,27 @@ pub struct ConvertOptions {
     pub replace: bool,
     /// Write the weights to `model.onnx_data` beside `model.onnx` (ONNX's external data) when
     /// they are larger than this many bytes. Protobuf cannot hold 2 GB, so the default is
-    /// [`ConvertOptions::EXTERNAL_DATA_OVER`]; 0 always writes them apart.
+    /// [`ConvertOptions::EXTERNAL_DATA_OVER`]; 0 always writes them apart. Where they go apart,
+    /// each weight is written there as soon as it is converted, so memory holds one at a time.
     pub external_data_over: usize,
+    /// Convert a decoder (a `*ForCausalLM` checkpoint) as a yes/no reranker (Qwen3-Reranker)
+    /// rather than an embedder. Without it, a causal-LM folder whose name, hub repository or
+    /// `_name_or_path` says "reranker" is one too.
+    pub reranker: bool,
+    /// How a decoder's weights are stored; the graph computes in float32 (a `Cast` where each
+    /// half-precision weight is read). Encoders are written in float32 only.
+    pub dtype: WeightDtype,
 }
 
 impl Default for ConvertOptions {
     fn default() -> Self {
-        ConvertOptions { fused: true, replace: false, external_data_over: Self::EXTERNAL_DATA_OVER }
+        ConvertOptions {
+            fused: true,
+            replace: false,
+            external_data_over: Self::EXTERNAL_DATA_OVER,
+            reranker: false,
+            dtype: WeightDtype::Float32,
+        }
     }
 }
 
@@ -73,6 +88,14 @@ impl ConvertOptions {
     }
     pub fn with_replace(mut self, replace: bool) -> Self {
         self.replace = replace;
+        self
+    }
+    pub fn with_reranker(mut self, reranker: bool) -> Self {
+        self.reranker = reranker;
+        self
+    }
+    pub fn with_dtype(mut self, dtype: WeightDtype) -> Self {
+        self.dtype = dtype;
         self
     }
 }
@@ -95,7 +118,7 @@ pub struct Conversion {
     pub architecture: String,
     pub family: Family,
     pub head: Head,
-    /// The graph's output: `last_hidden_state` (encoder) or `logits` (the heads).
+    /// The graph's output: `last_hidden_state` (encoder, decoder embedder) or `logits` (the heads).
     pub output: String,
     /// The default domain's opset; `com.microsoft` opset 1 where `fused`.
     pub opset: i64,
@@ -108,8 +131,10 @@ pub struct Conversion {
     /// Node count of the graph, and per operator in order of first appearance.
     pub nodes: usize,
     pub operators: Vec<(String, usize)>,
-    /// Float32 weight bytes written.
+    /// Weight bytes written (float32, or `dtype`'s).
     pub weight_bytes: usize,
+    /// How the large weights are stored.
+    pub dtype: WeightDtype,
     /// The file beside `model.onnx` holding the weights where they pass protobuf's 2 GB limit.
     pub external_data: Option<String>,
     pub sources: Vec<SourceFile>,

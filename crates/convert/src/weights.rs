@@ -1,26 +1,30 @@
 //! The checkpoint's tensors: `model.safetensors`, or the shards a `model.safetensors.index.json`
-//! names, read whole and checked by the `safetensors` crate; where there are none, the PyTorch
-//! checkpoint `pytorch_model.bin` or the shards of `pytorch_model.bin.index.json`, read by
-//! [`crate::torch`]. Each tensor is widened to float32.
+//! names, their headers checked as the `safetensors` crate checks them and each tensor read from
+//! its file when asked for (a checkpoint larger than memory converts); where there are none, the
+//! PyTorch checkpoint `pytorch_model.bin` or the shards of `pytorch_model.bin.index.json`, read
+//! whole by [`crate::torch`]. Each tensor is widened to float32.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use safetensors::tensor::{Dtype, Metadata, SafeTensorError, SafeTensors};
+use safetensors::tensor::{Dtype, Metadata, SafeTensorError};
 
 use crate::ConvertError;
 use crate::torch::Checkpoint;
 
-/// One weights file, read and its header (or pickle) checked.
+/// One weights file, its header (or pickle) checked.
 struct Shard {
     path: PathBuf,
-    bytes: Vec<u8>,
     format: Format,
 }
 
 enum Format {
-    Safetensors { header_len: usize, metadata: Metadata },
-    Torch(Checkpoint),
+    /// Open, its tensors read where they lie (`data_start` is the byte after the header).
+    Safetensors { file: File, data_start: u64, metadata: Metadata },
+    /// Read whole: the archive's storages are found through its pickle.
+    Torch { bytes: Vec<u8>, checkpoint: Checkpoint },
 }
 
 /// Every tensor of the checkpoint, by name, and the files they came from.
@@ -70,29 +74,41 @@ impl Weights {
         let mut shards = Vec::with_capacity(files.len());
         let mut index = HashMap::new();
         for path in files {
-            let bytes = std::fs::read(&path).map_err(|e| ConvertError::Read { file: display(&path), source: e })?;
+            let read_err = |e| ConvertError::Read { file: display(&path), source: e };
             let format = if torch {
+                let bytes = std::fs::read(&path).map_err(read_err)?;
                 let checkpoint = Checkpoint::read(&display(&path), &bytes)?;
                 for name in checkpoint.names() {
                     index.insert(name.to_owned(), shards.len());
                 }
-                Format::Torch(checkpoint)
+                Format::Torch { bytes, checkpoint }
             } else {
-                let (header_len, metadata) = SafeTensors::read_metadata(&bytes)
-                    .map_err(|e| ConvertError::Weights { file: display(&path), why: header_problem(&bytes, &e) })?;
+                let mut file = File::open(&path).map_err(read_err)?;
+                let (data_start, metadata) = read_header(&mut file).map_err(read_err)?.map_err(|(e, header)| {
+                    ConvertError::Weights { file: display(&path), why: header_problem(&header, &e) }
+                })?;
                 for name in metadata.tensors().keys() {
                     index.insert(name.clone(), shards.len());
                 }
-                Format::Safetensors { header_len, metadata }
+                Format::Safetensors { file, data_start, metadata }
             };
-            shards.push(Shard { path, bytes, format });
+            shards.push(Shard { path, format });
         }
         Ok(Weights { shards, index })
     }
 
     /// The files read, in order.
-    pub(crate) fn files(&self) -> impl Iterator<Item = (&Path, &[u8])> {
-        self.shards.iter().map(|s| (s.path.as_path(), s.bytes.as_slice()))
+    pub(crate) fn files(&self) -> impl Iterator<Item = &Path> {
+        self.shards.iter().map(|s| s.path.as_path())
+    }
+
+    /// The bytes of the checkpoint's tensors were they all stored with `element_bytes` bytes an
+    /// element: what decides, before the graph is written, whether its weights go to a file apart.
+    pub(crate) fn size_as(&self, element_bytes: usize) -> usize {
+        self.names()
+            .filter_map(|n| self.shape(n))
+            .map(|shape| shape.iter().product::<usize>().saturating_mul(element_bytes))
+            .fold(0, usize::saturating_add)
     }
 
     /// Tensor `name`'s shape as its file records it.
@@ -100,8 +116,8 @@ impl Weights {
         let shard = &self.shards[*self.index.get(name)?];
         match &shard.format {
             Format::Safetensors { metadata, .. } => metadata.info(name).map(|i| i.shape.clone()),
-            Format::Torch(checkpoint) => {
-                checkpoint.tensor(&display(&shard.path), &shard.bytes, name).ok().flatten().map(|t| t.shape.to_vec())
+            Format::Torch { bytes, checkpoint } => {
+                checkpoint.tensor(&display(&shard.path), bytes, name).ok().flatten().map(|t| t.shape.to_vec())
             }
         }
     }
@@ -151,6 +167,18 @@ impl Weights {
 
     /// Tensor `name` as float32 values, checked to have `shape`.
     pub(crate) fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ConvertError> {
+        let rows = shape.first().copied().unwrap_or(1);
+        self.f32_rows(name, shape, 0..rows)
+    }
+
+    /// Rows `rows` (along the first axis) of tensor `name`, checked to have `shape`, as float32
+    /// values: only their bytes are read from a safetensors file.
+    pub(crate) fn f32_rows(
+        &self,
+        name: &str,
+        shape: &[usize],
+        rows: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>, ConvertError> {
         let Some(&s) = self.index.get(name) else {
             return Err(ConvertError::MissingTensor {
                 tensor: name.to_owned(),
@@ -159,49 +187,110 @@ impl Weights {
         };
         let shard = &self.shards[s];
         let missing = || ConvertError::MissingTensor { tensor: name.to_owned(), files: display(&shard.path) };
-        let (dtype, found, data): (Dtype, &[usize], &[u8]) = match &shard.format {
-            Format::Safetensors { header_len, metadata } => {
-                let info = metadata.info(name).ok_or_else(missing)?;
-                let start = header_len + 8;
-                (info.dtype, &info.shape, &shard.bytes[start + info.data_offsets.0..start + info.data_offsets.1])
+        let check_shape = |found: &[usize]| {
+            if found == shape {
+                return Ok(());
             }
-            Format::Torch(checkpoint) => {
-                let t = checkpoint.tensor(&display(&shard.path), &shard.bytes, name)?.ok_or_else(missing)?;
-                (t.dtype, t.shape, t.data)
-            }
-        };
-        if found != shape {
-            return Err(ConvertError::Shape {
+            Err(ConvertError::Shape {
                 file: display(&shard.path),
                 tensor: name.to_owned(),
                 found: found.to_vec(),
                 expected: shape.to_vec(),
-            });
-        }
-        let values: Vec<f32> = match dtype {
-            Dtype::F32 => data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            Dtype::F16 => data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            Dtype::BF16 => data.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            Dtype::F64 => data
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32)
-                .collect(),
-            other => {
-                return Err(ConvertError::Dtype {
-                    file: display(&shard.path),
-                    tensor: name.to_owned(),
-                    dtype: format!("{other:?}"),
-                });
+            })
+        };
+        let row_elements: usize = shape.iter().skip(1).product();
+        let rows = rows.start.min(rows.end)..rows.end.min(shape.first().copied().unwrap_or(1));
+        let (dtype, read);
+        let data: &[u8] = match &shard.format {
+            Format::Safetensors { file, data_start, metadata } => {
+                let info = metadata.info(name).ok_or_else(missing)?;
+                check_shape(&info.shape)?;
+                dtype = info.dtype;
+                let width = row_elements * dtype.bitsize() / 8;
+                let start = *data_start + (info.data_offsets.0 + rows.start * width) as u64;
+                let mut buffer = vec![0u8; rows.len() * width];
+                let mut file = file;
+                file.seek(SeekFrom::Start(start))
+                    .and_then(|_| file.read_exact(&mut buffer))
+                    .map_err(|e| ConvertError::Read { file: display(&shard.path), source: e })?;
+                read = buffer;
+                &read
+            }
+            Format::Torch { bytes, checkpoint } => {
+                let t = checkpoint.tensor(&display(&shard.path), bytes, name)?.ok_or_else(missing)?;
+                check_shape(t.shape)?;
+                dtype = t.dtype;
+                let width = row_elements * dtype.bitsize() / 8;
+                t.data.get(rows.start * width..rows.end * width).unwrap_or_default()
             }
         };
+        let values = widen(data, dtype).ok_or_else(|| ConvertError::Dtype {
+            file: display(&shard.path),
+            tensor: name.to_owned(),
+            dtype: format!("{dtype:?}"),
+        })?;
         if let Some(i) = values.iter().position(|v| !v.is_finite()) {
             return Err(ConvertError::Weights {
                 file: display(&shard.path),
-                why: format!("tensor {name:?} holds a value that is not finite at element {i}: the file is damaged"),
+                why: format!(
+                    "tensor {name:?} holds a value that is not finite at element {}: the file is damaged",
+                    rows.start * row_elements + i
+                ),
             });
         }
         Ok(values)
     }
+}
+
+/// Little-endian elements of `dtype` as float32; `None` for a dtype that is not converted.
+fn widen(data: &[u8], dtype: Dtype) -> Option<Vec<f32>> {
+    Some(match dtype {
+        Dtype::F32 => data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        Dtype::F16 => data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        Dtype::BF16 => data.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        Dtype::F64 => data
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32)
+            .collect(),
+        _ => return None,
+    })
+}
+
+/// The header of a safetensors file, checked as `SafeTensors::read_metadata` checks a whole file
+/// in memory (the same errors), reading only the header: the offset of the first tensor byte and
+/// the metadata. On a header error, also the bytes read (for [`header_problem`]).
+#[allow(clippy::type_complexity)]
+fn read_header(file: &mut File) -> std::io::Result<Result<(u64, Metadata), (SafeTensorError, Vec<u8>)>> {
+    /// `safetensors`' own limit on a header's length.
+    const MAX_HEADER: usize = 100_000_000;
+    let file_len = file.metadata()?.len();
+    let mut prefix = [0u8; 8];
+    if file_len < 8 {
+        return Ok(Err((SafeTensorError::HeaderTooSmall, Vec::new())));
+    }
+    file.read_exact(&mut prefix)?;
+    let n = u64::from_le_bytes(prefix);
+    if n > MAX_HEADER as u64 {
+        return Ok(Err((SafeTensorError::HeaderTooLarge, prefix.to_vec())));
+    }
+    if 8 + n > file_len {
+        return Ok(Err((SafeTensorError::InvalidHeaderLength, prefix.to_vec())));
+    }
+    let mut bytes = prefix.to_vec();
+    bytes.resize(8 + n as usize, 0);
+    file.read_exact(&mut bytes[8..])?;
+    let text = match std::str::from_utf8(&bytes[8..]) {
+        Ok(t) => t,
+        Err(e) => return Ok(Err((SafeTensorError::InvalidHeader(e), bytes))),
+    };
+    let metadata: Metadata = match serde_json::from_str(text) {
+        Ok(m) => m,
+        Err(e) => return Ok(Err((SafeTensorError::InvalidHeaderDeserialization(e), bytes))),
+    };
+    if metadata.data_len() as u64 + 8 + n != file_len {
+        return Ok(Err((SafeTensorError::MetadataIncompleteBuffer, bytes)));
+    }
+    Ok(Ok((8 + n, metadata)))
 }
 
 /// The shard files an index (`weight_map`: tensor name -> file) names, beside it in `dir`.

@@ -133,6 +133,17 @@ pub struct ConvertArgs {
     /// anyway for weights over 1.8 GB (protobuf cannot hold 2 GB).
     #[arg(long)]
     pub external_data: bool,
+    /// Convert a decoder (Qwen3ForCausalLM and the like) as a yes/no reranker (Qwen3-Reranker):
+    /// the graph's `logits` [batch, 1] is logit("yes") - logit("no") at each text's last token,
+    /// and config.json is written as a one-label classifier. A causal-LM folder whose name (or
+    /// hub repository, or `_name_or_path`) says "reranker" is converted so without it.
+    #[arg(long)]
+    pub reranker: bool,
+    /// How a decoder's weights are stored: float32, or float16/bfloat16 (half the size on disk;
+    /// ONNX Runtime widens them to float32 when it loads the model, and computes in float32).
+    #[arg(long, value_name = "TYPE", default_value = "float32",
+        value_parser = |s: &str| s.parse::<nornir_vector::convert::WeightDtype>())]
+    pub dtype: nornir_vector::convert::WeightDtype,
     /// Print conversion.json instead of a summary.
     #[arg(long)]
     pub json: bool,

@@ -7,7 +7,11 @@ use anyhow::Result;
 use nornir_vector::convert::{Conversion, ConvertOptions};
 
 pub fn convert(a: &ConvertArgs) -> Result<()> {
-    let mut options = ConvertOptions::default().with_fused(!a.no_fuse).with_replace(a.force);
+    let mut options = ConvertOptions::default()
+        .with_fused(!a.no_fuse)
+        .with_replace(a.force)
+        .with_reranker(a.reranker)
+        .with_dtype(a.dtype);
     if a.external_data {
         options = options.with_external_data_over(0);
     }
@@ -29,7 +33,7 @@ pub fn convert(a: &ConvertArgs) -> Result<()> {
 fn summary(c: &Conversion) -> String {
     let ops: Vec<String> = c.operators.iter().map(|(op, n)| format!("{n} {op}")).collect();
     format!(
-        "{}: {} ({} layers, hidden {}, vocabulary {}{}) -> model.onnx, output {:?}; {} nodes ({}); {:.1} MB of float32 weights{}; copied {} files",
+        "{}: {} ({} layers, hidden {}, vocabulary {}{}) -> model.onnx, output {:?}; {} nodes ({}); {:.1} MB of {} weights{}; copied {} files",
         c.folder.display(),
         c.architecture,
         c.layers,
@@ -40,6 +44,7 @@ fn summary(c: &Conversion) -> String {
         c.nodes,
         ops.join(", "),
         c.weight_bytes as f64 / 1e6,
+        c.dtype.name(),
         c.external_data.as_ref().map_or(String::new(), |f| format!(" (in {f})")),
         c.copied.len(),
     )

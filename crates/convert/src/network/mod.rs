@@ -4,9 +4,11 @@
 //! positions and LoRA), NomicBERT and GTE's `NewModel`. This file holds the blocks they share
 //! (linear layers, norms, activations, attention, the gated feed-forward); `bert.rs` the
 //! post-norm layers, `modernbert.rs` the pre-norm one, `positions.rs` ALiBi, rotary tables and
-//! masks, `heads.rs` the masked-LM and classification heads.
+//! masks, `heads.rs` the masked-LM and classification heads, `decoder.rs` the causal decoders
+//! (Qwen3, Qwen2, Llama, Mistral) and their yes/no reranker head.
 
 mod bert;
+mod decoder;
 mod heads;
 mod modernbert;
 mod positions;
@@ -76,12 +78,15 @@ const WORD_EMBEDDINGS: [&str; 3] = [
 /// Writes the network into `g`: inputs, nodes, initializers, and its one output. `fused` writes
 /// attention as `com.microsoft.MultiHeadAttention` and GELU as `com.microsoft.Gelu`/`FastGelu`.
 pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -> Result<(), ConvertError> {
+    if let Some(d) = &c.decoder {
+        return decoder::build(g, c, d, weights);
+    }
     let base = ["", "bert.", "roberta.", "xlm_roberta.", "model.", "new."]
         .into_iter()
         .find(|p| WORD_EMBEDDINGS.iter().any(|w| weights.contains(&format!("{p}{w}"))))
         .ok_or_else(|| ConvertError::MissingTensor {
             tensor: WORD_EMBEDDINGS[0].to_owned(),
-            files: weights.files().map(|(p, _)| p.display().to_string()).collect::<Vec<_>>().join(", "),
+            files: weights.files().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
         })?;
     let t = Tensors { weights, base: base.to_owned() };
     let mut net = Net { g, c, t, fused, lora_low: HashMap::new() };
@@ -101,7 +106,7 @@ pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -
     let (output, axes): (String, &[&str]) = match c.head {
         Head::Encoder => (x, &["batch", "sequence", "hidden"]),
         Head::MaskedLm => (net.masked_lm(&x)?, &["batch", "sequence", "vocabulary"]),
-        Head::SequenceClassification => (net.classifier(&x)?, &["batch", "labels"]),
+        Head::SequenceClassification | Head::YesNo => (net.classifier(&x)?, &["batch", "labels"]),
     };
     let name = c.head.output_name();
     net.g.rename_value(&output, name);
@@ -172,20 +177,16 @@ impl Net<'_, '_> {
         rows: std::ops::Range<usize>,
     ) -> Result<String, ConvertError> {
         let name = self.t.weight_name(prefix);
-        let w = self.t.get(&name, &[outputs, inputs])?;
+        // Only the rows asked for are read.
+        let w = self.t.weights.f32_rows(&name, &[outputs, inputs], rows.clone())?;
         let n = rows.len();
-        let mut wt = vec![0f32; n * inputs];
-        for (o, row) in rows.clone().enumerate() {
-            for i in 0..inputs {
-                wt[i * n + o] = w[row * inputs + i];
-            }
-        }
+        let wt = transpose(&w, n, inputs);
         let label = if rows.len() == outputs {
             format!("{prefix}.weight_t")
         } else {
             format!("{prefix}.weight_t_{}", rows.start)
         };
-        Ok(self.g.f32(&label, &[inputs, n], wt))
+        Ok(self.g.weight(&label, &[inputs, n], wt))
     }
 
     fn weight_t(&mut self, prefix: &str, inputs: usize, outputs: usize) -> Result<String, ConvertError> {
@@ -426,10 +427,41 @@ impl Net<'_, '_> {
     }
 }
 
+/// `w` `[rows, cols]` transposed to `[cols, rows]`, in tiles that stay in the cache.
+fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const TILE: usize = 64;
+    let mut t = vec![0f32; rows * cols];
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..rows.min(r0 + TILE) {
+                for c in c0..cols.min(c0 + TILE) {
+                    t[c * rows + r] = w[r * cols + c];
+                }
+            }
+        }
+    }
+    t
+}
+
 /// Where a gated feed-forward's two projections are.
 enum Gate<'a> {
     /// One weight `[2 · intermediate, hidden]`.
     Fused { weight: &'a str, activated_first: bool },
     /// Two weights `[intermediate, hidden]` (NomicBERT's `fc12` activated, `fc11` linear).
     Split { activated: &'a str, linear: &'a str },
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_transpose_in_tiles_is_a_transpose() {
+        let (rows, cols) = (70, 131);
+        let w: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
+        let t = super::transpose(&w, rows, cols);
+        for r in 0..rows {
+            for c in 0..cols {
+                assert_eq!(t[c * rows + r], w[r * cols + c]);
+            }
+        }
+    }
 }

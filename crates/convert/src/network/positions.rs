@@ -44,7 +44,7 @@ impl Net<'_, '_> {
     }
 
     /// The sequence length as an int64 scalar, written once and shared.
-    fn sequence_length(&mut self) -> String {
+    pub(super) fn sequence_length(&mut self) -> String {
         if self.g.has_value("sequence_length") {
             return "sequence_length".to_owned();
         }
@@ -54,7 +54,7 @@ impl Net<'_, '_> {
     }
 
     /// Positions `0..sequence` as int64 `[sequence]`.
-    fn position_range(&mut self) -> String {
+    pub(super) fn position_range(&mut self) -> String {
         if self.g.has_value("position_range") {
             return "position_range".to_owned();
         }
@@ -132,15 +132,7 @@ impl Net<'_, '_> {
         let c = self.c;
         let dim = c.hidden / c.heads;
         let half = dim / 2;
-        let inv_freq: Vec<f64> = (0..half)
-            .map(|i| {
-                let exponent = (2 * i) as f64 / dim as f64;
-                match scaling {
-                    RopeScaling::Ntk { factor } => (base * factor).powf(-exponent) / factor.powf(2.0 / dim as f64),
-                    RopeScaling::None | RopeScaling::DynamicNtk { .. } => base.powf(-exponent),
-                }
-            })
-            .collect();
+        let inv_freq = inverse_frequencies(base, scaling, dim);
         let rows = c.max_positions;
         let (mut cos, mut sin) = (Vec::with_capacity(rows * dim), Vec::with_capacity(rows * dim));
         for p in 0..rows {
@@ -226,6 +218,34 @@ impl Net<'_, '_> {
     }
 }
 
+/// Rotary frequencies `base^(-2i / dim)` for `i < dim / 2`, in float64, with a static scaling
+/// applied as transformers' `modeling_rope_utils.py` does (NomicBERT's dynamic scaling is applied
+/// in the graph).
+pub(crate) fn inverse_frequencies(base: f64, scaling: RopeScaling, dim: usize) -> Vec<f64> {
+    (0..dim / 2)
+        .map(|i| {
+            let exponent = (2 * i) as f64 / dim as f64;
+            let f = base.powf(-exponent);
+            match scaling {
+                RopeScaling::Ntk { factor } => (base * factor).powf(-exponent) / factor.powf(2.0 / dim as f64),
+                RopeScaling::None | RopeScaling::DynamicNtk { .. } => f,
+                RopeScaling::Linear { factor } => f / factor,
+                RopeScaling::Llama3 { factor, low, high, original } => {
+                    let wavelength = 2.0 * std::f64::consts::PI / f;
+                    if wavelength < original / high {
+                        f
+                    } else if wavelength > original / low {
+                        f / factor
+                    } else {
+                        let smooth = (original / wavelength - low) / (high - low);
+                        (1.0 - smooth) * f / factor + smooth * f
+                    }
+                }
+            }
+        })
+        .collect()
+}
+
 /// ALiBi's slopes as the published code computes them: for `n` a power of two,
 /// `start^1 .. start^n` with `start = 2^(-8/n)`; otherwise the closest lower power of two's
 /// slopes, then every other slope of twice that power, up to `n`.
@@ -245,7 +265,33 @@ pub(crate) fn alibi_slopes(n: usize) -> Vec<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::alibi_slopes;
+    use super::{alibi_slopes, inverse_frequencies};
+    use crate::config::RopeScaling;
+
+    #[test]
+    fn rotary_frequencies_follow_transformers_scalings() {
+        let plain = inverse_frequencies(10_000.0, RopeScaling::None, 8);
+        assert_eq!(plain, vec![1.0, 10_000f64.powf(-0.25), 0.01, 10_000f64.powf(-0.75)]);
+        let linear = inverse_frequencies(10_000.0, RopeScaling::Linear { factor: 4.0 }, 8);
+        assert!(linear.iter().zip(&plain).all(|(l, p)| (l * 4.0 - p).abs() < 1e-15));
+        // Llama 3.1's numbers: factor 8, low 1, high 4, 8192 original positions. Wavelengths under
+        // 2048 are kept, over 8192 divided by 8, between interpolated.
+        let llama3 = RopeScaling::Llama3 { factor: 8.0, low: 1.0, high: 4.0, original: 8192.0 };
+        let (dim, base) = (128, 500_000.0);
+        let scaled = inverse_frequencies(base, llama3, dim);
+        for (f, p) in scaled.iter().zip(inverse_frequencies(base, RopeScaling::None, dim)) {
+            let wavelength = 2.0 * std::f64::consts::PI / p;
+            if wavelength < 2048.0 {
+                assert_eq!(*f, p);
+            } else if wavelength > 8192.0 {
+                assert!((f * 8.0 - p).abs() < 1e-18);
+            } else {
+                let smooth = (8192.0 / wavelength - 1.0) / 3.0;
+                assert!((f - ((1.0 - smooth) * p / 8.0 + smooth * p)).abs() < 1e-18);
+                assert!(*f < p && *f > p / 8.0);
+            }
+        }
+    }
 
     #[test]
     fn alibi_slopes_follow_the_published_rule_for_any_head_count() {

@@ -485,7 +485,7 @@ fn a_pytorch_model_bin_folder_converts_to_the_graph_of_the_same_safetensors() {
 
     let options = crate::ConvertOptions::default().with_fused(false);
     let graph = |dir: &Path| {
-        let (g, c, _) = crate::folder::build(dir, &options).expect("converts");
+        let (g, c) = crate::folder::build(dir, &options).expect("converts");
         (protobuf::Message::write_to_bytes(&g.into_model("test")).expect("encode"), c)
     };
     let (from_torch, record) = graph(torch_dir.path());
