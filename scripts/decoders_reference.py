@@ -1,0 +1,719 @@
+#!/usr/bin/env python3
+"""An independent check of `nornir vector convert` for decoder LLM checkpoints (Qwen3, Qwen2,
+Llama, Mistral): a float64 NumPy forward written only from transformers' published modeling code,
+run on small random checkpoints laid out as the published ones are (config.json keys, tensor
+names), against ONNX Runtime running the converted model.onnx.
+
+  decoders_reference.py selftest               the reference against itself (no nornir)
+  decoders_reference.py synthetic NORNIR WORK  every family: embedder graphs (last_hidden_state)
+                                               and Qwen3 reranker graphs (logits), left AND right
+                                               padded batches of 17, 5 and 1 tokens
+  decoders_reference.py broken NORNIR WORK     the same comparison against a reference that is
+                                               wrong in one way at a time: each must differ
+
+Run with the bench venv's Python (numpy, onnxruntime, tokenizers), e.g.
+
+  ORT_DYLIB_PATH=/root/.cache/nornir/ort/cpu/libonnxruntime.so.1.31.1 \\
+    /root/.cache/nornir/bench-venv/bin/python scripts/decoders_reference.py \\
+    synthetic /work/target-decoders/debug/nornir /tmp/decoders-work
+
+Prints one JSON object; exits 1 when not ok.
+
+What was read (transformers, never copied): src/transformers/models/qwen3/modeling_qwen3.py,
+models/qwen2/modeling_qwen2.py, models/llama/modeling_llama.py, models/mistral/modeling_mistral.py
+(RMSNorm, rotary embedding + rotate_half + apply_rotary_pos_emb, repeat_kv, eager attention,
+decoder layer, ...Model.forward, ...ForCausalLM), the default rope init (inv_freq =
+1 / theta ** (arange(0, d, 2) / d), d = head_dim, attention scaling 1.0 for rope_scaling null);
+and the usage code of the Qwen3-Embedding model card (last_token_pool: left padding -> the last
+column, otherwise attention_mask.sum(1) - 1) and of the Qwen3-Reranker card (token ids of "no"
+and "yes", logits[:, -1, :] with left padding, log_softmax over [no, yes], exp of the yes column).
+
+The forward, float64 throughout (`forward`):
+  x = embed_tokens[input_ids]
+  per layer:  h = RMSNorm(x; input_layernorm)            RMSNorm(v; w) = w * v / sqrt(mean(v^2) + eps),
+              q = q_proj(h), k = k_proj(h), v = v_proj(h)      eps = rms_norm_eps
+                (biases where the checkpoint holds them: Qwen2 q/k/v; Llama with attention_bias
+                 q/k/v/o -- the synthetic Llama keeps attention_bias false like the real ones)
+              split heads: q [B, n_heads, L, head_dim], k/v [B, n_kv, L, head_dim]
+              Qwen3 only: q = RMSNorm(q; q_norm), k = RMSNorm(k; k_norm) over head_dim, BEFORE rotary
+              rotary (rotate_half, whole head_dim): x*cos + rotate_half(x)*sin, angle =
+                position * inv_freq, cos/sin of the angles concatenated twice (cat(freqs, freqs))
+              positions = cumsum(attention_mask) - 1 per row (pads: clipped to 0, never compared)
+              GQA: query head h reads kv head h // (n_heads / n_kv)  (repeat_kv: expand then
+                reshape, i.e. each kv head repeated n_rep times consecutively -- "grouped")
+              scores = q k^T / sqrt(head_dim) + mask; mask = 0 where key j <= query i AND
+                attention_mask[j] == 1, else -1e30; softmax; @ v; heads merged; o_proj
+              x = x + attn;  x = x + down(silu(gate(RMSNorm(x; post_attention_layernorm))) * up(...))
+  last_hidden_state = RMSNorm(x; norm)
+  head_dim = config["head_dim"] when the key is there (and not null), else hidden / heads.
+  Reranker: logits[b, 0] = (W[yes] - W[no]) . last_hidden_state[b, last attended position],
+  W = lm_head.weight, or embed_tokens.weight when tie_word_embeddings (no lm_head in the file);
+  sigmoid(logits) = softmax([logit_no, logit_yes])[1], the card's score.
+
+Tensor names: with the `model.` prefix for ...ForCausalLM (model.embed_tokens.weight,
+model.layers.N.self_attn.{q,k,v,o}_proj.weight, + .bias for Qwen2 q/k/v,
+model.layers.N.self_attn.{q_norm,k_norm}.weight for Qwen3, model.layers.N.mlp.{gate,up,down}_proj
+.weight, model.layers.N.{input_layernorm,post_attention_layernorm}.weight, model.norm.weight,
+lm_head.weight unless tie_word_embeddings) and without it (embed_tokens.weight, layers.N...,
+norm.weight) as Qwen3-Embedding ships its Qwen3Model weights.
+config.json keys: architectures, model_type, hidden_size, intermediate_size, num_hidden_layers,
+num_attention_heads, num_key_value_heads, head_dim (Qwen3 32 != hidden/heads = 16, Mistral 32,
+Llama 16, Qwen2 absent), hidden_act "silu", rms_norm_eps, rope_theta, rope_scaling null,
+max_position_embeddings, vocab_size 300, tie_word_embeddings, torch_dtype, attention_bias,
+bos/eos/pad ids, Qwen2/Qwen3 use_sliding_window false, Mistral sliding_window null.
+
+The checkpoints (`synthetic`): qwen3-causal-lm (Qwen3ForCausalLM, prefixed, untied lm_head that
+an embedder ignores), qwen3-model (architectures Qwen3Model, unprefixed, tied), qwen3-embedding
+(architectures Qwen3ForCausalLM but unprefixed weights and no lm_head -- how Qwen3-Embedding's
+folder looks as far as this author remembers it), qwen2 (Qwen2ForCausalLM, q/k/v biases, tied),
+llama (LlamaForCausalLM), mistral (MistralForCausalLM), all float32 safetensors; qwen3-bf16-sharded
+(bfloat16, model.safetensors.index.json + 2 shards). Reranker: qwen3-reranker (untied lm_head)
+and qwen3-reranker-tied, each with a tokenizer.json built with `tokenizers` (WordLevel, "yes" and
+"no" at ids 157 and 91, <|endoftext|> <|im_start|> <|im_end|> as special tokens); its inputs are
+tokenised Qwen3-Reranker style prompts. Weights: N(0, 1/fan_in) for linear layers (so float32
+rounding in the graph stays far below 1e-4), N(0, 0.1) biases, norms 1 + N(0, 0.1) (q_norm/k_norm
+1 + N(0, 0.3)), embeddings N(0, 1). Every folder also gets the tokenizer.json.
+Batches: ids uniform in [4, vocab), lengths 17, 5 and 1, padded with id 0 on the left and on
+the right; a token-level output is compared only where attention_mask is 1 (what a padded row
+holds is not defined the same way everywhere). Last-token pooling: the vector at the last
+attended position; the graph's pooled vectors of the left- and right-padded batches must agree.
+The converter is called `NORNIR vector convert SRC DST [--reranker] [--force]` (positional),
+and, if that is refused as a usage error, with --model SRC --output DST.
+
+Ambiguity noted (see `selftest`): transformers' Qwen3Model.forward without position_ids uses
+arange positions (cache_position), not cumsum(mask) - 1 as generate() does; for a rotary-only
+model the two give the same outputs at attended positions, because q_m.k_n depends only on m - n
+and a left-padded row is shifted by a constant. So the mistake "positions not shifted for left
+padding" cannot be seen in any output; `broken` reports it as expected-invisible and adds
+"padding mask off" (pads on the left are then attended), which is visible with left padding only.
+"""
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import convert_reference as cr  # noqa: E402  (safetensors writers, bf16 rounding)
+
+TOLERANCE = 1e-4
+NEG = -1e30
+LENGTHS = [17, 5, 1]
+VOCAB = 300
+YES, NO = 157, 91
+
+
+# --- the reference (float64) ---------------------------------------------------------------------
+
+
+def rms(x, weight, eps):
+    return weight * x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def linear(w, x, name):
+    y = x @ w[name + ".weight"].T
+    return y + w[name + ".bias"] if name + ".bias" in w else y
+
+
+def head_dim_of(cfg):
+    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
+def inv_freq(theta, dim):
+    return 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+
+
+def positions_of(mask, shifted=True):
+    """[B, L]: cumsum(mask) - 1 (pads clipped to 0), or arange when not shifted."""
+    if not shifted:
+        return np.broadcast_to(np.arange(mask.shape[1]), mask.shape).astype(np.float64)
+    return np.maximum(np.cumsum(mask, 1) - 1, 0).astype(np.float64)
+
+
+def rotary(x, freqs, pos):
+    """x [B, h, L, d], pos [B, L]: rotate-half rotary over all of d."""
+    ang = pos[:, None, :, None] * freqs[None, None, None, :]
+    cos = np.concatenate([np.cos(ang)] * 2, -1)
+    sin = np.concatenate([np.sin(ang)] * 2, -1)
+    half = x.shape[-1] // 2
+    turned = np.concatenate([-x[..., half:], x[..., :half]], -1)
+    return x * cos + turned * sin
+
+
+def attention_bias(mask, causal=True, padding=True):
+    """[B, 1, L, L]: 0 where query i may read key j, NEG elsewhere."""
+    b, l = mask.shape
+    ok = np.ones((b, 1, l, l), dtype=bool)
+    if causal:
+        ok &= np.tril(np.ones((l, l), dtype=bool))[None, None]
+    if padding:
+        ok &= (mask[:, None, None, :] == 1)
+    return np.where(ok, 0.0, NEG)
+
+
+def softmax(s):
+    s = np.exp(s - s.max(-1, keepdims=True))
+    return s / s.sum(-1, keepdims=True)
+
+
+def prefix_of(w):
+    return "model." if "model.embed_tokens.weight" in w else ""
+
+
+def forward(cfg, w, ids, mask, mistake=None):
+    """last_hidden_state [B, L, hidden] (final-normed), float64.
+
+    mistake (for `broken` and `selftest`): "causal-off", "padding-mask-off", "rotary-base-x1.1",
+    "qk-norm-skipped", "kv-interleaved", "positions-unshifted"."""
+    p = prefix_of(w)
+    eps, nh, nkv = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = head_dim_of(cfg)
+    theta = cfg["rope_theta"] * (1.1 if mistake == "rotary-base-x1.1" else 1.0)
+    freqs = inv_freq(theta, hd)
+    pos = positions_of(mask, shifted=mistake != "positions-unshifted")
+    bias = attention_bias(mask, causal=mistake != "causal-off", padding=mistake != "padding-mask-off")
+    rep = nh // nkv
+    kv_of = [(h % nkv) if mistake == "kv-interleaved" else (h // rep) for h in range(nh)]
+    b, l = ids.shape
+    x = w[p + "embed_tokens.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        n = f"{p}layers.{i}."
+        h = rms(x, w[n + "input_layernorm.weight"], eps)
+        q = linear(w, h, n + "self_attn.q_proj").reshape(b, l, nh, hd)
+        k = linear(w, h, n + "self_attn.k_proj").reshape(b, l, nkv, hd)
+        v = linear(w, h, n + "self_attn.v_proj").reshape(b, l, nkv, hd)
+        if n + "self_attn.q_norm.weight" in w and mistake != "qk-norm-skipped":
+            q = rms(q, w[n + "self_attn.q_norm.weight"], eps)
+            k = rms(k, w[n + "self_attn.k_norm.weight"], eps)
+        q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
+        q, k = rotary(q, freqs, pos), rotary(k, freqs, pos)
+        k, v = k[:, kv_of], v[:, kv_of]
+        s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd) + bias
+        o = (softmax(s) @ v).transpose(0, 2, 1, 3).reshape(b, l, nh * hd)
+        x = x + linear(w, o, n + "self_attn.o_proj")
+        h = rms(x, w[n + "post_attention_layernorm.weight"], eps)
+        up = linear(w, h, n + "mlp.up_proj")
+        x = x + linear(w, silu(linear(w, h, n + "mlp.gate_proj")) * up, n + "mlp.down_proj")
+    return rms(x, w[p + "norm.weight"], eps)
+
+
+def last_positions(mask):
+    """The index of each row's last attended position."""
+    return mask.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)
+
+
+def pooled(hidden, mask):
+    return hidden[np.arange(hidden.shape[0]), last_positions(mask)]
+
+
+def unembedding(cfg, w):
+    if "lm_head.weight" in w and not cfg.get("tie_word_embeddings"):
+        return w["lm_head.weight"]
+    return w[prefix_of(w) + "embed_tokens.weight"]
+
+
+def rerank_logits(cfg, w, ids, mask, yes=YES, no=NO, mistake=None):
+    """[B, 1]: logit_yes - logit_no at each row's last attended token."""
+    u = unembedding(cfg, w)
+    return (pooled(forward(cfg, w, ids, mask, mistake), mask) @ (u[yes] - u[no]))[:, None]
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+BASE = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "hidden_act": "silu",
+    "max_position_embeddings": 512,
+    "vocab_size": VOCAB,
+    "rope_scaling": None,
+    "attention_dropout": 0.0,
+    "initializer_range": 0.02,
+    "use_cache": True,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "transformers_version": "4.51.0",
+}
+
+FAMILY = {
+    "qwen3": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "head_dim": 32,
+              "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "attention_bias": False,
+              "use_sliding_window": False, "sliding_window": None, "max_window_layers": 2},
+    "qwen2": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "rms_norm_eps": 1e-6,
+              "rope_theta": 1000000.0, "use_sliding_window": False, "sliding_window": 4096,
+              "max_window_layers": 2},
+    "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "head_dim": 16,
+              "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "attention_bias": False,
+              "mlp_bias": False, "pretraining_tp": 1},
+    "mistral": {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "head_dim": 32,
+                "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "sliding_window": None},
+}
+
+
+def config(family, tied, dtype="float32", architectures=None, **over):
+    cfg = dict(BASE)
+    cfg.update(FAMILY[family])
+    cfg["tie_word_embeddings"] = tied
+    cfg["torch_dtype"] = dtype
+    if architectures:
+        cfg["architectures"] = architectures
+    cfg.update(over)
+    return cfg
+
+
+def weights(cfg, rng, prefixed=True, lm_head=None):
+    """Random float64 tensors under the published names."""
+    p = "model." if prefixed else ""
+    hid, inter, nh, nkv = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = head_dim_of(cfg)
+    qwen2 = cfg["model_type"] == "qwen2"
+    attn_bias = cfg.get("attention_bias", False)
+    w = {}
+
+    def dense(name, n_out, n_in, bias=False):
+        w[name + ".weight"] = rng.normal(0, 1 / math.sqrt(n_in), (n_out, n_in))
+        if bias:
+            w[name + ".bias"] = rng.normal(0, 0.1, (n_out,))
+
+    def norm(name, n, spread=0.1):
+        w[name + ".weight"] = 1.0 + rng.normal(0, spread, (n,))
+
+    w[p + "embed_tokens.weight"] = rng.normal(0, 1.0, (cfg["vocab_size"], hid))
+    for i in range(cfg["num_hidden_layers"]):
+        n = f"{p}layers.{i}."
+        dense(n + "self_attn.q_proj", nh * hd, hid, qwen2 or attn_bias)
+        dense(n + "self_attn.k_proj", nkv * hd, hid, qwen2 or attn_bias)
+        dense(n + "self_attn.v_proj", nkv * hd, hid, qwen2 or attn_bias)
+        dense(n + "self_attn.o_proj", hid, nh * hd, attn_bias)
+        if cfg["model_type"] == "qwen3":
+            norm(n + "self_attn.q_norm", hd, 0.3)
+            norm(n + "self_attn.k_norm", hd, 0.3)
+        dense(n + "mlp.gate_proj", inter, hid)
+        dense(n + "mlp.up_proj", inter, hid)
+        dense(n + "mlp.down_proj", hid, inter)
+        norm(n + "input_layernorm", hid)
+        norm(n + "post_attention_layernorm", hid)
+    norm(p + "norm", hid)
+    if lm_head if lm_head is not None else not cfg["tie_word_embeddings"]:
+        dense("lm_head", cfg["vocab_size"], hid)
+    return w
+
+
+def rounded(w, dtype):
+    return {k: cr.stored(v, dtype)[1] for k, v in w.items()}
+
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+WORDS = ["system", "user", "assistant", "Judge", "whether", "the", "Document", "meets", "requirements",
+         "based", "on", "Query", "and", "Instruct", "provided", "Note", "that", "answer", "can", "only",
+         "be", "yes", "or", "no", "Given", "a", "web", "search", "query", "retrieve", "relevant",
+         "passages", "capital", "of", "China", "is", "Beijing", "What", "gravity", "Explain", "think"]
+
+
+def vocabulary():
+    """token -> id: the three chat tokens first, "yes" at YES and "no" at NO, filler words."""
+    vocab = {t: i for i, t in enumerate(SPECIAL)}
+    vocab["<unk>"] = 3
+    fixed = {YES: "yes", NO: "no"}
+    words = iter([x for x in WORDS if x not in ("yes", "no")])
+    for i in range(4, VOCAB):
+        vocab[fixed.get(i) or next(words, f"w{i}")] = i
+    return vocab
+
+
+def tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel(vocabulary(), unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(SPECIAL)
+    return tok
+
+
+def write_folder(folder, cfg, w, dtype="F32", shards=False):
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.safetensors*"):
+        old.unlink()
+    (folder / "config.json").write_text(json.dumps(cfg, indent=1))
+    tokenizer().save(str(folder / "tokenizer.json"))
+    if shards:
+        cr.write_shards(folder, w, dtype)
+    else:
+        cr.write_safetensors(folder / "model.safetensors", w, dtype)
+
+
+def padded(rows, side, pad=0):
+    """(ids, mask) int64 of token lists padded to the longest on `side`."""
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, r in enumerate(rows):
+        sl = slice(width - len(r), width) if side == "left" else slice(0, len(r))
+        ids[i, sl], mask[i, sl] = r, 1
+    return ids, mask
+
+
+def random_rows(rng, lengths=LENGTHS, vocab=VOCAB):
+    return [list(rng.integers(4, vocab, n)) for n in lengths]
+
+
+def rerank_rows():
+    """Qwen3-Reranker style prompts (prefix + <Instruct>/<Query>/<Document> + suffix) as ids."""
+    tok = tokenizer()
+    prefix = ("<|im_start|> system Judge whether the Document meets the requirements based on the Query "
+              "and the Instruct provided Note that the answer can only be yes or no <|im_end|> <|im_start|> user")
+    suffix = "<|im_end|> <|im_start|> assistant think think"
+    pairs = [("What is the capital of China", "The capital of China is Beijing"),
+             ("Explain gravity", "gravity"),
+             ("capital", "Beijing is the capital of China and the capital of a web search query")]
+    rows = []
+    for q, d in pairs:
+        text = f"{prefix} Instruct Given a web search query retrieve relevant passages Query {q} Document {d} {suffix}"
+        rows.append(tok.encode(text).ids)
+    return rows
+
+
+# --- running the converter and the graph ---------------------------------------------------------
+
+
+def convert(nornir, source, out, *flags):
+    """(out, None) or (None, the converter's error)."""
+    tries = [[nornir, "vector", "convert", str(source), str(out), "--force", *flags],
+             [nornir, "vector", "convert", "--model", str(source), "--output", str(out), "--force", *flags]]
+    err = None
+    for cmd in tries:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode == 0 and (Path(out) / "model.onnx").exists():
+            return Path(out), None
+        err = f"{' '.join(cmd[1:])}: exit {done.returncode}: {done.stderr.strip()[-1500:]}"
+        if done.returncode != 2 and "usage" not in done.stderr.lower():
+            break  # not a usage error: the positional form was understood and failed
+    return None, err
+
+
+class Graph:
+    def __init__(self, folder):
+        import onnxruntime as ort
+
+        self.session = ort.InferenceSession(str(Path(folder) / "model.onnx"), providers=["CPUExecutionProvider"])
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        self.inputs = [i.name for i in self.session.get_inputs()]
+
+    def run(self, ids, mask, name):
+        return self.session.run([name], {"input_ids": ids, "attention_mask": mask})[0]
+
+
+def diff_tokens(got, expected, mask):
+    if got.shape != expected.shape:
+        return float("inf")
+    return float(np.abs(got.astype(np.float64) - expected)[mask == 1].max())
+
+
+def diff(got, expected):
+    if got.shape != expected.shape:
+        return float("inf")
+    return float(np.abs(got.astype(np.float64) - expected).max())
+
+
+# --- the cases -----------------------------------------------------------------------------------
+
+
+def embedder_cases(rng):
+    """(name, config, float64 weights, stored dtype, sharded)"""
+    out = []
+    cfg = config("qwen3", tied=False)
+    out.append(("qwen3-causal-lm", cfg, weights(cfg, rng), "F32", False))
+    cfg = config("qwen3", tied=True, architectures=["Qwen3Model"])
+    out.append(("qwen3-model", cfg, weights(cfg, rng, prefixed=False, lm_head=False), "F32", False))
+    cfg = config("qwen3", tied=True)
+    out.append(("qwen3-embedding", cfg, weights(cfg, rng, prefixed=False, lm_head=False), "F32", False))
+    cfg = config("qwen2", tied=True)
+    out.append(("qwen2", cfg, weights(cfg, rng), "F32", False))
+    cfg = config("llama", tied=False)
+    out.append(("llama", cfg, weights(cfg, rng), "F32", False))
+    cfg = config("mistral", tied=False)
+    out.append(("mistral", cfg, weights(cfg, rng), "F32", False))
+    cfg = config("qwen3", tied=False, dtype="bfloat16")
+    out.append(("qwen3-bf16-sharded", cfg, weights(cfg, rng), "BF16", True))
+    return out
+
+
+def reranker_cases(rng):
+    out = []
+    cfg = config("qwen3", tied=False)
+    out.append(("qwen3-reranker", cfg, weights(cfg, rng)))
+    cfg = config("qwen3", tied=True)
+    out.append(("qwen3-reranker-tied", cfg, weights(cfg, rng)))
+    return out
+
+
+def check_embedder(graph, cfg, w, rows):
+    """Both paddings: max diff at attended positions, and the pooled vectors."""
+    case, pools = {}, {}
+    for side in ("left", "right"):
+        ids, mask = padded(rows, side)
+        exp = forward(cfg, w, ids, mask)
+        got = graph.run(ids, mask, "last_hidden_state")
+        case[f"{side}_max_abs_diff"] = diff_tokens(got, exp, mask)
+        pools[side] = (pooled(got.astype(np.float64), mask), pooled(exp, mask))
+    case["pooled_vs_reference"] = max(diff(*pools["left"]), diff(*pools["right"]))
+    case["pooled_left_vs_right"] = diff(pools["left"][0], pools["right"][0])
+    case["largest_value"] = float(np.abs(pools["left"][1]).max())
+    case["max_abs_diff"] = max(case["left_max_abs_diff"], case["right_max_abs_diff"],
+                               case["pooled_vs_reference"], case["pooled_left_vs_right"])
+    return case
+
+
+def check_reranker(graph, cfg, w, rows):
+    case = {}
+    for side in ("left", "right"):
+        ids, mask = padded(rows, side)
+        exp = rerank_logits(cfg, w, ids, mask)
+        got = graph.run(ids, mask, "logits")
+        case[f"{side}_max_abs_diff"] = diff(got, exp)
+        case[f"{side}_logits"] = got.astype(np.float64).ravel().tolist() if got.ndim else [float(got)]
+        case["expected_logits"] = exp.ravel().tolist()
+    case["max_abs_diff"] = max(case["left_max_abs_diff"], case["right_max_abs_diff"])
+    return case
+
+
+def run_synthetic(nornir, work):
+    work, t0 = Path(work), time.time()
+    rng = np.random.default_rng(51)
+    cases, worst = [], 0.0
+    for name, cfg, w, dtype, shards in embedder_cases(rng):
+        source = work / name
+        write_folder(source, cfg, w, dtype, shards)
+        w = rounded(w, dtype)
+        rows = random_rows(rng)
+        case = {"case": name, "kind": "embedder", "dtype": dtype, "sharded": shards, "lengths": LENGTHS}
+        out, error = convert(nornir, source, work / f"{name}-onnx")
+        if error is None:
+            try:
+                case.update(check_embedder(Graph(out), cfg, w, rows))
+            except Exception as e:  # noqa: BLE001  a graph that does not run
+                case["error"], case["max_abs_diff"] = f"onnxruntime: {e}"[-1500:], float("inf")
+        else:
+            case["error"], case["max_abs_diff"] = error, float("inf")
+        worst = max(worst, case["max_abs_diff"])
+        cases.append(case)
+    rows = rerank_rows()
+    for name, cfg, w in reranker_cases(rng):
+        source = work / name
+        write_folder(source, cfg, w)
+        w = rounded(w, "F32")
+        case = {"case": name, "kind": "reranker", "tied": cfg["tie_word_embeddings"],
+                "lengths": [len(r) for r in rows]}
+        out, error = convert(nornir, source, work / f"{name}-onnx", "--reranker")
+        if error is None:
+            try:
+                case.update(check_reranker(Graph(out), cfg, w, rows))
+            except Exception as e:  # noqa: BLE001
+                case["error"], case["max_abs_diff"] = f"onnxruntime: {e}"[-1500:], float("inf")
+        else:
+            case["error"], case["max_abs_diff"] = error, float("inf")
+        worst = max(worst, case["max_abs_diff"])
+        cases.append(case)
+    return {"mode": "synthetic", "tolerance": TOLERANCE, "cases": cases, "max_abs_diff": worst,
+            "seconds": round(time.time() - t0, 1), "ok": worst <= TOLERANCE}
+
+
+MISTAKES = [
+    # (mistake, family case, what, visible)
+    ("causal-off", "qwen3", "no causal mask (padding mask only)", True),
+    ("rotary-base-x1.1", "mistral", "rope_theta * 1.1", True),
+    ("qk-norm-skipped", "qwen3", "Qwen3 q_norm/k_norm not applied", True),
+    ("kv-interleaved", "llama", "query head h reads kv head h % n_kv instead of h // n_rep", True),
+    ("padding-mask-off", "qwen3", "left pads attended (causal mask only)", True),
+    ("positions-unshifted", "qwen3", "positions = arange, not cumsum(mask) - 1: a constant shift per "
+     "row, invisible to rotary (relative) -- expected to MATCH", False),
+]
+
+
+def run_broken(nornir, work):
+    work, t0 = Path(work), time.time()
+    rng = np.random.default_rng(52)
+    graphs, cases = {}, []
+    rows = random_rows(rng)
+    rr = rerank_rows()
+    for mistake, family, what, visible in MISTAKES:
+        if family not in graphs:
+            cfg = config(family, tied=False)
+            w = weights(cfg, rng)
+            source = work / f"broken-{family}"
+            write_folder(source, cfg, w)
+            out, error = convert(nornir, source, work / f"broken-{family}-onnx")
+            graphs[family] = (cfg, rounded(w, "F32"), Graph(out) if error is None else None, error)
+        cfg, w, graph, error = graphs[family]
+        case = {"mistake": mistake, "family": family, "what": what, "must_differ": visible}
+        if graph is None:
+            case["error"], case["max_abs_diff"] = error, None
+            cases.append(case)
+            continue
+        for side in ("left", "right"):
+            ids, mask = padded(rows, side)
+            got = graph.run(ids, mask, "last_hidden_state")
+            wrong, right = forward(cfg, w, ids, mask, mistake), forward(cfg, w, ids, mask)
+            case[f"{side}_vs_wrong"] = diff_tokens(got, wrong, mask)
+            case[f"{side}_vs_right"] = diff_tokens(got, right, mask)
+            case[f"{side}_reference_moves_by"] = diff_tokens(wrong, right, mask)
+        case["max_abs_diff"] = max(case["left_vs_wrong"], case["right_vs_wrong"])
+        case["right_reference_diff"] = max(case["left_vs_right"], case["right_vs_right"])
+        cases.append(case)
+    # the reranker head: yes/no swapped must differ too
+    cfg = config("qwen3", tied=False)
+    w = weights(cfg, rng)
+    source = work / "broken-reranker"
+    write_folder(source, cfg, w)
+    out, error = convert(nornir, source, work / "broken-reranker-onnx", "--reranker")
+    case = {"mistake": "yes-no-swapped", "family": "qwen3-reranker", "what": "logit_no - logit_yes", "must_differ": True}
+    if error is None:
+        w = rounded(w, "F32")
+        ids, mask = padded(rr, "left")
+        got = Graph(out).run(ids, mask, "logits")
+        case["max_abs_diff"] = diff(got, rerank_logits(cfg, w, ids, mask, yes=NO, no=YES))
+        case["right_reference_diff"] = diff(got, rerank_logits(cfg, w, ids, mask))
+    else:
+        case["error"], case["max_abs_diff"] = error, None
+    cases.append(case)
+    ok = True
+    for c in cases:
+        if c["max_abs_diff"] is None or c["right_reference_diff"] > TOLERANCE:
+            ok = False
+        elif c["must_differ"] and c["max_abs_diff"] <= 100 * TOLERANCE:
+            ok = False
+        elif not c["must_differ"] and c["max_abs_diff"] > TOLERANCE:
+            ok = False
+    return {"mode": "broken", "cases": cases, "seconds": round(time.time() - t0, 1), "ok": ok}
+
+
+# --- selftest ------------------------------------------------------------------------------------
+
+
+def repeated_kv(cfg, w):
+    """The same model with n_kv = n_heads: k/v rows (and biases) of kv head g copied, in order, to
+    query heads g*n_rep .. g*n_rep + n_rep - 1 -- an explicit repeat_kv in the weights."""
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim_of(cfg)
+    rep = nh // nkv
+    order = np.concatenate([np.arange(g * hd, (g + 1) * hd) for g in range(nkv) for _ in range(rep)])
+    w2 = dict(w)
+    for k in w:
+        if ".self_attn.k_proj." in k or ".self_attn.v_proj." in k:
+            w2[k] = w[k][order]
+    return dict(cfg, num_key_value_heads=nh), w2
+
+
+def selftest():
+    rng = np.random.default_rng(5)
+    checks = {}
+    models = {name: (cfg, w) for name, cfg, w, _, _ in embedder_cases(rng)[:6]}
+    rows = random_rows(rng)
+
+    # a padded row (left or right) equals the same text alone
+    worst = 0.0
+    for cfg, w in models.values():
+        for side in ("left", "right"):
+            ids, mask = padded(rows, side)
+            out = forward(cfg, w, ids, mask)
+            for r, row in enumerate(rows):
+                alone = forward(cfg, w, *padded([row], side))[0]
+                worst = max(worst, float(np.abs(out[r][mask[r] == 1] - alone).max()))
+    checks["padded_row_equals_alone"] = {"max_abs_diff": worst, "ok": worst < 1e-10}
+
+    # arange positions (transformers without position_ids) give the same attended outputs
+    worst = 0.0
+    for cfg, w in models.values():
+        ids, mask = padded(rows, "left")
+        worst = max(worst, diff_tokens(forward(cfg, w, ids, mask, "positions-unshifted"), forward(cfg, w, ids, mask), mask))
+    checks["arange_positions_same_outputs"] = {"max_abs_diff": worst, "ok": worst < 1e-10}
+
+    # GQA against an explicit repeat of the kv heads in the weights
+    worst, moved = 0.0, float("inf")
+    for cfg, w in models.values():
+        ids, mask = padded(rows, "left")
+        cfg2, w2 = repeated_kv(cfg, w)
+        ref = forward(cfg, w, ids, mask)
+        worst = max(worst, diff_tokens(forward(cfg2, w2, ids, mask), ref, mask))
+        moved = min(moved, diff_tokens(forward(cfg, w, ids, mask, "kv-interleaved"), ref, mask))
+    checks["gqa_equals_repeated_kv"] = {"max_abs_diff": worst, "interleaved_moves_by_at_least": moved,
+                                        "ok": worst < 1e-10 and moved > 1e-2}
+
+    # causal: changing the last token changes only the last position
+    worst, last = 0.0, float("inf")
+    for cfg, w in models.values():
+        ids, mask = padded(rows[:1], "left")
+        ids2 = ids.copy()
+        ids2[0, -1] = 4 + (ids[0, -1] - 3) % (VOCAB - 4)
+        a, b = forward(cfg, w, ids, mask), forward(cfg, w, ids2, mask)
+        worst = max(worst, float(np.abs(a[0, :-1] - b[0, :-1]).max()))
+        last = min(last, float(np.abs(a[0, -1] - b[0, -1]).max()))
+    checks["causal_earlier_positions_unchanged"] = {"max_abs_diff": worst, "last_position_moves_by": last,
+                                                    "ok": worst == 0.0 and last > 1e-2}
+
+    # rotary: rotate_half with cat(freqs, freqs) keeps norms, and q.k depends on m - n only
+    x = rng.normal(size=(1, 1, 2, 32))
+    f = inv_freq(10000.0, 32)
+    a = rotary(x, f, np.array([[3.0, 7.0]]))
+    b = rotary(x, f, np.array([[13.0, 17.0]]))
+    relative = abs(float(a[0, 0, 0] @ a[0, 0, 1] - b[0, 0, 0] @ b[0, 0, 1]))
+    norms = float(np.abs(np.linalg.norm(a, axis=-1) - np.linalg.norm(x, axis=-1)).max())
+    checks["rotary_relative_and_norm"] = {"relative": relative, "norm": norms, "ok": relative < 1e-10 and norms < 1e-10}
+
+    # each visible mistake moves the reference on a left-padded batch
+    moves = {}
+    for mistake, family, _, visible in MISTAKES:
+        cfg, w = models["qwen3-causal-lm" if family == "qwen3" else family]
+        ids, mask = padded(rows, "left")
+        moves[mistake] = diff_tokens(forward(cfg, w, ids, mask, mistake), forward(cfg, w, ids, mask), mask)
+    checks["mistakes_move_reference"] = {
+        "moves": moves, "ok": all((moves[m] > 1e-2) == vis for m, _, _, vis in MISTAKES)}
+
+    # the reranker logit: lm_head logits at the last attended token, yes minus no;
+    # its sigmoid is the model card's softmax([no, yes])[1]; left and right padding agree
+    cfg, w = models["qwen3-causal-lm"]
+    rr = rerank_rows()
+    got = {}
+    for side in ("left", "right"):
+        ids, mask = padded(rr, side)
+        got[side] = rerank_logits(cfg, w, ids, mask)
+    ids, mask = padded(rr, "left")
+    full = forward(cfg, w, ids, mask)[:, -1] @ w["lm_head.weight"].T  # the card: logits[:, -1, :]
+    two = np.stack([full[:, NO], full[:, YES]], 1)
+    card = softmax(two)[:, 1]
+    mine = 1 / (1 + np.exp(-got["left"][:, 0]))
+    checks["reranker_score"] = {"sides": diff(got["left"], got["right"]), "card_vs_sigmoid": diff(card, mine),
+                                "scores": card.tolist(),
+                                "ok": diff(got["left"], got["right"]) < 1e-10 and diff(card, mine) < 1e-12}
+    tok = tokenizer()
+    checks["tokenizer_ids"] = {"yes": tok.token_to_id("yes"), "no": tok.token_to_id("no"),
+                               "im_start": tok.token_to_id("<|im_start|>"), "rerank_lengths": [len(r) for r in rr],
+                               "ok": tok.token_to_id("yes") == YES and tok.token_to_id("no") == NO
+                               and tok.encode("<|im_start|> yes").ids == [1, YES]}
+    return {"mode": "selftest", "checks": checks, "ok": all(c["ok"] for c in checks.values())}
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] in ("synthetic", "broken"):
+        Path(sys.argv[3]).mkdir(parents=True, exist_ok=True)
+        result = (run_synthetic if sys.argv[1] == "synthetic" else run_broken)(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 2 and sys.argv[1] == "selftest":
+        result = selftest()
+    else:
+        raise SystemExit(__doc__)
+    print(json.dumps(result, indent=1, default=float))
+    sys.exit(0 if result["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()
