@@ -45,7 +45,11 @@ The forward, float64 throughout (`forward`):
                 attention_mask[j] == 1, else -1e30; softmax; @ v; heads merged; o_proj
               x = x + attn;  x = x + down(silu(gate(RMSNorm(x; post_attention_layernorm))) * up(...))
   last_hidden_state = RMSNorm(x; norm)
-  head_dim = config["head_dim"] when the key is there (and not null), else hidden / heads.
+  head_dim = config["head_dim"] when the key is there (and not null); without it hidden / heads,
+  except for qwen3, whose Qwen3Config (configuration_qwen3.py, read) defaults head_dim to 128.
+  num_key_value_heads absent/null -> num_attention_heads. Sliding windows are not modelled:
+  Qwen2/Qwen3 use one only with use_sliding_window true (false in their configs), Mistral's
+  sliding_window (null here) would not bind below its length anyway.
   Reranker: logits[b, 0] = (W[yes] - W[no]) . last_hidden_state[b, last attended position],
   W = lm_head.weight, or embed_tokens.weight when tie_word_embeddings (no lm_head in the file);
   sigmoid(logits) = softmax([logit_no, logit_yes])[1], the card's score.
@@ -64,8 +68,10 @@ bos/eos/pad ids, Qwen2/Qwen3 use_sliding_window false, Mistral sliding_window nu
 
 The checkpoints (`synthetic`): qwen3-causal-lm (Qwen3ForCausalLM, prefixed, untied lm_head that
 an embedder ignores), qwen3-model (architectures Qwen3Model, unprefixed, tied), qwen3-embedding
-(architectures Qwen3ForCausalLM but unprefixed weights and no lm_head -- how Qwen3-Embedding's
-folder looks as far as this author remembers it), qwen2 (Qwen2ForCausalLM, q/k/v biases, tied),
+(architectures Qwen3ForCausalLM but unprefixed weights and no lm_head: how Qwen3-Embedding's
+folder is, per the threads QwenLM/Qwen3-Embedding#1 ("no module or parameter named
+'embed_tokens' in Qwen3ForCausalLM") and ByteDance-Seed/VeOmni#255 ("their config.json
+incorrectly lists Qwen3ForCausalLM")), qwen2 (Qwen2ForCausalLM, q/k/v biases, tied),
 llama (LlamaForCausalLM), mistral (MistralForCausalLM), all float32 safetensors; qwen3-bf16-sharded
 (bfloat16, model.safetensors.index.json + 2 shards). Reranker: qwen3-reranker (untied lm_head)
 and qwen3-reranker-tied, each with a tokenizer.json built with `tokenizers` (WordLevel, "yes" and
@@ -77,7 +83,8 @@ Batches: ids uniform in [4, vocab), lengths 17, 5 and 1, padded with id 0 on the
 the right; a token-level output is compared only where attention_mask is 1 (what a padded row
 holds is not defined the same way everywhere). Last-token pooling: the vector at the last
 attended position; the graph's pooled vectors of the left- and right-padded batches must agree.
-Half precision: the float32 qwen3-causal-lm folder converted with `--dtype float16` and
+Edge case (edge_cases, apart from ok): a qwen3 config.json without head_dim (-> 128, so q_proj
+is 512 x 64 with hidden 64). Half precision: the float32 qwen3-causal-lm folder converted with `--dtype float16` and
 `--dtype bfloat16`, against the reference on the weights rounded to that dtype, within 5e-2 and
 2.5e-1 (the graph computes in that dtype; weight rounding alone moves these outputs by about 2e-3
 and 2e-2); reported apart as half_precision_cases.
@@ -134,7 +141,15 @@ def linear(w, x, name):
 
 
 def head_dim_of(cfg):
-    return cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    """config["head_dim"]; without the key, Qwen3Config's default 128 for qwen3 (not
+    hidden / heads), hidden / heads for the others (their config classes default it so)."""
+    if cfg.get("head_dim"):
+        return cfg["head_dim"]
+    return 128 if cfg["model_type"] == "qwen3" else cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
+def kv_heads_of(cfg):
+    return cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
 
 
 def inv_freq(theta, dim):
@@ -184,7 +199,7 @@ def forward(cfg, w, ids, mask, mistake=None):
     mistake (for `broken` and `selftest`): "causal-off", "padding-mask-off", "rotary-base-x1.1",
     "qk-norm-skipped", "kv-interleaved", "positions-unshifted"."""
     p = prefix_of(w)
-    eps, nh, nkv = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    eps, nh, nkv = cfg["rms_norm_eps"], cfg["num_attention_heads"], kv_heads_of(cfg)
     hd = head_dim_of(cfg)
     theta = cfg["rope_theta"] * (1.1 if mistake == "rotary-base-x1.1" else 1.0)
     freqs = inv_freq(theta, hd)
@@ -285,7 +300,7 @@ def config(family, tied, dtype="float32", architectures=None, **over):
 def weights(cfg, rng, prefixed=True, lm_head=None):
     """Random float64 tensors under the published names."""
     p = "model." if prefixed else ""
-    hid, inter, nh, nkv = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hid, inter, nh, nkv = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"], kv_heads_of(cfg)
     hd = head_dim_of(cfg)
     qwen2 = cfg["model_type"] == "qwen2"
     attn_bias = cfg.get("attention_bias", False)
@@ -520,6 +535,24 @@ def run_synthetic(nornir, work):
         cases.append(case)
         if name == "qwen3-causal-lm":
             first = (source, cfg, w, rows)
+    # edge case, reported apart: a qwen3 config.json without head_dim (Qwen3Config's default 128,
+    # here 4 heads * 128 = 512 != hidden 64); real Qwen3 folders always carry the key
+    edge = []
+    cfg = config("qwen3", tied=True)
+    del cfg["head_dim"]
+    w = weights(cfg, rng)
+    source = work / "qwen3-no-head-dim-key"
+    write_folder(source, cfg, w)
+    case = {"case": source.name, "kind": "embedder", "head_dim": head_dim_of(cfg)}
+    out, error = convert(nornir, source, work / f"{source.name}-onnx")
+    if error is None:
+        try:
+            case.update(check_embedder(Graph(out), cfg, rounded(w, "F32"), random_rows(rng)))
+        except Exception as e:  # noqa: BLE001
+            case["error"], case["max_abs_diff"] = f"onnxruntime: {e}"[-1500:], float("inf")
+    else:
+        case["error"], case["max_abs_diff"] = error, float("inf")
+    edge.append(case)
     # half-precision graphs (--dtype) of the float32 Qwen3 checkpoint, against the reference on the
     # weights rounded to that dtype; the graph computes in that dtype, hence the looser tolerances
     source, cfg, w32, rows = first
@@ -554,7 +587,8 @@ def run_synthetic(nornir, work):
         cases.append(case)
     half_ok = all(c["max_abs_diff"] <= c["tolerance"] for c in half)
     return {"mode": "synthetic", "tolerance": TOLERANCE, "cases": cases, "max_abs_diff": worst,
-            "half_precision_cases": half, "seconds": round(time.time() - t0, 1),
+            "half_precision_cases": half, "edge_cases": edge,
+            "edge_ok": all(c["max_abs_diff"] <= TOLERANCE for c in edge), "seconds": round(time.time() - t0, 1),
             "float32_ok": worst <= TOLERANCE, "half_ok": half_ok, "ok": worst <= TOLERANCE and half_ok}
 
 
@@ -633,7 +667,7 @@ def run_broken(nornir, work):
 def repeated_kv(cfg, w):
     """The same model with n_kv = n_heads: k/v rows (and biases) of kv head g copied, in order, to
     query heads g*n_rep .. g*n_rep + n_rep - 1 -- an explicit repeat_kv in the weights."""
-    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim_of(cfg)
+    nh, nkv, hd = cfg["num_attention_heads"], kv_heads_of(cfg), head_dim_of(cfg)
     rep = nh // nkv
     order = np.concatenate([np.arange(g * hd, (g + 1) * hd) for g in range(nkv) for _ in range(rep)])
     w2 = dict(w)
