@@ -90,7 +90,12 @@ is 512 x 64 with hidden 64). Half precision: the float32 qwen3-causal-lm folder 
 and 2e-2); reported apart as half_precision_cases.
 Half precision is also compared with the reference on only the large weights rounded (linear
 layers, embedding table, lm_head; norms and biases float32, as `--dtype`'s help says), within 1e-4.
-Edge cases also: a Qwen3ForCausalLM folder named tiny-Qwen3-Reranker converted WITHOUT --reranker
+Edge cases also: rotary scaling as modeling_rope_utils.py's init functions (read) compute it --
+llama3 (factor 8, low/high_freq_factor 1/4, original_max_position_embeddings 64, so the tiny
+head_dim's wavelengths fall in all three bands) on Llama, linear (factor 4, old "type" key) on
+Qwen2, and transformers 5's rope_parameters {"rope_type": "default", "rope_theta": 300} with no
+rope_theta key on Qwen3 -- each with how far the reference moves if the scaling is ignored; a
+Qwen3ForCausalLM folder named tiny-Qwen3-Reranker converted WITHOUT --reranker
 (the converter's documented folder-name rule makes it a reranker), and a decoder with --no-fuse.
 The converter is called `NORNIR vector convert --model SRC --output DST --force [--reranker]
 [--dtype D]` (its --help; DST removed first) and, if that fails, positionally
@@ -100,7 +105,9 @@ Results (2026-12-03, /work/target-decoders/debug/nornir of branch decoders at 3b
 selftest ok (padded rows vs alone 1.8e-15; GQA vs repeated kv 2.4e-15); synthetic ok, 4.3 s:
 float32 embedders 1.0e-6 .. 1.6e-6 (left and right padding, pooled left vs right 0.0), rerankers
 5.2e-7 untied / 8.0e-6 tied, --dtype float16/bfloat16 1.35e-6 / 1.34e-6 against the large weights
-rounded (2.0e-3 / 1.3e-2 against all weights rounded); broken ok, 1.2 s: the graph is 3.9, 0.027,
+rounded (2.0e-3 / 1.3e-2 against all weights rounded); edge cases 7e-7 .. 2e-6 (rope llama3,
+linear and rope_parameters 1.8e-6, 1.1e-6, 1.3e-6 where ignoring them would move 0.55, 1.46, 0.77);
+broken ok, 1.2 s: the graph is 3.9, 0.027,
 1.04, 2.76, 4.2 and 1.3 away from the wrong references (causal off, rope_theta x1.1, q/k norm
 skipped, kv interleaved, padding mask off, yes/no swapped), 1.1e-6 from the right one, and
 positions-unshifted 1.1e-6 (invisible, as expected).
@@ -169,6 +176,38 @@ def inv_freq(theta, dim):
     return 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
 
 
+def rope_of(cfg):
+    """(rope_theta, the scaling dict or None): config.json's rope_theta and rope_scaling, or
+    transformers 5's rope_parameters {"rope_type", "rope_theta", ...} when that is there."""
+    rp = cfg.get("rope_parameters") or {}
+    theta = rp.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    scaling = cfg.get("rope_scaling") or (rp if rp else None)
+    if scaling is not None and scaling.get("rope_type", scaling.get("type", "default")) == "default":
+        scaling = None
+    return theta, scaling
+
+
+def freqs_of(cfg, theta_times=1.0):
+    """inv_freq after modeling_rope_utils' default, linear or llama3 rope init."""
+    theta, scaling = rope_of(cfg)
+    f = inv_freq(theta * theta_times, head_dim_of(cfg))
+    if scaling is None:
+        return f
+    kind = scaling.get("rope_type", scaling.get("type"))
+    factor = scaling["factor"]
+    if kind == "linear":
+        return f / factor
+    if kind == "llama3":
+        old = scaling["original_max_position_embeddings"]
+        low_wl, high_wl = old / scaling["low_freq_factor"], old / scaling["high_freq_factor"]
+        wl = 2 * math.pi / f
+        out = np.where(wl > low_wl, f / factor, f)
+        smooth = (old / wl - scaling["low_freq_factor"]) / (scaling["high_freq_factor"] - scaling["low_freq_factor"])
+        medium = (wl >= high_wl) & (wl <= low_wl)
+        return np.where(medium, (1 - smooth) * out / factor + smooth * out, out)
+    raise ValueError(f"rope type {kind} not in this reference")
+
+
 def positions_of(mask, shifted=True):
     """[B, L]: cumsum(mask) - 1 (pads clipped to 0), or arange when not shifted."""
     if not shifted:
@@ -214,8 +253,7 @@ def forward(cfg, w, ids, mask, mistake=None):
     p = prefix_of(w)
     eps, nh, nkv = cfg["rms_norm_eps"], cfg["num_attention_heads"], kv_heads_of(cfg)
     hd = head_dim_of(cfg)
-    theta = cfg["rope_theta"] * (1.1 if mistake == "rotary-base-x1.1" else 1.0)
-    freqs = inv_freq(theta, hd)
+    freqs = freqs_of(cfg, 1.1 if mistake == "rotary-base-x1.1" else 1.0)
     pos = positions_of(mask, shifted=mistake != "positions-unshifted")
     bias = attention_bias(mask, causal=mistake != "causal-off", padding=mistake != "padding-mask-off")
     rep = nh // nkv
@@ -593,6 +631,35 @@ def run_synthetic(nornir, work):
         else:
             case["error"], case["max_abs_diff"] = error, float("inf")
         half.append(case)
+    # rotary scaling (edge cases): llama3 and linear rope_scaling, and transformers 5's
+    # rope_parameters in place of rope_theta; each also says how far ignoring it moves the reference
+    scaled = [
+        ("llama-rope-llama3", config("llama", tied=False, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64})),
+        ("qwen2-rope-linear", config("qwen2", tied=True, rope_scaling={"type": "linear", "factor": 4.0})),
+        ("qwen3-rope-parameters", {k: v for k, v in config("qwen3", tied=False, rope_parameters={
+            "rope_type": "default", "rope_theta": 300.0}).items() if k not in ("rope_theta", "rope_scaling")}),
+    ]
+    for name, scfg in scaled:
+        sw = weights(scfg, rng)
+        ssource = work / name
+        write_folder(ssource, scfg, sw)
+        srows = random_rows(rng)
+        plain = {k: v for k, v in scfg.items() if k not in ("rope_scaling", "rope_parameters")}
+        plain.setdefault("rope_theta", 10000.0)
+        ids, mask = padded(srows, "left")
+        case = {"case": name, "kind": "embedder", "rope": rope_of(scfg),
+                "reference_moves_by_if_ignored": diff_tokens(forward(plain, sw, ids, mask), forward(scfg, sw, ids, mask), mask)}
+        out, error = convert(nornir, ssource, work / f"{name}-onnx")
+        if error is None:
+            try:
+                case.update(check_embedder(Graph(out), scfg, rounded(sw, "F32"), srows))
+            except Exception as e:  # noqa: BLE001
+                case["error"], case["max_abs_diff"] = f"onnxruntime: {e}"[-1500:], float("inf")
+        else:
+            case["error"], case["max_abs_diff"] = error, float("inf")
+        edge.append(case)
     # a Qwen3ForCausalLM folder whose name says "reranker", converted WITHOUT --reranker: the
     # converter's documented folder-name rule makes it a reranker anyway (edge case)
     rcfg = config("qwen3", tied=False)
