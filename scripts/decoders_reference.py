@@ -90,7 +90,8 @@ is 512 x 64 with hidden 64). Half precision: the float32 qwen3-causal-lm folder 
 and 2e-2); reported apart as half_precision_cases.
 Half precision is also compared with the reference on only the large weights rounded (linear
 layers, embedding table, lm_head; norms and biases float32, as `--dtype`'s help says), within 1e-4.
-Edge cases also: rotary scaling as modeling_rope_utils.py's init functions (read) compute it --
+Edge cases also: the qwen3-causal-lm graph on a batch of 400, 37 and 5 tokens and on a row with
+no attended token beside a text (finite, the text unchanged); rotary scaling as modeling_rope_utils.py's init functions (read) compute it --
 llama3 (factor 8, low/high_freq_factor 1/4, original_max_position_embeddings 64, so the tiny
 head_dim's wavelengths fall in all three bands) on Llama, linear (factor 4, old "type" key) on
 Qwen2, and transformers 5's rope_parameters {"rope_type": "default", "rope_theta": 300} with no
@@ -675,6 +676,22 @@ def run_synthetic(nornir, work):
             case["error"], case["max_abs_diff"] = f"onnxruntime: {e}"[-1500:], float("inf")
     else:
         case["error"], case["max_abs_diff"] = error, float("inf")
+    edge.append(case)
+    # the first graph on a long batch (400, 37, 5 tokens), and a row with no attended token at all
+    # beside one text: the graph must stay finite there (edge case)
+    case = {"case": "qwen3-causal-lm long batch + empty row", "kind": "embedder", "lengths": [400, 37, 5]}
+    if (work / "qwen3-causal-lm-onnx" / "model.onnx").exists():
+        graph = Graph(work / "qwen3-causal-lm-onnx")
+        case.update(check_embedder(graph, cfg, w32, random_rows(rng, [400, 37, 5])))
+        ids, mask = padded([rows[1], []], "left")
+        got = graph.run(ids, mask, "last_hidden_state")
+        case["empty_row_finite"] = bool(np.isfinite(got).all())
+        case["beside_empty_row_max_abs_diff"] = diff_tokens(got, forward(cfg, w32, ids, mask), mask)
+        if not case["empty_row_finite"]:
+            case["max_abs_diff"] = float("inf")
+        case["max_abs_diff"] = max(case["max_abs_diff"], case["beside_empty_row_max_abs_diff"])
+    else:
+        case["error"], case["max_abs_diff"] = "no converted qwen3-causal-lm", float("inf")
     edge.append(case)
     # --no-fuse on a decoder (reported with the edge cases)
     case = {"case": "qwen3-causal-lm --no-fuse", "kind": "embedder"}
