@@ -22,11 +22,9 @@ venv `cargo xtask test` makes).
 """
 
 import json
-import os
 import socket
 import statistics
 import string
-import struct
 import subprocess
 import sys
 import tempfile
@@ -35,6 +33,9 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import convert_reference as cr  # noqa: E402  (its safetensors reader)
 
 
 def st_config(model):
@@ -48,19 +49,6 @@ def st_config(model):
         "attend": c.get("attend_to_expansion_tokens", False),
         "skip": c.get("skiplist_words", list(string.punctuation)),
     }
-
-
-def read_safetensors(path):
-    raw = path.read_bytes()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8 : 8 + n])
-    out = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = meta["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + n + a : 8 + n + b], dtype="<f4").reshape(meta["shape"])
-    return out
 
 
 class PythonPipeline:
@@ -78,7 +66,7 @@ class PythonPipeline:
         o.intra_op_num_threads = 2
         self.sess = ort.InferenceSession(str(model / "model.onnx"), o, providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in self.sess.get_inputs()]
-        self.dense = read_safetensors(model / "1_Dense" / "model.safetensors")["linear.weight"]
+        self.dense = cr.read_safetensors(model / "1_Dense" / "model.safetensors")["linear.weight"].astype(np.float32)
         self.qid, self.did = self.tok.token_to_id(self.c["q"]), self.tok.token_to_id(self.c["d"])
         self.mask = self.tok.token_to_id("[MASK]")
         self.skip = {self.tok.token_to_id(w) for w in self.c["skip"]} - {None}
