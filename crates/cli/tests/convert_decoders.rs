@@ -3,30 +3,79 @@
 //! code without reading the converter: embedder graphs' `last_hidden_state` and the yes/no
 //! reranker's `logits`, left and right padded batches; and the same reference wrong in one way at
 //! a time (causal mask off, rotary base, q/k norms skipped, kv heads interleaved, padding mask
-//! off, yes/no swapped), each of which must differ.
+//! off, yes/no swapped), each of which must differ; and a converted Qwen3 reranker on `rerank`,
+//! scoring each pair in its model card's prompt.
 
 mod common;
+
+use std::path::Path;
 
 use common::s;
 use serde_json::Value;
 
-fn reference(mode: &str) -> Value {
-    let t = tempfile::tempdir().expect("tempdir");
-    common::reference_script("decoders_reference.py", mode, &[s(t.path())])
+fn reference(mode: &str, work: &Path) -> Value {
+    common::reference_script("decoders_reference.py", mode, &[s(work)])
 }
+
+/// Qwen3-Reranker's scores as its model card computes them, on the converted graph: the
+/// folder's pair_template.json filled in, its three parts tokenized without special tokens,
+/// sigmoid(logit_yes - logit_no) at the last token.
+const CARD_SCORES: &str = r#"
+import json, sys
+import numpy as np, onnxruntime as ort
+from tokenizers import Tokenizer
+folder, query, docs = sys.argv[1], sys.argv[2], sys.argv[3:]
+t = json.load(open(folder + "/pair_template.json"))
+tok = Tokenizer.from_file(folder + "/tokenizer.json")
+ids = lambda s: tok.encode(s, add_special_tokens=False).ids
+session = ort.InferenceSession(folder + "/model.onnx", providers=["CPUExecutionProvider"])
+scores = []
+for d in docs:
+    body = t["body"].replace("{instruction}", t["instruction"]).replace("{query}", query).replace("{document}", d)
+    x = np.array([ids(t["prefix"]) + ids(body) + ids(t["suffix"])], dtype=np.int64)
+    logit = session.run(["logits"], {"input_ids": x, "attention_mask": np.ones_like(x)})[0][0, 0]
+    scores.append(float(1 / (1 + np.exp(-logit))))
+print(json.dumps(scores))
+"#;
 
 #[test]
 #[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
-fn every_decoder_family_equals_its_numpy_reference() {
+fn every_decoder_family_equals_its_numpy_reference_and_a_reranker_scores_in_its_prompt() {
     nornir_test_support::needs_assets!();
-    let r = reference("synthetic");
+    let t = tempfile::tempdir().expect("tempdir");
+    let r = reference("synthetic", t.path());
     assert_eq!(r["ok"], true, "{r:#}");
+
+    // The converted Qwen3 reranker on `rerank`: its prompt, one score per document, best first.
+    let folder = t.path().join("qwen3-reranker-onnx");
+    let (query, docs) = ("what is yes", ["no yes", "yes yes yes", "hello"]);
+    let mut args = vec!["vector", "rerank", "--model", s(&folder), "--query", query, "--no-text"];
+    args.extend(docs);
+    let o = common::Run::new(&args).output();
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let o2 = std::process::Command::new(nornir_test_support::env_path("NORNIR_TEST_REFERENCE_PYTHON"))
+        .args(["-c", CARD_SCORES, s(&folder), query])
+        .args(docs)
+        .output()
+        .expect("run the card's scoring");
+    assert!(o2.status.success(), "{}", String::from_utf8_lossy(&o2.stderr));
+    let want: Vec<f64> = serde_json::from_slice(&o2.stdout).expect("scores");
+    let lines = String::from_utf8_lossy(&o.stdout).into_owned();
+    let got: Vec<Value> = lines.lines().map(|l| serde_json::from_str(l).expect("a line")).collect();
+    assert_eq!(got.len(), 3, "{lines}");
+    for g in &got {
+        let i = g["index"].as_u64().expect("index") as usize;
+        let score = g["score"].as_f64().expect("score");
+        assert!((score - want[i]).abs() <= 1e-5, "document {i}: nornir {score}, the card's {}", want[i]);
+    }
+    assert!(got.windows(2).all(|w| w[0]["score"].as_f64() >= w[1]["score"].as_f64()), "{lines}");
 }
 
 #[test]
 #[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn a_decoder_reference_wrong_in_one_way_is_caught() {
     nornir_test_support::needs_assets!();
-    let r = reference("broken");
+    let t = tempfile::tempdir().expect("tempdir");
+    let r = reference("broken", t.path());
     assert_eq!(r["ok"], true, "{r:#}");
 }

@@ -80,6 +80,11 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
         conversion.copied = copy_folder(source, &tmp, Path::new(""), output)?;
         if conversion.head == Head::YesNo {
             write_reranker_config(&tmp.join("config.json"), &conversion.architecture)?;
+            let template = tmp.join(PAIR_TEMPLATE);
+            if !template.exists() {
+                let text = serde_json::to_string_pretty(&qwen3_reranker_template()).unwrap_or_default() + "\n";
+                std::fs::write(&template, text).map_err(write_err(&template))?;
+            }
         }
         if conversion.architecture == "HF_ColBERT" {
             let files = crate::colbert::stanford_files(source, conversion.hidden, &Weights::open(source)?)?;
@@ -227,6 +232,21 @@ fn yes_no_ids(dir: &Path, vocab: usize) -> Result<(usize, usize), ConvertError> 
 
 /// Rewrites the copied config.json of a reranker as the one-label classifier nornir runs:
 /// `architectures` `<Family>ForSequenceClassification`, `num_labels` 1, label "yes".
+/// The prompt a yes/no reranker reads its pairs in, beside its graph (a folder's own is kept).
+const PAIR_TEMPLATE: &str = "pair_template.json";
+
+/// Qwen3-Reranker's prompt, as its model card's code builds it: the system prefix, the body with
+/// the instruction, query and document (only the body is cut when a pair is too long), and the
+/// assistant's suffix up to where the model answers "yes" or "no".
+fn qwen3_reranker_template() -> serde_json::Value {
+    serde_json::json!({
+        "prefix": "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n",
+        "body": "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}",
+        "suffix": "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+        "instruction": "Given a web search query, retrieve relevant passages that answer the query",
+    })
+}
+
 fn write_reranker_config(file: &Path, architecture: &str) -> Result<(), ConvertError> {
     let text = std::fs::read_to_string(file).map_err(|e| ConvertError::Read { file: display(file), source: e })?;
     let mut config: serde_json::Value = serde_json::from_str(&text)

@@ -37,9 +37,9 @@ pub use load::plan::{plan_for, plan_with};
 pub use load::runtime::{check_library, choose_library, device_list, list_devices};
 pub use report::describe::{EmbedderReport, RangesReport, RangesUse, cpu_int8_extensions, fusion_counts, precision};
 pub use report::values::{
-    DenseSpec, DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, MultiVectorSpec, OrtInfo, Placement,
-    PluginReport, PoolingSpec, PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome, SessionReport,
-    Token, TokenVectorSource,
+    DenseSpec, DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, MultiVectorSpec, OrtInfo, PairTemplate,
+    Placement, PluginReport, PoolingSpec, PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome,
+    SessionReport, Token, TokenVectorSource,
 };
 pub use schedule::stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 

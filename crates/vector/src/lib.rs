@@ -63,10 +63,10 @@ pub mod diagnostics {
 
     #[cfg(feature = "embed-ort")]
     pub use nornir_embed::{
-        DenseSpec, DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, MultiVectorSpec, OrtInfo, Placement,
-        PluginReport, PoolingSpec, PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome,
-        SessionReport, TokenVectorSource, check_library, choose_library, cpu_int8_extensions, device_list,
-        fusion_counts, plan_for, plan_with, precision,
+        DenseSpec, DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, MultiVectorSpec, OrtInfo,
+        PairTemplate, Placement, PluginReport, PoolingSpec, PromptChoice, Prompts, Quantization, Registration,
+        RegistrationOutcome, SessionReport, TokenVectorSource, check_library, choose_library, cpu_int8_extensions,
+        device_list, fusion_counts, plan_for, plan_with, precision,
     };
 }
 

@@ -9,6 +9,7 @@ use crate::call::request::{Item, Request};
 use crate::error::{EmbedError, Result};
 use crate::kinds::embeddings::{Embeddings, TextTokens, Usage};
 use crate::load::engine::Engine;
+use crate::report::values::PairTemplate;
 use nornir_options::{CallOptions, Truncation};
 use nornir_options::{ModelKind, ScoreActivation};
 
@@ -108,8 +109,16 @@ pub(crate) fn prepare_pairs<A: AsRef<str>, B: AsRef<str>>(
     let request = Request::new(inputs.len(), labels);
     let mut items = Vec::with_capacity(inputs.len());
     let mut tokens = Vec::with_capacity(inputs.len());
+    let template = engine.info.folder.pair_template.as_ref();
     for (index, (first, second)) in inputs.iter().enumerate() {
         let (first, second) = (first.as_ref(), second.as_ref().map(AsRef::as_ref));
+        if let Some(t) = template {
+            let (ids, truncated) = templated(engine, t, first, second.unwrap_or_default(), truncation, index)?;
+            let count = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+            tokens.push(TextTokens { count, truncated });
+            items.push(Item::pair(ids, Vec::new(), &request, index));
+            continue;
+        }
         if truncation == Truncation::Refuse
             && let Some(count) = tokenizer.pair_too_long(first, second)?
         {
@@ -132,4 +141,38 @@ pub(crate) fn prepare_pairs<A: AsRef<str>, B: AsRef<str>>(
         return Err(EmbedError::Cancelled);
     }
     Ok(call)
+}
+
+/// A pair in the folder's prompt: the prefix's, body's and suffix's ids (no special tokens), the
+/// body cut to what the model's length leaves (from the side `truncation` keeps), and whether
+/// it was cut.
+fn templated(
+    engine: &Engine,
+    t: &PairTemplate,
+    query: &str,
+    document: &str,
+    truncation: Truncation,
+    index: usize,
+) -> Result<(Vec<u32>, bool)> {
+    let tok = engine.tokenizer.whole();
+    let ids = |text: &str| -> Result<Vec<u32>> {
+        Ok(tok.encode(text, false).map_err(crate::call::tokenize::tokenizer_failed)?.get_ids().to_vec())
+    };
+    let body =
+        t.body.replace("{instruction}", &t.instruction).replace("{query}", query).replace("{document}", document);
+    let (prefix, mut body, suffix) = (ids(&t.prefix)?, ids(&body)?, ids(&t.suffix)?);
+    let max_length = engine.info.max_length;
+    let room = max_length.saturating_sub(prefix.len() + suffix.len());
+    let truncated = body.len() > room;
+    if truncated {
+        match truncation {
+            Truncation::Refuse => {
+                let tokens = prefix.len() + body.len() + suffix.len();
+                return Err(EmbedError::TooLong { index, tokens, exact: true, max_length });
+            }
+            Truncation::Left => drop(body.drain(..body.len() - room)),
+            _ => body.truncate(room),
+        }
+    }
+    Ok(([prefix, body, suffix].concat(), truncated))
 }

@@ -456,6 +456,13 @@ impl ModelFolder {
             exists(COLBERT_LINEAR).then(|| colbert_linear_spec(COLBERT_LINEAR))
         };
         let sparse_head = exists(SPARSE_LINEAR).then(|| SPARSE_LINEAR.to_owned());
+        let pair_template =
+            match read_json("pair_template.json")? {
+                Some(t) => Some(serde_json::from_str(&t).map_err(|e| {
+                    err(format!("pair_template.json: {e} (it needs \"prefix\", \"body\" and \"suffix\")"))
+                })?),
+                None => None,
+            };
         let quantization = match read_json("quantization.json")? {
             Some(t) => Some(parse_quantization(&t).map_err(|e| err(format!("quantization.json: {e}")))?),
             None => None,
@@ -479,6 +486,7 @@ impl ModelFolder {
             dense,
             multi_vector,
             sparse_head,
+            pair_template,
         })
     }
 }

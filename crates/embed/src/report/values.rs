@@ -328,6 +328,27 @@ pub struct ModelFolder {
     /// BGE-M3's `sparse_linear` head: term weights from the same pass as its dense vector.
     #[serde(default)]
     pub sparse_head: Option<String>,
+    /// `pair_template.json`: the prompt a decoder reranker reads each pair in (Qwen3-Reranker's,
+    /// written by `nornir vector convert`); `None`: the tokenizer's own pair encoding.
+    #[serde(default)]
+    pub pair_template: Option<PairTemplate>,
+}
+
+/// A reranker's prompt around a pair: `prefix`, then `body` with `{instruction}`, `{query}` and
+/// `{document}` filled in (the only part cut when a pair is too long), then `suffix`; each
+/// tokenized without special tokens, as Qwen3-Reranker's model card does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PairTemplate {
+    /// Before the body.
+    pub prefix: String,
+    /// The pair's own text.
+    pub body: String,
+    /// After the body, up to where the model answers.
+    pub suffix: String,
+    /// What `{instruction}` becomes.
+    #[serde(default)]
+    pub instruction: String,
 }
 
 /// How a late-interaction model turns a text into token vectors, as PyLate reads
