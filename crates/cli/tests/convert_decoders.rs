@@ -71,6 +71,76 @@ fn every_decoder_family_equals_its_numpy_reference_and_a_reranker_scores_in_its_
     assert!(got.windows(2).all(|w| w[0]["score"].as_f64() >= w[1]["score"].as_f64()), "{lines}");
 }
 
+/// Stands in for onnx-community's decoder exports: the converted graph given a KV cache's inputs
+/// (`past_key_values.N.key`/`.value` `[batch, 2, past, 16]`, `position_ids`) that its output
+/// really reads (plus the sum of the past keys: 0 when fed empty), written to `out`; with
+/// `symbolic`, the cache's head count is left symbolic, which cannot be fed empty.
+const CACHED_EXPORT: &str = r#"
+import sys, onnx
+from onnx import TensorProto, helper
+src, out, symbolic = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+m = onnx.load(src + "/model.onnx")
+g = m.graph
+g.output[0].name = "hidden_raw"
+rename = {"last_hidden_state": "hidden_raw", "position_ids": "positions_from_mask"}
+for n in g.node:
+    n.output[:] = [rename.get(o, o) for o in n.output]
+    n.input[:] = [rename.get(i, i) if i != "last_hidden_state" else i for i in n.input]
+heads = "heads" if symbolic else 2
+total = []
+for i in range(2):
+    for part in ("key", "value"):
+        name = f"past_key_values.{i}.{part}"
+        g.input.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", heads, "past", 16]))
+        g.node.append(helper.make_node("ReduceSum", [name], [name + ".sum"], keepdims=0))
+        total.append(name + ".sum")
+g.input.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "sequence"]))
+g.node.append(helper.make_node("Sum", total, ["past_total"]))
+g.node.append(helper.make_node("Add", ["hidden_raw", "past_total"], ["last_hidden_state"]))
+del g.output[:]
+g.output.append(helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, None))
+onnx.save(m, out + "/model.onnx")
+"#;
+
+#[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
+fn an_export_with_a_kv_cache_runs_with_the_cache_fed_empty() {
+    nornir_test_support::needs_assets!();
+    let t = tempfile::tempdir().expect("tempdir");
+    let r = reference("synthetic", t.path());
+    assert_eq!(r["ok"], true, "{r:#}");
+    let plain = t.path().join("qwen3-embedding-onnx");
+    let embed = |folder: &Path| {
+        let o =
+            common::Run::new(&["vector", "embed", "-q", "--model", s(folder), "--pooling", "last", "yes no", "hello"])
+                .output();
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned(), common::stderr(&o))
+    };
+    let (code, want, e) = embed(&plain);
+    assert_eq!(code, Some(0), "{e}");
+    for symbolic in ["0", "1"] {
+        let cached = t.path().join(format!("cached-{symbolic}"));
+        std::fs::create_dir(&cached).expect("dir");
+        for f in ["config.json", "tokenizer.json"] {
+            std::fs::copy(plain.join(f), cached.join(f)).expect("copy");
+        }
+        let o = std::process::Command::new(nornir_test_support::env_path("NORNIR_TEST_REFERENCE_PYTHON"))
+            .args(["-c", CACHED_EXPORT, s(&plain), s(&cached), symbolic])
+            .output()
+            .expect("write the cached export");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let (code, got, e) = embed(&cached);
+        if symbolic == "0" {
+            assert_eq!(code, Some(0), "{e}");
+            assert_eq!(got, want, "the cache fed empty changes nothing");
+        } else {
+            assert_eq!(code, Some(2), "{e}");
+            assert!(e.contains("cannot be fed empty"), "{e}");
+            assert_eq!(e.trim().lines().count(), 1, "{e}");
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn a_decoder_reference_wrong_in_one_way_is_caught() {

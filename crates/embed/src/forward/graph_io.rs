@@ -35,6 +35,17 @@ pub(crate) struct TaskInput {
     pub(crate) value: i64,
 }
 
+/// A decoder export's cache input (`past_key_values.N.key` / `.value`, as onnx-community's and
+/// optimum's exports have): an embedder needs no cache, so each is fed empty, `[batch, heads, 0,
+/// head width]`.
+#[derive(Debug, Clone)]
+pub(crate) struct PastInput {
+    pub(crate) name: String,
+    pub(crate) heads: usize,
+    pub(crate) width: usize,
+    pub(crate) half: bool,
+}
+
 /// What the model's graph expects, read from the session at load time.
 #[derive(Debug, Clone)]
 pub(crate) struct GraphIo {
@@ -43,6 +54,10 @@ pub(crate) struct GraphIo {
     pub(crate) type_ids: Option<String>,
     pub(crate) position_ids: Option<String>,
     pub(crate) task: Option<TaskInput>,
+    /// Cache inputs fed empty.
+    pub(crate) past: Vec<PastInput>,
+    /// optimum's merged decoders' `use_cache_branch`, fed false.
+    pub(crate) use_cache_branch: Option<String>,
     int32: bool,
     pub(crate) output: usize,
     pub(crate) output_type: OutputType,
@@ -74,8 +89,20 @@ pub(crate) fn graph_io(session: &Session, folder: &ModelFolder, output_name: Opt
     let mut position_ids = None;
     let mut task = None;
     let mut int32 = None;
+    let mut past = Vec::new();
+    let mut use_cache_branch = None;
     for input in session.inputs() {
         let name = input.name();
+        if name.starts_with("past_key_values") || name.starts_with("past_key") || name.starts_with("past_value") {
+            past.push(past_input(name, input.dtype()).map_err(|why| {
+                err(format!("its cache input {name:?} cannot be fed empty ({why}); export the model without a KV cache, or with its heads and head width fixed"))
+            })?);
+            continue;
+        }
+        if name == "use_cache_branch" {
+            use_cache_branch = Some(name.to_owned());
+            continue;
+        }
         let (ty, rank) = match input.dtype() {
             ValueType::Tensor { ty, shape, .. } => (*ty, shape.len()),
             other => {
@@ -180,12 +207,32 @@ pub(crate) fn graph_io(session: &Session, folder: &ModelFolder, output_name: Opt
         type_ids,
         position_ids,
         task,
+        past,
+        use_cache_branch,
         int32: int32.unwrap_or(false),
         output,
         output_type,
         pooled: rank == 2,
         output_reason,
     })
+}
+
+/// A cache input's heads and head width, which must be fixed: `[batch, heads, past, width]` of
+/// float32 or float16.
+fn past_input(name: &str, ty: &ValueType) -> std::result::Result<PastInput, String> {
+    let ValueType::Tensor { ty, shape, .. } = ty else { return Err(format!("it is {ty}, not a tensor")) };
+    let half = match ty {
+        TensorElementType::Float32 => false,
+        TensorElementType::Float16 => true,
+        other => return Err(format!("it holds {other:?}, not float32 or float16")),
+    };
+    let dims: Vec<i64> = shape.iter().copied().collect();
+    match dims[..] {
+        [_, heads, _, width] if heads > 0 && width > 0 => {
+            Ok(PastInput { name: name.to_owned(), heads: heads as usize, width: width as usize, half })
+        }
+        _ => Err(format!("its shape is {dims:?}, not [batch, heads, past, head width] with fixed heads and width")),
+    }
 }
 
 /// How one batch is laid out and pooled: the same for every batch of an embedder. What a call
@@ -279,6 +326,18 @@ impl<
             if let Some(name) = name {
                 feed.push((name.clone(), TensorRef::from_array_view((shape, values.as_slice()))?.into()));
             }
+        }
+        for p in &io.past {
+            let shape = [shape[0], p.heads, 0, p.width];
+            let empty: ort::session::SessionInputValue<'a> = if p.half {
+                TensorRef::from_array_view((shape, &[] as &[half::f16]))?.into()
+            } else {
+                TensorRef::from_array_view((shape, &[] as &[f32]))?.into()
+            };
+            feed.push((p.name.clone(), empty));
+        }
+        if let Some(name) = &io.use_cache_branch {
+            feed.push((name.clone(), TensorRef::from_array_view(([1usize], &[false][..]))?.into()));
         }
         if let Some(task) = &io.task {
             let value = std::slice::from_ref(&task.value);
