@@ -118,6 +118,11 @@ fn an_export_with_a_kv_cache_runs_with_the_cache_fed_empty() {
     };
     let (code, want, e) = embed(&plain);
     assert_eq!(code, Some(0), "{e}");
+    // Without a pooling rule a decoder's embedder is refused: mean pooling would read tokens that
+    // never saw the text's end.
+    let o = common::Run::new(&["vector", "embed", "-q", "--model", s(&plain), "hello"]).output();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(common::stderr(&o).contains("needs a pooling rule"), "{}", common::stderr(&o));
     for symbolic in ["0", "1"] {
         let cached = t.path().join(format!("cached-{symbolic}"));
         std::fs::create_dir(&cached).expect("dir");

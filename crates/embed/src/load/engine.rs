@@ -135,6 +135,17 @@ impl Engine {
                 format!("cuts dense vectors; this model is a {}", folder.kind.kind),
             ));
         }
+        if folder.decoder
+            && folder.kind.kind == ModelKind::Embedder
+            && options.pooling.is_none()
+            && folder.pooling.is_none()
+        {
+            return Err(EmbedError::model(
+                &folder.dir,
+                "it is a decoder, whose embedder needs a pooling rule, and it has none: add 1_Pooling/config.json with \
+                 \"pooling_mode_lasttoken\": true (as Qwen3-Embedding ships it), or choose the pooling (--pooling last)",
+            ));
+        }
         let pooling =
             options.pooling.or(folder.kind.pooling).or(folder.pooling.map(|p| p.mode)).unwrap_or(Pooling::Mean);
         let include_prompt = folder.pooling.is_none_or(|p| p.include_prompt);

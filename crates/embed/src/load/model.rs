@@ -80,6 +80,13 @@ impl HfConfig {
         self.max_position_embeddings.map(|n| n.saturating_sub(offset))
     }
 
+    /// A causal decoder (Qwen3, Qwen2, Llama, Mistral, or any `*ForCausalLM`): its token vectors
+    /// see only the tokens before them, so only its last token sees the whole text.
+    pub fn is_decoder(&self) -> bool {
+        matches!(self.model_type.as_deref(), Some("qwen3" | "qwen2" | "llama" | "mistral"))
+            || self.architectures.iter().any(|a| a.ends_with("ForCausalLM"))
+    }
+
     /// The family, named for a person: from `architectures`, `model_type` and the positions.
     pub fn family(&self) -> Option<String> {
         let arch = self.architectures.first().map(String::as_str).unwrap_or_default();
@@ -92,6 +99,10 @@ impl HfConfig {
             Some("nomic_bert") => "NomicBERT (rotary, SwiGLU)",
             Some("new") => "GTE (NewModel: rotary, GeGLU)",
             Some("modernbert") => "ModernBERT (rotary, local and global attention)",
+            Some("qwen3") => "Qwen3 (decoder: causal, grouped-query, rotary)",
+            Some("qwen2") => "Qwen2 (decoder: causal, grouped-query, rotary)",
+            Some("llama") => "Llama (decoder: causal, grouped-query, rotary)",
+            Some("mistral") => "Mistral (decoder: causal, grouped-query, rotary)",
             Some("bert") => "BERT",
             Some("xlm-roberta") => "XLM-RoBERTa",
             Some(other) => other,
@@ -479,6 +490,7 @@ impl ModelFolder {
             modules,
             prompts,
             family: hf.family(),
+            decoder: hf.is_decoder(),
             tasks: hf.lora_adaptations,
             task_instructions: hf.task_instructions,
             quantization,
