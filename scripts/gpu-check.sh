@@ -10,7 +10,8 @@
 # Steps: reassemble and verify the bundle; the GPU and driver; the CUDA libraries of the pip
 # wheels in Python's path (NORNIR_CUDA_LIBS, unless already set); doctor --expect cuda; the parity
 # sample on CUDA and on CPU against the reference; bench on the corpus on CUDA (default and large
-# batches) and CPU; the sentence-transformers peer; the summary.
+# batches) and CPU; the sentence-transformers peer; a Qwen3-0.6B-shaped decoder converted here,
+# on CUDA against CPU, and its speed on both; the summary.
 #
 # Exit: 0 CUDA ran the model and matched the reference; 1 the check ran but CUDA did not run the
 # model or did not match; 2 the check itself could not run; 3 the bundle is incomplete or damaged
@@ -158,5 +159,26 @@ step bench-cpu "$OUT/bench-cpu.json" "$NORNIR" vector bench --json --quiet --dev
 step st-peer - env HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$PYTHON" "$HELPER" st-peer --model "$B/st-model" --corpus "$CORPUS" \
     --parity-input testdata/parity-sample.txt --parity-reference testdata/parity-sample.f32 --out "$OUT/st-peer.json"
 
-# 8. Every figure in one place.
+# 8. A decoder: Qwen3-Embedding-0.6B's shape with random float16 weights written here (no hub),
+# converted by the bundled nornir (float16 weights), its last-token vectors on CUDA against CPU's,
+# and texts/s on both. NORNIR_GPU_CHECK_DECODER=tiny makes it small (the dry run).
+DECODER_SHAPE=${NORNIR_GPU_CHECK_DECODER:-qwen3-0.6b}
+echo "decoder_shape=$DECODER_SHAPE" >>"$OUT/machine.txt"
+if step decoder-checkpoint "$OUT/decoder-width.txt" "$PYTHON" "$HELPER" decoder-checkpoint "$WORK/decoder-src" "$DECODER_SHAPE" &&
+    step decoder-convert - env ORT_DYLIB_PATH="$ORT" "$NORNIR" vector convert --model "$WORK/decoder-src" \
+        --output "$WORK/decoder" --dtype float16 --force; then
+    DECODER=(--model "$WORK/decoder" --ort-lib "$ORT")
+    for device in cpu cuda; do
+        step "decoder-embed-$device" - "$NORNIR" vector embed --quiet --device "$device" --format f32 "${DECODER[@]}" \
+            --input testdata/parity-sample.txt --output "$OUT/decoder-$device.f32"
+    done
+    [[ -f $OUT/decoder-cuda.f32 ]] && "$PYTHON" "$HELPER" parity "$OUT/decoder-cuda.f32" "$OUT/decoder-cpu.f32" \
+        "$(cat "$OUT/decoder-width.txt")" >"$OUT/decoder-parity.json"
+    for device in cuda cpu; do
+        step "bench-decoder-$device" "$OUT/bench-decoder-$device.json" "$NORNIR" vector bench --json --quiet \
+            --device "$device" "${DECODER[@]}" --input testdata/parity-sample.txt
+    done
+fi
+
+# 9. Every figure in one place.
 "$PYTHON" "$HELPER" summary "$OUT"

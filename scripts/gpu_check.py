@@ -3,7 +3,13 @@ sentence-transformers, where installed).
 
   cuda-libs                 find the CUDA libraries of the pip wheels on sys.path; JSON on stdout
   field FILE path           the folders of a cuda-libs result, colon-separated
-  parity FILE REFERENCE     cosine of every row against the reference (float32, 384 wide); JSON
+  parity FILE REFERENCE [DIM]
+                            cosine of every row against the reference (float32, 384 wide unless
+                            DIM); JSON
+  decoder-checkpoint DIR SHAPE
+                            a Qwen3 decoder embedder with random float16 weights, as Qwen3-Embedding
+                            ships it (config.json, model.safetensors, tokenizer.json, last-token
+                            pooling): SHAPE qwen3-0.6b (Qwen3-Embedding-0.6B's sizes) or tiny
   st-peer --model DIR ...   sentence-transformers on the GPU: texts/s on the corpus; JSON to --out
   incomplete OUT REASON     summary.json saying the bundle is incomplete
   summary OUT               summary.json and summary.md from every result in OUT; exit 0 when CUDA
@@ -71,12 +77,12 @@ def read_f32(path):
     return a
 
 
-def cosines(got, want):
-    if len(got) != len(want) or len(got) % DIM:
+def cosines(got, want, dim=DIM):
+    if len(got) != len(want) or len(got) % dim:
         raise SystemExit(f"parity: {len(got)} floats against {len(want)} in the reference")
     out = []
-    for i in range(0, len(want), DIM):
-        a, b = got[i : i + DIM], want[i : i + DIM]
+    for i in range(0, len(want), dim):
+        a, b = got[i : i + dim], want[i : i + dim]
         dot = sum(x * y for x, y in zip(a, b))
         norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
         out.append(dot / norm if norm else 0.0)
@@ -95,8 +101,86 @@ def parity_report(cos, floor):
     }
 
 
-def parity(path, reference):
-    print(json.dumps(parity_report(cosines(read_f32(path), read_f32(reference)), PARITY_FLOOR), indent=2))
+def parity(path, reference, dim=DIM):
+    report = parity_report(cosines(read_f32(path), read_f32(reference), dim), PARITY_FLOOR)
+    print(json.dumps(report, indent=2))
+
+
+DECODER_SHAPES = {
+    # Qwen3-Embedding-0.6B's config.json sizes.
+    "qwen3-0.6b": {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
+                   "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151669},
+    "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "head_dim": 16, "intermediate_size": 128, "vocab_size": 512},
+}
+
+
+def random_half(count, rng_bytes=os.urandom):
+    """`count` random float16 values between 2^-8 and 2^-5 in size, either sign (random bytes
+    with the exponent bits set into that range: no NaN or infinity), as little-endian bytes."""
+    raw = bytearray(rng_bytes(2 * count))
+    # The high byte is sign (1 bit), exponent (5), mantissa's top 2: exponents 7 to 10.
+    table = bytes((b & 0x83) | ((7 + ((b >> 2) & 3)) << 2) for b in range(256))
+    raw[1::2] = bytes(raw[1::2]).translate(table)
+    return bytes(raw)
+
+
+def decoder_checkpoint(folder, shape):
+    s = DECODER_SHAPES[shape]
+    h, layers, heads, kv, hd, inter, vocab = (s[k] for k in ("hidden_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size"))
+    os.makedirs(os.path.join(folder, "1_Pooling"), exist_ok=True)
+    config = dict(s, architectures=["Qwen3ForCausalLM"], model_type="qwen3", rms_norm_eps=1e-6, rope_theta=1000000,
+                  rope_scaling=None, max_position_embeddings=32768, tie_word_embeddings=True, torch_dtype="float16",
+                  attention_bias=False, use_sliding_window=False)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    shapes = [("embed_tokens.weight", [vocab, h]), ("norm.weight", [h])]
+    for i in range(layers):
+        p = f"layers.{i}."
+        shapes += [(p + "input_layernorm.weight", [h]), (p + "post_attention_layernorm.weight", [h]),
+                   (p + "self_attn.q_proj.weight", [heads * hd, h]), (p + "self_attn.k_proj.weight", [kv * hd, h]),
+                   (p + "self_attn.v_proj.weight", [kv * hd, h]), (p + "self_attn.o_proj.weight", [h, heads * hd]),
+                   (p + "self_attn.q_norm.weight", [hd]), (p + "self_attn.k_norm.weight", [hd]),
+                   (p + "mlp.gate_proj.weight", [inter, h]), (p + "mlp.up_proj.weight", [inter, h]),
+                   (p + "mlp.down_proj.weight", [h, inter])]
+    header, offset = {}, 0
+    for name, dims in shapes:
+        n = 2 * math.prod(dims)
+        header[name] = {"dtype": "F16", "shape": dims, "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        for name, dims in shapes:
+            count = math.prod(dims)
+            # Norm weights are 1 (float16 0x3C00), as a fresh model's are.
+            f.write(b"\x00\x3c" * count if name.endswith("norm.weight") else random_half(count))
+    # A word-level tokenizer over the vocabulary, an end-of-text token appended as Qwen3-Embedding's is.
+    words = ["<|endoftext|>", "<unk>"] + [f"w{i}" for i in range(vocab - 2)]
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": 0, "content": "<|endoftext|>", "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False, "special": True}],
+        "normalizer": {"type": "Lowercase"},
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}},
+                           {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}],
+                           "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 0}}],
+                           "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [0], "tokens": ["<|endoftext|>"]}}},
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {w: i for i, w in enumerate(words)}, "unk_token": "<unk>"},
+    }
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer, f)
+    with open(os.path.join(folder, "1_Pooling", "config.json"), "w") as f:
+        json.dump({"word_embedding_dimension": h, "pooling_mode_lasttoken": True}, f)
+    with open(os.path.join(folder, "modules.json"), "w") as f:
+        json.dump([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                   {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}], f)
+    print(h)
 
 
 def read_lines(path):
@@ -197,6 +281,7 @@ def summary(out):
     benches = {k: load(os.path.join(out, f"bench-{k}.json")) for k in ("cuda", "cuda-8192", "cpu")}
     parity = {k: load(os.path.join(out, f"parity-{k}.json")) for k in ("cuda", "cpu")}
     peer = load(os.path.join(out, "st-peer.json")) or {"status": "skipped", "reason": "the peer step wrote nothing"}
+    decoder_benches = {k: load(os.path.join(out, f"bench-decoder-{k}.json")) for k in ("cuda", "cpu")}
 
     def tps(b):
         return b.get("texts_per_second") if b and b.get("active_provider") else None
@@ -237,6 +322,14 @@ def summary(out):
         },
         "nornir_cuda_vs_cpu": best_cuda / tps(benches["cpu"]) if best_cuda and tps(benches["cpu"]) else None,
         "nornir_cuda_vs_sentence_transformers": best_cuda / peer["texts_per_second"] if best_cuda and peer.get("texts_per_second") else None,
+        # A Qwen3-Embedding-0.6B-shaped decoder (random float16 weights) converted here: CUDA's rows
+        # against CPU's, and texts/s on the parity sample.
+        "decoder": {
+            "shape": facts.get("decoder_shape"),
+            "parity_cuda_vs_cpu": load(os.path.join(out, "decoder-parity.json")),
+            "texts_per_second": {k: tps(b) for k, b in decoder_benches.items()},
+            "benches": decoder_benches,
+        },
         "benches": benches,
         "sentence_transformers": peer,
         "steps": steps,
@@ -314,7 +407,9 @@ def main(argv):
     elif cmd == "field":
         print(load(rest[0])[rest[1]])
     elif cmd == "parity":
-        parity(rest[0], rest[1])
+        parity(rest[0], rest[1], int(rest[2]) if len(rest) > 2 else DIM)
+    elif cmd == "decoder-checkpoint":
+        decoder_checkpoint(rest[0], rest[1])
     elif cmd == "st-peer":
         st_peer(rest)
     elif cmd == "incomplete":

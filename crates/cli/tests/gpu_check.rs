@@ -74,8 +74,13 @@ fn dry_run_on_a_simulated_nvidia_machine_measures_everything_and_says_cuda_did_n
     let cudnn_site = venv_site_packages(&env_path("NORNIR_TEST_CUDA_VENV"));
     let site = std::ffi::OsString::from(format!("{}:{}", t.path().join("site").display(), cudnn_site.display()));
     let site = Path::new(&site);
-    let env: [(&str, &Path); 3] =
-        [("NORNIR_PROBE_ROOT", &root), ("PYTHONPATH", site), ("NORNIR_GPU_CHECK_CORPUS", &corpus)];
+    // The decoder step with a tiny Qwen3 (the real check writes Qwen3-Embedding-0.6B's shape).
+    let env: [(&str, &Path); 4] = [
+        ("NORNIR_PROBE_ROOT", &root),
+        ("PYTHONPATH", site),
+        ("NORNIR_GPU_CHECK_CORPUS", &corpus),
+        ("NORNIR_GPU_CHECK_DECODER", Path::new("tiny")),
+    ];
 
     let (o, sum) = gpu_check(t.path(), &env_path("NORNIR_TEST_GPU_BUNDLE"), &env);
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -131,6 +136,15 @@ fn dry_run_on_a_simulated_nvidia_machine_measures_everything_and_says_cuda_did_n
     assert_eq!(cpu_bench["texts"], 200, "{cpu_bench}");
     assert!(sum["texts_per_second"]["nornir_cpu"].as_f64().is_some_and(|r| r > 0.0), "{sum:#}");
     assert!(sum["placement"]["nodes"]["CPUExecutionProvider"].as_u64().is_some_and(|n| n > 0), "{}", sum["placement"]);
+
+    // The decoder was written, converted (float16 weights) and ran on CPU; CUDA did not run it.
+    let decoder = &sum["decoder"];
+    assert_eq!(decoder["shape"], "tiny", "{decoder:#}");
+    assert_eq!(sum["steps"]["decoder-convert"]["exit"], 0, "{sum:#}");
+    assert_eq!(sum["steps"]["decoder-embed-cpu"]["exit"], 0, "{sum:#}");
+    assert_ne!(sum["steps"]["decoder-embed-cuda"]["exit"], 0, "{sum:#}");
+    assert!(decoder["parity_cuda_vs_cpu"].is_null(), "{decoder:#}");
+    assert!(decoder["texts_per_second"]["cpu"].as_f64().is_some_and(|r| r > 0.0), "{decoder:#}");
 
     // No GPU for torch here (and usually no torch): the peer says why it was skipped.
     let peer = &sum["sentence_transformers"];
