@@ -14,6 +14,14 @@ base sizes, with random weights (the figures depend on the shapes, not on the va
   family_bench.py long NORNIR WORK [FAMILY ...]
       texts of 512, 2,048 and 8,192 tokens (8,192 tokens in all per length) through
       `nornir vector embed` with its default budget: wall time per token and peak RSS
+  family_bench.py decoder NORNIR WORK CORPUS TEXTS ROUNDS
+      a Qwen3-Embedding-0.6B-shaped checkpoint (random float16 weights, scripts/gpu_check.py's
+      writer, BERT's tokenizer for realistic token counts), converted (seconds and peak RSS of
+      `nornir vector convert`) and quantized (`nornir vector quantize`); then float32 and int8
+      each through `nornir vector embed` and through the Python pipeline on the same graph
+      (tokenizers, sorted, batches of 32, last-token pooling, L2 norm; in a child process for its
+      peak RSS), ROUNDS interleaved rounds on the first TEXTS corpus lines cut at 128 tokens:
+      median texts/s, peak RSS, and int8's cosine to float32
 
 Families: jina-v2-base, modernbert-base, nomic-v1.5, gte-base-v1.5, jina-v3. Every folder gets
 the default model's tokenizer (BERT's 30,522 tokens; the families' own vocabularies only change
@@ -204,7 +212,7 @@ def nornir_embed(nornir, model, texts_file, extra=()):
     return seconds, float(rss.group(1)) if rss else None
 
 
-def python_embed(model, texts, task):
+def python_embed(model, texts, task, pooling="mean", max_length=256):
     """sentence-transformers' strategy on onnxruntime: seconds for `texts`."""
     import onnxruntime as ort
     from tokenizers import Tokenizer
@@ -212,7 +220,7 @@ def python_embed(model, texts, task):
     start = time.perf_counter()
     tok = Tokenizer.from_file(str(model / "tokenizer.json"))
     tok.no_padding()
-    tok.enable_truncation(256)
+    tok.enable_truncation(max_length)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 2
     sess = ort.InferenceSession(str(model / "model.onnx"), opts, providers=["CPUExecutionProvider"])
@@ -235,7 +243,10 @@ def python_embed(model, texts, task):
             feed["task_id"] = np.array(TASKS.index(task), dtype=np.int64)
         hidden = sess.run(None, feed)[0]
         m = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * m).sum(1) / m.sum(1)
+        if pooling == "last":
+            pooled = hidden[np.arange(len(encs)), mask.sum(1) - 1]
+        else:
+            pooled = (hidden * m).sum(1) / m.sum(1)
         pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
         for k, i in enumerate(rows):
             out[i] = pooled[k]
@@ -305,7 +316,71 @@ def long_inputs(nornir, work, families):
     return results
 
 
+def timed(argv):
+    """Runs `argv`; its seconds and peak RSS (MiB) as `/usr/bin/time -v` reports it."""
+    start = time.perf_counter()
+    done = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{argv[:3]} failed: {done.stderr.strip()[-500:]}")
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
+    return time.perf_counter() - start, int(rss.group(1)) / 1024 if rss else None
+
+
+def decoder(nornir, work, corpus, n, rounds):
+    import gpu_check
+
+    source, f32, int8 = work / "qwen3-0.6b-source", work / "qwen3-0.6b", work / "qwen3-0.6b-int8"
+    if not (source / "model.safetensors").is_file():
+        gpu_check.decoder_checkpoint(str(source), "qwen3-0.6b")
+    tok = json.loads(TOKENIZER.read_text())
+    tok["truncation"], tok["padding"] = None, None
+    (source / "tokenizer.json").write_text(json.dumps(tok))
+    convert_s, convert_rss = timed([nornir, "vector", "convert", "--model", str(source), "--output", str(f32), "--force"])
+    quantize_s, _ = timed([nornir, "vector", "quantize", "--model", str(f32), "--output", str(int8), "--force"])
+    texts = Path(corpus).read_text(encoding="utf-8").splitlines()[:n]
+    texts_file = work / "texts.txt"
+    texts_file.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    child = [sys.executable, __file__, "python-embed"]
+    runs = {k: [] for k in ("nornir_float32", "python_float32", "nornir_int8", "python_int8")}
+    rss = {}
+    for _ in range(rounds):
+        for precision, model in (("float32", f32), ("int8", int8)):
+            seconds, peak = nornir_embed(nornir, model, texts_file, ["--max-length", "128"])
+            runs[f"nornir_{precision}"].append(seconds)
+            rss[f"nornir_{precision}"] = peak
+            seconds, peak = timed([*child, str(model), str(texts_file)])
+            runs[f"python_{precision}"].append(seconds)
+            rss[f"python_{precision}"] = peak
+    vectors = {}
+    for precision, model in (("float32", f32), ("int8", int8)):
+        out = work / f"{precision}.f32"
+        subprocess.run([nornir, "vector", "embed", "--quiet", "--device", "cpu", "--format", "f32", "--max-length", "128",
+                        "--model", str(model), "--input", str(texts_file), "--output", str(out)], check=True)
+        vectors[precision] = np.fromfile(out, dtype=np.float32).reshape(len(texts), -1)
+    cos = (vectors["float32"] * vectors["int8"]).sum(1)
+    med = {k: float(np.median(v)) for k, v in runs.items()}
+    return {
+        "texts": n, "rounds": rounds, "threads": 2, "max_length": 128,
+        "convert": {"seconds": round(convert_s, 1), "peak_rss_mib": convert_rss},
+        "quantize_seconds": round(quantize_s, 1),
+        "texts_per_s": {k: round(n / v, 2) for k, v in med.items()},
+        "nornir_over_python": {p: round(med[f"python_{p}"] / med[f"nornir_{p}"], 2) for p in ("float32", "int8")},
+        "peak_rss_mib": rss,
+        "int8_cosine_to_float32": {"min": float(cos.min()), "mean": float(cos.mean())},
+        "seconds": runs,
+    }
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "python-embed":
+        texts = Path(sys.argv[3]).read_text(encoding="utf-8").splitlines()
+        print(python_embed(Path(sys.argv[2]), texts, None, pooling="last", max_length=128))
+        return
+    if len(sys.argv) == 7 and sys.argv[1] == "decoder":
+        work = Path(sys.argv[3])
+        work.mkdir(parents=True, exist_ok=True)
+        print(json.dumps(decoder(sys.argv[2], work, sys.argv[4], int(sys.argv[5]), int(sys.argv[6])), indent=1))
+        return
     if len(sys.argv) >= 7 and sys.argv[1] == "speed":
         work = Path(sys.argv[3])
         work.mkdir(parents=True, exist_ok=True)
