@@ -20,6 +20,7 @@ fn reference(mode: &str, work: &Path) -> Value {
 /// Qwen3-Reranker's scores as its model card computes them, on the converted graph: the
 /// folder's pair_template.json filled in, its three parts tokenized without special tokens,
 /// sigmoid(logit_yes - logit_no) at the last token.
+#[cfg(feature = "embed-ort")]
 const CARD_SCORES: &str = r#"
 import json, sys
 import numpy as np, onnxruntime as ort
@@ -40,14 +41,30 @@ print(json.dumps(scores))
 
 #[test]
 #[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
-fn every_decoder_family_equals_its_numpy_reference_and_a_reranker_scores_in_its_prompt() {
+fn every_decoder_family_equals_its_numpy_reference() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
     let r = reference("synthetic", t.path());
     assert_eq!(r["ok"], true, "{r:#}");
+}
 
-    // The converted Qwen3 reranker on `rerank`: its prompt, one score per document, best first.
-    let folder = t.path().join("qwen3-reranker-onnx");
+/// The converted folders on the embedder: only in a build with it.
+#[cfg(feature = "embed-ort")]
+#[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
+fn a_reranker_scores_in_its_prompt_and_a_cached_export_runs_with_its_cache_empty() {
+    nornir_test_support::needs_assets!();
+    let t = tempfile::tempdir().expect("tempdir");
+    let r = reference("synthetic", t.path());
+    assert_eq!(r["ok"], true, "{r:#}");
+    reranker_scores_as_its_card(t.path());
+    cached_export_runs(t.path());
+}
+
+/// The converted Qwen3 reranker on `rerank`: its prompt, one score per document, best first.
+#[cfg(feature = "embed-ort")]
+fn reranker_scores_as_its_card(work: &Path) {
+    let folder = work.join("qwen3-reranker-onnx");
     let (query, docs) = ("what is yes", ["no yes", "yes yes yes", "hello"]);
     let mut args = vec!["vector", "rerank", "--model", s(&folder), "--query", query, "--no-text"];
     args.extend(docs);
@@ -75,6 +92,7 @@ fn every_decoder_family_equals_its_numpy_reference_and_a_reranker_scores_in_its_
 /// (`past_key_values.N.key`/`.value` `[batch, 2, past, 16]`, `position_ids`) that its output
 /// really reads (plus the sum of the past keys: 0 when fed empty), written to `out`; with
 /// `symbolic`, the cache's head count is left symbolic, which cannot be fed empty.
+#[cfg(feature = "embed-ort")]
 const CACHED_EXPORT: &str = r#"
 import sys, onnx
 from onnx import TensorProto, helper
@@ -102,14 +120,10 @@ g.output.append(helper.make_tensor_value_info("last_hidden_state", TensorProto.F
 onnx.save(m, out + "/model.onnx")
 "#;
 
-#[test]
-#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
-fn an_export_with_a_kv_cache_runs_with_the_cache_fed_empty() {
-    nornir_test_support::needs_assets!();
-    let t = tempfile::tempdir().expect("tempdir");
-    let r = reference("synthetic", t.path());
-    assert_eq!(r["ok"], true, "{r:#}");
-    let plain = t.path().join("qwen3-embedding-onnx");
+/// A KV-cache export of the converted Qwen3 embedder runs with its cache fed empty.
+#[cfg(feature = "embed-ort")]
+fn cached_export_runs(work: &Path) {
+    let plain = work.join("qwen3-embedding-onnx");
     let embed = |folder: &Path| {
         let o =
             common::Run::new(&["vector", "embed", "-q", "--model", s(folder), "--pooling", "last", "yes no", "hello"])
@@ -124,7 +138,7 @@ fn an_export_with_a_kv_cache_runs_with_the_cache_fed_empty() {
     assert_eq!(o.status.code(), Some(2));
     assert!(common::stderr(&o).contains("needs a pooling rule"), "{}", common::stderr(&o));
     for symbolic in ["0", "1"] {
-        let cached = t.path().join(format!("cached-{symbolic}"));
+        let cached = work.join(format!("cached-{symbolic}"));
         std::fs::create_dir(&cached).expect("dir");
         for f in ["config.json", "tokenizer.json"] {
             std::fs::copy(plain.join(f), cached.join(f)).expect("copy");

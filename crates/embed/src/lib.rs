@@ -22,6 +22,7 @@ mod schedule;
 
 pub use call::future::EmbedFuture;
 pub use call::pairs::{PairOptions, Ranked, Ranking, rank};
+pub use call::tokens::{MultiVectorOptions, ROWS_PER_PART};
 #[cfg(feature = "convert")]
 pub use converted::{CheckedConversion, ConvertCheckError, FUSED_MIN_COSINE, convert_checked};
 pub use embedder::Embedder;
@@ -29,7 +30,7 @@ pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use kinds::compact::{CompactVectors, to_precision};
 pub use kinds::compact_calls::SAMPLE_TEXTS;
 pub use kinds::embeddings::{CharChunk, Chunk, Embeddings, Usage};
-pub use kinds::multi_vector::{Encoded, MultiVectorOptions, MultiVectors, Outputs, ROWS_PER_PART, max_sim};
+pub use kinds::multi_vector::{Encoded, MultiVectors, Outputs, max_sim};
 pub use kinds::pooling::normalize;
 pub use kinds::sparse::{SparseOptions, SparseVector, SparseVectors};
 pub use load::kind::KindChoice;

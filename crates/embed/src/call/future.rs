@@ -26,7 +26,7 @@ pub(crate) enum Work {
     Texts(Vec<String>, CallOptions),
     Pairs(Vec<(String, Option<String>)>, PairOptions),
     /// A part of a token call, and its first text's index in the call.
-    Tokens(Vec<String>, crate::kinds::multi_vector::MultiVectorOptions, usize),
+    Tokens(Vec<String>, crate::call::tokens::MultiVectorOptions, usize),
 }
 
 impl Work {
@@ -42,9 +42,7 @@ impl Work {
         match self {
             Self::Texts(texts, options) => prepare::prepare(engine, texts, options),
             Self::Pairs(pairs, options) => crate::call::pairs::prepare_pairs(engine, pairs, options),
-            Self::Tokens(texts, options, first) => {
-                crate::kinds::multi_vector::prepare_tokens(engine, texts, options, *first)
-            }
+            Self::Tokens(texts, options, first) => crate::call::tokens::prepare_tokens(engine, texts, options, *first),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! A call before and after the queue: its plan, identical texts collapsed, tokenized (or cut
-//! into chunks, or paired) into queue items, the request it waits on, and its future.
+//! into chunks, or paired, or as a late-interaction model's tokens) into queue items, the request it waits on, and its future.
 
 pub(crate) mod chunk;
 pub(crate) mod future;
@@ -7,3 +7,4 @@ pub(crate) mod pairs;
 pub(crate) mod prepare;
 pub(crate) mod request;
 pub(crate) mod tokenize;
+pub(crate) mod tokens;

@@ -3,7 +3,7 @@
 //!
 //! A text's tokens run through the ordinary queue as one item whose rows are its kept tokens
 //! (a span of one token each: any pooling of one token is that token), so token calls batch with
-//! every other call. A long list runs in parts of at most [`ROWS_PER_PART`] token rows, each
+//! every other call. A long list runs in parts of at most [`ROWS_PER_PART`](crate::ROWS_PER_PART) token rows, each
 //! finished (projected, normalised) before the next is queued: the memory a call holds beyond
 //! its answer is one part's raw rows.
 
@@ -12,75 +12,17 @@ use std::future::Future;
 
 use crate::call::future::Work;
 use crate::call::pairs::{PairOptions, Ranked, Ranking};
-use crate::call::prepare::{Call, too_long};
-use crate::call::request::{Item, Request};
-use crate::call::tokenize::{tokenizer_failed, with_prompt};
+use crate::call::tokens::{MultiVectorOptions, parts, prepare_tokens, token_rules};
 use crate::embedder::Embedder;
 use crate::error::{EmbedError, Result};
 use crate::kinds::compact::CompactVectors;
 use crate::kinds::dense::dot;
-use crate::kinds::embeddings::{Embeddings, TextTokens, TokenGroups, Usage};
+use crate::kinds::embeddings::{Embeddings, Usage};
 use crate::kinds::pooling::normalize;
-use crate::kinds::sparse::SparseVector;
+use crate::kinds::sparse::{SparseOptions, SparseVector, SparseVectors};
 use crate::load::engine::Engine;
 use crate::load::multi_vector::TokenRules;
-use nornir_options::{CallOptions, ModelKind, Precision, Ranges, Truncation};
-
-/// The most token rows one part of a call holds before it is finished (16,384 rows of a
-/// 1,024-wide model's hidden states are 64 MiB).
-pub const ROWS_PER_PART: usize = 16_384;
-
-/// How a token call encodes its texts.
-#[derive(Debug, Clone, Default, PartialEq)]
-#[non_exhaustive]
-pub struct MultiVectorOptions {
-    /// Prompt, truncation (documents are cut to the model's `document_length`, queries to its
-    /// `query_length`), `dimensions` (each token vector cut, then normalised again), `max_wait`
-    /// and `cancel`.
-    pub call: CallOptions,
-    /// Encode as queries (the query marker; expanded with mask tokens to `query_length`),
-    /// else as documents (the document marker; punctuation's vectors left out).
-    pub is_query: bool,
-}
-
-impl MultiVectorOptions {
-    /// Documents, the call's defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Queries (`true`) or documents.
-    pub fn with_query(mut self, is_query: bool) -> Self {
-        self.is_query = is_query;
-        self
-    }
-
-    /// The call's prompt, truncation, dimensions, `max_wait` and cancel handle.
-    pub fn with_call(mut self, call: CallOptions) -> Self {
-        self.call = call;
-        self
-    }
-
-    fn check(&self) -> Result<()> {
-        let c = &self.call;
-        if c.chunking.is_some() {
-            return Err(EmbedError::invalid(
-                "chunking",
-                "makes dense document vectors; token vectors keep a text's first tokens (truncate) or refuse it",
-            ));
-        }
-        if c.precision.is_some() || c.ranges.is_some() {
-            return Err(EmbedError::invalid(
-                "precision",
-                "applies to token vectors once they are made: MultiVectors::to_precision",
-            ));
-        }
-        if c.normalize == Some(false) {
-            return Err(EmbedError::invalid("normalize", "token vectors are always normalised, as MaxSim needs"));
-        }
-        Ok(())
-    }
-}
+use nornir_options::{ModelKind, Precision, Ranges};
 
 /// The token vectors of a call's texts: text i's are `get(i)`, `token_count(i)` rows of `dim()`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -201,146 +143,6 @@ pub struct Encoded {
     pub multi_vector: Option<MultiVectors>,
     /// The tokens the model read (once per text, whatever the outputs) and the texts cut.
     pub usage: Usage,
-}
-
-/// A text's ids as the model reads them, and which rows come back.
-struct TokenText {
-    ids: Vec<u32>,
-    /// Tokens attended to, from the first (`ids.len()` but for a query's unattended expansion).
-    attend: usize,
-    /// Positions whose vectors come back.
-    keep: Vec<usize>,
-    truncated: bool,
-}
-
-/// `text` as PyLate tokenizes it: the tokenizer's ids (prompt first), cut to the length less
-/// the marker (content only; the special tokens stay), the marker put after the first token;
-/// a query expanded with the mask token to its length; a document's skiplist tokens' vectors
-/// left out. BGE-M3 (no marker, no expansion, no skiplist) keeps every token.
-fn token_text(
-    engine: &Engine,
-    rules: &TokenRules,
-    text: &str,
-    prompt: &str,
-    is_query: bool,
-    truncation: Truncation,
-    index: usize,
-) -> Result<TokenText> {
-    let prompted = with_prompt(prompt, text);
-    let enc = engine.tokenizer.whole().encode(prompted.as_ref(), true).map_err(tokenizer_failed)?;
-    let (ids, special) = (enc.get_ids(), enc.get_special_tokens_mask());
-    let (prefix, length) = if is_query {
-        (rules.query_prefix, rules.query_length)
-    } else {
-        (rules.document_prefix, rules.document_length)
-    };
-    let room = length - usize::from(prefix.is_some());
-    let lead = special.iter().take_while(|&&m| m == 1).count().min(ids.len());
-    let trail = special[lead..].iter().rev().take_while(|&&m| m == 1).count();
-    let content = &ids[lead..ids.len() - trail];
-    let fits = room.saturating_sub(lead + trail);
-    let truncated = content.len() > fits;
-    let kept = match truncation {
-        _ if !truncated => content,
-        Truncation::Refuse => return Err(too_long(engine, index, text, prompt)),
-        Truncation::Left => &content[content.len() - fits..],
-        _ => &content[..fits],
-    };
-    let mut out: Vec<u32> = Vec::with_capacity(length);
-    out.extend_from_slice(&ids[..lead]);
-    out.extend_from_slice(kept);
-    out.extend_from_slice(&ids[ids.len() - trail..]);
-    if let Some(p) = prefix {
-        out.insert(1.min(out.len()), p);
-    }
-    let real = out.len();
-    let mut attend = real;
-    if is_query && let Some(mask) = rules.expansion {
-        out.resize(length.max(real), mask);
-        if rules.attend_expansion {
-            attend = out.len();
-        }
-    }
-    let keep = if is_query || rules.skiplist.is_empty() {
-        (0..out.len()).collect()
-    } else {
-        (0..out.len()).filter(|&p| rules.skiplist.binary_search(&out[p]).is_err()).collect()
-    };
-    Ok(TokenText { ids: out, attend, keep, truncated })
-}
-
-/// An upper bound of the rows `text` gives: a token covers at least one byte, plus the special
-/// tokens and the marker; never more than the length.
-fn rows_bound(rules: &TokenRules, text: &str, prompt: &str, is_query: bool) -> usize {
-    let length = if is_query { rules.query_length } else { rules.document_length };
-    if is_query && rules.expansion.is_some() {
-        return length;
-    }
-    (text.len() + prompt.len() + 8).min(length)
-}
-
-/// The texts split into parts of at most [`ROWS_PER_PART`] rows (a text alone when it has more).
-fn parts<S: AsRef<str>>(rules: &TokenRules, texts: &[S], prompt: &str, is_query: bool) -> Vec<std::ops::Range<usize>> {
-    let mut out = Vec::new();
-    let (mut start, mut rows) = (0, 0);
-    for (i, t) in texts.iter().enumerate() {
-        let r = rows_bound(rules, t.as_ref(), prompt, is_query);
-        if i > start && rows + r > ROWS_PER_PART {
-            out.push(start..i);
-            (start, rows) = (i, 0);
-        }
-        rows += r;
-    }
-    if start < texts.len() {
-        out.push(start..texts.len());
-    }
-    out
-}
-
-/// A part's texts as queue items, a row per kept token; `first` is the part's first index in
-/// the whole call (for errors).
-pub(crate) fn prepare_tokens<S: AsRef<str>>(
-    engine: &Engine,
-    texts: &[S],
-    options: &MultiVectorOptions,
-    first: usize,
-) -> Result<Call> {
-    let rules = token_rules(engine, "embed_multi_vector")?;
-    // The call's width applies to the finished token vectors, not to the raw rows.
-    let mut call = options.call.clone();
-    call.dimensions = None;
-    let plan = crate::call::prepare::plan_call(engine, &call)?;
-    let encoded: Vec<TokenText> = texts
-        .iter()
-        .enumerate()
-        .map(|(i, t)| token_text(engine, rules, t.as_ref(), plan.prompt, options.is_query, plan.truncation, first + i))
-        .collect::<Result<_>>()?;
-    let counts: Vec<usize> = encoded.iter().map(|t| t.keep.len()).collect();
-    let ids = encoded.iter().flat_map(|t| t.keep.iter().map(|&p| t.ids[p])).collect();
-    let request = Request::new(counts.iter().sum(), engine.info.model_dimension);
-    let mut row = 0;
-    let mut tokens = Vec::with_capacity(encoded.len());
-    let mut items = Vec::with_capacity(encoded.len());
-    for t in encoded {
-        tokens.push(TextTokens { count: u32::try_from(t.ids.len()).unwrap_or(u32::MAX), truncated: t.truncated });
-        let spans: Vec<(usize, usize)> = t.keep.iter().map(|&p| (p, p + 1)).collect();
-        let n = spans.len();
-        if n == 0 {
-            continue;
-        }
-        let mut item = Item::new(t.ids, 0, spans, &request, row);
-        item.attend = Some(t.attend);
-        items.push(item);
-        row += n;
-    }
-    let groups = TokenGroups { counts, ids };
-    let call = Call::of_tokens(request, items, tokens, groups, engine.info.model_dimension, plan.max_wait);
-    if let Some(handle) = &options.call.cancel
-        && !handle.watch(call.request.watchable())
-    {
-        return Err(EmbedError::Cancelled);
-    }
-    Ok(call)
 }
 
 /// An [`Embedder::encode`] call's outputs, filled part by part.
@@ -476,17 +278,9 @@ impl Engine {
     }
 }
 
-fn token_rules<'e>(engine: &'e Engine, call: &'static str) -> Result<&'e TokenRules> {
-    engine.token_rules.as_ref().ok_or(EmbedError::WrongKind {
-        call,
-        wanted: ModelKind::MultiVector,
-        kind: engine.info.folder.kind.kind,
-    })
-}
-
 impl Embedder {
     /// Each text's token vectors, as PyLate's `encode` makes them (queries or documents, as
-    /// `options` say): a long list runs in parts of at most [`ROWS_PER_PART`] rows. An error
+    /// `options` say): a long list runs in parts of at most [`ROWS_PER_PART`](crate::ROWS_PER_PART) rows. An error
     /// ([`EmbedError::WrongKind`]) unless the model makes token vectors (a ColBERT model, or
     /// BGE-M3 converted with its `colbert_linear`).
     pub fn embed_multi_vector<S: AsRef<str>>(&self, texts: &[S], options: &MultiVectorOptions) -> Result<MultiVectors> {
@@ -728,23 +522,46 @@ impl MultiVectors {
     }
 }
 
+/// BGE-M3's term weights alone.
+const SPARSE_ONLY: Outputs = Outputs { dense: false, sparse: true, multi_vector: false };
+
+/// A sparse call's options as a token call's: documents.
+fn as_tokens(options: &SparseOptions) -> MultiVectorOptions {
+    MultiVectorOptions::new().with_call(options.call.clone())
+}
+
+/// A sparse head's vectors, pruned as asked.
+fn pruned(encoded: Encoded, options: &SparseOptions) -> SparseVectors {
+    let vectors = encoded.sparse.unwrap_or_default().into_iter().map(|v| options.prune(v)).collect();
+    SparseVectors { vectors, usage: encoded.usage }
+}
+
+impl Embedder {
+    /// [`embed_sparse`](Self::embed_sparse) on a model with BGE-M3's sparse head: its term
+    /// weights from the token pass.
+    pub(crate) fn embed_sparse_by_head<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        options: &SparseOptions,
+    ) -> Result<SparseVectors> {
+        Ok(pruned(self.encode(texts, SPARSE_ONLY, &as_tokens(options))?, options))
+    }
+
+    /// [`embed_sparse_by_head`](Self::embed_sparse_by_head) as a future.
+    pub(crate) fn embed_sparse_by_head_async<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        options: &SparseOptions,
+    ) -> impl Future<Output = Result<SparseVectors>> + '_ {
+        let options = options.clone();
+        let encoded = self.run_planned(self.plan_parts(texts, SPARSE_ONLY, &as_tokens(&options), "embed_sparse"));
+        async move { Ok(pruned(encoded.await?, &options)) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rules(document_length: usize) -> TokenRules {
-        TokenRules {
-            query_prefix: Some(1),
-            document_prefix: Some(2),
-            query_length: 32,
-            document_length,
-            expansion: Some(103),
-            attend_expansion: false,
-            skiplist: Vec::new(),
-            colbert: None,
-            mean_score: false,
-        }
-    }
 
     #[test]
     fn max_sim_is_the_sum_of_each_query_tokens_best_match() {
@@ -755,26 +572,5 @@ mod tests {
         // A query token whose every match is negative counts its best, not 0 (the pairwise form).
         assert!((max_sim(&[-1.0, 0.0], &[1.0, 0.0], 2) + 1.0).abs() < 1e-6);
         assert_eq!(max_sim(&q, &[], 2), 0.0);
-    }
-
-    #[test]
-    fn long_documents_run_in_parts_that_bound_the_rows_held() {
-        // Ten documents of 9,000 bytes, each cut to 8,192 tokens: two to a part.
-        let long = "x".repeat(9000);
-        let texts = vec![long.as_str(); 10];
-        let parts = parts(&rules(8192), &texts, "", false);
-        assert_eq!(parts.len(), 5);
-        for p in &parts {
-            let rows: usize = texts[p.clone()].iter().map(|t| rows_bound(&rules(8192), t, "", false)).sum();
-            assert!(rows <= ROWS_PER_PART, "{rows}");
-        }
-        // A text longer than a part alone is a part of its own; short texts share one.
-        assert_eq!(parts_of(&rules(40_000), &["y".repeat(30_000).as_str(), "a", "b"]), vec![0..1, 1..3]);
-        // Queries expanded to their length are bound by it exactly.
-        assert_eq!(rows_bound(&rules(180), "hi", "", true), 32);
-    }
-
-    fn parts_of(rules: &TokenRules, texts: &[&str]) -> Vec<std::ops::Range<usize>> {
-        parts(rules, texts, "", false)
     }
 }

@@ -9,7 +9,6 @@ use crate::call::future::Work;
 use crate::embedder::Embedder;
 use crate::error::{EmbedError, Result};
 use crate::kinds::embeddings::{Embeddings, Usage};
-use crate::kinds::multi_vector::{Encoded, MultiVectorOptions, Outputs};
 use nornir_options::CallOptions;
 use nornir_options::ModelKind;
 
@@ -143,8 +142,7 @@ impl Embedder {
     pub fn embed_sparse<S: AsRef<str>>(&self, texts: &[S], options: &SparseOptions) -> Result<SparseVectors> {
         if self.engine.sparse_head.is_some() {
             options.check()?;
-            let encoded = self.encode(texts, SPARSE_ONLY, &as_tokens(options))?;
-            return Ok(pruned(encoded, options));
+            return self.embed_sparse_by_head(texts, options);
         }
         self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse")?;
         options.check()?;
@@ -164,11 +162,10 @@ impl Embedder {
     ) -> impl Future<Output = Result<SparseVectors>> + '_ {
         let by_head = self.engine.sparse_head.is_some().then(|| {
             let checked = options.check();
-            let options = options.clone();
-            let encoded = self.run_planned(self.plan_parts(texts, SPARSE_ONLY, &as_tokens(&options), "embed_sparse"));
+            let vectors = self.embed_sparse_by_head_async(texts, options);
             async move {
                 checked?;
-                Ok(pruned(encoded.await?, &options))
+                vectors.await
             }
         });
         let checked = self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse").and_then(|()| options.check());
@@ -193,18 +190,4 @@ impl Embedder {
     pub fn vocabulary_term(&self, id: u32) -> Option<String> {
         self.engine.tokenizer.truncating().id_to_token(id)
     }
-}
-
-/// BGE-M3's term weights alone.
-const SPARSE_ONLY: Outputs = Outputs { dense: false, sparse: true, multi_vector: false };
-
-/// A sparse call's options as a token call's: documents.
-fn as_tokens(options: &SparseOptions) -> MultiVectorOptions {
-    MultiVectorOptions::new().with_call(options.call.clone())
-}
-
-/// A sparse head's vectors, pruned as asked.
-fn pruned(encoded: Encoded, options: &SparseOptions) -> SparseVectors {
-    let vectors = encoded.sparse.unwrap_or_default().into_iter().map(|v| options.prune(v)).collect();
-    SparseVectors { vectors, usage: encoded.usage }
 }
