@@ -22,12 +22,18 @@ base sizes, with random weights (the figures depend on the shapes, not on the va
       (tokenizers, sorted, batches of 32, last-token pooling, L2 norm; in a child process for its
       peak RSS), ROUNDS interleaved rounds on the first TEXTS corpus lines cut at 128 tokens:
       median texts/s, peak RSS, and int8's cosine to float32
+  family_bench.py decoder-convert NORNIR WORK SHAPE DTYPE
+      a checkpoint of SHAPE (qwen3-0.6b or qwen3-8b: Qwen3-Embedding's sizes, random float16
+      weights) converted with `--dtype DTYPE` (float32, float16, bfloat16): seconds and peak RSS
+      of `nornir vector convert` beside the sizes of the checkpoint and of what it wrote; both
+      folders are removed afterwards (the 8B shape needs about 2 x 15 GB of disk while it runs)
 
 Families: jina-v2-base, modernbert-base, nomic-v1.5, gte-base-v1.5, jina-v3. Every folder gets
 the default model's tokenizer (BERT's 30,522 tokens; the families' own vocabularies only change
 the embedding table) and a mean-pooling sentence-transformers config. Prints one JSON object.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -331,7 +337,8 @@ def decoder(nornir, work, corpus, n, rounds):
 
     source, f32, int8 = work / "qwen3-0.6b-source", work / "qwen3-0.6b", work / "qwen3-0.6b-int8"
     if not (source / "model.safetensors").is_file():
-        gpu_check.decoder_checkpoint(str(source), "qwen3-0.6b")
+        with contextlib.redirect_stdout(sys.stderr):  # it prints the width; stdout is the JSON
+            gpu_check.decoder_checkpoint(str(source), "qwen3-0.6b")
     tok = json.loads(TOKENIZER.read_text())
     tok["truncation"], tok["padding"] = None, None
     (source / "tokenizer.json").write_text(json.dumps(tok))
@@ -371,6 +378,28 @@ def decoder(nornir, work, corpus, n, rounds):
     }
 
 
+def decoder_convert(nornir, work, shape, dtype):
+    import shutil
+
+    import gpu_check
+
+    source, out = work / f"{shape}-source", work / f"{shape}-{dtype}"
+    try:
+        if not (source / "model.safetensors").is_file():
+            with contextlib.redirect_stdout(sys.stderr):  # it prints the width; stdout is the JSON
+                gpu_check.decoder_checkpoint(str(source), shape)
+        seconds, peak = timed([nornir, "vector", "convert", "--model", str(source), "--output", str(out),
+                               "--dtype", dtype, "--force"])
+        size = lambda folder, names: sum((folder / n).stat().st_size for n in names if (folder / n).is_file())
+        return {"shape": shape, "dtype": dtype, "seconds": round(seconds, 1), "peak_rss_mib": peak,
+                "checkpoint_bytes": size(source, ["model.safetensors"]),
+                "written_bytes": size(out, ["model.onnx", "model.onnx_data"]),
+                "config": gpu_check.DECODER_SHAPES[shape]}
+    finally:
+        shutil.rmtree(source, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "python-embed":
         texts = Path(sys.argv[3]).read_text(encoding="utf-8").splitlines()
@@ -380,6 +409,11 @@ def main():
         work = Path(sys.argv[3])
         work.mkdir(parents=True, exist_ok=True)
         print(json.dumps(decoder(sys.argv[2], work, sys.argv[4], int(sys.argv[5]), int(sys.argv[6])), indent=1))
+        return
+    if len(sys.argv) == 6 and sys.argv[1] == "decoder-convert":
+        work = Path(sys.argv[3])
+        work.mkdir(parents=True, exist_ok=True)
+        print(json.dumps(decoder_convert(sys.argv[2], work, sys.argv[4], sys.argv[5]), indent=1))
         return
     if len(sys.argv) >= 7 and sys.argv[1] == "speed":
         work = Path(sys.argv[3])

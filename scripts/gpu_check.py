@@ -9,7 +9,7 @@ sentence-transformers, where installed).
   decoder-checkpoint DIR SHAPE
                             a Qwen3 decoder embedder with random float16 weights, as Qwen3-Embedding
                             ships it (config.json, model.safetensors, tokenizer.json, last-token
-                            pooling): SHAPE qwen3-0.6b (Qwen3-Embedding-0.6B's sizes) or tiny
+                            pooling): SHAPE qwen3-0.6b, qwen3-8b (Qwen3-Embedding's sizes) or tiny
   st-peer --model DIR ...   sentence-transformers on the GPU: texts/s on the corpus; JSON to --out
   incomplete OUT REASON     summary.json saying the bundle is incomplete
   summary OUT               summary.json and summary.md from every result in OUT; exit 0 when CUDA
@@ -110,6 +110,9 @@ DECODER_SHAPES = {
     # Qwen3-Embedding-0.6B's config.json sizes.
     "qwen3-0.6b": {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
                    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151669},
+    # Qwen3-Embedding-8B's (15 GB of float16 weights): for conversion memory, not meant to run here.
+    "qwen3-8b": {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151665},
     "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
              "head_dim": 16, "intermediate_size": 128, "vocab_size": 512},
 }
