@@ -59,6 +59,85 @@ fn a_reranker_scores_in_its_prompt_and_a_cached_export_runs_with_its_cache_empty
     assert_eq!(r["ok"], true, "{r:#}");
     reranker_scores_as_its_card(t.path());
     cached_export_runs(t.path());
+    quantizes_from_external_data(t.path());
+}
+
+/// A decoder whose weights are in external data (every decoder over 1.8 GB is converted so)
+/// quantizes: the source's `model.onnx_data` is read, and the int8 graph is written whole, or
+/// with its own external data where `--external-data` asks (as it is where int8 weights pass
+/// 1.8 GB); both give the same vectors, close to float32's.
+#[cfg(feature = "embed-ort")]
+fn quantizes_from_external_data(work: &Path) {
+    let external = work.join("qwen3-external-onnx");
+    let o = common::Run::new(&[
+        "vector",
+        "convert",
+        "--model",
+        s(&work.join("qwen3-embedding")),
+        "--output",
+        s(&external),
+        "--external-data",
+    ])
+    .output();
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    assert!(external.join("model.onnx_data").is_file());
+    let embed = |folder: &Path| {
+        let o =
+            common::Run::new(&["vector", "embed", "-q", "--model", s(folder), "--pooling", "last", "yes no", "hello"])
+                .output();
+        assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<Vec<f32>>(l).expect("a vector per line"))
+            .collect::<Vec<_>>()
+    };
+    let float32 = embed(&external);
+    let mut int8 = Vec::new();
+    for (name, extra) in [("int8", &[][..]), ("int8-external", &["--external-data"][..])] {
+        let out = work.join(name);
+        let mut args = vec!["vector", "quantize", "--model", s(&external), "--pooling", "last", "--output", s(&out)];
+        args.extend(["--json"].iter().chain(extra));
+        let o = common::Run::new(&args).output();
+        assert!(o.status.success(), "{name}: {}", common::stderr(&o));
+        let record: Value = serde_json::from_slice(&o.stdout).expect("quantization.json");
+        assert!(!record["rewritten"].as_array().expect("rewritten").is_empty(), "{record:#}");
+        assert_eq!(out.join("model.onnx_data").is_file(), !extra.is_empty(), "{name}");
+        int8.push(embed(&out));
+    }
+    assert_eq!(int8[0], int8[1], "the same int8 graph, in one file or two");
+    let close = |a: &[Vec<f32>], b: &[Vec<f32>], what: &str| {
+        for (a, b) in a.iter().zip(b) {
+            let dot = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>();
+            let cosine = dot(a, b) / (dot(a, a) * dot(b, b)).sqrt();
+            assert!(cosine > 0.95, "{what}: cosine {cosine}");
+        }
+    };
+    close(&float32, &int8[0], "int8 against float32");
+    // Half-precision weights (`convert --dtype`) are quantized from their values widened.
+    for dtype in ["float16", "bfloat16"] {
+        let (half, out) = (work.join(format!("qwen3-causal-lm-{dtype}-onnx")), work.join(format!("int8-{dtype}")));
+        let o = common::Run::new(&[
+            "vector",
+            "quantize",
+            "--model",
+            s(&half),
+            "--pooling",
+            "last",
+            "--output",
+            s(&out),
+            "--json",
+        ])
+        .output();
+        assert!(o.status.success(), "{dtype}: {}", common::stderr(&o));
+        let record: Value = serde_json::from_slice(&o.stdout).expect("quantization.json");
+        let sources: Vec<&str> =
+            record["rewritten"].as_array().expect("rewritten").iter().filter_map(|r| r["source"].as_str()).collect();
+        assert!(
+            !sources.is_empty() && sources.iter().all(|s| s.starts_with(&format!("{dtype} initializer through Cast"))),
+            "{dtype}: {sources:?}"
+        );
+        close(&embed(&half), &embed(&out), dtype);
+    }
 }
 
 /// The converted Qwen3 reranker on `rerank`: its prompt, one score per document, best first.

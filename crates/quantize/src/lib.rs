@@ -17,6 +17,7 @@
 
 #![forbid(unsafe_code)]
 
+mod external;
 mod fuse;
 mod graph;
 mod rewrite;
@@ -39,13 +40,70 @@ use crate::graph::{MS_DOMAIN, initializer_bytes};
 use crate::onnx::{ModelProto, OperatorSetIdProto};
 use crate::rewrite::Rewriter;
 
+pub use external::{MAX_INLINE_WEIGHT_BYTES, ReadExternal};
 pub use rewrite::{CALIBRATION_OUTPUT, calibration_model};
 
 /// Rewrites `model` (the bytes of an .onnx file) for int8 on the CPU. Returns the new model's
 /// bytes and what was done; a model with no constant-weight MatMul or Gemm is an error that says
-/// why each candidate was left alone.
+/// why each candidate was left alone. A model whose weights are in an external data file needs
+/// [`quantize_external`], which is given a way to read it.
 pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, QuantizeReport), QuantizeError> {
-    let mut m = ModelProto::parse_from_bytes(model).map_err(QuantizeError::NotOnnx)?;
+    let mut m = parse(model)?;
+    let report = rewrite_model(&mut m, &mut bytes_only(), options)?;
+    Ok((m.write_to_bytes().map_err(QuantizeError::Write)?, report))
+}
+
+/// [`quantize`] for a model whose weights may live in external data files (ONNX's form for models
+/// over 2 GB, such as a converted decoder's `model.onnx_data`): `read` reads them (this crate
+/// does no I/O). Where the rewritten weights still pass [`MAX_INLINE_WEIGHT_BYTES`] (or
+/// [`QuantizeOptions::external_data`] asks), the large
+/// ones are returned as [`Quantized::data`], to be written beside the model as `data_file`, which
+/// the model then names; else everything is in [`Quantized::model`].
+pub fn quantize_external(
+    model: &[u8],
+    read: &mut ReadExternal<'_>,
+    data_file: &str,
+    options: &QuantizeOptions,
+) -> Result<(Quantized, QuantizeReport), QuantizeError> {
+    let mut m = parse(model)?;
+    let report = rewrite_model(&mut m, read, options)?;
+    let graph = m.graph.as_mut().ok_or(QuantizeError::NoGraph)?;
+    let data = if options.external_data || initializer_bytes(graph) > MAX_INLINE_WEIGHT_BYTES {
+        external::externalize(graph, data_file)
+    } else {
+        Vec::new()
+    };
+    Ok((Quantized { model: m.write_to_bytes().map_err(QuantizeError::Write)?, data }, report))
+}
+
+/// What [`quantize_external`] writes: the model and, where its weights are too large for one
+/// file, the external data its large tensors point to (empty when there is none).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Quantized {
+    pub model: Vec<u8>,
+    pub data: Vec<u8>,
+}
+
+/// A reader for a model given as bytes alone: any weight in external data is
+/// [`QuantizeError::ExternalData`].
+pub fn bytes_only() -> impl FnMut(&str, u64, Option<u64>) -> Result<Vec<u8>, String> {
+    |_: &str, _: u64, _: Option<u64>| Err(EXTERNAL_DATA_UNREAD.to_owned())
+}
+
+/// What [`bytes_only`] answers; [`external`] turns it into [`QuantizeError::ExternalData`].
+pub(crate) const EXTERNAL_DATA_UNREAD: &str = "nornir-quantize: external data without a reader";
+
+fn parse(model: &[u8]) -> Result<ModelProto, QuantizeError> {
+    ModelProto::parse_from_bytes(model).map_err(QuantizeError::NotOnnx)
+}
+
+/// The rewrite itself, on a parsed model whose external weights `read` reads first.
+fn rewrite_model(
+    m: &mut ModelProto,
+    read: &mut ReadExternal<'_>,
+    options: &QuantizeOptions,
+) -> Result<QuantizeReport, QuantizeError> {
     let opset = m
         .opset_import
         .iter()
@@ -57,6 +115,7 @@ pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, Qua
         return Err(QuantizeError::UnsupportedOpset(opset));
     }
     let graph = m.graph.as_mut().ok_or(QuantizeError::NoGraph)?;
+    external::inline(graph, read)?;
     let before = initializer_bytes(graph);
     let nodes_before = graph.node.len();
     let mut r = Rewriter::new(graph, options, opset);
@@ -79,8 +138,7 @@ pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, Qua
         ms.version = Some(1);
         m.opset_import.push(ms);
     }
-    let bytes = m.write_to_bytes().map_err(QuantizeError::Write)?;
-    let report = QuantizeReport {
+    Ok(QuantizeReport {
         rewritten,
         kept_fp32,
         int8_gathers,
@@ -90,8 +148,7 @@ pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, Qua
         opset,
         weight_bytes_before: before,
         weight_bytes_after: after,
-    };
-    Ok((bytes, report))
+    })
 }
 
 impl std::str::FromStr for Activations {
@@ -264,6 +321,9 @@ pub struct QuantizeOptions {
     pub keep_fp32: Vec<String>,
     /// Subgraphs to replace by one ONNX Runtime operator each: [`Fusion::DEFAULT`] by default.
     pub fusions: Vec<Fusion>,
+    /// [`quantize_external`] returns the large weights as external data even where they would fit
+    /// in the model's file.
+    pub external_data: bool,
 }
 
 impl Default for QuantizeOptions {
@@ -276,6 +336,7 @@ impl Default for QuantizeOptions {
             channel_max: std::collections::HashMap::new(),
             keep_fp32: Vec::new(),
             fusions: Fusion::DEFAULT.to_vec(),
+            external_data: false,
         }
     }
 }
@@ -307,6 +368,10 @@ impl QuantizeOptions {
     }
     pub fn with_fusions(mut self, fusions: Vec<Fusion>) -> Self {
         self.fusions = fusions;
+        self
+    }
+    pub fn with_external_data(mut self, external: bool) -> Self {
+        self.external_data = external;
         self
     }
 }
@@ -390,9 +455,11 @@ pub enum QuantizeError {
     )]
     UnsupportedOpset(i64),
     #[error(
-        "tensor {tensor:?} is stored in an external data file, which the quantizer does not read: re-export the model with its weights inside the .onnx file (under 2 GB)"
+        "tensor {tensor:?} is stored in an external data file, which the model's bytes alone do not hold: quantize the model's folder (`nornir vector quantize`, or `quantize_external` with a reader)"
     )]
     ExternalData { tensor: String },
+    #[error("tensor {tensor:?} in external data {why}; check that the model's folder is complete")]
+    ExternalRead { tensor: String, why: String },
     #[error("tensor {tensor:?} is damaged: it {why}")]
     BadTensor { tensor: String, why: String },
     #[error("nothing to quantize: {0}")]

@@ -495,6 +495,9 @@ fn bad_models_are_one_clear_error() {
         let mut t = f32_tensor("w", &[K as i64, N as i64], &[]);
         t.raw_data = None;
         t.data_location = Some(1);
+        let mut location = onnx::StringStringEntryProto::new();
+        (location.key, location.value) = (Some("location".into()), Some("model.onnx_data".into()));
+        t.external_data.push(location);
         model(
             vec![node("MatMul", &["x", "w"], &["y"], &[])],
             vec![t],
@@ -533,7 +536,8 @@ fn smoothing_a_layernorm_output_with_calibrated_maxima() {
         &[ROWS as i64, N as i64],
     );
     let options = QuantizeOptions::default();
-    let calibration = calibration_model(&bytes, &options).expect("calibration graph");
+    let calibration =
+        calibration_model(&bytes, &mut nornir_quantize::bytes_only(), &options).expect("calibration graph");
     assert_eq!(calibration.activations, [("ln".to_owned(), K)]);
     let mut s = Session::builder(env()).expect("builder").commit_from_memory(&calibration.model).expect("load");
     let x = x();

@@ -49,6 +49,11 @@ pub struct QuantizeArgs {
     /// says why.
     #[arg(long, value_name = "LIST", default_value = "gelu,attention", value_parser = parse_fusions)]
     pub fuse: Fusions,
+    /// Write the int8 graph's large weights to OUTPUT/model.onnx_data beside model.onnx, as ONNX
+    /// stores models over 2 GB. Without it, that happens only where the int8 weights pass 1.8 GB
+    /// (a source with external data, such as a converted decoder's, is always read).
+    #[arg(long)]
+    pub external_data: bool,
     /// Print quantization.json instead of a summary.
     #[arg(long)]
     pub json: bool,

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use nornir_vector::quantize::{
-    Activations, CALIBRATION_OUTPUT, Granularity, QuantizeOptions, QuantizeReport, WeightType, calibration_model,
-    quantize as rewrite,
+    Activations, CALIBRATION_OUTPUT, Granularity, QuantizeOptions, QuantizeReport, Quantized, WeightType,
+    calibration_model, quantize_external,
 };
 use nornir_vector::{Device, Embedder, EmbedderOptions, Pooling};
 use sha2::{Digest, Sha256};
@@ -57,7 +57,8 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
         .with_smoothing(a.smoothing.0)
         .with_weights(a.weights)
         .with_keep_fp32(a.keep_fp32.clone())
-        .with_fusions(a.fuse.0.clone());
+        .with_fusions(a.fuse.0.clone())
+        .with_external_data(a.external_data);
     let kind = fp32.model_info().folder.kind.kind;
     let sample = check::Sample::new(SAMPLE_TEXTS.lines().collect());
     let calibration_texts = match &a.calibrate {
@@ -74,13 +75,17 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
                 a.calibrate.as_deref().unwrap_or(Path::new("")).display()
             );
         }
-        let channel_max = calibrate(&source_dir, &parent, &bytes, &qopts, &opts, &lines)?;
+        let channel_max = calibrate(&model_file, &parent, &bytes, &qopts, &opts, &lines)?;
         qopts.with_channel_max(channel_max)
     } else {
         qopts
     };
-    let (fused_bytes, fused_report) =
-        rewrite(&bytes, &qopts).with_context(|| format!("cannot quantize {}", model_file.display()))?;
+    let rewrite = |qopts: &QuantizeOptions| -> Result<(Int8Files, QuantizeReport)> {
+        let (files, report) = quantize_external(&bytes, &mut read_beside(&model_file), DATA_FILE, qopts)
+            .with_context(|| format!("cannot quantize {}", model_file.display()))?;
+        Ok((files.into(), report))
+    };
+    let (fused_files, fused_report) = rewrite(&qopts)?;
 
     let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "int8".to_owned());
     let tmp = parent.join(format!(".{name}.nornir-{}.tmp", std::process::id()));
@@ -90,8 +95,8 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
         std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
         copy_folder(&source_dir, &tmp)?;
         let a32 = check::run(&fp32, &sample)?;
-        let (report, a8, fallback) = checked_fusions(&tmp, &int8_opts, &sample, (fused_bytes, fused_report), || {
-            rewrite(&bytes, &qopts.clone().with_fusions(Vec::new())).context("cannot quantize without fusions")
+        let (report, a8, fallback) = checked_fusions(&tmp, &int8_opts, &sample, (fused_files, fused_report), || {
+            rewrite(&qopts.clone().with_fusions(Vec::new())).context("cannot quantize without fusions")
         })?;
         let (cost, line) = check::cost(&a32, &a8, &sample, kind);
         let calibration =
@@ -145,6 +150,50 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     Ok(())
 }
 
+/// The external data file of an int8 graph whose weights pass what one `.onnx` file holds.
+const DATA_FILE: &str = "model.onnx_data";
+
+/// What the rewrite writes into the folder: `model.onnx` and, where its weights are too large for
+/// one file, [`DATA_FILE`] (empty: none).
+struct Int8Files {
+    model: Vec<u8>,
+    data: Vec<u8>,
+}
+
+impl From<Quantized> for Int8Files {
+    fn from(q: Quantized) -> Self {
+        Int8Files { model: q.model, data: q.data }
+    }
+}
+
+/// Reads a model's external data (its `model.onnx_data`) from the files beside `model_file`. A
+/// location that leaves the folder is refused, as ONNX Runtime refuses it.
+fn read_beside(model_file: &Path) -> impl FnMut(&str, u64, Option<u64>) -> Result<Vec<u8>, String> + use<> {
+    use std::io::{Read, Seek, SeekFrom};
+    let folder = model_file.parent().map(Path::to_path_buf).unwrap_or_default();
+    move |location: &str, offset: u64, length: Option<u64>| {
+        let relative = Path::new(location);
+        if relative.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+            return Err(format!("the location {location:?} is not a file inside the model's folder"));
+        }
+        let path = folder.join(relative);
+        let mut f = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        f.seek(SeekFrom::Start(offset)).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut bytes = Vec::new();
+        match length {
+            Some(n) => {
+                bytes.resize(usize::try_from(n).map_err(|_| format!("length {n} is too large"))?, 0);
+                f.read_exact(&mut bytes)
+                    .map_err(|e| format!("{}: {n} bytes at offset {offset}: {e}", path.display()))?;
+            }
+            None => {
+                f.read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
+        Ok(bytes)
+    }
+}
+
 /// The least similarity (`check::similarity`: cosine of vectors, of sparse vectors, or the
 /// Pearson correlation of a cross-encoder's scores) between a fused graph's output and the
 /// unfused graph's on the sample. The fusions only reorder float arithmetic, which moves a few
@@ -161,13 +210,20 @@ fn checked_fusions(
     dir: &Path,
     opts: &EmbedderOptions,
     sample: &check::Sample<'_>,
-    (fused, report): (Vec<u8>, QuantizeReport),
-    unfused: impl FnOnce() -> Result<(Vec<u8>, QuantizeReport)>,
+    (fused, report): (Int8Files, QuantizeReport),
+    unfused: impl FnOnce() -> Result<(Int8Files, QuantizeReport)>,
 ) -> Result<(QuantizeReport, check::Outputs, Option<String>)> {
-    let file = dir.join("model.onnx");
-    let write = |bytes: &[u8]| std::fs::write(&file, bytes).with_context(|| format!("cannot write {}", file.display()));
-    let embed = |bytes: &[u8]| -> Result<check::Outputs> {
-        write(bytes)?;
+    let (file, data_file) = (dir.join("model.onnx"), dir.join(DATA_FILE));
+    let write = |files: &Int8Files| -> Result<()> {
+        std::fs::write(&file, &files.model).with_context(|| format!("cannot write {}", file.display()))?;
+        if files.data.is_empty() {
+            let _ = std::fs::remove_file(&data_file);
+            return Ok(());
+        }
+        std::fs::write(&data_file, &files.data).with_context(|| format!("cannot write {}", data_file.display()))
+    };
+    let embed = |files: &Int8Files| -> Result<check::Outputs> {
+        write(files)?;
         let e = Embedder::new(dir, opts).context("the int8 model does not load")?;
         check::run(&e, sample)
     };
@@ -196,14 +252,15 @@ fn checked_fusions(
 /// running the calibration graph (nornir-quantize's `calibration_model`) on `texts` with max
 /// pooling, so that padding never counts, in a hidden folder next to the output, removed after.
 fn calibrate(
-    source_dir: &Path,
+    model_file: &Path,
     parent: &Path,
     model: &[u8],
     qopts: &QuantizeOptions,
     opts: &EmbedderOptions,
     texts: &[&str],
 ) -> Result<std::collections::HashMap<String, Vec<f32>>> {
-    let calibration = match calibration_model(model, qopts) {
+    let source_dir = model_file.parent().unwrap_or(Path::new("."));
+    let calibration = match calibration_model(model, &mut read_beside(model_file), qopts) {
         Ok(c) => c,
         // No LayerNorm feeds an int8 MatMul: nothing to smooth, nothing to measure.
         Err(nornir_vector::quantize::QuantizeError::NothingToQuantize(_)) => return Ok(Default::default()),
@@ -220,6 +277,14 @@ fn calibrate(
             }
         }
         std::fs::write(dir.join("model.onnx"), &calibration.model)?;
+        // The graph still points at the source's external data: the same files, linked.
+        for entry in std::fs::read_dir(source_dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if !dir.join(&name).exists() && entry.path().is_file() && name != "model.onnx" {
+                link_or_copy(&entry.path(), &dir.join(&name))?;
+            }
+        }
         let mut o = opts.clone().with_output_name(CALIBRATION_OUTPUT).with_pooling(Pooling::Max);
         o.call.normalize = Some(false);
         // Every channel of the output, whatever --dim asks of the model's vectors.
@@ -294,6 +359,16 @@ fn record(
     })
 }
 
+/// A symbolic link to `from` at `to` (a copy where links cannot be made).
+fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
+    #[cfg(unix)]
+    if std::os::unix::fs::symlink(from, to).is_ok() {
+        return Ok(());
+    }
+    std::fs::copy(from, to).with_context(|| format!("cannot copy {}", from.display()))?;
+    Ok(())
+}
+
 /// Copies every file of `from` except the ONNX graphs, keeping sub-folders (`1_Pooling/`) and
 /// following symbolic links (a Hugging Face cache's snapshot is made of them).
 fn copy_folder(from: &Path, to: &Path) -> Result<()> {
@@ -347,10 +422,11 @@ mod tests {
         let model = nornir_test_support::env_path("NORNIR_TEST_MODEL");
         let bytes = std::fs::read(model.join("model.onnx")).expect("model.onnx");
         let qopts = QuantizeOptions::default().with_smoothing(None).with_weights(WeightType::Int8);
-        let (fused, report) = rewrite(&bytes, &qopts).expect("quantize");
-        let (plain, _) = rewrite(&bytes, &qopts.clone().with_fusions(Vec::new())).expect("quantize unfused");
+        let rewrite = |qopts: &QuantizeOptions| nornir_vector::quantize::quantize(&bytes, qopts);
+        let (fused, report) = rewrite(&qopts).expect("quantize");
+        let (plain, _) = rewrite(&qopts.clone().with_fusions(Vec::new())).expect("quantize unfused");
         let (per_tensor, _) =
-            rewrite(&bytes, &qopts.clone().with_activations(Activations::PerTensor)).expect("quantize per tensor");
+            rewrite(&qopts.clone().with_activations(Activations::PerTensor)).expect("quantize per tensor");
         assert!(!report.fused.is_empty());
         let dir = tempfile::tempdir().expect("tempdir");
         copy_folder(&model, dir.path()).expect("copy the model folder");
@@ -359,8 +435,9 @@ mod tests {
         let sample = check::Sample::new(SAMPLE_TEXTS.lines().collect());
         let on_disk = || std::fs::read(dir.path().join("model.onnx")).expect("model.onnx written");
         let check = |candidate: &[u8]| {
-            checked_fusions(dir.path(), &opts, &sample, (candidate.to_vec(), report.clone()), || {
-                rewrite(&bytes, &qopts.clone().with_fusions(Vec::new())).context("unfused")
+            let files = |model: Vec<u8>| Int8Files { model, data: Vec::new() };
+            checked_fusions(dir.path(), &opts, &sample, (files(candidate.to_vec()), report.clone()), || {
+                rewrite(&qopts.clone().with_fusions(Vec::new())).map(|(m, r)| (files(m), r)).context("unfused")
             })
             .expect("checked")
         };

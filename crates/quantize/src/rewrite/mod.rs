@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::graph::*;
 use crate::onnx::{GraphProto, NodeProto, TensorProto};
-use crate::tensor::{self, FLOAT, INT8, UINT8};
+use crate::tensor::{self, BFLOAT16, FLOAT, FLOAT16, INT8, UINT8};
 use crate::weight::*;
 use crate::{Kept, QuantizeError, QuantizeOptions, Rewritten};
 
@@ -160,6 +160,7 @@ impl<'g> Rewriter<'g> {
         match op(node) {
             "DequantizeLinear" if default_domain(node) => self.dequantize_linear(p, node),
             "Mul" if default_domain(node) => self.cast_mul(p, node),
+            "Cast" if default_domain(node) => self.widened(p, node),
             other => Ok(Err(computed(other))),
         }
     }
@@ -198,6 +199,28 @@ impl<'g> Rewriter<'g> {
             source: "int8 initializer through DequantizeLinear",
             base: tensor::name(q).to_owned(),
             scale_name: Some(tensor::name(scale).to_owned()),
+            chain: vec![p],
+        }))
+    }
+
+    /// `Cast(w, to=float)` of a float16 or bfloat16 initializer (`convert --dtype` stores a
+    /// decoder's weights so): quantized from the values widened.
+    pub(crate) fn widened(&self, p: usize, node: &NodeProto) -> Result<Result<Constant, String>, QuantizeError> {
+        let Some(w) = node.input.first().and_then(|s| self.init(s)) else { return Ok(Err(computed("Cast"))) };
+        if attr_i(node, "to", 0) != i64::from(FLOAT) || !matches!(w.data_type, Some(FLOAT16 | BFLOAT16)) {
+            return Ok(Err(computed("Cast")));
+        }
+        let Some(dims) = dims2(w) else { return Ok(Err("the half-precision weight is not 2-D".to_owned())) };
+        Ok(Ok(Constant {
+            dims,
+            stored: Stored::F32(tensor::half_values(w)?),
+            source: if w.data_type == Some(FLOAT16) {
+                "float16 initializer through Cast"
+            } else {
+                "bfloat16 initializer through Cast"
+            },
+            base: tensor::name(w).to_owned(),
+            scale_name: None,
             chain: vec![p],
         }))
     }

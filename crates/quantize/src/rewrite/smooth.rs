@@ -1,5 +1,6 @@
 //! SmoothQuant: per-channel factors for LayerNorm outputs, and the calibration graph that measures them.
 
+use crate::external::{self, ReadExternal};
 use crate::tensor::{self, FLOAT};
 use crate::{QuantizeError, QuantizeOptions};
 use protobuf::Message;
@@ -18,9 +19,16 @@ pub const CALIBRATION_OUTPUT: &str = "nornir_calibration";
 /// makes int8), concatenated along the last axis, `[batch, tokens, sum of widths]`. Max-pooled
 /// over a text's tokens and then over sample texts, they are the channel maxima that
 /// [`QuantizeOptions::channel_max`] takes. The rest of the graph is unchanged.
-pub fn calibration_model(model: &[u8], options: &QuantizeOptions) -> Result<CalibrationGraph, QuantizeError> {
+/// Weights in external data are read with `read` to decide, and the graph written still points at
+/// them: write it beside the same data files.
+pub fn calibration_model(
+    model: &[u8],
+    read: &mut ReadExternal<'_>,
+    options: &QuantizeOptions,
+) -> Result<CalibrationGraph, QuantizeError> {
     let mut m = ModelProto::parse_from_bytes(model).map_err(QuantizeError::NotOnnx)?;
     let graph = m.graph.as_mut().ok_or(QuantizeError::NoGraph)?;
+    let outside = external::inline(graph, read)?;
     let mut found = Vec::new();
     {
         let r = Rewriter::new(graph, options, 0);
@@ -40,6 +48,7 @@ pub fn calibration_model(model: &[u8], options: &QuantizeOptions) -> Result<Cali
                 .to_owned(),
         ));
     }
+    external::restore(graph, outside);
     let mut magnitudes = Vec::new();
     for (x, _) in &found {
         let abs = format!("{x}_nornir_calibration_abs");
