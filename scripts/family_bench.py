@@ -21,11 +21,14 @@ base sizes, with random weights (the figures depend on the shapes, not on the va
       each through `nornir vector embed` and through the Python pipeline on the same graph
       (tokenizers, sorted, batches of 32, last-token pooling, L2 norm; in a child process for its
       peak RSS), ROUNDS interleaved rounds on the first TEXTS corpus lines cut at 128 tokens:
-      median texts/s, peak RSS, and int8's cosine to float32
+      median texts/s end to end (process start to exit) and after the load (nornir's own
+      figure; Python's loop after its session is made), peak RSS, and int8's cosine to float32
   family_bench.py decoder-convert NORNIR WORK SHAPE DTYPE
       a checkpoint of SHAPE (qwen3-0.6b or qwen3-8b: Qwen3-Embedding's sizes, random float16
       weights) converted with `--dtype DTYPE` (float32, float16, bfloat16): seconds and peak RSS
-      of `nornir vector convert` beside the sizes of the checkpoint and of what it wrote; both
+      of the conversion alone (`cargo build --release -p nornir-convert --example convert_folder`,
+      found beside NORNIR) and of `nornir vector convert` (which loads the result in ONNX Runtime
+      to check it, where it fits in free memory), the sizes read and written; both
       folders are removed afterwards (the 8B shape needs about 2 x 15 GB of disk while it runs)
 
 Families: jina-v2-base, modernbert-base, nomic-v1.5, gte-base-v1.5, jina-v3. Every folder gets
@@ -204,8 +207,9 @@ def write_source(folder, family, max_length):
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_length}))
 
 
-def nornir_embed(nornir, model, texts_file, extra=()):
-    """Seconds and peak RSS (MiB) of `nornir vector embed` on a file, vectors to /dev/null."""
+def nornir_embed(nornir, model, texts_file, extra=(), compute=None):
+    """Seconds and peak RSS (MiB) of `nornir vector embed` on a file, vectors to /dev/null; with
+    a list for `compute`, the seconds nornir says the texts took after loading are appended."""
     start = time.perf_counter()
     done = subprocess.run(
         [nornir, "vector", "embed", "-v", "--quiet", "--device", "cpu", "--format", "f32", "--threads", "2",
@@ -215,11 +219,14 @@ def nornir_embed(nornir, model, texts_file, extra=()):
     if done.returncode != 0:
         raise SystemExit(f"nornir vector embed failed: {done.stderr.strip()}")
     rss = re.search(r"peak RSS ([0-9.]+) MiB", done.stderr)
+    if compute is not None:
+        compute.append(float(re.search(r"texts in ([0-9.]+) s", done.stderr).group(1)))
     return seconds, float(rss.group(1)) if rss else None
 
 
-def python_embed(model, texts, task, pooling="mean", max_length=256):
-    """sentence-transformers' strategy on onnxruntime: seconds for `texts`."""
+def python_embed(model, texts, task, pooling="mean", max_length=256, loaded=None):
+    """sentence-transformers' strategy on onnxruntime: seconds for `texts`; with a list for
+    `loaded`, the seconds it took to load the tokenizer and the session are appended."""
     import onnxruntime as ort
     from tokenizers import Tokenizer
 
@@ -231,6 +238,8 @@ def python_embed(model, texts, task, pooling="mean", max_length=256):
     opts.intra_op_num_threads = 2
     sess = ort.InferenceSession(str(model / "model.onnx"), opts, providers=["CPUExecutionProvider"])
     names = {i.name for i in sess.get_inputs()}
+    if loaded is not None:
+        loaded.append(time.perf_counter() - start)
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out = [None] * len(texts)
     for b in range(0, len(order), 32):
@@ -324,12 +333,23 @@ def long_inputs(nornir, work, families):
 
 def timed(argv):
     """Runs `argv`; its seconds and peak RSS (MiB) as `/usr/bin/time -v` reports it."""
-    start = time.perf_counter()
-    done = subprocess.run(["/usr/bin/time", "-v", *argv], capture_output=True, text=True)
+    return timed_output(argv)[:2]
+
+
+def timed_output(argv):
+    """`timed`, and what the command printed."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("r") as report:
+        start = time.perf_counter()
+        # time's report goes to its own file, so a failure shows the command's own message.
+        done = subprocess.run(["/usr/bin/time", "-v", "-o", report.name, *argv], capture_output=True, text=True)
+        elapsed = time.perf_counter() - start
+        measured = report.read()
     if done.returncode != 0:
         raise SystemExit(f"{argv[:3]} failed: {done.stderr.strip()[-500:]}")
-    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
-    return time.perf_counter() - start, int(rss.group(1)) / 1024 if rss else None
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", measured)
+    return elapsed, int(rss.group(1)) / 1024 if rss else None, done.stdout
 
 
 def decoder(nornir, work, corpus, n, rounds):
@@ -348,15 +368,18 @@ def decoder(nornir, work, corpus, n, rounds):
     texts_file = work / "texts.txt"
     texts_file.write_text("\n".join(texts) + "\n", encoding="utf-8")
     child = [sys.executable, __file__, "python-embed"]
-    runs = {k: [] for k in ("nornir_float32", "python_float32", "nornir_int8", "python_int8")}
+    names = ("nornir_float32", "python_float32", "nornir_int8", "python_int8")
+    runs, computes = {k: [] for k in names}, {k: [] for k in names}
     rss = {}
     for _ in range(rounds):
         for precision, model in (("float32", f32), ("int8", int8)):
-            seconds, peak = nornir_embed(nornir, model, texts_file, ["--max-length", "128"])
+            seconds, peak = nornir_embed(nornir, model, texts_file, ["--max-length", "128"],
+                                         compute=computes[f"nornir_{precision}"])
             runs[f"nornir_{precision}"].append(seconds)
             rss[f"nornir_{precision}"] = peak
-            seconds, peak = timed([*child, str(model), str(texts_file)])
+            seconds, peak, printed = timed_output([*child, str(model), str(texts_file)])
             runs[f"python_{precision}"].append(seconds)
+            computes[f"python_{precision}"].append(json.loads(printed)["compute"])
             rss[f"python_{precision}"] = peak
     vectors = {}
     for precision, model in (("float32", f32), ("int8", int8)):
@@ -366,15 +389,20 @@ def decoder(nornir, work, corpus, n, rounds):
         vectors[precision] = np.fromfile(out, dtype=np.float32).reshape(len(texts), -1)
     cos = (vectors["float32"] * vectors["int8"]).sum(1)
     med = {k: float(np.median(v)) for k, v in runs.items()}
+    med_compute = {k: float(np.median(v)) for k, v in computes.items()}
     return {
         "texts": n, "rounds": rounds, "threads": 2, "max_length": 128,
         "convert": {"seconds": round(convert_s, 1), "peak_rss_mib": convert_rss},
         "quantize_seconds": round(quantize_s, 1),
         "texts_per_s": {k: round(n / v, 2) for k, v in med.items()},
         "nornir_over_python": {p: round(med[f"python_{p}"] / med[f"nornir_{p}"], 2) for p in ("float32", "int8")},
+        "after_load_texts_per_s": {k: round(n / v, 2) for k, v in med_compute.items()},
+        "after_load_nornir_over_python": {
+            p: round(med_compute[f"python_{p}"] / med_compute[f"nornir_{p}"], 2) for p in ("float32", "int8")},
         "peak_rss_mib": rss,
         "int8_cosine_to_float32": {"min": float(cos.min()), "mean": float(cos.mean())},
         "seconds": runs,
+        "seconds_after_load": computes,
     }
 
 
@@ -388,13 +416,22 @@ def decoder_convert(nornir, work, shape, dtype):
         if not (source / "model.safetensors").is_file():
             with contextlib.redirect_stdout(sys.stderr):  # it prints the width; stdout is the JSON
                 gpu_check.decoder_checkpoint(str(source), shape)
-        seconds, peak = timed([nornir, "vector", "convert", "--model", str(source), "--output", str(out),
-                               "--dtype", dtype, "--force"])
         size = lambda folder, names: sum((folder / n).stat().st_size for n in names if (folder / n).is_file())
-        return {"shape": shape, "dtype": dtype, "seconds": round(seconds, 1), "peak_rss_mib": peak,
-                "checkpoint_bytes": size(source, ["model.safetensors"]),
-                "written_bytes": size(out, ["model.onnx", "model.onnx_data"]),
-                "config": gpu_check.DECODER_SHAPES[shape]}
+        result = {"shape": shape, "dtype": dtype, "checkpoint_bytes": size(source, ["model.safetensors"]),
+                  "config": gpu_check.DECODER_SHAPES[shape]}
+        # The conversion alone (the example beside the binary, when built), then the command,
+        # whose check loads the result in ONNX Runtime where it fits in free memory.
+        alone = Path(nornir).parent / "examples" / "convert_folder"
+        if alone.is_file():
+            seconds, peak = timed([str(alone), str(source), str(out), "--dtype", dtype])
+            result["conversion_alone"] = {"seconds": round(seconds, 1), "peak_rss_mib": peak}
+        seconds, peak, printed = timed_output([nornir, "vector", "convert", "--model", str(source), "--output",
+                                               str(out), "--dtype", dtype, "--force", "--json"])
+        record = json.loads(printed)
+        result["nornir_vector_convert"] = {"seconds": round(seconds, 1), "peak_rss_mib": peak,
+                                           "check": record.get("check")}
+        result["written_bytes"] = size(out, ["model.onnx", "model.onnx_data"])
+        return result
     finally:
         shutil.rmtree(source, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
@@ -403,7 +440,9 @@ def decoder_convert(nornir, work, shape, dtype):
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "python-embed":
         texts = Path(sys.argv[3]).read_text(encoding="utf-8").splitlines()
-        print(python_embed(Path(sys.argv[2]), texts, None, pooling="last", max_length=128))
+        loaded = []
+        total = python_embed(Path(sys.argv[2]), texts, None, pooling="last", max_length=128, loaded=loaded)
+        print(json.dumps({"total": total, "compute": total - loaded[0]}))
         return
     if len(sys.argv) == 7 and sys.argv[1] == "decoder":
         work = Path(sys.argv[3])

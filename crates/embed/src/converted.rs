@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use nornir_convert::{Conversion, ConvertError, ConvertOptions, Head, convert};
+use nornir_convert::{Conversion, ConvertError, ConvertOptions, Head, WeightDtype, convert};
 use nornir_options::EmbedderOptions;
 use serde::Serialize;
 
@@ -64,6 +64,9 @@ pub fn convert_checked(
         let why = "not checked: the folder has no tokenizer.json, so nornir cannot embed with it; add the model's tokenizer.json";
         return stands(conversion, why.to_owned());
     }
+    if let Some(why) = too_large_to_check(conversion.weight_bytes, conversion.dtype, available_memory()) {
+        return stands(conversion, why);
+    }
     let tried = sample_rows(output, embedder);
     if !conversion.fused {
         return match tried {
@@ -106,6 +109,34 @@ pub fn convert_checked(
     Ok(CheckedConversion { conversion, check, replaced: true })
 }
 
+/// Why a converted model is not loaded for its check: ONNX Runtime holds its weights in float32
+/// (half-precision ones widened), and where that, with a fifth more for the session, passes the
+/// memory this machine has free, loading it would be killed rather than fail (an 8B decoder on a
+/// 24 GB machine). `None`: check it. Without a reading of free memory, it is checked.
+fn too_large_to_check(weight_bytes: usize, dtype: WeightDtype, available: Option<u64>) -> Option<String> {
+    let widened = match dtype {
+        WeightDtype::Float32 => weight_bytes as u64,
+        _ => 2 * weight_bytes as u64,
+    };
+    let needed = widened + widened / 5;
+    let available = available?;
+    (needed > available).then(|| {
+        format!(
+            "not checked: ONNX Runtime would hold {:.1} GB of float32 weights and this machine has {:.1} GB of memory free; embed with it where it fits",
+            widened as f64 / 1e9,
+            available as f64 / 1e9
+        )
+    })
+}
+
+/// `MemAvailable` of /proc/meminfo, in bytes (Linux); `None` elsewhere or unreadable.
+fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// The built-in sample embedded with the folder at `dir`.
 fn sample_rows(dir: &Path, options: &EmbedderOptions) -> Result<Embeddings, EmbedError> {
     let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
@@ -122,4 +153,22 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     let (na, nb) = (norm(a), norm(b));
     if na > 0.0 && nb > 0.0 { (dot / (na * nb)) as f32 } else { 0.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_larger_than_free_memory_is_not_loaded_for_its_check() {
+        const GB: u64 = 1_000_000_000;
+        // Qwen3-Embedding-8B in bfloat16 (15.1 GB on disk, 30.2 GB widened) with 22 GB free.
+        let why = too_large_to_check(15_100_000_000, WeightDtype::Bfloat16, Some(22 * GB)).expect("too large");
+        assert!(why.starts_with("not checked: ONNX Runtime would hold 30.2 GB"), "{why}");
+        // The 0.6B in float32 (2.4 GB) fits; so does anything where free memory is unknown.
+        assert_eq!(too_large_to_check(2_400_000_000, WeightDtype::Float32, Some(22 * GB)), None);
+        assert_eq!(too_large_to_check(15_100_000_000, WeightDtype::Bfloat16, None), None);
+        // The session's fifth more counts: 10 GB of weights need 12.
+        assert!(too_large_to_check(10_000_000_000, WeightDtype::Float32, Some(11 * GB)).is_some());
+    }
 }
