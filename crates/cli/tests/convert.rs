@@ -138,6 +138,20 @@ fn converted_minilm_is_checked_fused_and_close_to_the_int8_export() {
     let q: Value = serde_json::from_slice(&o.stdout).expect("quantization.json");
     assert_eq!(q["rewritten"].as_array().map(Vec::len), Some(36), "{q:#}");
     assert!(q["cost"]["cosine_min"].as_f64().is_some_and(|c| c >= 0.99), "{q:#}");
+
+    // The same weights in external data (as a model over 1.8 GB is written) quantize to the same
+    // int8 graph: read from model.onnx_data, smoothing calibrated through it.
+    let external = t.path().join("external");
+    let o = nornir(&["vector", "convert", "--model", s(&source), "--output", s(&external), "--external-data", "-q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(external.join("model.onnx_data").is_file());
+    let int8_external = t.path().join("int8-external");
+    let o = nornir(&["vector", "quantize", "--model", s(&external), "--output", s(&int8_external), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let qe: Value = serde_json::from_slice(&o.stdout).expect("quantization.json");
+    assert!(qe["smoothing_calibrated_on"].is_string(), "{qe:#}");
+    assert_eq!(qe["cost"], q["cost"], "the same int8 model from weights in one file or two");
+    assert!(!int8_external.join("model.onnx_data").exists(), "its int8 weights fit in model.onnx");
 }
 
 // --- bad input: one line, exit 2, nothing written ----------------------------------------------

@@ -64,6 +64,21 @@ pub(crate) fn inline(g: &mut GraphProto, read: &mut ReadExternal<'_>) -> Result<
 #[derive(Debug)]
 pub(crate) struct Outside(Vec<(usize, Vec<StringStringEntryProto>)>);
 
+impl Outside {
+    /// The external data files the initializers were read from, each once.
+    pub(crate) fn locations(&self) -> Vec<String> {
+        let mut files: Vec<String> = self
+            .0
+            .iter()
+            .filter_map(|(_, entries)| entries.iter().find(|e| e.key.as_deref() == Some("location")))
+            .filter_map(|e| e.value.clone())
+            .collect();
+        files.sort();
+        files.dedup();
+        files
+    }
+}
+
 /// Points the initializers [`inline`] read at their external data again, dropping the bytes read
 /// (for a graph that is written beside the same data file, as the calibration graph is).
 /// Initializers must not have been added or removed in between.
@@ -131,6 +146,7 @@ mod tests {
         assert_eq!(reads, [("model.onnx_data".to_owned(), 0, Some(4000))]);
         assert_eq!(g, before);
         let outside = externalize_again(&mut g);
+        assert_eq!(outside.locations(), ["model.onnx_data"]);
         restore(&mut g, outside);
         assert_eq!(g.initializer[0].data_location, Some(EXTERNAL), "pointed at the file again");
         assert_eq!(g.initializer[0].raw_data, None);

@@ -384,6 +384,9 @@ pub struct CalibrationGraph {
     pub model: Vec<u8>,
     /// Each measured activation's name and width, in the order of the output's channels.
     pub activations: Vec<(String, usize)>,
+    /// The external data files the graph points at (as the source model names them, relative to
+    /// its folder): the calibration graph must be written beside them.
+    pub data_files: Vec<String>,
 }
 
 /// One node that now runs in int8.

@@ -277,13 +277,14 @@ fn calibrate(
             }
         }
         std::fs::write(dir.join("model.onnx"), &calibration.model)?;
-        // The graph still points at the source's external data: the same files, linked.
-        for entry in std::fs::read_dir(source_dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            if !dir.join(&name).exists() && entry.path().is_file() && name != "model.onnx" {
-                link_or_copy(&entry.path(), &dir.join(&name))?;
+        // The graph still points at the source's external data: the same files, hard-linked
+        // (only those: the source's config.json would describe another output).
+        for name in &calibration.data_files {
+            let link = dir.join(name);
+            if let Some(folder) = link.parent() {
+                std::fs::create_dir_all(folder)?;
             }
+            link_or_copy(&source_dir.join(name), &link)?;
         }
         let mut o = opts.clone().with_output_name(CALIBRATION_OUTPUT).with_pooling(Pooling::Max);
         o.call.normalize = Some(false);
@@ -359,13 +360,13 @@ fn record(
     })
 }
 
-/// A symbolic link to `from` at `to` (a copy where links cannot be made).
+/// A hard link to `from` at `to`, else a copy (another file system). Not a symbolic link: ONNX
+/// Runtime resolves one and refuses external data outside the model's folder.
 fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
-    #[cfg(unix)]
-    if std::os::unix::fs::symlink(from, to).is_ok() {
+    if std::fs::hard_link(from, to).is_ok() {
         return Ok(());
     }
-    std::fs::copy(from, to).with_context(|| format!("cannot copy {}", from.display()))?;
+    std::fs::copy(from, to).with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
     Ok(())
 }
 

@@ -48,6 +48,7 @@ pub fn calibration_model(
                 .to_owned(),
         ));
     }
+    let data_files = outside.locations();
     external::restore(graph, outside);
     let mut magnitudes = Vec::new();
     for (x, _) in &found {
@@ -67,7 +68,7 @@ pub fn calibration_model(
     out.name = Some(CALIBRATION_OUTPUT.to_owned());
     out.type_ = protobuf::MessageField::some(ty);
     graph.output.push(out);
-    Ok(CalibrationGraph { model: m.write_to_bytes().map_err(QuantizeError::Write)?, activations: found })
+    Ok(CalibrationGraph { model: m.write_to_bytes().map_err(QuantizeError::Write)?, activations: found, data_files })
 }
 
 impl Rewriter<'_> {
