@@ -5,7 +5,7 @@
 
 use crate::QuantizeError;
 use crate::onnx::{GraphProto, StringStringEntryProto, TensorProto};
-use crate::tensor;
+use crate::tensor::{self, EXTERNAL};
 
 /// Reads the bytes of an external data file: `(location, offset, length)`, the location as the
 /// tensor names it (relative to the model's folder), `length` `None` for "to the end of the file".
@@ -23,20 +23,19 @@ const EXTERNAL_MIN_BYTES: usize = 1024;
 /// ONNX Runtime maps external data with offsets aligned to 4 KiB when it can.
 const ALIGN: usize = 4096;
 
-const EXTERNAL: i32 = 1;
-
 fn entry<'a>(t: &'a TensorProto, key: &str) -> Option<&'a str> {
     t.external_data.iter().find(|e| e.key.as_deref() == Some(key)).and_then(|e| e.value.as_deref())
 }
 
-/// Reads every initializer stored in an external data file into its `raw_data`. A tensor kept
-/// outside elsewhere (a `Constant` node's value, a subgraph's) is an error: the rewritten model
-/// could not point at it.
-/// Returns where each of them was, for [`restore`].
-pub(crate) fn inline(g: &mut GraphProto, read: &mut ReadExternal<'_>) -> Result<Outside, QuantizeError> {
+/// Reads every initializer stored in an external data file into its `raw_data`, and returns
+/// where each of them was, for [`restore`]. Without a reader (a model given as bytes alone), and
+/// for a tensor kept outside elsewhere (a `Constant` node's value), such a tensor is
+/// [`QuantizeError::ExternalData`]: the rewritten model could not point at it.
+pub(crate) fn inline(g: &mut GraphProto, mut read: Option<&mut ReadExternal<'_>>) -> Result<Outside, QuantizeError> {
     let mut outside = Outside(Vec::new());
     for (i, t) in g.initializer.iter_mut().enumerate().filter(|(_, t)| t.data_location == Some(EXTERNAL)) {
         let name = tensor::name(t).to_owned();
+        let Some(read) = read.as_deref_mut() else { return Err(QuantizeError::ExternalData { tensor: name }) };
         let bad = |why: String| QuantizeError::ExternalRead { tensor: name.clone(), why };
         let location = entry(t, "location").ok_or_else(|| bad("names no location".to_owned()))?.to_owned();
         let number = |key: &str| -> Result<Option<u64>, QuantizeError> {
@@ -45,10 +44,8 @@ pub(crate) fn inline(g: &mut GraphProto, read: &mut ReadExternal<'_>) -> Result<
                 .transpose()
         };
         let (offset, length) = (number("offset")?.unwrap_or(0), number("length")?);
-        let bytes = read(&location, offset, length).map_err(|why| match why.as_str() {
-            crate::EXTERNAL_DATA_UNREAD => QuantizeError::ExternalData { tensor: name.clone() },
-            _ => bad(format!("cannot be read from {location}: {why}")),
-        })?;
+        let bytes =
+            read(&location, offset, length).map_err(|why| bad(format!("cannot be read from {location}: {why}")))?;
         t.raw_data = Some(bytes);
         outside.0.push((i, std::mem::take(&mut t.external_data)));
         t.data_location = None;
@@ -61,7 +58,7 @@ pub(crate) fn inline(g: &mut GraphProto, read: &mut ReadExternal<'_>) -> Result<
 }
 
 /// The initializers [`inline`] read, by index, with their external data entries.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Outside(Vec<(usize, Vec<StringStringEntryProto>)>);
 
 impl Outside {
@@ -137,11 +134,14 @@ mod tests {
         assert_eq!(entry(&g.initializer[0], "length"), Some("4000"));
         assert_eq!(g.initializer[1].data_location, None, "a small tensor stays in the graph");
         let mut reads = Vec::new();
-        inline(&mut g, &mut |location: &str, offset, length| {
-            reads.push((location.to_owned(), offset, length));
-            let (start, n) = (offset as usize, length.map_or(data.len() - offset as usize, |l| l as usize));
-            Ok(data[start..start + n].to_vec())
-        })
+        inline(
+            &mut g,
+            Some(&mut |location: &str, offset, length| {
+                reads.push((location.to_owned(), offset, length));
+                let (start, n) = (offset as usize, length.map_or(data.len() - offset as usize, |l| l as usize));
+                Ok(data[start..start + n].to_vec())
+            }),
+        )
         .expect("inline");
         assert_eq!(reads, [("model.onnx_data".to_owned(), 0, Some(4000))]);
         assert_eq!(g, before);
@@ -156,7 +156,7 @@ mod tests {
     /// Externalized and read back once more, for the record `restore` takes.
     fn externalize_again(g: &mut GraphProto) -> Outside {
         let data = externalize(g, "model.onnx_data");
-        inline(g, &mut |_: &str, offset, length| Ok(data[offset as usize..][..length.unwrap() as usize].to_vec()))
+        inline(g, Some(&mut |_: &str, offset, length| Ok(data[offset as usize..][..length.unwrap() as usize].to_vec())))
             .expect("inline")
     }
 
@@ -166,7 +166,7 @@ mod tests {
         t.raw_data = None;
         t.data_location = Some(EXTERNAL);
         let mut g = graph_with(vec![t]);
-        let e = inline(&mut g, &mut |_: &str, _, _| Err("no such file".to_owned())).expect_err("no location");
+        let e = inline(&mut g, Some(&mut |_: &str, _, _| Err("no such file".to_owned()))).expect_err("no location");
         assert_eq!(
             e.to_string(),
             "tensor \"w\" in external data names no location; check that the model's folder is complete"

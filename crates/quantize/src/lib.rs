@@ -49,7 +49,7 @@ pub use rewrite::{CALIBRATION_OUTPUT, calibration_model};
 /// [`quantize_external`], which is given a way to read it.
 pub fn quantize(model: &[u8], options: &QuantizeOptions) -> Result<(Vec<u8>, QuantizeReport), QuantizeError> {
     let mut m = parse(model)?;
-    let report = rewrite_model(&mut m, &mut bytes_only(), options)?;
+    let report = rewrite_model(&mut m, None, options)?;
     Ok((m.write_to_bytes().map_err(QuantizeError::Write)?, report))
 }
 
@@ -66,7 +66,7 @@ pub fn quantize_external(
     options: &QuantizeOptions,
 ) -> Result<(Quantized, QuantizeReport), QuantizeError> {
     let mut m = parse(model)?;
-    let report = rewrite_model(&mut m, read, options)?;
+    let report = rewrite_model(&mut m, Some(read), options)?;
     let graph = m.graph.as_mut().ok_or(QuantizeError::NoGraph)?;
     let data = if options.external_data || initializer_bytes(graph) > MAX_INLINE_WEIGHT_BYTES {
         external::externalize(graph, data_file)
@@ -85,23 +85,15 @@ pub struct Quantized {
     pub data: Vec<u8>,
 }
 
-/// A reader for a model given as bytes alone: any weight in external data is
-/// [`QuantizeError::ExternalData`].
-pub fn bytes_only() -> impl FnMut(&str, u64, Option<u64>) -> Result<Vec<u8>, String> {
-    |_: &str, _: u64, _: Option<u64>| Err(EXTERNAL_DATA_UNREAD.to_owned())
-}
-
-/// What [`bytes_only`] answers; [`external`] turns it into [`QuantizeError::ExternalData`].
-pub(crate) const EXTERNAL_DATA_UNREAD: &str = "nornir-quantize: external data without a reader";
-
 fn parse(model: &[u8]) -> Result<ModelProto, QuantizeError> {
     ModelProto::parse_from_bytes(model).map_err(QuantizeError::NotOnnx)
 }
 
-/// The rewrite itself, on a parsed model whose external weights `read` reads first.
+/// The rewrite itself, on a parsed model whose external weights `read` reads first (`None`: a
+/// model given as bytes alone, whose weights must all be inside).
 fn rewrite_model(
     m: &mut ModelProto,
-    read: &mut ReadExternal<'_>,
+    read: Option<&mut ReadExternal<'_>>,
     options: &QuantizeOptions,
 ) -> Result<QuantizeReport, QuantizeError> {
     let opset = m

@@ -10,7 +10,7 @@ pub const INT8: i32 = 3;
 pub const INT64: i32 = 7;
 pub const FLOAT16: i32 = 10;
 pub const BFLOAT16: i32 = 16;
-const EXTERNAL: i32 = 1;
+pub(crate) const EXTERNAL: i32 = 1;
 
 pub fn name(t: &TensorProto) -> &str {
     t.name.as_deref().unwrap_or_default()

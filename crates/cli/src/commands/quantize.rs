@@ -260,7 +260,7 @@ fn calibrate(
     texts: &[&str],
 ) -> Result<std::collections::HashMap<String, Vec<f32>>> {
     let source_dir = model_file.parent().unwrap_or(Path::new("."));
-    let calibration = match calibration_model(model, &mut read_beside(model_file), qopts) {
+    let calibration = match calibration_model(model, Some(&mut read_beside(model_file)), qopts) {
         Ok(c) => c,
         // No LayerNorm feeds an int8 MatMul: nothing to smooth, nothing to measure.
         Err(nornir_vector::quantize::QuantizeError::NothingToQuantize(_)) => return Ok(Default::default()),

@@ -19,21 +19,25 @@ pub const CALIBRATION_OUTPUT: &str = "nornir_calibration";
 /// makes int8), concatenated along the last axis, `[batch, tokens, sum of widths]`. Max-pooled
 /// over a text's tokens and then over sample texts, they are the channel maxima that
 /// [`QuantizeOptions::channel_max`] takes. The rest of the graph is unchanged.
-/// Weights in external data are read with `read` to decide, and the graph written still points at
-/// them: write it beside the same data files.
+/// Weights in external data are read with `read` to decide (`None`: a model given as bytes alone,
+/// whose weights must all be inside), and the graph written still points at them: write it
+/// beside the same data files. A graph without a `LayerNormalization` has nothing to calibrate
+/// and is refused before any weight is read.
 pub fn calibration_model(
     model: &[u8],
-    read: &mut ReadExternal<'_>,
+    read: Option<&mut ReadExternal<'_>>,
     options: &QuantizeOptions,
 ) -> Result<CalibrationGraph, QuantizeError> {
     let mut m = ModelProto::parse_from_bytes(model).map_err(QuantizeError::NotOnnx)?;
     let graph = m.graph.as_mut().ok_or(QuantizeError::NoGraph)?;
-    let outside = external::inline(graph, read)?;
+    let is_layer_norm = |n: &crate::onnx::NodeProto| op(n) == "LayerNormalization" && default_domain(n);
+    let outside =
+        if graph.node.iter().any(is_layer_norm) { external::inline(graph, read)? } else { Default::default() };
     let mut found = Vec::new();
     {
         let r = Rewriter::new(graph, options, 0);
         for n in &r.g.node {
-            if op(n) != "LayerNormalization" || !default_domain(n) {
+            if !is_layer_norm(n) {
                 continue;
             }
             let (Some(x), Some(gamma)) = (n.output.first(), n.input.get(1).and_then(|g| r.init(g))) else { continue };
