@@ -55,11 +55,12 @@ pub use nornir_options::{
 pub mod internals {
     pub use crate::kinds::pooling::pool_tokens;
     pub use crate::load::model::{
-        HfConfig, parse_hf_config, parse_modules, parse_pooling_config, parse_prompts, parse_quantization,
-        parse_sentence_bert_config,
+        HfConfig, parse_hf_config, parse_modules, parse_multi_vector_config, parse_pooling_config, parse_prompts,
+        parse_quantization, parse_sentence_bert_config,
     };
     pub use crate::load::placement::parse_profile;
     pub use crate::load::runtime::load_runtime;
+    pub use crate::load::template::parse_pair_template;
     /// Fault injection at a worker's stages, for this crate's tests (feature `test-hooks`).
     #[cfg(feature = "test-hooks")]
     pub mod fault {

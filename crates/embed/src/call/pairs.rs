@@ -9,6 +9,7 @@ use crate::call::request::{Item, Request};
 use crate::error::{EmbedError, Result};
 use crate::kinds::embeddings::{Embeddings, TextTokens, Usage};
 use crate::load::engine::Engine;
+use crate::load::template::fill_body;
 use crate::report::values::PairTemplate;
 use nornir_options::{CallOptions, Truncation};
 use nornir_options::{ModelKind, ScoreActivation};
@@ -158,8 +159,7 @@ fn templated(
     let ids = |text: &str| -> Result<Vec<u32>> {
         Ok(tok.encode(text, false).map_err(crate::call::tokenize::tokenizer_failed)?.get_ids().to_vec())
     };
-    let body =
-        t.body.replace("{instruction}", &t.instruction).replace("{query}", query).replace("{document}", document);
+    let body = fill_body(t, query, document);
     let (prefix, mut body, suffix) = (ids(&t.prefix)?, ids(&body)?, ids(&t.suffix)?);
     let max_length = engine.info.max_length;
     let room = max_length.saturating_sub(prefix.len() + suffix.len());
