@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use tokenizers::{Encoding, PaddingDirection, Tokenizer, TruncationDirection, TruncationParams};
 
 use crate::error::{EmbedError, InferenceKind, Result};
+use crate::load::files::{TOKENIZER_MAX_BYTES, read_bounded};
 use crate::report::values::{ModelFolder, Token};
 use nornir_options::Truncation;
 
@@ -50,7 +51,9 @@ impl ModelTokenizer {
     /// model's embedding table has rows.
     pub(crate) fn load(folder: &ModelFolder, max_length: Option<usize>) -> Result<Self> {
         let file = &folder.tokenizer_file;
-        let mut tokenizer = Tokenizer::from_file(file).map_err(|e| EmbedError::tokenizer_because(file, e))?;
+        let text =
+            read_bounded(file, TOKENIZER_MAX_BYTES).map_err(|e| EmbedError::tokenizer_because(file, e.into()))?;
+        let mut tokenizer: Tokenizer = text.parse().map_err(|e| EmbedError::tokenizer_because(file, e))?;
         let max_length = max_length
             .or(folder.max_seq_length)
             .or_else(|| tokenizer.get_truncation().map(|t| t.max_length))

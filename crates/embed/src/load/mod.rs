@@ -4,6 +4,7 @@
 
 pub(crate) mod dense;
 pub(crate) mod engine;
+pub(crate) mod files;
 pub(crate) mod graph_scan;
 pub(crate) mod kind;
 pub(crate) mod model;
@@ -14,3 +15,4 @@ pub(crate) mod plugins;
 pub(crate) mod prompt;
 pub(crate) mod runtime;
 pub(crate) mod session;
+pub(crate) mod template;

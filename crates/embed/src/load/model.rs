@@ -7,7 +7,9 @@ use serde::Deserialize;
 
 use crate::error::{EmbedError, Result};
 use crate::kinds::dense::Activation;
+use crate::load::files::{CONFIG_MAX_BYTES, read_bounded};
 use crate::load::kind::{HeadConfig, KindChoice, choose_kind, parse_splade_config};
+use crate::load::template::parse_pair_template;
 use crate::report::values::{
     DenseSpec, ModelFolder, Modules, MultiVectorSpec, PoolingSpec, Prompts, Quantization, TokenVectorSource,
 };
@@ -380,8 +382,7 @@ impl ModelFolder {
             ));
         }
         let read_json = |name: &str| -> Result<Option<String>> {
-            let p = dir.join(name);
-            match std::fs::read_to_string(&p) {
+            match read_bounded(&dir.join(name), CONFIG_MAX_BYTES) {
                 Ok(t) => Ok(Some(t)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(EmbedError::model_because(dir, name, e)),
@@ -467,13 +468,10 @@ impl ModelFolder {
             exists(COLBERT_LINEAR).then(|| colbert_linear_spec(COLBERT_LINEAR))
         };
         let sparse_head = exists(SPARSE_LINEAR).then(|| SPARSE_LINEAR.to_owned());
-        let pair_template =
-            match read_json("pair_template.json")? {
-                Some(t) => Some(serde_json::from_str(&t).map_err(|e| {
-                    err(format!("pair_template.json: {e} (it needs \"prefix\", \"body\" and \"suffix\")"))
-                })?),
-                None => None,
-            };
+        let pair_template = match read_json("pair_template.json")? {
+            Some(t) => Some(parse_pair_template(&t).map_err(|e| err(format!("pair_template.json: {e}")))?),
+            None => None,
+        };
         let quantization = match read_json("quantization.json")? {
             Some(t) => Some(parse_quantization(&t).map_err(|e| err(format!("quantization.json: {e}")))?),
             None => None,
