@@ -17,8 +17,8 @@ use crate::kinds::pooling::normalize;
 use crate::load::engine::Engine;
 use crate::load::prompt::named_prompt;
 use crate::report::values::Token;
-use nornir_options::ScoreActivation;
 use nornir_options::{CallOptions, Chunking, DocumentVector, Prompt, Truncation};
+use nornir_options::{ModelKind, ScoreActivation};
 
 /// A call on its way: the request its rows go to, its items until they are queued, and how to
 /// lay its rows out again and finish them.
@@ -403,6 +403,8 @@ pub(crate) fn finish(engine: &Engine, mut call: Call, rows: Vec<f32>) -> Embeddi
 /// The model's token vectors for one text (TEI's `/embed_all`): `tokens x width`, raw, with
 /// the call's prompt and truncation. Runs on the first session, outside the queue.
 pub(crate) fn token_vectors(engine: &Engine, text: &str, options: &CallOptions) -> Result<(Vec<f32>, usize)> {
+    // A cross-encoder's or sparse encoder's per-token output is not a text's token vectors.
+    engine.expect_kind(ModelKind::Embedder, "token_vectors")?;
     if engine.io.pooled {
         return Err(EmbedError::invalid(
             "output_name",
