@@ -11,11 +11,12 @@ names), against ONNX Runtime running the converted model.onnx.
   decoders_reference.py broken NORNIR WORK     the same comparison against a reference that is
                                                wrong in one way at a time: each must differ
 
-Run with the bench venv's Python (numpy, onnxruntime, tokenizers), e.g.
+Run with a Python that has numpy, onnxruntime and tokenizers (the bench venv `cargo xtask test`
+makes), with ORT_DYLIB_PATH naming the ONNX Runtime library nornir loads, e.g.
 
-  ORT_DYLIB_PATH=/root/.cache/nornir/ort/cpu/libonnxruntime.so.1.31.1 \\
-    /root/.cache/nornir/bench-venv/bin/python scripts/decoders_reference.py \\
-    synthetic /work/target-decoders/debug/nornir /tmp/decoders-work
+  ORT_DYLIB_PATH="$NORNIR_HOME/ort/cpu/libonnxruntime.so.1.31.1" \\
+    "$NORNIR_HOME/bench-venv/bin/python" scripts/decoders_reference.py \\
+    synthetic target/debug/nornir "$(mktemp -d)"
 
 Prints one JSON object; exits 1 when not ok.
 
@@ -102,7 +103,7 @@ The converter is called `NORNIR vector convert --model SRC --output DST --force 
 [--dtype D]` (its --help; DST removed first) and, if that fails, positionally
 `NORNIR vector convert SRC DST ...`; the errors of both are reported.
 
-Results (2026-12-03, /work/target-decoders/debug/nornir of branch decoders at 3be9437, ORT 1.31.1):
+Results (2026-12-03, a debug build of nornir of branch decoders at 3be9437, ORT 1.31.1):
 selftest ok (padded rows vs alone 1.8e-15; GQA vs repeated kv 2.4e-15); synthetic ok, 7 s:
 float32 embedders 1.0e-6 .. 1.6e-6 (left and right padding, pooled left vs right 0.0), rerankers
 6.5e-7 untied / 4.3e-6 tied, --dtype float16/bfloat16 1.35e-6 / 1.34e-6 against the large weights

@@ -21,7 +21,9 @@ of scripts/convert_reference.py (BERT, XLM-RoBERTa) and scripts/families_referen
                                                       random 384->128 projection, PyLate layout
 
 Prints one JSON object; exits 1 when not ok. NORNIR is the nornir binary, WORK a scratch folder.
-ORT_DYLIB_PATH and NORNIR_HOME default to the cached CPU library and /root/.cache/nornir.
+ORT_DYLIB_PATH must name the ONNX Runtime library (the tests pass the one `cargo xtask fetch` put in
+the cache); the MiniLM tokenizer is read from the nornir cache, found as nornir finds it
+($NORNIR_HOME, else $XDG_CACHE_HOME/nornir, else ~/.cache/nornir).
 
 nornir is called as (the flags are collected in `nornir_convert`, `nornir_embed`, `nornir_rerank`):
   nornir vector convert --model SRC --output DST --force
@@ -43,7 +45,7 @@ Scores: |nornir - reference| <= 1e-5 * max(1, |reference|) (a PyLate MaxSim is a
 query_length cosines, so its float32 error grows with it). Ranking: nornir's order, read on the
 reference's scores, must never go up by more than that tolerance (exact ties may swap).
 
-What was read (the snapshots under /work/.mirror; the NumPy below is written from the reading):
+What was read (public snapshots of these repositories; the NumPy below is written from the reading):
 
 PyLate (lightonai/pylate, commit 1f1f47ce): pylate/models/colbert.py (ColBERT.__init__,
   tokenize, insert_prefix_token, encode, skiplist_mask, save), pylate/models/Dense.py
@@ -151,12 +153,24 @@ import families_reference as fr  # noqa: E402  (ModernBERT, Gen, write_torch_bin
 TOLERANCE = 1e-5
 SCORE_TOLERANCE = 1e-5  # relative to max(1, |score|)
 NEAR_ZERO = 1e-5  # a sparse weight this small may be present on one side only
-MINILM = Path("/root/.cache/nornir/models/all-MiniLM-L6-v2-st")
 BERT_TOKENIZER_FILES = ["tokenizer.json", "special_tokens_map.json", "tokenizer_config.json", "vocab.txt"]
-ENV_DEFAULTS = {
-    "ORT_DYLIB_PATH": "/root/.cache/nornir/ort/cpu/libonnxruntime.so.1.31.1",
-    "NORNIR_HOME": "/root/.cache/nornir",
-}
+
+
+def nornir_home():
+    """The nornir cache as nornir finds it: $NORNIR_HOME, else $XDG_CACHE_HOME/nornir, else ~/.cache/nornir."""
+    if os.environ.get("NORNIR_HOME"):
+        return Path(os.environ["NORNIR_HOME"])
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "nornir"
+    return Path.home() / ".cache/nornir"
+
+
+def minilm_dir():
+    """all-MiniLM-L6-v2's sentence-transformers folder, as `cargo xtask fetch` unpacks it."""
+    folder = nornir_home() / "models/all-MiniLM-L6-v2-st"
+    if not (folder / "tokenizer.json").is_file():
+        raise SystemExit(f"{folder} has no tokenizer.json: run `cargo xtask fetch` (or set NORNIR_HOME to its cache)")
+    return folder
 MISTAKES = [
     "no-prefix",
     "prefix-appended",
@@ -571,10 +585,9 @@ def pylate_cases(work, rng, tokenizer_source):
 
 
 def nornir_env():
-    env = dict(os.environ)
-    for k, v in ENV_DEFAULTS.items():
-        env.setdefault(k, v)
-    return env
+    if not os.environ.get("ORT_DYLIB_PATH"):
+        raise SystemExit("set ORT_DYLIB_PATH to the ONNX Runtime library nornir should load (the tests pass the cached CPU one)")
+    return dict(os.environ, NORNIR_HOME=str(nornir_home()))
 
 
 def nornir_call(nornir, *args):
@@ -733,8 +746,8 @@ def clean(obj):
     return obj
 
 
-def all_cases(work, rng, tokenizer_source=MINILM):
-    return pylate_cases(work, rng, tokenizer_source) + [bge_m3_case(work, rng)]
+def all_cases(work, rng, tokenizer_source=None):
+    return pylate_cases(work, rng, tokenizer_source or minilm_dir()) + [bge_m3_case(work, rng)]
 
 
 def run_synthetic(nornir, work, mistakes=()):
@@ -981,7 +994,7 @@ def main():
     elif len(sys.argv) == 4 and sys.argv[1] in ("synthetic", "broken"):
         result = (run_synthetic if sys.argv[1] == "synthetic" else run_broken)(sys.argv[2], sys.argv[3])
     elif len(sys.argv) in (4, 5) and sys.argv[1] == "real":
-        result = run_real(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) == 5 else MINILM)
+        result = run_real(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) == 5 else minilm_dir())
     else:
         raise SystemExit(__doc__)
     print(json.dumps(clean(result), indent=1, default=float))

@@ -19,6 +19,7 @@ mod gpu_bundle;
 mod int8;
 mod long_context;
 mod long_docs;
+mod machine_paths;
 mod process;
 mod public_api;
 mod quality;
@@ -92,6 +93,9 @@ enum Task {
     Cycles,
     /// Fail naming each source file (crates/*/src, xtask/src) that ARCHITECTURE.md does not mention.
     CodeMap,
+    /// Fail naming each tracked file and line that names one machine's home or cache folder
+    /// (under /root, /home or /Users, or an absolute path into a `.cache` folder); run by `test` first.
+    MachinePaths,
     /// One embedder shared by 8 threads x N calls of mixed sizes: checks every row against the
     /// single-threaded result, prints calls/s and peak RSS, and whether memory stayed flat.
     Soak {
@@ -127,6 +131,7 @@ fn main() {
         Task::PublicApi { bless } => public_api::public_api(bless),
         Task::Cycles => cycles::check(&workspace_root()),
         Task::CodeMap => code_map::check(&workspace_root()),
+        Task::MachinePaths => machine_paths::check(),
         Task::Soak { calls } => soak::soak(calls),
         Task::Fuzz { seconds } => fuzz::fuzz(seconds),
         Task::GpuBundle(a) => gpu_bundle::gpu_bundle(&a),

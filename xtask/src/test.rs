@@ -7,7 +7,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use crate::process::{cargo, run_checked, stage, with_ignored, workspace_root};
-use crate::{assets, compare, dev_null, features, fetch, gpu_bundle};
+use crate::{assets, compare, dev_null, features, fetch, gpu_bundle, machine_paths};
 
 /// Debian's libamdhip64-5, a real HIP runtime without a GPU, for the probe's tests: unpacked into
 /// the nornir cache with `apt-get download` and `dpkg-deb -x`, which need no root. Returns the
@@ -170,6 +170,7 @@ pub(crate) fn dry_run_bundle() -> Result<()> {
 
 pub fn test(extra: &[String]) -> Result<()> {
     let started = std::time::Instant::now();
+    stage("no machine paths", machine_paths::check)?;
     let home = stage("fetch", || fetch::fetch(&all_test_assets()))?;
     let mut env = stage("test environments", || test_env(&home))?;
     // Tests that cannot run here write why to this file; they are counted at the end, not passed.
