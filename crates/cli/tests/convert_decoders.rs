@@ -32,7 +32,8 @@ ids = lambda s: tok.encode(s, add_special_tokens=False).ids
 session = ort.InferenceSession(folder + "/model.onnx", providers=["CPUExecutionProvider"])
 scores = []
 for d in docs:
-    body = t["body"].replace("{instruction}", t["instruction"]).replace("{query}", query).replace("{document}", d)
+    # the card's f-string: one pass, so a query or document is never read as template
+    body = t["body"].format(instruction=t["instruction"], query=query, document=d)
     x = np.array([ids(t["prefix"]) + ids(body) + ids(t["suffix"])], dtype=np.int64)
     logit = session.run(["logits"], {"input_ids": x, "attention_mask": np.ones_like(x)})[0][0, 0]
     scores.append(float(1 / (1 + np.exp(-logit))))
@@ -140,11 +141,22 @@ fn quantizes_from_external_data(work: &Path) {
     }
 }
 
-/// The converted Qwen3 reranker on `rerank`: its prompt, one score per document, best first.
+/// The converted Qwen3 reranker on `rerank`: its prompt, one score per document, best first;
+/// a query and documents that hold the template's placeholders and stray braces are read as
+/// text, as the card's f-string reads them.
 #[cfg(feature = "embed-ort")]
 fn reranker_scores_as_its_card(work: &Path) {
+    reranker_scores_as_its_card_for(work, "what is yes", ["no yes", "yes yes yes", "hello"]);
+    reranker_scores_as_its_card_for(
+        work,
+        "what is {document}? {instruction}",
+        ["{query} yes", "yes {document} }{ {", "what is {document}? {instruction}"],
+    );
+}
+
+#[cfg(feature = "embed-ort")]
+fn reranker_scores_as_its_card_for(work: &Path, query: &str, docs: [&str; 3]) {
     let folder = work.join("qwen3-reranker-onnx");
-    let (query, docs) = ("what is yes", ["no yes", "yes yes yes", "hello"]);
     let mut args = vec!["vector", "rerank", "--model", s(&folder), "--query", query, "--no-text"];
     args.extend(docs);
     let o = common::Run::new(&args).output();
