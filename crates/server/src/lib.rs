@@ -59,6 +59,27 @@ use axum::routing::{get, post};
 pub use models::{Models, ModelsError};
 pub use serve::serve;
 
+/// The request-body parsers, for the fuzz targets: not an API, may change in any release.
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::body::parse;
+
+    /// `body` parsed as the request of every POST route, as its handler parses it before any
+    /// model is asked: each gives a request or a 400, never a panic.
+    pub fn parse_request_bodies(body: &[u8]) {
+        let _ = parse::<crate::tei::EmbedRequest>(body);
+        let _ = parse::<crate::tei::TokenizeRequest>(body);
+        let _ = parse::<crate::tei::DecodeRequest>(body);
+        let _ = parse::<crate::tei::SimilarityRequest>(body);
+        let _ = parse::<crate::openai::Request>(body);
+        let _ = parse::<crate::cohere::EmbedRequest>(body);
+        let _ = parse::<crate::multi_vector::Request>(body);
+        let _ = parse::<crate::retrieval::RerankRequest>(body);
+        let _ = parse::<crate::retrieval::PredictRequest>(body);
+        let _ = parse::<serde_json::Value>(body);
+    }
+}
+
 /// How `input` given as token ids is read on the OpenAI routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
