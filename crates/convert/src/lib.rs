@@ -208,3 +208,16 @@ pub enum ConvertError {
     #[error("cannot encode the ONNX graph: {0}")]
     Encode(#[source] protobuf::Error),
 }
+
+/// `n` with its thousands separated by commas, as the limits are written in errors.
+pub(crate) fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
