@@ -229,6 +229,11 @@ fn contiguous(shape: &[usize], stride: &[usize]) -> bool {
     true
 }
 
+/// Runs the pickle `bytes` (a `data.pkl`) as [`Checkpoint::read`] does; `file` is named in errors.
+pub(crate) fn load_pickle(file: &str, bytes: &[u8]) -> Result<(), ConvertError> {
+    pickle::load(bytes).map(drop).map_err(|e| pickle_err(file, e))
+}
+
 fn pickle_err(file: &str, e: PickleError) -> ConvertError {
     let file = file.to_owned();
     match e {

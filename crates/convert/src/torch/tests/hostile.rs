@@ -217,3 +217,13 @@ fn a_file_of_zip_end_records_is_refused_after_reading_four_times_its_size() {
         "{e}"
     );
 }
+
+#[test]
+fn the_fuzzing_entries_read_a_sound_archive_and_refuse_a_hostile_one() {
+    let w = super::write("pytorch_model", &super::tiny_bert());
+    assert_eq!(crate::fuzzing::read_torch_archive(&w.bytes).expect("reads"), w.expected.len());
+    let e = crate::fuzzing::read_pickle(b"\x80\x02]q\x00h\x00a.").expect_err("refused").to_string();
+    assert!(e.starts_with("data.pkl is refused: its pickle changes a list or dict at byte 7"), "{e}");
+    let e = crate::fuzzing::read_torch_archive(b"PK\x05\x06").expect_err("refused").to_string();
+    assert!(e.starts_with("pytorch_model.bin is a truncated or corrupt zip archive"), "{e}");
+}
