@@ -26,7 +26,6 @@ mod values;
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::rc::Rc;
 
 use safetensors::tensor::Dtype;
 
@@ -46,7 +45,8 @@ enum Storage {
 #[derive(Debug)]
 pub(crate) struct Checkpoint {
     tensors: HashMap<String, TensorRecord>,
-    storages: HashMap<Rc<str>, Storage>,
+    /// By the [`values::string_id`] of their keys.
+    storages: HashMap<usize, Storage>,
     /// The archive's top folder, as in `<root>/data.pkl`.
     root: String,
 }
@@ -135,7 +135,7 @@ impl Checkpoint {
                 stride: t.stride.clone(),
             });
         }
-        let storage: &[u8] = match self.storages.get(&t.key) {
+        let storage: &[u8] = match self.storages.get(&values::string_id(&t.key)) {
             Some(Storage::InFile(r)) => bytes.get(r.clone()).unwrap_or_default(),
             Some(Storage::Owned(v)) => v,
             None => {
@@ -172,13 +172,14 @@ fn storages(
     zip: &mut archive::Zip<'_>,
     root: &str,
     tensors: &HashMap<String, TensorRecord>,
-) -> Result<HashMap<Rc<str>, Storage>, ConvertError> {
+) -> Result<HashMap<usize, Storage>, ConvertError> {
     let mut storages = HashMap::new();
     let mut inflated = 0u64;
     let mut sorted: Vec<_> = tensors.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(b.0));
     for (name, t) in sorted {
-        if storages.contains_key(&t.key) {
+        let id = values::string_id(&t.key);
+        if storages.contains_key(&id) {
             continue;
         }
         let entry_name = format!("{root}data/{}", t.key);
@@ -208,7 +209,7 @@ fn storages(
             inflated += data.len() as u64;
             Storage::Owned(data)
         };
-        storages.insert(t.key.clone(), storage);
+        storages.insert(id, storage);
     }
     Ok(storages)
 }

@@ -118,6 +118,13 @@ pub(crate) struct Dict {
     placed: bool,
 }
 
+/// The identity of an interned string: equal strings of one pickle have one, so a string is
+/// found in a map by one hash of a word, however long it is (a long string reused through the
+/// memo would otherwise be hashed whole at each use).
+pub(crate) fn string_id(s: &Rc<str>) -> usize {
+    Rc::as_ptr(s).cast::<u8>() as usize
+}
+
 /// A dict key as compared: a string by its interned `Rc` (equal strings are one), an integer by
 /// its value.
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -129,7 +136,7 @@ enum Key {
 impl Key {
     fn of(v: &Value) -> Option<Key> {
         match v {
-            Value::Str(s) => Some(Key::Str(Rc::as_ptr(s).cast::<u8>() as usize)),
+            Value::Str(s) => Some(Key::Str(string_id(s))),
             Value::Int(i) => Some(Key::Int(*i)),
             _ => None,
         }

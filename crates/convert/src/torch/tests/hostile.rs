@@ -227,3 +227,29 @@ fn the_fuzzing_entries_read_a_sound_archive_and_refuse_a_hostile_one() {
     let e = crate::fuzzing::read_torch_archive(b"PK\x05\x06").expect_err("refused").to_string();
     assert!(e.starts_with("pytorch_model.bin is a truncated or corrupt zip archive"), "{e}");
 }
+
+#[test]
+fn a_storage_key_of_60_000_bytes_shared_by_100_000_tensors_reads() {
+    // One tensor on a storage whose key is 60,000 bytes, then 100,000 names for it.
+    let key = "k".repeat(60_000);
+    let mut p = vec![0x80, 2, b'}', b'('];
+    let str = |p: &mut Vec<u8>, s: &str| {
+        p.push(b'X');
+        p.extend((s.len() as u32).to_le_bytes());
+        p.extend(s.as_bytes());
+    };
+    str(&mut p, "t0");
+    p.extend(b"ctorch._utils\n_rebuild_tensor_v2\n((");
+    str(&mut p, "storage");
+    p.extend(b"ctorch\nFloatStorage\n");
+    str(&mut p, &key);
+    str(&mut p, "cpu");
+    p.extend(b"K\x01tQK\x00K\x01\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtRq\x01");
+    for i in 1..100_000 {
+        str(&mut p, &format!("t{i}"));
+        p.extend([b'h', 1]);
+    }
+    p.extend([b'u', b'.']);
+    let bytes = archive("p", &p, &[(key, 1.5f32.to_le_bytes().to_vec())], "little");
+    assert_eq!(crate::fuzzing::read_torch_archive(&bytes).expect("reads"), 100_000);
+}
