@@ -3,16 +3,28 @@
 //! its file when asked for (a checkpoint larger than memory converts); where there are none, the
 //! PyTorch checkpoint `pytorch_model.bin` or the shards of `pytorch_model.bin.index.json`, read
 //! whole by [`crate::torch`]. Each tensor is widened to float32.
+//!
+//! A downloaded file may be hostile: a header's length is bounded and checked against the file
+//! before it is read ([`header`]), an index is bounded in size, tensors and files, and names only
+//! files in its folder ([`index`]); each refusal names its limit.
+
+mod header;
+mod index;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use safetensors::tensor::{Dtype, Metadata, SafeTensorError};
+use safetensors::tensor::{Dtype, Metadata};
 
 use crate::ConvertError;
 use crate::torch::Checkpoint;
+pub(crate) use header::of_bytes as safetensors_header;
+use index::shard_files;
+pub(crate) use index::shard_names;
 
 /// One weights file, its header (or pickle) checked.
 struct Shard {
@@ -84,9 +96,9 @@ impl Weights {
                 Format::Torch { bytes, checkpoint }
             } else {
                 let mut file = File::open(&path).map_err(read_err)?;
-                let (data_start, metadata) = read_header(&mut file).map_err(read_err)?.map_err(|(e, header)| {
-                    ConvertError::Weights { file: display(&path), why: header_problem(&header, &e) }
-                })?;
+                let (data_start, metadata) = header::read(&mut file)
+                    .map_err(read_err)?
+                    .map_err(|why| ConvertError::Weights { file: display(&path), why })?;
                 for name in metadata.tensors().keys() {
                     index.insert(name.clone(), shards.len());
                 }
@@ -198,7 +210,8 @@ impl Weights {
                 expected: shape.to_vec(),
             })
         };
-        let row_elements: usize = shape.iter().skip(1).product();
+        // Exact once `shape` is checked to be the file's (whose element count fits).
+        let row_elements = shape.iter().skip(1).fold(1usize, |n, &d| n.saturating_mul(d));
         let rows = rows.start.min(rows.end)..rows.end.min(shape.first().copied().unwrap_or(1));
         let (dtype, read);
         let data: &[u8] = match &shard.format {
@@ -243,7 +256,7 @@ impl Weights {
 }
 
 /// Little-endian elements of `dtype` as float32; `None` for a dtype that is not converted.
-fn widen(data: &[u8], dtype: Dtype) -> Option<Vec<f32>> {
+pub(crate) fn widen(data: &[u8], dtype: Dtype) -> Option<Vec<f32>> {
     Some(match dtype {
         Dtype::F32 => data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
         Dtype::F16 => data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
@@ -253,98 +266,5 @@ fn widen(data: &[u8], dtype: Dtype) -> Option<Vec<f32>> {
             .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32)
             .collect(),
         _ => return None,
-    })
-}
-
-/// The header of a safetensors file, checked as `SafeTensors::read_metadata` checks a whole file
-/// in memory (the same errors), reading only the header: the offset of the first tensor byte and
-/// the metadata. On a header error, also the bytes read (for [`header_problem`]).
-#[allow(clippy::type_complexity)]
-fn read_header(file: &mut File) -> std::io::Result<Result<(u64, Metadata), (SafeTensorError, Vec<u8>)>> {
-    /// `safetensors`' own limit on a header's length.
-    const MAX_HEADER: usize = 100_000_000;
-    let file_len = file.metadata()?.len();
-    let mut prefix = [0u8; 8];
-    if file_len < 8 {
-        return Ok(Err((SafeTensorError::HeaderTooSmall, Vec::new())));
-    }
-    file.read_exact(&mut prefix)?;
-    let n = u64::from_le_bytes(prefix);
-    if n > MAX_HEADER as u64 {
-        return Ok(Err((SafeTensorError::HeaderTooLarge, prefix.to_vec())));
-    }
-    if 8 + n > file_len {
-        return Ok(Err((SafeTensorError::InvalidHeaderLength, prefix.to_vec())));
-    }
-    let mut bytes = prefix.to_vec();
-    bytes.resize(8 + n as usize, 0);
-    file.read_exact(&mut bytes[8..])?;
-    let text = match std::str::from_utf8(&bytes[8..]) {
-        Ok(t) => t,
-        Err(e) => return Ok(Err((SafeTensorError::InvalidHeader(e), bytes))),
-    };
-    let metadata: Metadata = match serde_json::from_str(text) {
-        Ok(m) => m,
-        Err(e) => return Ok(Err((SafeTensorError::InvalidHeaderDeserialization(e), bytes))),
-    };
-    if metadata.data_len() as u64 + 8 + n != file_len {
-        return Ok(Err((SafeTensorError::MetadataIncompleteBuffer, bytes)));
-    }
-    Ok(Ok((8 + n, metadata)))
-}
-
-/// The shard files an index (`weight_map`: tensor name -> file) names, beside it in `dir`.
-fn shard_files(dir: &Path, index_file: &Path) -> Result<Vec<PathBuf>, ConvertError> {
-    let text =
-        std::fs::read_to_string(index_file).map_err(|e| ConvertError::Read { file: display(index_file), source: e })?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| ConvertError::Weights { file: display(index_file), why: format!("is not valid JSON ({e})") })?;
-    let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| ConvertError::Weights {
-        file: display(index_file),
-        why: "has no `weight_map` object".to_owned(),
-    })?;
-    let mut names: Vec<String> = map.values().filter_map(|f| f.as_str().map(str::to_owned)).collect();
-    names.sort();
-    names.dedup();
-    if names.is_empty() || names.iter().any(|n| n.contains('/') || n.contains("..")) {
-        return Err(ConvertError::Weights {
-            file: display(index_file),
-            why: "names no shard files beside it".to_owned(),
-        });
-    }
-    Ok(names.iter().map(|n| dir.join(n)).collect())
-}
-
-/// What is wrong with a file whose header the `safetensors` crate refused, in words; an unknown
-/// dtype names its tensor.
-fn header_problem(bytes: &[u8], e: &SafeTensorError) -> String {
-    match e {
-        SafeTensorError::HeaderTooSmall | SafeTensorError::InvalidHeaderLength => {
-            "is not a safetensors file or is cut short (its header is incomplete)".to_owned()
-        }
-        SafeTensorError::MetadataIncompleteBuffer => {
-            "is truncated or has bytes after its tensors (its size does not match its header)".to_owned()
-        }
-        SafeTensorError::InvalidHeaderDeserialization(inner) => match unknown_dtype(bytes) {
-            Some((tensor, dtype)) => {
-                format!("tensor {tensor:?} has the dtype {dtype:?}, which is not a safetensors type")
-            }
-            None => format!("has a header that is not a safetensors header ({inner})"),
-        },
-        SafeTensorError::InvalidOffset(tensor) => format!("tensor {tensor:?} has offsets outside the file"),
-        SafeTensorError::HeaderTooLarge => "is not a safetensors file (its header length is implausible)".to_owned(),
-        other => format!("is damaged ({other})"),
-    }
-}
-
-/// The first tensor whose `dtype` the header spells in a way the `safetensors` crate does not know.
-fn unknown_dtype(bytes: &[u8]) -> Option<(String, String)> {
-    let n = usize::try_from(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?)).ok()?;
-    let header: serde_json::Value = serde_json::from_slice(bytes.get(8..8usize.checked_add(n)?)?).ok()?;
-    header.as_object()?.iter().find_map(|(name, t)| {
-        let dtype = t.get("dtype")?.as_str()?;
-        serde_json::from_value::<Dtype>(serde_json::Value::String(dtype.to_owned()))
-            .is_err()
-            .then(|| (name.clone(), dtype.to_owned()))
     })
 }

@@ -10,19 +10,29 @@
 //! are dicts, lists, tuples, numbers, strings and tensor records. It reads little-endian,
 //! contiguous tensors; the older, non-zip `torch.save` format and tensors laid out otherwise are
 //! refused by name.
+//!
+//! A downloaded checkpoint may be hostile: every bound is checked before what it bounds is read
+//! or allocated, and the work is linear in the file. The zip directory is found on a budget of
+//! reads, an entry is read only up to its declared size (itself bounded) and refused where it
+//! inflates past it, and the pickle machine bounds nesting, values and dimensions
+//! ([`values::MAX_DEPTH`], [`pickle::MAX_VALUES`], [`values::MAX_RANK`]). Each refusal names its
+//! limit.
 
+mod archive;
 mod pickle;
 #[cfg(test)]
 mod tests;
+mod values;
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::ops::Range;
 
 use safetensors::tensor::Dtype;
 
-use crate::ConvertError;
-use pickle::{PickleError, TensorRecord, Value};
+use crate::{ConvertError, grouped};
+use archive::archive_err;
+use pickle::PickleError;
+use values::{MAX_DEPTH, MAX_RANK, TensorRecord, Value};
 
 /// A storage's bytes: where they lie in the file, or read out of a compressed entry.
 #[derive(Debug)]
@@ -35,7 +45,8 @@ enum Storage {
 #[derive(Debug)]
 pub(crate) struct Checkpoint {
     tensors: HashMap<String, TensorRecord>,
-    storages: HashMap<String, Storage>,
+    /// By the [`values::string_id`] of their keys.
+    storages: HashMap<usize, Storage>,
     /// The archive's top folder, as in `<root>/data.pkl`.
     root: String,
 }
@@ -45,10 +56,6 @@ pub(crate) struct TensorBytes<'a> {
     pub(crate) dtype: Dtype,
     pub(crate) shape: &'a [usize],
     pub(crate) data: &'a [u8],
-}
-
-fn archive_err(file: &str, why: impl Into<String>) -> ConvertError {
-    ConvertError::TorchArchive { file: file.to_owned(), why: why.into() }
 }
 
 impl Checkpoint {
@@ -65,24 +72,19 @@ impl Checkpoint {
                 archive_err(file, "is not a torch.save zip archive (it does not begin as a zip file does)")
             });
         }
-        let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes))
-            .map_err(|e| archive_err(file, format!("is a truncated or corrupt zip archive ({e})")))?;
-        let names: Vec<String> = zip.file_names().map(str::to_owned).collect();
-        let pkl = names.iter().find(|n| n.ends_with("/data.pkl") && n.matches('/').count() == 1).ok_or_else(|| {
-            archive_err(file, "has no <folder>/data.pkl: it is a zip archive, but not one torch.save wrote")
-        })?;
+        let mut zip = archive::open(file, bytes)?;
+        let pkl = zip
+            .file_names()
+            .find(|n| n.ends_with("/data.pkl") && n.matches('/').count() == 1)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                archive_err(file, "has no <folder>/data.pkl: it is a zip archive, but not one torch.save wrote")
+            })?;
         let root = pkl.trim_end_matches("data.pkl").to_owned();
-        let read_entry = |zip: &mut zip::ZipArchive<std::io::Cursor<&[u8]>>,
-                          name: &str|
-         -> Result<Vec<u8>, ConvertError> {
-            let mut entry = zip.by_name(name).map_err(|e| archive_err(file, format!("cannot open {name} ({e})")))?;
-            let mut out = Vec::new();
-            entry.read_to_end(&mut out).map_err(|e| archive_err(file, format!("has a damaged {name} ({e})")))?;
-            Ok(out)
-        };
         let byteorder = format!("{root}byteorder");
-        if names.contains(&byteorder) {
-            let order = read_entry(&mut zip, &byteorder)?;
+        if zip.index_for_name(&byteorder).is_some() {
+            let limit = "more than a byte order takes";
+            let order = archive::read_entry(file, &mut zip, &byteorder, archive::MAX_BYTEORDER, limit)?;
             if order.trim_ascii() != b"little" {
                 return Err(archive_err(
                     file,
@@ -93,50 +95,22 @@ impl Checkpoint {
                 ));
             }
         }
-        let pickled = read_entry(&mut zip, pkl)?;
+        let limit = "the most read of a pickle (a state dict's takes about 130 bytes a tensor)";
+        let pickled = archive::read_entry(file, &mut zip, &pkl, archive::MAX_PICKLE_BYTES, limit)?;
         let top = pickle::load(&pickled).map_err(|e| pickle_err(file, e))?;
         let Value::Dict(items) = top else {
             return Err(archive_err(file, "holds a pickle that is not a dict of tensors (a state dict)"));
         };
         let mut tensors = HashMap::new();
-        for (k, v) in items.borrow().iter() {
+        for (k, v) in &items.borrow().items {
             if let (Value::Str(name), Value::Tensor(t)) = (k, v) {
-                tensors.insert(name.clone(), TensorRecord::clone(t));
+                tensors.insert(name.to_string(), TensorRecord::clone(t));
             }
         }
         if tensors.is_empty() {
             return Err(archive_err(file, "holds a dict without tensors: it is not a state dict"));
         }
-        let mut storages = HashMap::new();
-        let mut sorted: Vec<_> = tensors.iter().collect();
-        sorted.sort_by(|a, b| a.0.cmp(b.0));
-        for (name, t) in sorted {
-            if storages.contains_key(&t.key) {
-                continue;
-            }
-            let entry_name = format!("{root}data/{}", t.key);
-            let Some(index) = zip.index_for_name(&entry_name) else {
-                return Err(ConvertError::StorageMissing {
-                    file: file.to_owned(),
-                    entry: entry_name,
-                    tensor: name.clone(),
-                });
-            };
-            let entry =
-                zip.by_index(index).map_err(|e| archive_err(file, format!("cannot open {entry_name} ({e})")))?;
-            let storage = if entry.compression() == zip::CompressionMethod::Stored {
-                let start = usize::try_from(entry.data_start()).unwrap_or(usize::MAX);
-                let end = usize::try_from(entry.size()).ok().and_then(|n| start.checked_add(n));
-                match end.filter(|&e| e <= bytes.len()) {
-                    Some(end) => Storage::InFile(start..end),
-                    None => return Err(archive_err(file, format!("is truncated: {entry_name} runs past its end"))),
-                }
-            } else {
-                drop(entry);
-                Storage::Owned(read_entry(&mut zip, &entry_name)?)
-            };
-            storages.insert(t.key.clone(), storage);
-        }
+        let storages = storages(file, bytes, &mut zip, &root, &tensors)?;
         Ok(Checkpoint { tensors, storages, root })
     }
 
@@ -161,8 +135,8 @@ impl Checkpoint {
                 stride: t.stride.clone(),
             });
         }
-        let storage: &[u8] = match self.storages.get(&t.key) {
-            Some(Storage::InFile(r)) => &bytes[r.clone()],
+        let storage: &[u8] = match self.storages.get(&values::string_id(&t.key)) {
+            Some(Storage::InFile(r)) => bytes.get(r.clone()).unwrap_or_default(),
             Some(Storage::Owned(v)) => v,
             None => {
                 return Err(ConvertError::StorageMissing {
@@ -190,6 +164,56 @@ impl Checkpoint {
     }
 }
 
+/// The storages of `tensors` in the archive `zip` of `bytes`: where a stored one lies, or a
+/// compressed one inflated (at most [`archive::MAX_INFLATED`] bytes of them in all).
+fn storages(
+    file: &str,
+    bytes: &[u8],
+    zip: &mut archive::Zip<'_>,
+    root: &str,
+    tensors: &HashMap<String, TensorRecord>,
+) -> Result<HashMap<usize, Storage>, ConvertError> {
+    let mut storages = HashMap::new();
+    let mut inflated = 0u64;
+    let mut sorted: Vec<_> = tensors.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    for (name, t) in sorted {
+        let id = values::string_id(&t.key);
+        if storages.contains_key(&id) {
+            continue;
+        }
+        let entry_name = format!("{root}data/{}", t.key);
+        let Some(index) = zip.index_for_name(&entry_name) else {
+            return Err(ConvertError::StorageMissing {
+                file: file.to_owned(),
+                entry: entry_name,
+                tensor: name.clone(),
+            });
+        };
+        let entry = zip.by_index(index).map_err(|e| archive_err(file, format!("cannot open {entry_name} ({e})")))?;
+        let storage = if entry.compression() == zip::CompressionMethod::Stored {
+            let start = usize::try_from(entry.data_start()).unwrap_or(usize::MAX);
+            let end = usize::try_from(entry.size()).ok().and_then(|n| start.checked_add(n));
+            match end.filter(|&e| e <= bytes.len()) {
+                Some(end) => Storage::InFile(start..end),
+                None => return Err(archive_err(file, format!("is truncated: {entry_name} runs past its end"))),
+            }
+        } else {
+            drop(entry);
+            let left = archive::MAX_INFLATED - inflated;
+            let limit = format!(
+                "the most left of the {} bytes its compressed storages may inflate to in all (torch.save stores them uncompressed)",
+                grouped(archive::MAX_INFLATED)
+            );
+            let data = archive::read_entry(file, zip, &entry_name, left, &limit)?;
+            inflated += data.len() as u64;
+            Storage::Owned(data)
+        };
+        storages.insert(id, storage);
+    }
+    Ok(storages)
+}
+
 /// Whether `stride` is the row-major stride of `shape` (dimensions of one element, and empty
 /// tensors, lie any way).
 fn contiguous(shape: &[usize], stride: &[usize]) -> bool {
@@ -206,6 +230,11 @@ fn contiguous(shape: &[usize], stride: &[usize]) -> bool {
     true
 }
 
+/// Runs the pickle `bytes` (a `data.pkl`) as [`Checkpoint::read`] does; `file` is named in errors.
+pub(crate) fn load_pickle(file: &str, bytes: &[u8]) -> Result<(), ConvertError> {
+    pickle::load(bytes).map(drop).map_err(|e| pickle_err(file, e))
+}
+
 fn pickle_err(file: &str, e: PickleError) -> ConvertError {
     let file = file.to_owned();
     match e {
@@ -213,5 +242,31 @@ fn pickle_err(file: &str, e: PickleError) -> ConvertError {
         PickleError::UnknownOpcode { opcode, at } => ConvertError::UnknownOpcode { file, opcode, at },
         PickleError::Global { name } => ConvertError::PickleGlobal { file, global: name },
         PickleError::Malformed { at, why } => ConvertError::Pickle { file, at, why },
+        PickleError::TooDeep { at } => {
+            let why = format!(
+                "its pickle nests deeper than {} levels at byte {at} (a state dict nests 3)",
+                grouped(MAX_DEPTH as u64)
+            );
+            archive::refused(&file, &why)
+        }
+        PickleError::TooMany { at } => {
+            let why = format!(
+                "its pickle builds more than {} values at byte {at} (a state dict builds about 30 a tensor)",
+                grouped(pickle::MAX_VALUES as u64)
+            );
+            archive::refused(&file, &why)
+        }
+        PickleError::Changed { at } => archive::refused(
+            &file,
+            &format!(
+                "its pickle changes a list or dict at byte {at} after putting it inside another or itself (torch.save never does)"
+            ),
+        ),
+        PickleError::TooManyDims { at, dims } => archive::refused(
+            &file,
+            &format!(
+                "its pickle has a tensor of {dims} dimensions at byte {at}, more than {MAX_RANK} (weights have 1 to 4)"
+            ),
+        ),
     }
 }

@@ -8,6 +8,8 @@ use std::path::Path;
 use crate::ConvertError;
 use crate::weights::Weights;
 
+mod hostile;
+
 /// A tensor to write: its storage (class, key, bytes) and its place in it.
 #[derive(Clone)]
 struct T {
