@@ -15,6 +15,7 @@ mod features;
 mod fetch;
 mod figures;
 mod fuzz;
+mod fuzz_seeds;
 mod gpu_bundle;
 mod int8;
 mod long_context;
@@ -48,6 +49,10 @@ enum Task {
         #[arg(long)]
         gpu_builds: bool,
     },
+    /// Make the tests' environments (fetch, venvs) and print the variables `cargo xtask test`
+    /// sets, as `export NAME=VALUE` lines: `eval "$(cargo xtask test-env)"`, then run one test
+    /// binary with `cargo test ... -- --include-ignored`.
+    TestEnv,
     /// Fetch, build `nornir`, embed a few sentences, print their similarity and the doctor summary.
     Demo,
     /// Fetch what the tests need, then run every test (default and embed-ort-rocm builds), the
@@ -109,6 +114,8 @@ enum Task {
         /// Seconds per target.
         #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
         seconds: u64,
+        /// Only these targets (all when none is named).
+        targets: Vec<String>,
     },
     /// What scripts/gpu-check.sh needs on a lent NVIDIA machine, as parts under 60 MiB with a
     /// MANIFEST of sha256 sums, in target/gpu-bundle.
@@ -132,8 +139,9 @@ fn main() {
         Task::Cycles => cycles::check(&workspace_root()),
         Task::CodeMap => code_map::check(&workspace_root()),
         Task::MachinePaths => machine_paths::check(),
+        Task::TestEnv => test::print_env(),
         Task::Soak { calls } => soak::soak(calls),
-        Task::Fuzz { seconds } => fuzz::fuzz(seconds),
+        Task::Fuzz { seconds, targets } => fuzz::fuzz(seconds, &targets),
         Task::GpuBundle(a) => gpu_bundle::gpu_bundle(&a),
     };
     if let Err(e) = result {

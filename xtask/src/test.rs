@@ -22,10 +22,12 @@ fn ensure_debian_hip(home: &Path) -> Result<PathBuf> {
     let debs = home.join("downloads/debs");
     std::fs::create_dir_all(&debs)?;
     eprintln!("xtask: fetching Debian's libamdhip64-5 (a real HIP runtime for the probe's tests)");
-    let download = || Command::new("apt-get").args(["download", "-q", "libamdhip64-5"]).current_dir(&debs).status();
+    // apt-get's progress goes to stderr: `test-env` prints only variables on stdout.
+    let apt = |args: &[&str]| Command::new("apt-get").args(args).current_dir(&debs).stdout(std::io::stderr()).status();
+    let download = || apt(&["download", "-q", "libamdhip64-5"]);
     if !download().is_ok_and(|s| s.success()) {
         // Package lists are missing on a fresh container; refreshing them needs root.
-        let _ = Command::new("apt-get").args(["update", "-q"]).status();
+        let _ = apt(&["update", "-q"]);
         if !download().is_ok_and(|s| s.success()) {
             bail!(
                 "could not fetch libamdhip64-5 with `apt-get download` (the tests need it): run `apt-get update` as root once, then `cargo xtask test` again"
@@ -166,6 +168,16 @@ pub(crate) fn dry_run_bundle() -> Result<()> {
     let nornir = workspace_root().join("target/debug/nornir").display().to_string();
     let out = workspace_root().join(DRY_RUN_BUNDLE).display().to_string();
     gpu_bundle::gpu_bundle(&gpu_bundle::Args::for_dry_run(nornir.into(), out.into()))
+}
+
+/// `cargo xtask test-env`: the tests' variables as shell `export` lines on stdout.
+pub fn print_env() -> Result<()> {
+    let home = fetch::fetch(&all_test_assets())?;
+    for (name, value) in test_env(&home)? {
+        let value = value.display().to_string().replace('\'', "'\\''");
+        println!("export {name}='{value}'");
+    }
+    Ok(())
 }
 
 pub fn test(extra: &[String]) -> Result<()> {
