@@ -359,6 +359,40 @@ fn hostile_torch_checkpoint(cut: usize) -> Vec<u8> {
     bytes
 }
 
+/// A torch.save archive whose `data.pkl` is `pickle`, stored as torch writes it.
+fn torch_archive_of(pickle: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let stored = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    zip.start_file("archive/data.pkl", stored).expect("entry");
+    zip.write_all(pickle).expect("pickle");
+    zip.finish().expect("zip").into_inner()
+}
+
+/// Hostile pickles of each class: too deep (a stack overflow before), too wide for a quadratic
+/// dict (minutes before), a list inside itself; each refused by its limit in one line.
+#[test]
+fn a_pickle_too_deep_too_wide_or_inside_itself_is_refused_by_its_limit() {
+    let deep = [&b"\x80\x02)"[..], &vec![0x85; 2_000_000], b"."].concat();
+    let mut wide = b"\x80\x02}(".to_vec();
+    for i in 0..300_000i32 {
+        wide.push(b'J');
+        wide.extend_from_slice(&i.to_le_bytes());
+        wide.push(b'N');
+    }
+    wide.extend_from_slice(b"u.");
+    let cycle = b"\x80\x02]q\x00h\x00a.".to_vec();
+    for (pickle, needle) in [
+        (deep, "nests deeper than 1,000 levels"),
+        (wide, "holds a dict without tensors"),
+        (cycle, "changes a list or dict at byte 7 after putting it inside another or itself"),
+    ] {
+        let t = folder(Some(CONFIG), None);
+        std::fs::write(t.path().join("model/pytorch_model.bin"), torch_archive_of(&pickle)).expect("bin");
+        refused(&t, needle);
+    }
+}
+
 #[test]
 fn a_pytorch_checkpoint_that_names_code_or_is_truncated_is_refused() {
     let t = folder(Some(CONFIG), None);
