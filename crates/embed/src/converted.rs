@@ -224,4 +224,95 @@ mod tests {
         assert!(e.contains("not finite (NaN or infinity), so the folder was removed") && !e.contains('\n'), "{e}");
         assert!(!output.exists(), "nothing left that looks complete");
     }
+
+    /// A tiny BERT folder (hidden 4, one layer) whose feed-forward overflows float32: its first
+    /// projection's weights are ±3e38, so its activations are infinite and the zero second
+    /// projection makes them NaN (0 × inf). `overflow` false: every weight small, a valid model.
+    fn tiny_bert(dir: &Path, overflow: bool) {
+        use safetensors::tensor::{Dtype, TensorView};
+        let (h, i, v) = (4usize, 8usize, 10usize);
+        let big = if overflow { 3e38f32 } else { 0.1 };
+        let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = vec![
+            ("embeddings.word_embeddings.weight".into(), vec![v, h], [1.0, 2.0, 3.0, 4.0].repeat(v)),
+            ("embeddings.position_embeddings.weight".into(), vec![8, h], vec![0.0; 8 * h]),
+            ("embeddings.token_type_embeddings.weight".into(), vec![2, h], vec![0.0; 2 * h]),
+        ];
+        let l = "encoder.layer.0";
+        for (name, out, inp) in [
+            ("attention.self.query", h, h),
+            ("attention.self.key", h, h),
+            ("attention.self.value", h, h),
+            ("attention.output.dense", h, h),
+            ("intermediate.dense", i, h),
+            ("output.dense", h, i),
+        ] {
+            let weight = match name {
+                "intermediate.dense" => [-big, -big, big, big].repeat(i),
+                _ => vec![0.0; out * inp],
+            };
+            tensors.push((format!("{l}.{name}.weight"), vec![out, inp], weight));
+            tensors.push((format!("{l}.{name}.bias"), vec![out], vec![0.0; out]));
+        }
+        for norm in
+            ["embeddings.LayerNorm", &format!("{l}.attention.output.LayerNorm"), &format!("{l}.output.LayerNorm")]
+        {
+            tensors.push((format!("{norm}.weight"), vec![h], vec![1.0; h]));
+            tensors.push((format!("{norm}.bias"), vec![h], vec![0.0; h]));
+        }
+        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+            .into_iter()
+            .map(|(name, shape, values)| (name, shape, values.iter().flat_map(|x| x.to_le_bytes()).collect()))
+            .collect();
+        let views = bytes.iter().map(|(name, shape, data)| {
+            (name.as_str(), TensorView::new(Dtype::F32, shape.clone(), data).expect("view"))
+        });
+        let file = safetensors::serialize(views, None).expect("safetensors");
+        let vocab: serde_json::Map<String, serde_json::Value> =
+            (0..v).map(|i| (format!("w{i}"), serde_json::json!(i))).collect();
+        let tokenizer = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+            "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"},
+        });
+        let config = r#"{"architectures":["BertModel"],"model_type":"bert","hidden_size":4,"num_hidden_layers":1,
+            "num_attention_heads":2,"intermediate_size":8,"vocab_size":10,"max_position_embeddings":8}"#;
+        std::fs::create_dir_all(dir.join("1_Pooling")).expect("mkdir");
+        for (name, bytes) in [
+            ("model.safetensors", file),
+            ("config.json", config.as_bytes().to_vec()),
+            ("tokenizer.json", tokenizer.to_string().into_bytes()),
+            ("1_Pooling/config.json", br#"{"word_embedding_dimension":4,"pooling_mode_mean_tokens":true}"#.to_vec()),
+        ] {
+            std::fs::write(dir.join(name), bytes).expect("write");
+        }
+    }
+
+    #[test]
+    #[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
+    fn a_conversion_that_embeds_nan_is_refused_and_leaves_nothing() {
+        nornir_test_support::needs_assets!();
+        let cpu = EmbedderOptions::default()
+            .with_device(nornir_ep_select::Device::Cpu)
+            .with_ort_library(nornir_test_support::env_path("NORNIR_TEST_ORT_CPU"));
+        let t = tempfile::tempdir().expect("tempdir");
+        let (source, output) = (t.path().join("model"), t.path().join("converted"));
+        tiny_bert(&source, false);
+        let checked = convert_checked(&source, &output, &ConvertOptions::default(), &cpu).expect("a valid model");
+        let check = checked.check.expect("checked");
+        assert!(check.starts_with("checked: ") && !checked.replaced, "{check}");
+        std::fs::remove_dir_all(&output).expect("rm");
+        for fused in [true, false] {
+            tiny_bert(&source, true);
+            let options = ConvertOptions::default().with_fused(fused);
+            let e = convert_checked(&source, &output, &options, &cpu).expect_err("NaN refused").to_string();
+            assert!(e.contains("embeds text 0 of the built-in sample as a vector that is not finite"), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+            let mut left: Vec<String> = std::fs::read_dir(t.path())
+                .expect("ls")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            left.sort();
+            assert_eq!(left, ["model"], "nothing written beside the model (fused: {fused})");
+        }
+    }
 }
