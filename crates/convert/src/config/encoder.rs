@@ -29,11 +29,12 @@ impl Layout {
     }
 }
 
-/// What a family's layout is read with: the config's activation, layers and positions.
+/// What a family's layout is read with: the config's activation, layers, positions and head width.
 struct Shared {
     activation: Activation,
     layers: usize,
     max_positions: usize,
+    head_dim: usize,
 }
 
 fn unsupported(check: Check<'_>, what: String) -> ConvertError {
@@ -70,6 +71,7 @@ pub(super) fn encoder(
         activation,
         layers: check.need(layers, 1..=MAX_LAYERS)?,
         max_positions: check.need(positions, 1..=MAX_TOKENS)?,
+        head_dim: hidden / heads,
     };
     let positions_kind = raw.position_embedding_type.as_deref().unwrap_or("absolute");
     let layout = match family {
@@ -270,6 +272,14 @@ fn nomic(raw: &Raw, check: Check<'_>, shared: &Shared, feed_forward: FeedForward
     }
     // NomicBERT's code scales where the factor is truthy: 0 (or none) is no scaling.
     let scaling = match raw.rotary_scaling_factor.filter(|&f| f != 0.0) {
+        // Its base is raised to dim / (dim - 2): a head 2 wide divides by zero.
+        Some(factor) if shared.head_dim <= 2 => {
+            return Err(check.bad(format!(
+                "has rotary_scaling_factor {factor} with heads {} wide (n_embd / n_head): NomicBERT's dynamic \
+                 scaling needs heads over 2 wide: fix the config",
+                shared.head_dim
+            )));
+        }
         Some(factor) => RopeScaling::DynamicNtk {
             factor: check.real("rotary_scaling_factor", factor, Real::Positive)?,
             trained: match raw.max_trained_positions {

@@ -147,6 +147,13 @@ fn an_encoders_rotary_bases_scalings_and_epsilons_are_refused_out_of_range() {
     refused(NOMIC, r#""rotary_emb_base":1"#, "rotary_emb_base", "1");
     refused(NOMIC, r#""rotary_scaling_factor":-2"#, "rotary_scaling_factor", "-2");
     refused(NOMIC, r#""rotary_scaling_factor":2,"max_trained_positions":0"#, "max_trained_positions", "0");
+    // The dynamic scaling raises its base to dim / (dim - 2): heads 2 wide would divide by zero.
+    refused(
+        &NOMIC.replace(r#""n_head":2"#, r#""n_head":4"#),
+        r#""rotary_scaling_factor":2"#,
+        "rotary_scaling_factor",
+        "2",
+    );
     // NomicBERT's code scales where the factor is truthy: 0 is no scaling, as before.
     assert_eq!(
         parses(NOMIC, r#""rotary_scaling_factor":0"#).positions,
