@@ -1,7 +1,7 @@
 //! The model folder in the Hugging Face / sentence-transformers layout, read and checked up front.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -10,7 +10,8 @@ use crate::kinds::dense::Activation;
 use crate::load::checks::{MAX_TOKENS, MAX_WIDTH, count_in, from_json, maybe_in};
 use crate::load::kind::{HeadConfig, KindChoice, choose_kind, parse_splade_config};
 use crate::report::values::{
-    DenseSpec, ModelFolder, Modules, MultiVectorSpec, PoolingSpec, Prompts, Quantization, TokenVectorSource,
+    DenseSpec, ModelFolder, Modules, MultiVectorSpec, PairTemplate, PoolingSpec, Prompts, Quantization,
+    TokenVectorSource,
 };
 use nornir_options::ModelKind;
 use nornir_options::Pooling;
@@ -376,37 +377,8 @@ impl ModelFolder {
     /// Reads and checks the folder. `model_file` overrides the model's file name (relative to `dir`).
     pub fn open(dir: &Path, model_file: Option<&Path>) -> Result<Self> {
         let err = |reason: String| EmbedError::model(dir, reason);
-        if !dir.is_dir() {
-            return Err(err("no such folder; pass a model folder with model.onnx and tokenizer.json".to_owned()));
-        }
-        let model_file = match model_file {
-            Some(f) => {
-                let p = if f.is_absolute() { f.to_path_buf() } else { dir.join(f) };
-                if !p.is_file() {
-                    return Err(err(format!("model file {} does not exist", p.display())));
-                }
-                p
-            }
-            None => {
-                ["model.onnx", "onnx/model.onnx"].iter().map(|n| dir.join(n)).find(|p| p.is_file()).ok_or_else(
-                    || err("no model.onnx or onnx/model.onnx; name the file with `model_file`".to_owned()),
-                )?
-            }
-        };
-        let tokenizer_file = dir.join("tokenizer.json");
-        if !tokenizer_file.is_file() {
-            return Err(err(
-                "no tokenizer.json (export it with the model's tokenizer: tokenizer.save_pretrained)".to_owned()
-            ));
-        }
-        let read_json = |name: &str| -> Result<Option<String>> {
-            let p = dir.join(name);
-            match std::fs::read_to_string(&p) {
-                Ok(t) => Ok(Some(t)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(EmbedError::model_because(dir, name, e)),
-            }
-        };
+        let (model_file, tokenizer_file) = model_and_tokenizer(dir, model_file)?;
+        let read_json = |name: &str| read_json(dir, name);
         let max_seq_length = match read_json("sentence_bert_config.json")? {
             Some(t) => parse_sentence_bert_config(&t).map_err(|e| err(format!("sentence_bert_config.json: {e}")))?,
             None => None,
@@ -441,22 +413,8 @@ impl ModelFolder {
             }
             None => None,
         };
-        let mut dense: Vec<DenseSpec> = Vec::new();
-        for path in modules.as_ref().map(|m| m.dense_dirs.as_slice()).unwrap_or_default() {
-            let name = format!("{path}/config.json");
-            let text =
-                read_json(&name)?.ok_or_else(|| err(format!("{name} is missing (the Dense module's config)")))?;
-            let spec = parse_dense_config(path, &text).map_err(|e| err(format!("{name}: {e}")))?;
-            // Each layer reads the width the one before gives, the first the pooled width.
-            let (takes, from) = match dense.last() {
-                Some(before) => (Some(before.out_features), format!("{}'s out_features", before.path)),
-                None => (hidden_size, "the pooled vectors' width (hidden size)".to_owned()),
-            };
-            if let Some(w) = takes.filter(|&w| w != spec.in_features) {
-                return Err(err(format!("{name}: in_features {} does not match {from}, {w}", spec.in_features)));
-            }
-            dense.push(spec);
-        }
+        let dense =
+            dense_specs(dir, modules.as_ref().map(|m| m.dense_dirs.as_slice()).unwrap_or_default(), hidden_size)?;
         let listed_pooling = modules.as_ref().is_some_and(|m| m.pooling_dir.is_some());
         let per_token = modules.as_ref().is_some_and(|m| m.dense_per_token);
         let mut kind = choose_kind(&head, splade, listed_pooling).map_err(|e| err(format!("config.json: {e}")))?;
@@ -486,17 +444,7 @@ impl ModelFolder {
             exists(COLBERT_LINEAR).then(|| colbert_linear_spec(COLBERT_LINEAR))
         };
         let sparse_head = exists(SPARSE_LINEAR).then(|| SPARSE_LINEAR.to_owned());
-        let pair_template =
-            match read_json("pair_template.json")? {
-                Some(t) => Some(serde_json::from_str(&t).map_err(|e| {
-                    err(format!("pair_template.json: {e} (it needs \"prefix\", \"body\" and \"suffix\")"))
-                })?),
-                None => None,
-            };
-        let quantization = match read_json("quantization.json")? {
-            Some(t) => Some(parse_quantization(&t).map_err(|e| err(format!("quantization.json: {e}")))?),
-            None => None,
-        };
+        let (pair_template, quantization) = template_and_quantization(dir)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             model_file,
@@ -520,6 +468,84 @@ impl ModelFolder {
             pair_template,
         })
     }
+}
+
+/// The folder's `model_file` (else `model.onnx` or `onnx/model.onnx`) and `tokenizer.json`, each
+/// checked to be there.
+fn model_and_tokenizer(dir: &Path, model_file: Option<&Path>) -> Result<(PathBuf, PathBuf)> {
+    let err = |reason: String| EmbedError::model(dir, reason);
+    if !dir.is_dir() {
+        return Err(err("no such folder; pass a model folder with model.onnx and tokenizer.json".to_owned()));
+    }
+    let model_file = match model_file {
+        Some(f) => {
+            let p = if f.is_absolute() { f.to_path_buf() } else { dir.join(f) };
+            if !p.is_file() {
+                return Err(err(format!("model file {} does not exist", p.display())));
+            }
+            p
+        }
+        None => ["model.onnx", "onnx/model.onnx"]
+            .iter()
+            .map(|n| dir.join(n))
+            .find(|p| p.is_file())
+            .ok_or_else(|| err("no model.onnx or onnx/model.onnx; name the file with `model_file`".to_owned()))?,
+    };
+    let tokenizer_file = dir.join("tokenizer.json");
+    if !tokenizer_file.is_file() {
+        return Err(err(
+            "no tokenizer.json (export it with the model's tokenizer: tokenizer.save_pretrained)".to_owned()
+        ));
+    }
+    Ok((model_file, tokenizer_file))
+}
+
+/// The text of the folder's file `name`; `None` where it is absent.
+fn read_json(dir: &Path, name: &str) -> Result<Option<String>> {
+    match std::fs::read_to_string(dir.join(name)) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(EmbedError::model_because(dir, name, e)),
+    }
+}
+
+/// The Dense modules in `paths`, each reading the width the one before gives, the first
+/// `hidden_size` (the pooled width) where known.
+fn dense_specs(dir: &Path, paths: &[String], hidden_size: Option<usize>) -> Result<Vec<DenseSpec>> {
+    let err = |reason: String| EmbedError::model(dir, reason);
+    let mut dense: Vec<DenseSpec> = Vec::new();
+    for path in paths {
+        let name = format!("{path}/config.json");
+        let text =
+            read_json(dir, &name)?.ok_or_else(|| err(format!("{name} is missing (the Dense module's config)")))?;
+        let spec = parse_dense_config(path, &text).map_err(|e| err(format!("{name}: {e}")))?;
+        let (takes, from) = match dense.last() {
+            Some(before) => (Some(before.out_features), format!("{}'s out_features", before.path)),
+            None => (hidden_size, "the pooled vectors' width (hidden size)".to_owned()),
+        };
+        if let Some(w) = takes.filter(|&w| w != spec.in_features) {
+            return Err(err(format!("{name}: in_features {} does not match {from}, {w}", spec.in_features)));
+        }
+        dense.push(spec);
+    }
+    Ok(dense)
+}
+
+/// The folder's `pair_template.json` and `quantization.json`, where it has them.
+fn template_and_quantization(dir: &Path) -> Result<(Option<PairTemplate>, Option<Quantization>)> {
+    let err = |reason: String| EmbedError::model(dir, reason);
+    let pair_template = match read_json(dir, "pair_template.json")? {
+        Some(t) => Some(
+            serde_json::from_str(&t)
+                .map_err(|e| err(format!("pair_template.json: {e} (it needs \"prefix\", \"body\" and \"suffix\")")))?,
+        ),
+        None => None,
+    };
+    let quantization = match read_json(dir, "quantization.json")? {
+        Some(t) => Some(parse_quantization(&t).map_err(|e| err(format!("quantization.json: {e}")))?),
+        None => None,
+    };
+    Ok((pair_template, quantization))
 }
 
 /// BGE-M3's heads as `nornir vector convert` writes them from `colbert_linear.pt` and
