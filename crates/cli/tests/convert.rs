@@ -564,6 +564,34 @@ fn a_decoder_the_converter_does_not_implement_is_refused_by_name() {
 }
 
 #[test]
+fn config_numbers_that_would_compute_nan_or_allocate_without_bound_are_refused_in_one_line() {
+    let with = |from: &str, to: &str| QWEN3.replace(from, to);
+    for (config, needle) in [
+        (
+            with(r#""rope_theta":1000000.0"#, r#""rope_theta":0"#),
+            "has rope_theta 0, which must be a finite number above 1 (the rotary base; Qwen3 uses 1000000): fix the config",
+        ),
+        (
+            with(r#""rope_scaling":null"#, r#""rope_scaling":{"rope_type":"linear","factor":0}"#),
+            "has rope_scaling.factor 0, which must be a positive, finite number",
+        ),
+        (with(r#""rms_norm_eps":1e-6"#, r#""rms_norm_eps":-1e-6"#), "has rms_norm_eps -1e-6, which must be a number"),
+        (
+            with(r#""num_hidden_layers":1"#, r#""num_hidden_layers":1000000000000000"#),
+            "has num_hidden_layers 1000000000000000, which must be a whole number from 1 to 1000",
+        ),
+        (with(r#""head_dim":4"#, r#""head_dim":-4"#), "has head_dim -4, not a value of its kind"),
+    ] {
+        refused_with(&folder(Some(&config), Some(safetensors(&tiny_qwen3(1)))), &[], needle);
+    }
+    let weights = || Some(safetensors(&tiny_bert(|_| {})));
+    let zero = CONFIG.replace(r#""hidden_size":4"#, r#""hidden_size":0"#);
+    refused(&folder(Some(&zero), weights()), "has hidden_size 0, which must be a whole number from 1 to 1048576");
+    let eps = CONFIG.replace(r#""type_vocab_size":2"#, r#""type_vocab_size":2,"layer_norm_eps":0"#);
+    refused(&folder(Some(&eps), weights()), "has layer_norm_eps 0, which must be a number from 1e-38 to 1");
+}
+
+#[test]
 fn a_reranker_without_yes_and_no_and_an_encoder_in_half_precision_are_refused() {
     let t = folder(Some(QWEN3), Some(safetensors(&tiny_qwen3(1))));
     std::fs::write(t.path().join("model/tokenizer.json"), tokenizer(&["a", "b", "yes"])).expect("tokenizer");

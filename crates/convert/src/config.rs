@@ -5,6 +5,14 @@ use serde_json::Value;
 
 use crate::ConvertError;
 
+pub(crate) mod checks;
+mod decoder;
+mod encoder;
+#[cfg(test)]
+mod hostile_tests;
+
+use checks::Check;
+
 /// The encoder's family: its layer layout, its positions and the tensor names it uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -432,7 +440,7 @@ impl Config {
     /// `MLMTransformer`; else the head `architectures` names.
     pub(crate) fn parse(text: &str, file: &str, st: Option<StModule>) -> Result<Config, ConvertError> {
         let bad = |why: String| ConvertError::Config { file: file.to_owned(), why };
-        let raw: Raw = serde_json::from_str(text).map_err(|e| bad(format!("is not a valid config ({e})")))?;
+        let raw: Raw = serde_json::from_str(text).map_err(|e| Check { file }.not_valid::<Raw>(text, &e))?;
         let archs = raw.architectures.clone().unwrap_or_default();
         if archs.is_empty() {
             return Err(bad(format!(
@@ -454,264 +462,11 @@ impl Config {
         let Some((architecture, family, head)) = found else {
             return Err(ConvertError::Unsupported { architecture: archs.join(", "), supported: supported_names() });
         };
-        let unsupported = |what: String| {
-            bad(format!(
-                "has {what}, which nornir does not convert: supported are BERT, XLM-RoBERTa, JinaBERT v2, \
-                 jina-embeddings-v3, NomicBERT (v1, v1.5), GTE (NewModel) and ModernBERT"
-            ))
-        };
-        let need = |v: Option<usize>, key: &str| -> Result<usize, ConvertError> {
-            v.filter(|&n| n > 0).ok_or_else(|| bad(format!("has no positive `{key}`")))
-        };
+        let check = Check { file };
         if family.is_decoder() {
-            return decoder(&raw, architecture, family, file);
+            return decoder::decoder(&raw, architecture, family, check);
         }
-        let hidden = need(raw.hidden_size.or(raw.n_embd), "hidden_size")?;
-        let heads = need(raw.num_attention_heads.or(raw.n_head), "num_attention_heads")?;
-        if hidden % heads != 0 {
-            return Err(bad(format!("has hidden_size {hidden}, not a multiple of num_attention_heads {heads}")));
-        }
-        let head_dim = hidden / heads;
-        let act_name = raw
-            .hidden_act
-            .as_deref()
-            .or(raw.hidden_activation.as_deref())
-            .or(raw.activation_function.as_deref())
-            .unwrap_or("gelu");
-        let parse_act = |name: &str, key: &str| {
-            Activation::parse(name).ok_or_else(|| bad(format!("has {key} {name:?}; converted: {}", Activation::NAMES)))
-        };
-        // NomicBERT names its gated feed-forward as its activation.
-        let nomic_glu = match (family, act_name) {
-            (Family::NomicBert, "swiglu") => Some(Activation::Silu),
-            (Family::NomicBert, "geglu") => Some(Activation::Gelu),
-            _ => None,
-        };
-        let activation = match nomic_glu {
-            Some(a) => a,
-            None => parse_act(act_name, "hidden_act")?,
-        };
-        let mut feed_forward = match nomic_glu {
-            Some(activation) => FeedForward::Gated { activated_first: false, activation },
-            None => FeedForward::Plain,
-        };
-        let positions_kind = raw.position_embedding_type.as_deref().unwrap_or("absolute");
-        let mut biases =
-            Biases { qkv: true, attention_out: true, mlp_in: true, mlp_out: true, norm: true, classifier_dense: true };
-        let mut local = None;
-        let mut lora = None;
-        let max_positions = raw.max_position_embeddings.or(raw.n_positions);
-        let positions = match family {
-            Family::Qwen3 | Family::Qwen2 | Family::Llama => return decoder(&raw, architecture, family, file),
-            Family::Bert | Family::XlmRoberta => {
-                if positions_kind != "absolute" {
-                    return Err(bad(format!(
-                        "has position_embedding_type {positions_kind:?}; only \"absolute\" is converted for {architecture}"
-                    )));
-                }
-                Positions::Absolute
-            }
-            Family::JinaBert => {
-                if positions_kind != "alibi" {
-                    return Err(unsupported(format!(
-                        "JinaBERT with position_embedding_type {positions_kind:?} (not \"alibi\")"
-                    )));
-                }
-                biases.mlp_in = false;
-                // v2's GLU activates its first half; the code variant's (`up_gated_layer`) its
-                // second, which the network reads from the tensor names.
-                feed_forward = match raw.feed_forward_type.as_deref().unwrap_or("geglu") {
-                    "geglu" => FeedForward::Gated { activated_first: true, activation: Activation::Gelu },
-                    "reglu" => FeedForward::Gated { activated_first: true, activation: Activation::Relu },
-                    other => {
-                        return Err(unsupported(format!(
-                            "JinaBERT feed_forward_type {other:?} (converted: geglu, reglu)"
-                        )));
-                    }
-                };
-                Positions::Alibi
-            }
-            Family::JinaXlmRoberta => {
-                if positions_kind != "rotary" {
-                    return Err(unsupported(format!(
-                        "{architecture} with position_embedding_type {positions_kind:?} (jina-embeddings-v3 is \"rotary\")"
-                    )));
-                }
-                if let Some(tasks) = raw.lora_adaptations.clone().filter(|t| !t.is_empty()) {
-                    lora = Some(Lora {
-                        tasks,
-                        rank: need(raw.lora_rank, "lora_rank")?,
-                        alpha: raw.lora_alpha.unwrap_or(1.0),
-                    });
-                }
-                Positions::Rotary { base: raw.rotary_emb_base.unwrap_or(10_000.0), scaling: RopeScaling::None }
-            }
-            Family::NomicBert => {
-                if raw.num_experts.unwrap_or(0) > 0 || raw.moe_every_n_layers.unwrap_or(0) > 0 {
-                    return Err(unsupported("a mixture of experts (nomic-embed-text v2)".to_owned()));
-                }
-                if raw.rotary_emb_interleaved == Some(true) {
-                    return Err(unsupported("interleaved rotary positions (rotary_emb_interleaved)".to_owned()));
-                }
-                if raw.rotary_emb_fraction.is_some_and(|f| (f - 1.0).abs() > f64::EPSILON) {
-                    return Err(unsupported(
-                        "rotary positions on part of each head (rotary_emb_fraction < 1)".to_owned(),
-                    ));
-                }
-                if raw.prenorm == Some(true) {
-                    return Err(unsupported("pre-norm NomicBERT layers (prenorm true)".to_owned()));
-                }
-                biases.qkv = raw.qkv_proj_bias.unwrap_or(true);
-                biases.attention_out = biases.qkv;
-                biases.mlp_in = raw.mlp_fc1_bias.unwrap_or(true);
-                biases.mlp_out = raw.mlp_fc2_bias.unwrap_or(true);
-                let scaling = match raw.rotary_scaling_factor {
-                    Some(factor) if factor > 0.0 => RopeScaling::DynamicNtk {
-                        factor,
-                        trained: raw.max_trained_positions.or(max_positions).unwrap_or(2048),
-                    },
-                    _ => RopeScaling::None,
-                };
-                Positions::Rotary { base: raw.rotary_emb_base.unwrap_or(10_000.0), scaling }
-            }
-            Family::Gte => {
-                if raw.logn_attention_scale == Some(true) {
-                    return Err(unsupported("logn_attention_scale true".to_owned()));
-                }
-                if let Some(kind) = raw.layer_norm_type.as_deref().filter(|k| *k != "layer_norm") {
-                    return Err(unsupported(format!("layer_norm_type {kind:?}")));
-                }
-                biases.mlp_in = false;
-                feed_forward = FeedForward::Gated { activated_first: false, activation };
-                let scaling = match &raw.rope_scaling {
-                    None | Some(Value::Null) => RopeScaling::None,
-                    Some(s) => {
-                        let kind = s.get("type").or_else(|| s.get("rope_type")).and_then(Value::as_str);
-                        let factor = s.get("factor").and_then(Value::as_f64);
-                        match (kind, factor) {
-                            (Some("ntk"), Some(factor)) if s.get("mixed_b").is_none_or(Value::is_null) => {
-                                RopeScaling::Ntk { factor }
-                            }
-                            _ => {
-                                return Err(unsupported(format!(
-                                    "rope_scaling {s} (converted: {{\"type\": \"ntk\", \"factor\": ...}})"
-                                )));
-                            }
-                        }
-                    }
-                };
-                Positions::Rotary { base: raw.rope_theta.unwrap_or(10_000.0), scaling }
-            }
-            Family::ModernBert => {
-                feed_forward = FeedForward::Gated { activated_first: true, activation };
-                let norm_bias = raw.norm_bias.unwrap_or(false);
-                let attention_bias = raw.attention_bias.unwrap_or(false);
-                let mlp_bias = raw.mlp_bias.unwrap_or(false);
-                biases = Biases {
-                    qkv: attention_bias,
-                    attention_out: attention_bias,
-                    mlp_in: mlp_bias,
-                    mlp_out: mlp_bias,
-                    norm: norm_bias,
-                    classifier_dense: raw.classifier_bias.unwrap_or(false),
-                };
-                let layers = need(raw.num_hidden_layers, "num_hidden_layers")?;
-                let theta = |kind: &str| {
-                    raw.rope_parameters
-                        .as_ref()
-                        .and_then(|p| p.get(kind))
-                        .and_then(|p| p.get("rope_theta"))
-                        .and_then(Value::as_f64)
-                };
-                let global = raw.global_rope_theta.or_else(|| theta("full_attention")).unwrap_or(160_000.0);
-                let local_base = raw.local_rope_theta.or_else(|| theta("sliding_attention")).unwrap_or(global);
-                let local_layers: Vec<bool> = match &raw.layer_types {
-                    Some(types) => {
-                        if types.len() != layers {
-                            return Err(bad(format!("has {} layer_types for {layers} layers", types.len())));
-                        }
-                        types
-                            .iter()
-                            .map(|t| match t.as_str() {
-                                "sliding_attention" => Ok(true),
-                                "full_attention" => Ok(false),
-                                other => Err(unsupported(format!("layer type {other:?}"))),
-                            })
-                            .collect::<Result<_, _>>()?
-                    }
-                    None => {
-                        let every = raw.global_attn_every_n_layers.unwrap_or(1).max(1);
-                        (0..layers).map(|i| i % every != 0).collect()
-                    }
-                };
-                if local_layers.iter().any(|&l| l) {
-                    local = Some(LocalAttention {
-                        layers: local_layers,
-                        window: need(raw.local_attention, "local_attention")?,
-                        base: local_base,
-                    });
-                }
-                Positions::Rotary { base: global, scaling: RopeScaling::None }
-            }
-        };
-        if matches!(positions, Positions::Rotary { .. }) && head_dim % 2 != 0 {
-            return Err(bad(format!(
-                "has an odd head width {head_dim} (hidden_size / num_attention_heads): rotary positions need an even one"
-            )));
-        }
-        let labels = match head {
-            Head::SequenceClassification => raw
-                .num_labels
-                .or_else(|| raw.id2label.as_ref().map(serde_json::Map::len))
-                .filter(|&n| n > 0)
-                .unwrap_or(2),
-            _ => 0,
-        };
-        let eps = raw.layer_norm_eps.or(raw.layer_norm_epsilon).or(raw.norm_eps).unwrap_or(match family {
-            Family::ModernBert => 1e-5,
-            _ => 1e-12,
-        });
-        let classifier_pooling = match raw.classifier_pooling.as_deref().unwrap_or("cls") {
-            "cls" => ClassifierPooling::First,
-            "mean" => ClassifierPooling::Mean,
-            other => return Err(unsupported(format!("classifier_pooling {other:?} (converted: cls, mean)"))),
-        };
-        let classifier_activation = match raw.classifier_activation.as_deref() {
-            Some(name) => parse_act(name, "classifier_activation")?,
-            None => activation,
-        };
-        Ok(Config {
-            architecture: architecture.clone(),
-            family,
-            head,
-            hidden,
-            layers: need(raw.num_hidden_layers.or(raw.n_layer), "num_hidden_layers")?,
-            heads,
-            intermediate: need(raw.intermediate_size.or(raw.n_inner), "intermediate_size")?,
-            vocab: need(raw.vocab_size, "vocab_size")?,
-            max_positions: need(max_positions, "max_position_embeddings")?,
-            type_vocab: raw.type_vocab_size.unwrap_or(match family {
-                Family::ModernBert => 0,
-                _ => 2,
-            }),
-            eps: eps as f32,
-            activation,
-            feed_forward,
-            positions,
-            biases,
-            local,
-            lora,
-            pad_token_id: raw.pad_token_id.unwrap_or(match family {
-                Family::XlmRoberta | Family::JinaXlmRoberta => 1,
-                Family::ModernBert => 50283,
-                _ => 0,
-            }),
-            labels,
-            classifier_pooling,
-            classifier_activation,
-            decoder_bias: raw.decoder_bias.unwrap_or(true),
-            decoder: None,
-        })
+        encoder::encoder(&raw, architecture, family, head, check)
     }
 
     /// A decoder's config with the yes/no head for the tokens `yes` and `no`: what a reranker
@@ -724,124 +479,6 @@ impl Config {
         }
         self
     }
-}
-
-/// A decoder's config (Qwen3, Qwen2, Llama, Mistral), read under transformers' keys; what this
-/// converter does not write (sliding windows on Qwen, rope scalings other than linear and llama3)
-/// is refused by name.
-fn decoder(raw: &Raw, architecture: &str, family: Family, file: &str) -> Result<Config, ConvertError> {
-    let bad = |why: String| ConvertError::Config { file: file.to_owned(), why };
-    let unsupported = |what: String| {
-        bad(format!(
-            "has {what}, which nornir does not convert for {architecture}: remove it from config.json if the model \
-             was not trained with it, or convert the model with another tool"
-        ))
-    };
-    let need = |v: Option<usize>, key: &str| -> Result<usize, ConvertError> {
-        v.filter(|&n| n > 0).ok_or_else(|| bad(format!("has no positive `{key}`")))
-    };
-    let hidden = need(raw.hidden_size, "hidden_size")?;
-    let heads = need(raw.num_attention_heads, "num_attention_heads")?;
-    let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
-    if kv_heads == 0 || heads % kv_heads != 0 {
-        return Err(bad(format!(
-            "has num_attention_heads {heads}, not a multiple of num_key_value_heads {kv_heads}: the config is damaged"
-        )));
-    }
-    let head_dim = match raw.head_dim {
-        Some(d) => d,
-        // Qwen3Config's default, whatever the hidden size.
-        None if family == Family::Qwen3 => 128,
-        None if hidden % heads == 0 => hidden / heads,
-        None => {
-            return Err(bad(format!(
-                "has hidden_size {hidden}, not a multiple of num_attention_heads {heads}, and no head_dim"
-            )));
-        }
-    };
-    if head_dim == 0 || head_dim % 2 != 0 {
-        return Err(bad(format!("has head_dim {head_dim}: rotary positions need an even, positive one")));
-    }
-    let act_name = raw.hidden_act.as_deref().unwrap_or("silu");
-    let activation = Activation::parse(act_name)
-        .ok_or_else(|| bad(format!("has hidden_act {act_name:?}; converted: {}", Activation::NAMES)))?;
-    let sliding_window = match family {
-        Family::Llama => raw.sliding_window.filter(|_| architecture.starts_with("Mistral")),
-        _ if raw.use_sliding_window == Some(true) => {
-            return Err(unsupported("use_sliding_window true (sliding-window attention on Qwen layers)".to_owned()));
-        }
-        _ => None,
-    };
-    let (base, scaling) = rope(raw).map_err(unsupported)?;
-    let attention_bias = raw.attention_bias.unwrap_or(false);
-    let biases = Biases {
-        qkv: family == Family::Qwen2 || attention_bias,
-        attention_out: attention_bias,
-        mlp_in: raw.mlp_bias.unwrap_or(false),
-        mlp_out: raw.mlp_bias.unwrap_or(false),
-        norm: false,
-        classifier_dense: false,
-    };
-    Ok(Config {
-        architecture: architecture.to_owned(),
-        family,
-        head: Head::Encoder,
-        hidden,
-        layers: need(raw.num_hidden_layers, "num_hidden_layers")?,
-        heads,
-        intermediate: need(raw.intermediate_size, "intermediate_size")?,
-        vocab: need(raw.vocab_size, "vocab_size")?,
-        max_positions: raw.max_position_embeddings.unwrap_or(0),
-        type_vocab: 0,
-        eps: raw.rms_norm_eps.unwrap_or(1e-6) as f32,
-        activation,
-        feed_forward: FeedForward::Gated { activated_first: true, activation },
-        positions: Positions::Rotary { base, scaling },
-        biases,
-        local: None,
-        lora: None,
-        pad_token_id: raw.pad_token_id.unwrap_or(0),
-        labels: 0,
-        classifier_pooling: ClassifierPooling::First,
-        classifier_activation: activation,
-        decoder_bias: false,
-        decoder: Some(Decoder {
-            kv_heads,
-            head_dim,
-            qk_norm: family == Family::Qwen3,
-            sliding_window,
-            tied: raw.tie_word_embeddings.unwrap_or(false),
-            yes_no: None,
-        }),
-    })
-}
-
-/// A decoder's rotary base and scaling: `rope_theta` and `rope_scaling`, or transformers 5's
-/// `rope_parameters`; what it does not implement, named.
-fn rope(raw: &Raw) -> Result<(f64, RopeScaling), String> {
-    let parameters = raw.rope_parameters.as_ref().filter(|p| !p.is_null());
-    let base = raw
-        .rope_theta
-        .or_else(|| parameters.and_then(|p| p.get("rope_theta")).and_then(Value::as_f64))
-        .unwrap_or(10_000.0);
-    let Some(s) = raw.rope_scaling.as_ref().filter(|s| !s.is_null()).or(parameters) else {
-        return Ok((base, RopeScaling::None));
-    };
-    let kind = s.get("rope_type").or_else(|| s.get("type")).and_then(Value::as_str).unwrap_or("default");
-    let number =
-        |key: &str| s.get(key).and_then(Value::as_f64).ok_or_else(|| format!("rope_scaling {s} without {key}"));
-    let scaling = match kind {
-        "default" => RopeScaling::None,
-        "linear" => RopeScaling::Linear { factor: number("factor")? },
-        "llama3" => RopeScaling::Llama3 {
-            factor: number("factor")?,
-            low: number("low_freq_factor")?,
-            high: number("high_freq_factor")?,
-            original: number("original_max_position_embeddings")?,
-        },
-        other => return Err(format!("rope_scaling type {other:?} (converted: default, linear, llama3)")),
-    };
-    Ok((base, scaling))
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
     let _ = std::fs::remove_dir_all(&tmp);
     let written = (|| {
         std::fs::create_dir(&tmp).map_err(write_err(&tmp))?;
-        let (mut g, mut conversion) = build_in(source, options, Some(&tmp))?;
+        let (mut g, mut conversion, positions) = build_in(source, options, Some(&tmp))?;
         if g.streams_weights() {
             g.finish_weights().map_err(|(path, source)| ConvertError::Write { path: display(&path), source })?;
             conversion.external_data = Some(EXTERNAL_DATA.to_owned());
@@ -87,7 +87,7 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
             }
         }
         if conversion.architecture == "HF_ColBERT" {
-            let files = crate::colbert::stanford_files(source, conversion.hidden, &Weights::open(source)?)?;
+            let files = crate::colbert::stanford_files(source, conversion.hidden, positions, &Weights::open(source)?)?;
             for (relative, bytes) in files {
                 let file = tmp.join(relative);
                 if let Some(dir) = file.parent() {
@@ -112,12 +112,17 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
 /// The graph of the model in `dir` and its record (without the copied files and the folder).
 #[cfg(test)]
 pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conversion), ConvertError> {
-    build_in(dir, options, None)
+    build_in(dir, options, None).map(|(g, conversion, _)| (g, conversion))
 }
 
 /// [`build`], with the weights written to `out`'s external data file as they are converted where
-/// `out` is given and they are larger than `options.external_data_over`.
-fn build_in(dir: &Path, options: &ConvertOptions, out: Option<&Path>) -> Result<(Graph, Conversion), ConvertError> {
+/// `out` is given and they are larger than `options.external_data_over`; with the model's
+/// positions (`max_position_embeddings`, 0 for a decoder without them).
+fn build_in(
+    dir: &Path,
+    options: &ConvertOptions,
+    out: Option<&Path>,
+) -> Result<(Graph, Conversion, usize), ConvertError> {
     let config_file = dir.join("config.json");
     if !config_file.is_file() {
         return Err(ConvertError::NoConfig { dir: display(dir) });
@@ -176,7 +181,7 @@ fn build_in(dir: &Path, options: &ConvertOptions, out: Option<&Path>) -> Result<
         nornir_version: env!("CARGO_PKG_VERSION").to_owned(),
         folder: PathBuf::new(),
     };
-    Ok((g, conversion))
+    Ok((g, conversion, config.max_positions))
 }
 
 /// Whether a decoder converts as the yes/no reranker: asked for (`--reranker`), or a causal-LM

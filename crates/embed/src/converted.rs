@@ -1,8 +1,9 @@
 //! A conversion checked by running it (feature `convert`): nornir-convert writes the folder,
 //! then the embedder loads it and embeds the built-in sample; a fused encoder's vectors are
 //! compared with the plain graph's, and the plain graph is written instead where the fused one
-//! does not run or computes something else. Every caller gets this one rule: `nornir vector
-//! convert`, Python's `convert()` and `cargo xtask fetch`.
+//! does not run or computes something else. A folder whose graph embeds the sample as values that
+//! are not finite (NaN, infinity) is removed and refused. Every caller gets this one rule:
+//! `nornir vector convert`, Python's `convert()` and `cargo xtask fetch`.
 
 use std::path::Path;
 
@@ -43,6 +44,16 @@ pub enum ConvertCheckError {
     /// The plain graph, which the fused one is checked against, could not be written or run.
     #[error("the plain graph, which the fused one is checked against: {0}")]
     Plain(Box<dyn std::error::Error + Send + Sync>),
+    /// The graph embeds the built-in sample as values that are not finite; the folder was removed.
+    #[error(
+        "{folder}: the converted graph embeds text {text} of the built-in sample as a vector that is not finite (NaN or infinity), so the folder was removed: the model's config.json or weights are damaged; check them against the model's published files"
+    )]
+    NotFinite {
+        /// The output folder, now removed.
+        folder: String,
+        /// The first text of the sample (from 0) whose vector is not finite.
+        text: usize,
+    },
 }
 
 /// Converts `source` into `output` with `options`, then checks an encoder as the module says,
@@ -70,7 +81,10 @@ pub fn convert_checked(
     let tried = sample_rows(output, embedder);
     if !conversion.fused {
         return match tried {
-            Ok(rows) => stands(conversion, format!("checked: {}", embeds(&rows))),
+            Ok(rows) => {
+                refuse_not_finite(output, &rows)?;
+                stands(conversion, format!("checked: {}", embeds(&rows)))
+            }
             Err(e) => stands(conversion, format!("not checked: {}", crate::error_chain(&e))),
         };
     }
@@ -87,9 +101,15 @@ pub fn convert_checked(
         (Err(_), Err(in_output)) => {
             return stands(conversion, format!("not checked: {}", crate::error_chain(in_output)));
         }
-        (Err(e), Ok(_)) => return Err(e),
+        (Err(e), Ok(rows)) => {
+            refuse_not_finite(output, rows)?;
+            return Err(e);
+        }
     };
+    // Where the plain graph computes NaN, so does the model: no graph stands.
+    refuse_not_finite(output, &plain)?;
     let why = match tried {
+        Ok(rows) if first_not_finite(&rows).is_some() => "the fused graph's vectors are not finite".to_owned(),
         Ok(rows) => {
             let min = rows.rows().zip(plain.rows()).map(|(x, y)| cosine(x, y)).fold(f32::INFINITY, f32::min);
             if min >= FUSED_MIN_COSINE {
@@ -137,6 +157,19 @@ fn available_memory() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The first row of `rows` holding a value that is not finite (NaN or infinity).
+fn first_not_finite(rows: &Embeddings) -> Option<usize> {
+    rows.rows().position(|row| row.iter().any(|v| !v.is_finite()))
+}
+
+/// Removes `output` and refuses where a row of `rows`, its graph's vectors, is not finite: a
+/// folder that answers NaN must not stand where a model is looked for.
+fn refuse_not_finite(output: &Path, rows: &Embeddings) -> Result<(), ConvertCheckError> {
+    let Some(text) = first_not_finite(rows) else { return Ok(()) };
+    let _ = std::fs::remove_dir_all(output);
+    Err(ConvertCheckError::NotFinite { folder: output.display().to_string(), text })
+}
+
 /// The built-in sample embedded with the folder at `dir`.
 fn sample_rows(dir: &Path, options: &EmbedderOptions) -> Result<Embeddings, EmbedError> {
     let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
@@ -170,5 +203,116 @@ mod tests {
         assert_eq!(too_large_to_check(15_100_000_000, WeightDtype::Bfloat16, None), None);
         // The session's fifth more counts: 10 GB of weights need 12.
         assert!(too_large_to_check(10_000_000_000, WeightDtype::Float32, Some(11 * GB)).is_some());
+    }
+
+    #[test]
+    fn a_graph_whose_vectors_are_not_finite_is_removed_and_refused_in_one_line() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let output = t.path().join("converted");
+        std::fs::create_dir(&output).expect("mkdir");
+        std::fs::write(output.join("model.onnx"), b"graph").expect("write");
+        let finite = Embeddings::new(vec![0.5, -1.0, 3.0, 0.0], 2).expect("rows");
+        assert_eq!(first_not_finite(&finite), None);
+        assert!(refuse_not_finite(&output, &finite).is_ok() && output.join("model.onnx").is_file());
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let rows = Embeddings::new(vec![0.5, -1.0, 3.0, bad, 1.0, 1.0], 2).expect("rows");
+            assert_eq!(first_not_finite(&rows), Some(1));
+        }
+        let rows = Embeddings::new(vec![0.5, f32::NAN], 2).expect("rows");
+        let e = refuse_not_finite(&output, &rows).expect_err("refused").to_string();
+        assert!(e.contains("converted: the converted graph embeds text 0 of the built-in sample"), "{e}");
+        assert!(e.contains("not finite (NaN or infinity), so the folder was removed") && !e.contains('\n'), "{e}");
+        assert!(!output.exists(), "nothing left that looks complete");
+    }
+
+    /// A tiny BERT folder (hidden 4, one layer) whose feed-forward overflows float32: its first
+    /// projection's weights are ±3e38, so its activations are infinite and the zero second
+    /// projection makes them NaN (0 × inf). `overflow` false: every weight small, a valid model.
+    fn tiny_bert(dir: &Path, overflow: bool) {
+        use safetensors::tensor::{Dtype, TensorView};
+        let (h, i, v) = (4usize, 8usize, 10usize);
+        let big = if overflow { 3e38f32 } else { 0.1 };
+        let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = vec![
+            ("embeddings.word_embeddings.weight".into(), vec![v, h], [1.0, 2.0, 3.0, 4.0].repeat(v)),
+            ("embeddings.position_embeddings.weight".into(), vec![8, h], vec![0.0; 8 * h]),
+            ("embeddings.token_type_embeddings.weight".into(), vec![2, h], vec![0.0; 2 * h]),
+        ];
+        let l = "encoder.layer.0";
+        for (name, out, inp) in [
+            ("attention.self.query", h, h),
+            ("attention.self.key", h, h),
+            ("attention.self.value", h, h),
+            ("attention.output.dense", h, h),
+            ("intermediate.dense", i, h),
+            ("output.dense", h, i),
+        ] {
+            let weight = match name {
+                "intermediate.dense" => [-big, -big, big, big].repeat(i),
+                _ => vec![0.0; out * inp],
+            };
+            tensors.push((format!("{l}.{name}.weight"), vec![out, inp], weight));
+            tensors.push((format!("{l}.{name}.bias"), vec![out], vec![0.0; out]));
+        }
+        for norm in
+            ["embeddings.LayerNorm", &format!("{l}.attention.output.LayerNorm"), &format!("{l}.output.LayerNorm")]
+        {
+            tensors.push((format!("{norm}.weight"), vec![h], vec![1.0; h]));
+            tensors.push((format!("{norm}.bias"), vec![h], vec![0.0; h]));
+        }
+        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+            .into_iter()
+            .map(|(name, shape, values)| (name, shape, values.iter().flat_map(|x| x.to_le_bytes()).collect()))
+            .collect();
+        let views = bytes.iter().map(|(name, shape, data)| {
+            (name.as_str(), TensorView::new(Dtype::F32, shape.clone(), data).expect("view"))
+        });
+        let file = safetensors::serialize(views, None).expect("safetensors");
+        let vocab: serde_json::Map<String, serde_json::Value> =
+            (0..v).map(|i| (format!("w{i}"), serde_json::json!(i))).collect();
+        let tokenizer = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+            "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"},
+        });
+        let config = r#"{"architectures":["BertModel"],"model_type":"bert","hidden_size":4,"num_hidden_layers":1,
+            "num_attention_heads":2,"intermediate_size":8,"vocab_size":10,"max_position_embeddings":8}"#;
+        std::fs::create_dir_all(dir.join("1_Pooling")).expect("mkdir");
+        for (name, bytes) in [
+            ("model.safetensors", file),
+            ("config.json", config.as_bytes().to_vec()),
+            ("tokenizer.json", tokenizer.to_string().into_bytes()),
+            ("1_Pooling/config.json", br#"{"word_embedding_dimension":4,"pooling_mode_mean_tokens":true}"#.to_vec()),
+        ] {
+            std::fs::write(dir.join(name), bytes).expect("write");
+        }
+    }
+
+    #[test]
+    #[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
+    fn a_conversion_that_embeds_nan_is_refused_and_leaves_nothing() {
+        nornir_test_support::needs_assets!();
+        let cpu = EmbedderOptions::default()
+            .with_device(nornir_ep_select::Device::Cpu)
+            .with_ort_library(nornir_test_support::env_path("NORNIR_TEST_ORT_CPU"));
+        let t = tempfile::tempdir().expect("tempdir");
+        let (source, output) = (t.path().join("model"), t.path().join("converted"));
+        tiny_bert(&source, false);
+        let checked = convert_checked(&source, &output, &ConvertOptions::default(), &cpu).expect("a valid model");
+        let check = checked.check.expect("checked");
+        assert!(check.starts_with("checked: ") && !checked.replaced, "{check}");
+        std::fs::remove_dir_all(&output).expect("rm");
+        for fused in [true, false] {
+            tiny_bert(&source, true);
+            let options = ConvertOptions::default().with_fused(fused);
+            let e = convert_checked(&source, &output, &options, &cpu).expect_err("NaN refused").to_string();
+            assert!(e.contains("embeds text 0 of the built-in sample as a vector that is not finite"), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+            let mut left: Vec<String> = std::fs::read_dir(t.path())
+                .expect("ls")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            left.sort();
+            assert_eq!(left, ["model"], "nothing written beside the model (fused: {fused})");
+        }
     }
 }

@@ -10,6 +10,7 @@ use safetensors::tensor::Dtype;
 
 use crate::error::{EmbedError, Result};
 use crate::kinds::dense::{Activation, DenseHead, DenseLayer};
+use crate::load::checks::{MAX_WIDTH, count_in};
 use crate::report::values::DenseSpec;
 
 /// Every Dense module of the folder `dir`, in order, with its weights.
@@ -58,6 +59,8 @@ pub(crate) fn load_linear(dir: &Path, file: &str, in_features: usize, activation
         if i != in_features {
             return Err(format!("{file}: weight takes {i} features, but the model's vectors are {in_features} wide"));
         }
+        count_in("out_features", o, 1..=MAX_WIDTH, "the values the head gives per token")
+            .map_err(|why| format!("{file}: weight has shape [{o}, {i}]: {why}"))?;
         let bias = match st.tensor("bias") {
             Ok(_) => tensor(&st, file, "bias", Some(&[o]))?.1,
             Err(_) => vec![0.0; o],
@@ -100,4 +103,32 @@ fn tensor(
         return Err(format!("{file}: {name} holds a value that is not finite"));
     }
     Ok((t.shape().to_vec(), values))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use safetensors::tensor::TensorView;
+
+    /// `file` in `dir`: a bare linear layer's `weight` of `shape`, zeros.
+    fn linear(dir: &Path, file: &str, shape: [usize; 2]) {
+        let data = vec![0u8; shape[0] * shape[1] * 4];
+        let view = TensorView::new(Dtype::F32, shape.to_vec(), &data).expect("view");
+        std::fs::write(dir.join(file), safetensors::serialize(vec![("weight", view)], None).expect("bytes"))
+            .expect("write");
+    }
+
+    #[test]
+    fn a_head_zero_values_wide_or_reading_another_width_is_refused() {
+        let t = tempfile::tempdir().expect("tempdir");
+        linear(t.path(), "colbert_linear.safetensors", [8, 8]);
+        let layer = load_linear(t.path(), "colbert_linear.safetensors", 8, Activation::Identity).expect("loads");
+        assert_eq!((layer.in_features, layer.out_features), (8, 8));
+        linear(t.path(), "colbert_linear.safetensors", [0, 8]);
+        let e = load_linear(t.path(), "colbert_linear.safetensors", 8, Activation::Identity).unwrap_err().to_string();
+        assert!(e.contains("colbert_linear.safetensors: weight has shape [0, 8]: out_features is 0, it must be a positive whole number"), "{e}");
+        linear(t.path(), "sparse_linear.safetensors", [1, 4]);
+        let e = load_linear(t.path(), "sparse_linear.safetensors", 8, Activation::Relu).unwrap_err().to_string();
+        assert!(e.contains("weight takes 4 features, but the model's vectors are 8 wide"), "{e}");
+    }
 }

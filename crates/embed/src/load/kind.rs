@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use nornir_options::{ModelKind, Pooling, ScoreActivation};
 
+use crate::load::checks::{MAX_WIDTH, maybe_in};
+
 /// The folder's kind and why, with what the kind needs from the configs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -118,7 +120,8 @@ pub(crate) fn choose_kind(head: &HeadConfig, splade: Option<Pooling>, pooled: bo
         ids.push((id, label));
     }
     ids.sort();
-    let count = head.num_labels.unwrap_or(ids.len()).max(ids.len()).max(1);
+    let num_labels = maybe_in("num_labels", head.num_labels, 0..=MAX_WIDTH, "the classifier's outputs")?;
+    let count = num_labels.unwrap_or(ids.len()).max(ids.len()).max(1);
     let labels =
         (0..count).map(|i| ids.iter().find(|(id, _)| *id == i).map_or(format!("LABEL_{i}"), |(_, l)| (*l).clone()));
     let named = head
@@ -197,6 +200,16 @@ pub(crate) fn token_budget(kind: ModelKind, vocab: usize, asked: usize) -> usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_classifier_asking_for_more_labels_than_any_has_is_refused() {
+        let head: HeadConfig = serde_json::from_str(
+            r#"{"architectures":["BertForSequenceClassification"],"num_labels":1000000000000000}"#,
+        )
+        .expect("config");
+        let e = choose_kind(&head, None, false).expect_err("refused");
+        assert!(e.starts_with("num_labels is 1000000000000000, it must be a whole number from 0 to 16777216"), "{e}");
+    }
 
     fn head(text: &str) -> HeadConfig {
         serde_json::from_str(text).expect("config")

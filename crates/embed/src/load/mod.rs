@@ -2,6 +2,7 @@
 //! ONNX Runtime library and its plugins, the plan, the session built one provider at a time,
 //! and the checks of what really runs; the engine that the callers and the workers share.
 
+pub(crate) mod checks;
 pub(crate) mod dense;
 pub(crate) mod engine;
 pub(crate) mod files;

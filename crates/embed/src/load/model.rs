@@ -1,17 +1,19 @@
 //! The model folder in the Hugging Face / sentence-transformers layout, read and checked up front.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
 use crate::error::{EmbedError, Result};
 use crate::kinds::dense::Activation;
+use crate::load::checks::{MAX_TOKENS, MAX_WIDTH, count_in, from_json, maybe_in};
 use crate::load::files::{CONFIG_MAX_BYTES, read_bounded};
 use crate::load::kind::{HeadConfig, KindChoice, choose_kind, parse_splade_config};
 use crate::load::template::parse_pair_template;
 use crate::report::values::{
-    DenseSpec, ModelFolder, Modules, MultiVectorSpec, PoolingSpec, Prompts, Quantization, TokenVectorSource,
+    DenseSpec, ModelFolder, Modules, MultiVectorSpec, PairTemplate, PoolingSpec, Prompts, Quantization,
+    TokenVectorSource,
 };
 use nornir_options::ModelKind;
 use nornir_options::Pooling;
@@ -65,9 +67,21 @@ pub struct HfConfig {
     pub task_instructions: BTreeMap<String, String>,
 }
 
-/// Parses a Hugging Face `config.json` (other keys are ignored).
+/// Parses a Hugging Face `config.json` (other keys are ignored); its sizes checked.
 pub fn parse_hf_config(text: &str) -> Result<HfConfig, String> {
-    serde_json::from_str(text).map_err(|e| e.to_string())
+    let c: HfConfig = from_json(text)?;
+    maybe_in("hidden_size", c.hidden_size, 1..=MAX_WIDTH, "the width of the token vectors")?;
+    maybe_in("vocab_size", c.vocab_size, 1..=MAX_WIDTH, "the embedding table's rows")?;
+    let positions = "the positions the model places, its longest input";
+    maybe_in("max_position_embeddings", c.max_position_embeddings, 1..=MAX_TOKENS, positions)?;
+    if let (Some(0), Some(rows)) = (c.usable_positions(), c.max_position_embeddings) {
+        return Err(format!(
+            "pad_token_id is {}, which leaves none of the {rows} positions (max_position_embeddings) to place a \
+             token at: the RoBERTa family counts positions from pad_token_id + 1: fix the config",
+            c.pad_token_id.unwrap_or(1)
+        ));
+    }
+    Ok(c)
 }
 
 impl HfConfig {
@@ -76,7 +90,9 @@ impl HfConfig {
     /// rows place 512 tokens).
     pub fn usable_positions(&self) -> Option<usize> {
         let offset = match self.model_type.as_deref() {
-            Some("roberta" | "xlm-roberta" | "xlm-roberta-xl" | "camembert") => self.pad_token_id.unwrap_or(1) + 1,
+            Some("roberta" | "xlm-roberta" | "xlm-roberta-xl" | "camembert") => {
+                self.pad_token_id.unwrap_or(1).saturating_add(1)
+            }
             _ => 0,
         };
         self.max_position_embeddings.map(|n| n.saturating_sub(offset))
@@ -193,9 +209,13 @@ const PUNCTUATION: &str = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
 /// file is absent), with PyLate's defaults for the keys it lacks.
 pub fn parse_multi_vector_config(text: Option<&str>) -> Result<MultiVectorSpec, String> {
     let c: PylateConfig = match text {
-        Some(t) => serde_json::from_str(t).map_err(|e| e.to_string())?,
+        Some(t) => from_json(t)?,
         None => PylateConfig::default(),
     };
+    // Cut to the model's positions when it loads; bounded here where the model states none.
+    let lengths = "the most tokens PyLate gives a query or a document";
+    maybe_in("query_length", c.query_length, 1..=MAX_TOKENS, lengths)?;
+    maybe_in("document_length", c.document_length, 1..=MAX_TOKENS, lengths)?;
     let expansion = c.do_query_expansion.unwrap_or(true);
     Ok(MultiVectorSpec {
         query_prefix: c.query_prefix.unwrap_or_else(|| "[Q] ".to_owned()),
@@ -245,16 +265,15 @@ fn yes() -> bool {
 /// Parses a Dense module's `config.json` (its folder `path`): widths, bias and an activation
 /// nornir applies (other keys are ignored).
 pub fn parse_dense_config(path: &str, text: &str) -> Result<DenseSpec, String> {
-    let c: DenseConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let c: DenseConfig = from_json(text)?;
     Activation::from_torch(c.activation_function.as_deref())?;
     for (key, name) in [("module_input_name", &c.module_input_name), ("module_output_name", &c.module_output_name)] {
         if let Some(n) = name.as_deref().filter(|n| *n != "sentence_embedding") {
             return Err(format!("{key} {n:?}: nornir applies a Dense module to the sentence_embedding only"));
         }
     }
-    if c.in_features == 0 || c.out_features == 0 {
-        return Err(format!("in_features {} and out_features {} must both be positive", c.in_features, c.out_features));
-    }
+    count_in("in_features", c.in_features, 1..=MAX_WIDTH, "the width the layer reads")?;
+    count_in("out_features", c.out_features, 1..=MAX_WIDTH, "the width the layer gives")?;
     Ok(DenseSpec {
         path: path.to_owned(),
         in_features: c.in_features,
@@ -294,7 +313,9 @@ impl Default for PoolingConfig {
 
 /// Parses a sentence-transformers pooling config.
 pub fn parse_pooling_config(text: &str) -> Result<PoolingSpec, String> {
-    let c: PoolingConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let c: PoolingConfig = from_json(text)?;
+    let width = "the width of the vectors pooled";
+    maybe_in("word_embedding_dimension", c.word_embedding_dimension, 1..=MAX_WIDTH, width)?;
     let set: Vec<Pooling> = [
         (c.pooling_mode_mean_tokens, Pooling::Mean),
         (c.pooling_mode_cls_token, Pooling::Cls),
@@ -322,8 +343,8 @@ pub fn parse_pooling_config(text: &str) -> Result<PoolingSpec, String> {
 
 /// Parses `sentence_bert_config.json`'s `max_seq_length`.
 pub fn parse_sentence_bert_config(text: &str) -> Result<Option<usize>, String> {
-    let c: SentenceBertConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    Ok(c.max_seq_length)
+    let c: SentenceBertConfig = from_json(text)?;
+    maybe_in("max_seq_length", c.max_seq_length, 1..=MAX_TOKENS, "the most tokens of a text the model reads")
 }
 
 /// Parses `config_sentence_transformers.json` (other keys are ignored).
@@ -358,44 +379,15 @@ impl ModelFolder {
     /// Reads and checks the folder. `model_file` overrides the model's file name (relative to `dir`).
     pub fn open(dir: &Path, model_file: Option<&Path>) -> Result<Self> {
         let err = |reason: String| EmbedError::model(dir, reason);
-        if !dir.is_dir() {
-            return Err(err("no such folder; pass a model folder with model.onnx and tokenizer.json".to_owned()));
-        }
-        let model_file = match model_file {
-            Some(f) => {
-                let p = if f.is_absolute() { f.to_path_buf() } else { dir.join(f) };
-                if !p.is_file() {
-                    return Err(err(format!("model file {} does not exist", p.display())));
-                }
-                p
-            }
-            None => {
-                ["model.onnx", "onnx/model.onnx"].iter().map(|n| dir.join(n)).find(|p| p.is_file()).ok_or_else(
-                    || err("no model.onnx or onnx/model.onnx; name the file with `model_file`".to_owned()),
-                )?
-            }
-        };
-        let tokenizer_file = dir.join("tokenizer.json");
-        if !tokenizer_file.is_file() {
-            return Err(err(
-                "no tokenizer.json (export it with the model's tokenizer: tokenizer.save_pretrained)".to_owned()
-            ));
-        }
-        let read_json = |name: &str| -> Result<Option<String>> {
-            match read_bounded(&dir.join(name), CONFIG_MAX_BYTES) {
-                Ok(t) => Ok(Some(t)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(EmbedError::model_because(dir, name, e)),
-            }
-        };
+        let (model_file, tokenizer_file) = model_and_tokenizer(dir, model_file)?;
+        let read_json = |name: &str| read_json(dir, name);
         let max_seq_length = match read_json("sentence_bert_config.json")? {
             Some(t) => parse_sentence_bert_config(&t).map_err(|e| err(format!("sentence_bert_config.json: {e}")))?,
             None => None,
         };
         let (hf, head) = match read_json("config.json")? {
             Some(t) => {
-                let parsed =
-                    parse_hf_config(&t).and_then(|hf| Ok((hf, serde_json::from_str(&t).map_err(|e| e.to_string())?)));
+                let parsed = parse_hf_config(&t).and_then(|hf| Ok((hf, from_json(&t)?)));
                 parsed.map_err(|e| err(format!("config.json: {e}")))?
             }
             None => (HfConfig::default(), HeadConfig::default()),
@@ -423,22 +415,8 @@ impl ModelFolder {
             }
             None => None,
         };
-        let mut dense: Vec<DenseSpec> = Vec::new();
-        for path in modules.as_ref().map(|m| m.dense_dirs.as_slice()).unwrap_or_default() {
-            let name = format!("{path}/config.json");
-            let text =
-                read_json(&name)?.ok_or_else(|| err(format!("{name} is missing (the Dense module's config)")))?;
-            let spec = parse_dense_config(path, &text).map_err(|e| err(format!("{name}: {e}")))?;
-            // Each layer reads the width the one before gives, the first the pooled width.
-            let (takes, from) = match dense.last() {
-                Some(before) => (Some(before.out_features), format!("{}'s out_features", before.path)),
-                None => (hidden_size, "the pooled vectors' width (hidden size)".to_owned()),
-            };
-            if let Some(w) = takes.filter(|&w| w != spec.in_features) {
-                return Err(err(format!("{name}: in_features {} does not match {from}, {w}", spec.in_features)));
-            }
-            dense.push(spec);
-        }
+        let dense =
+            dense_specs(dir, modules.as_ref().map(|m| m.dense_dirs.as_slice()).unwrap_or_default(), hidden_size)?;
         let listed_pooling = modules.as_ref().is_some_and(|m| m.pooling_dir.is_some());
         let per_token = modules.as_ref().is_some_and(|m| m.dense_per_token);
         let mut kind = choose_kind(&head, splade, listed_pooling).map_err(|e| err(format!("config.json: {e}")))?;
@@ -468,14 +446,7 @@ impl ModelFolder {
             exists(COLBERT_LINEAR).then(|| colbert_linear_spec(COLBERT_LINEAR))
         };
         let sparse_head = exists(SPARSE_LINEAR).then(|| SPARSE_LINEAR.to_owned());
-        let pair_template = match read_json("pair_template.json")? {
-            Some(t) => Some(parse_pair_template(&t).map_err(|e| err(format!("pair_template.json: {e}")))?),
-            None => None,
-        };
-        let quantization = match read_json("quantization.json")? {
-            Some(t) => Some(parse_quantization(&t).map_err(|e| err(format!("quantization.json: {e}")))?),
-            None => None,
-        };
+        let (pair_template, quantization) = template_and_quantization(dir)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             model_file,
@@ -499,6 +470,81 @@ impl ModelFolder {
             pair_template,
         })
     }
+}
+
+/// The folder's `model_file` (else `model.onnx` or `onnx/model.onnx`) and `tokenizer.json`, each
+/// checked to be there.
+fn model_and_tokenizer(dir: &Path, model_file: Option<&Path>) -> Result<(PathBuf, PathBuf)> {
+    let err = |reason: String| EmbedError::model(dir, reason);
+    if !dir.is_dir() {
+        return Err(err("no such folder; pass a model folder with model.onnx and tokenizer.json".to_owned()));
+    }
+    let model_file = match model_file {
+        Some(f) => {
+            let p = if f.is_absolute() { f.to_path_buf() } else { dir.join(f) };
+            if !p.is_file() {
+                return Err(err(format!("model file {} does not exist", p.display())));
+            }
+            p
+        }
+        None => ["model.onnx", "onnx/model.onnx"]
+            .iter()
+            .map(|n| dir.join(n))
+            .find(|p| p.is_file())
+            .ok_or_else(|| err("no model.onnx or onnx/model.onnx; name the file with `model_file`".to_owned()))?,
+    };
+    let tokenizer_file = dir.join("tokenizer.json");
+    if !tokenizer_file.is_file() {
+        return Err(err(
+            "no tokenizer.json (export it with the model's tokenizer: tokenizer.save_pretrained)".to_owned()
+        ));
+    }
+    Ok((model_file, tokenizer_file))
+}
+
+/// The text of the folder's file `name`; `None` where it is absent.
+fn read_json(dir: &Path, name: &str) -> Result<Option<String>> {
+    match read_bounded(&dir.join(name), CONFIG_MAX_BYTES) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(EmbedError::model_because(dir, name, e)),
+    }
+}
+
+/// The Dense modules in `paths`, each reading the width the one before gives, the first
+/// `hidden_size` (the pooled width) where known.
+fn dense_specs(dir: &Path, paths: &[String], hidden_size: Option<usize>) -> Result<Vec<DenseSpec>> {
+    let err = |reason: String| EmbedError::model(dir, reason);
+    let mut dense: Vec<DenseSpec> = Vec::new();
+    for path in paths {
+        let name = format!("{path}/config.json");
+        let text =
+            read_json(dir, &name)?.ok_or_else(|| err(format!("{name} is missing (the Dense module's config)")))?;
+        let spec = parse_dense_config(path, &text).map_err(|e| err(format!("{name}: {e}")))?;
+        let (takes, from) = match dense.last() {
+            Some(before) => (Some(before.out_features), format!("{}'s out_features", before.path)),
+            None => (hidden_size, "the pooled vectors' width (hidden size)".to_owned()),
+        };
+        if let Some(w) = takes.filter(|&w| w != spec.in_features) {
+            return Err(err(format!("{name}: in_features {} does not match {from}, {w}", spec.in_features)));
+        }
+        dense.push(spec);
+    }
+    Ok(dense)
+}
+
+/// The folder's `pair_template.json` and `quantization.json`, where it has them.
+fn template_and_quantization(dir: &Path) -> Result<(Option<PairTemplate>, Option<Quantization>)> {
+    let err = |reason: String| EmbedError::model(dir, reason);
+    let pair_template = match read_json(dir, "pair_template.json")? {
+        Some(t) => Some(parse_pair_template(&t).map_err(|e| err(format!("pair_template.json: {e}")))?),
+        None => None,
+    };
+    let quantization = match read_json(dir, "quantization.json")? {
+        Some(t) => Some(parse_quantization(&t).map_err(|e| err(format!("quantization.json: {e}")))?),
+        None => None,
+    };
+    Ok((pair_template, quantization))
 }
 
 /// BGE-M3's heads as `nornir vector convert` writes them from `colbert_linear.pt` and
@@ -677,6 +723,82 @@ mod tests {
         .expect("config");
         assert_eq!((stanford.query_prefix.as_str(), stanford.query_length), ("[unused0]", Some(64)));
         assert!(!stanford.attend_to_expansion_tokens, "no expansion, nothing to attend to");
+    }
+
+    #[test]
+    fn hostile_numbers_in_the_folders_configs_are_refused_naming_the_key_and_value() {
+        let refused = |e: Result<(), String>, needle: &str| {
+            let e = e.expect_err(needle);
+            assert!(e.contains(needle) && e.ends_with("fix the config") && !e.contains('\n'), "{needle}: {e}");
+        };
+        for (text, needle) in [
+            (r#"{"hidden_size":0}"#, "hidden_size is 0, it must be a positive whole number, at most 16777216"),
+            (r#"{"vocab_size":0}"#, "vocab_size is 0"),
+            (r#"{"max_position_embeddings":0}"#, "max_position_embeddings is 0"),
+            (r#"{"n_positions":1000000000000000}"#, "max_position_embeddings is 1000000000000000"),
+            (r#"{"max_position_embeddings":-1}"#, "max_position_embeddings is -1, not a value of its kind"),
+            (r#"{"hidden_size":"768"}"#, "hidden_size is \"768\", not a value of its kind"),
+            (
+                r#"{"model_type":"xlm-roberta","max_position_embeddings":514,"pad_token_id":18446744073709551615}"#,
+                "pad_token_id is 18446744073709551615, which leaves none of the 514 positions",
+            ),
+        ] {
+            refused(parse_hf_config(text).map(drop), needle);
+        }
+        for (text, needle) in [
+            (r#"{"max_seq_length":0}"#, "max_seq_length is 0"),
+            (r#"{"max_seq_length":1000000000000000}"#, "max_seq_length is 1000000000000000"),
+        ] {
+            refused(parse_sentence_bert_config(text).map(drop), needle);
+        }
+        for (text, needle) in [
+            (
+                r#"{"query_length":1000000000000000}"#,
+                "query_length is 1000000000000000, it must be a positive whole number, at most 1048576",
+            ),
+            (r#"{"query_length":0}"#, "query_length is 0"),
+            (r#"{"document_length":0}"#, "document_length is 0"),
+            (r#"{"document_length":"180"}"#, "document_length is \"180\", not a value of its kind"),
+        ] {
+            refused(parse_multi_vector_config(Some(text)).map(drop), needle);
+        }
+        for (text, needle) in [
+            (r#"{"in_features":4,"out_features":0}"#, "out_features is 0"),
+            (r#"{"in_features":1000000000000000,"out_features":4}"#, "in_features is 1000000000000000"),
+            (r#"{"in_features":-4,"out_features":4}"#, "in_features is -4, not a value of its kind"),
+        ] {
+            refused(parse_dense_config("2_Dense", text).map(drop), needle);
+        }
+        let pooling = r#"{"word_embedding_dimension":0,"pooling_mode_mean_tokens":true}"#;
+        refused(parse_pooling_config(pooling).map(drop), "word_embedding_dimension is 0");
+        // The lengths of a valid folder read as before.
+        let hf = parse_hf_config(r#"{"model_type":"xlm-roberta","max_position_embeddings":514}"#).expect("config");
+        assert_eq!(hf.usable_positions(), Some(512));
+    }
+
+    #[test]
+    fn a_colbert_folder_asking_for_a_petabyte_query_is_refused_at_open() {
+        let t = tempfile::tempdir().expect("tempdir");
+        for (name, text) in [
+            ("model.onnx", "x"),
+            ("tokenizer.json", "{}"),
+            ("config.json", r#"{"architectures":["BertModel"],"hidden_size":8}"#),
+            (
+                "modules.json",
+                r#"[{"path":"","type":"sentence_transformers.models.Transformer"},{"path":"1_Dense","type":"pylate.models.Dense.Dense"}]"#,
+            ),
+            ("1_Dense/config.json", r#"{"in_features":8,"out_features":4,"bias":false}"#),
+            ("config_sentence_transformers.json", r#"{"query_length":1000000000000000}"#),
+        ] {
+            let path = t.path().join(name);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        }
+        let e = ModelFolder::open(t.path(), None).unwrap_err().to_string();
+        assert!(
+            e.contains("config_sentence_transformers.json: query_length is 1000000000000000, it must be a positive whole number, at most 1048576"),
+            "{e}"
+        );
     }
 
     #[test]

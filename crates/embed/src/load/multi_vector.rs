@@ -7,6 +7,7 @@ use std::path::Path;
 use crate::call::tokenize::ModelTokenizer;
 use crate::error::{EmbedError, Result};
 use crate::kinds::dense::{Activation, DenseLayer};
+use crate::load::checks::MAX_TOKENS;
 use crate::load::dense::load_linear;
 use crate::report::values::{ModelFolder, MultiVectorSpec, TokenVectorSource};
 
@@ -88,8 +89,9 @@ impl TokenRules {
         let query_prefix = marker(&spec.query_prefix, "query_prefix")?;
         let document_prefix = marker(&spec.document_prefix, "document_prefix")?;
         // PyLate cuts at its own lengths, whatever sentence_bert_config.json's max_seq_length says;
-        // only the positions the model has bound them. Without a length (BGE-M3): the model's.
-        let max = folder.max_position_embeddings.unwrap_or(usize::MAX);
+        // only the positions the model has bound them (else nornir's MAX_TOKENS). Without a
+        // length (BGE-M3): the model's.
+        let max = folder.max_position_embeddings.unwrap_or(MAX_TOKENS);
         let specials = special_count(tokenizer);
         let length = |asked: Option<usize>, prefix: Option<u32>, key: &str| -> Result<usize> {
             // The model reads no more than its length, whatever the config asks.
