@@ -7,6 +7,7 @@ use std::path::Path;
 
 use crate::ConvertError;
 use crate::config::checks::{Check, MAX_WIDTH};
+use crate::folder::read_text;
 use crate::weights::Weights;
 
 /// The projection's tensor in a Stanford checkpoint.
@@ -45,31 +46,8 @@ pub(crate) fn stanford_files(
             why: format!("{PROJECTION} takes {takes} features but the model's hidden size is {hidden}"),
         });
     }
-    let metadata: serde_json::Value = match std::fs::read_to_string(dir.join("artifact.metadata")) {
-        Ok(text) => serde_json::from_str(&text).map_err(|e| ConvertError::Weights {
-            file: dir.join("artifact.metadata").display().to_string(),
-            why: format!("is not JSON ({e})"),
-        })?,
-        Err(_) => serde_json::Value::Null,
-    };
-    let text = |key: &str, default: &str| metadata.get(key).and_then(|v| v.as_str()).unwrap_or(default).to_owned();
-    let file = dir.join("artifact.metadata").display().to_string();
-    let check = Check { file: &file };
-    let length = |key: &str, default: usize| -> Result<usize, ConvertError> {
-        Ok(check.json_count(&metadata, "", key, 1..=positions)?.unwrap_or(default))
-    };
-    let (query_length, document_length) = (length("query_maxlen", 32)?, length("doc_maxlen", 180)?);
-    let mut rules = serde_json::json!({
-        "query_prefix": text("query_token_id", "[unused0]"),
-        "document_prefix": text("doc_token_id", "[unused1]"),
-        "query_length": query_length,
-        "document_length": document_length,
-        "do_query_expansion": true,
-        "attend_to_expansion_tokens": metadata.get("attend_to_mask_tokens").and_then(|v| v.as_bool()).unwrap_or(false),
-        "skiplist_words": PUNCTUATION.chars().map(String::from).collect::<Vec<_>>(),
-        "similarity_fn_name": "MaxSim",
-    });
-    rules["prompts"] = serde_json::json!({});
+    let file = dir.join("artifact.metadata");
+    let rules = token_rules(&file.display().to_string(), read_text(&file).ok().as_deref(), positions)?;
     let dense = serde_json::json!({
         "in_features": hidden,
         "out_features": dim,
@@ -87,6 +65,34 @@ pub(crate) fn stanford_files(
         ("1_Dense/config.json".to_owned(), json(&dense)),
         ("1_Dense/model.safetensors".to_owned(), weights.some_to_safetensors(vec![PROJECTION])?),
     ])
+}
+
+/// PyLate's token rules from Stanford's `artifact.metadata` (`text`; `None`: absent, PyLate's
+/// defaults), its lengths within the model's `positions`; `file` names it in errors.
+pub(crate) fn token_rules(file: &str, text: Option<&str>, positions: usize) -> Result<serde_json::Value, ConvertError> {
+    let metadata: serde_json::Value = match text {
+        Some(text) => serde_json::from_str(text)
+            .map_err(|e| ConvertError::Weights { file: file.to_owned(), why: format!("is not JSON ({e})") })?,
+        None => serde_json::Value::Null,
+    };
+    let text = |key: &str, default: &str| metadata.get(key).and_then(|v| v.as_str()).unwrap_or(default).to_owned();
+    let check = Check { file };
+    let length = |key: &str, default: usize| -> Result<usize, ConvertError> {
+        Ok(check.json_count(&metadata, "", key, 1..=positions)?.unwrap_or(default))
+    };
+    let (query_length, document_length) = (length("query_maxlen", 32)?, length("doc_maxlen", 180)?);
+    let mut rules = serde_json::json!({
+        "query_prefix": text("query_token_id", "[unused0]"),
+        "document_prefix": text("doc_token_id", "[unused1]"),
+        "query_length": query_length,
+        "document_length": document_length,
+        "do_query_expansion": true,
+        "attend_to_expansion_tokens": metadata.get("attend_to_mask_tokens").and_then(|v| v.as_bool()).unwrap_or(false),
+        "skiplist_words": PUNCTUATION.chars().map(String::from).collect::<Vec<_>>(),
+        "similarity_fn_name": "MaxSim",
+    });
+    rules["prompts"] = serde_json::json!({});
+    Ok(rules)
 }
 
 #[cfg(test)]

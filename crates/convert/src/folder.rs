@@ -12,6 +12,27 @@ use crate::{Conversion, ConvertError, ConvertOptions, SourceFile, network};
 
 const EXTERNAL_DATA: &str = "model.onnx_data";
 
+/// A folder's JSON files (config.json, modules.json, artifact.metadata) and the tokenizer the
+/// reranker's ids come from: more than this is not a config.
+const TEXT_MAX_BYTES: u64 = 512 << 20;
+
+/// The text of `path`, refused before it is read when it is not a regular file or is larger than
+/// [`TEXT_MAX_BYTES`].
+pub(crate) fn read_text(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path)?;
+    let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+    if !meta.is_file() {
+        return Err(refuse("is not a regular file".to_owned()));
+    }
+    if meta.len() > TEXT_MAX_BYTES {
+        return Err(refuse(format!("is {} bytes, more than the {TEXT_MAX_BYTES} a config may hold", meta.len())));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?.take(TEXT_MAX_BYTES).read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// Files of the source folder's top level that are not copied: weights in any format (the graph
 /// replaces them), ONNX files and records of earlier conversions, and hidden files.
 fn is_copied(name: &str) -> bool {
@@ -127,9 +148,8 @@ fn build_in(
     if !config_file.is_file() {
         return Err(ConvertError::NoConfig { dir: display(dir) });
     }
-    let text = std::fs::read_to_string(&config_file)
-        .map_err(|e| ConvertError::Read { file: display(&config_file), source: e })?;
-    let st = std::fs::read_to_string(dir.join("modules.json")).ok().and_then(|t| StModule::parse(&t));
+    let text = read_text(&config_file).map_err(|e| ConvertError::Read { file: display(&config_file), source: e })?;
+    let st = read_text(&dir.join("modules.json")).ok().and_then(|t| StModule::parse(&t));
     let mut config = Config::parse(&text, &display(&config_file), st)?;
     if options.dtype != WeightDtype::Float32 && !config.family.is_decoder() {
         return Err(ConvertError::Config {
@@ -219,7 +239,7 @@ fn yes_no_ids(dir: &Path, vocab: usize) -> Result<(usize, usize), ConvertError> 
             "{why}: a reranker is scored by the logits of \"yes\" and \"no\"; pass the reranker's own folder, or convert without --reranker"
         ),
     };
-    let text = std::fs::read_to_string(&file).map_err(|_| refuse("cannot be read"))?;
+    let text = read_text(&file).map_err(|_| refuse("cannot be read"))?;
     let tokenizer: serde_json::Value = serde_json::from_str(&text).map_err(|_| refuse("is not valid JSON"))?;
     let vocabulary = tokenizer.get("model").and_then(|m| m.get("vocab"));
     let id = |token: &str| {
@@ -253,7 +273,7 @@ fn qwen3_reranker_template() -> serde_json::Value {
 }
 
 fn write_reranker_config(file: &Path, architecture: &str) -> Result<(), ConvertError> {
-    let text = std::fs::read_to_string(file).map_err(|e| ConvertError::Read { file: display(file), source: e })?;
+    let text = read_text(file).map_err(|e| ConvertError::Read { file: display(file), source: e })?;
     let mut config: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| ConvertError::Config { file: display(file), why: format!("is not a valid config ({e})") })?;
     let family = architecture.trim_end_matches("ForCausalLM").trim_end_matches("Model");

@@ -254,6 +254,17 @@ pub mod fuzzing {
         Ok(metadata.tensors().len())
     }
 
+    /// `text` read as a converter's `config.json`, for whichever family its `architectures` names
+    /// (its keys, defaults and range checks); the architecture it names.
+    pub fn parse_config(text: &str) -> Result<String, ConvertError> {
+        Ok(crate::config::Config::parse(text, "config.json", None)?.architecture)
+    }
+
+    /// `text` read as Stanford ColBERT's `artifact.metadata`, its lengths within 512 positions.
+    pub fn parse_colbert_metadata(text: &str) -> Result<serde_json::Value, ConvertError> {
+        crate::colbert::token_rules("artifact.metadata", Some(text), 512)
+    }
+
     /// `text` read as a `model.safetensors.index.json`: the shard file names it gives.
     pub fn read_shard_index(text: &str) -> Result<Vec<String>, ConvertError> {
         crate::weights::shard_names("model.safetensors.index.json", text)
