@@ -5,7 +5,7 @@
 //! are not finite (NaN, infinity) is removed and refused. Every caller gets this one rule:
 //! `nornir vector convert`, Python's `convert()` and `cargo xtask fetch`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nornir_convert::{Conversion, ConvertError, ConvertOptions, Head, WeightDtype, convert};
 use nornir_options::EmbedderOptions;
@@ -61,6 +61,44 @@ pub enum ConvertCheckError {
 /// cannot embed with for a reason outside the graph (no tokenizer, a module it does not apply)
 /// stands, its check saying why.
 pub fn convert_checked(
+    source: &Path,
+    output: &Path,
+    options: &ConvertOptions,
+    embedder: &EmbedderOptions,
+) -> Result<CheckedConversion, ConvertCheckError> {
+    // A folder being replaced stays aside until the new one passes its check, so a refused
+    // conversion leaves the old folder where it was.
+    let aside = set_aside(source, output, options)?;
+    let result = convert_and_check(source, output, options, embedder);
+    if let Some(old) = aside {
+        if result.is_ok() {
+            let _ = std::fs::remove_dir_all(&old);
+        } else {
+            let _ = std::fs::remove_dir_all(output);
+            std::fs::rename(&old, output)
+                .map_err(|source| ConvertError::Write { path: output.display().to_string(), source })?;
+        }
+    }
+    result
+}
+
+/// Moves `output` to a hidden sibling when the conversion may replace it (it exists, the options
+/// say replace, and it is not the source, which `convert` refuses); where it went.
+fn set_aside(source: &Path, output: &Path, options: &ConvertOptions) -> Result<Option<PathBuf>, ConvertError> {
+    let same = matches!((source.canonicalize(), output.canonicalize()), (Ok(a), Ok(b)) if a == b);
+    if !options.replace || same || !output.exists() {
+        return Ok(None);
+    }
+    let name = output.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+    let parent = output.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let old = parent.join(format!(".{name}.nornir-convert-{}.replaced", std::process::id()));
+    let _ = std::fs::remove_dir_all(&old);
+    std::fs::rename(output, &old)
+        .map_err(|source| ConvertError::Write { path: output.display().to_string(), source })?;
+    Ok(Some(old))
+}
+
+fn convert_and_check(
     source: &Path,
     output: &Path,
     options: &ConvertOptions,
@@ -314,5 +352,19 @@ mod tests {
             left.sort();
             assert_eq!(left, ["model"], "nothing written beside the model (fused: {fused})");
         }
+        // Replacing a folder: a refused conversion leaves the folder that was there.
+        tiny_bert(&source, false);
+        convert_checked(&source, &output, &ConvertOptions::default(), &cpu).expect("a valid model");
+        let before = std::fs::read(output.join("model.onnx")).expect("the first conversion");
+        tiny_bert(&source, true);
+        let replace = ConvertOptions::default().with_replace(true);
+        convert_checked(&source, &output, &replace, &cpu).expect_err("NaN refused");
+        assert_eq!(std::fs::read(output.join("model.onnx")).expect("kept"), before, "the old folder is kept");
+        let mut left: Vec<String> = std::fs::read_dir(t.path())
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["converted", "model"], "nothing else beside the model");
     }
 }
