@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use tokenizers::{Encoding, PaddingDirection, Tokenizer, TruncationDirection, TruncationParams};
 
 use crate::error::{EmbedError, InferenceKind, Result};
+use crate::load::checks::MAX_TOKENS;
 use crate::load::files::{TOKENIZER_MAX_BYTES, read_bounded};
 use crate::report::values::{ModelFolder, Token};
 use nornir_options::Truncation;
@@ -47,18 +48,22 @@ pub(crate) struct ModelTokenizer {
 impl ModelTokenizer {
     /// The folder's `tokenizer.json`, without padding, truncating at `max_length` tokens or, when
     /// that is not given, at the folder's `max_seq_length`, the tokenizer's own truncation,
-    /// `max_position_embeddings` or 512, in that order. Refused when it has more tokens than the
+    /// `max_position_embeddings` or 512, in that order, the folder's own no more than its
+    /// positions (or `MAX_TOKENS` where it states none). Refused when it has more tokens than the
     /// model's embedding table has rows.
     pub(crate) fn load(folder: &ModelFolder, max_length: Option<usize>) -> Result<Self> {
         let file = &folder.tokenizer_file;
         let text =
             read_bounded(file, TOKENIZER_MAX_BYTES).map_err(|e| EmbedError::tokenizer_because(file, e.into()))?;
         let mut tokenizer: Tokenizer = text.parse().map_err(|e| EmbedError::tokenizer_because(file, e))?;
-        let max_length = max_length
-            .or(folder.max_seq_length)
+        // The folder's own limits never pass the model's positions (or, where it states none,
+        // MAX_TOKENS): a tokenizer.json that truncates at 1e15 is not a length to plan for.
+        let positions = folder.max_position_embeddings.unwrap_or(MAX_TOKENS);
+        let from_folder = folder
+            .max_seq_length
             .or_else(|| tokenizer.get_truncation().map(|t| t.max_length))
-            .or(folder.max_position_embeddings)
-            .unwrap_or(512);
+            .map(|n| n.min(positions));
+        let max_length = max_length.or(from_folder).or(folder.max_position_embeddings).unwrap_or(512);
         if max_length == 0 {
             return Err(EmbedError::invalid("max_length", "must be at least 1"));
         }
@@ -325,5 +330,29 @@ mod tests {
         let solid = "x".repeat(10_000);
         assert_eq!(suffix_for_tokens(&solid, 10), solid, "no whitespace: no safe cut");
         assert_eq!(suffix_for_tokens("short", 10), "short");
+    }
+
+    /// A tokenizer.json that truncates at 1e15 tokens is held to the model's positions, or to
+    /// MAX_TOKENS where config.json states none; a length the caller asks for stands.
+    #[test]
+    fn the_folders_length_never_passes_its_positions() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let dir = t.path();
+        std::fs::write(dir.join("model.onnx"), b"").expect("model");
+        let tokenizer = r#"{"version": "1.0", "truncation": {"direction": "Right", "max_length": 1000000000000000,
+            "strategy": "LongestFirst", "stride": 0}, "padding": null, "added_tokens": [], "normalizer": null,
+            "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+            "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"}}"#;
+        std::fs::write(dir.join("tokenizer.json"), tokenizer).expect("tokenizer");
+        let length = |asked: Option<usize>| {
+            let folder = crate::report::values::ModelFolder::open(dir, None).expect("folder");
+            ModelTokenizer::load(&folder, asked).expect("tokenizer").max_length()
+        };
+        assert_eq!(length(None), MAX_TOKENS);
+        std::fs::write(dir.join("config.json"), r#"{"max_position_embeddings": 64}"#).expect("config");
+        assert_eq!(length(None), 64);
+        assert_eq!(length(Some(32)), 32);
+        std::fs::write(dir.join("sentence_bert_config.json"), r#"{"max_seq_length": 128}"#).expect("st");
+        assert_eq!(length(None), 64);
     }
 }
