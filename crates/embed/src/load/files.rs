@@ -24,8 +24,13 @@ pub(crate) fn read_bounded(path: &Path, limit: u64) -> std::io::Result<String> {
     Ok(text)
 }
 
-/// Whether `meta` is a regular file of at most `limit` bytes, as an error that says which limit.
-pub(crate) fn check_size(meta: &std::fs::Metadata, limit: u64) -> std::io::Result<()> {
+/// Whether `meta` is a regular file of at most `limit` bytes, as an error that says which limit
+/// (a folder is the operating system's own `IsADirectory`).
+fn check_size(meta: &std::fs::Metadata, limit: u64) -> std::io::Result<()> {
+    if meta.is_dir() {
+        return Err(std::io::ErrorKind::IsADirectory.into());
+    }
+    // A FIFO would block the open, a device would never end.
     if !meta.is_file() {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "is not a regular file"));
     }
@@ -55,7 +60,7 @@ mod tests {
         assert!(e.to_string().contains("2048 bytes, more than the 1024"), "{e}");
         assert_eq!(read_bounded(&big, 4096).expect("within").len(), 2048);
         let e = read_bounded(dir.path(), 1024).expect_err("a folder");
-        assert!(e.to_string().contains("not a regular file"), "{e}");
+        assert_eq!(e.kind(), std::io::ErrorKind::IsADirectory, "{e}");
         let e = read_bounded(Path::new("/dev/zero"), 1024).expect_err("a device");
         assert!(e.to_string().contains("not a regular file"), "{e}");
     }
