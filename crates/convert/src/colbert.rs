@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::ConvertError;
 use crate::config::checks::{Check, MAX_WIDTH};
-use crate::folder::read_text;
+use crate::text_file::read_text;
 use crate::weights::Weights;
 
 /// The projection's tensor in a Stanford checkpoint.

@@ -350,6 +350,11 @@ fn supported_names() -> String {
     SUPPORTED.iter().map(|(name, ..)| *name).collect::<Vec<_>>().join(", ")
 }
 
+/// The activation `name` (read under `key`).
+fn activation(check: Check<'_>, name: &str, key: &str) -> Result<Activation, ConvertError> {
+    Activation::parse(name).ok_or_else(|| check.bad(format!("has {key} {name:?}; converted: {}", Activation::NAMES)))
+}
+
 /// What a sentence-transformers folder's `modules.json` says its first module loads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StModule {

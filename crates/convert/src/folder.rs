@@ -7,31 +7,11 @@ use sha2::{Digest, Sha256};
 
 use crate::config::{Config, Head, StModule};
 use crate::graph::{Graph, OPSET, WeightDtype};
+use crate::text_file::read_text;
 use crate::weights::{SHARD_INDEX, SINGLE, TORCH_INDEX, TORCH_SINGLE, Weights};
 use crate::{Conversion, ConvertError, ConvertOptions, SourceFile, network};
 
 const EXTERNAL_DATA: &str = "model.onnx_data";
-
-/// A folder's JSON files (config.json, modules.json, artifact.metadata) and the tokenizer the
-/// reranker's ids come from: more than this is not a config.
-const TEXT_MAX_BYTES: u64 = 512 << 20;
-
-/// The text of `path`, refused before it is read when it is not a regular file or is larger than
-/// [`TEXT_MAX_BYTES`].
-pub(crate) fn read_text(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let meta = std::fs::metadata(path)?;
-    let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
-    if !meta.is_file() {
-        return Err(refuse("is not a regular file".to_owned()));
-    }
-    if meta.len() > TEXT_MAX_BYTES {
-        return Err(refuse(format!("is {} bytes, more than the {TEXT_MAX_BYTES} a config may hold", meta.len())));
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)?.take(TEXT_MAX_BYTES).read_to_string(&mut text)?;
-    Ok(text)
-}
 
 /// Files of the source folder's top level that are not copied: weights in any format (the graph
 /// replaces them), ONNX files and records of earlier conversions, and hidden files.

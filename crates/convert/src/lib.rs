@@ -20,6 +20,7 @@ mod config;
 mod folder;
 mod graph;
 mod network;
+mod text_file;
 mod torch;
 mod weights;
 

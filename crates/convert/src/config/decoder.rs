@@ -5,8 +5,9 @@
 use serde_json::Value;
 
 use super::checks::{Check, MAX_LAYERS, MAX_TOKENS, MAX_VOCAB, MAX_WIDTH, Real};
-use super::encoder::activation;
-use super::{Biases, ClassifierPooling, Config, Decoder, Family, FeedForward, Head, Positions, Raw, RopeScaling};
+use super::{
+    Biases, ClassifierPooling, Config, Decoder, Family, FeedForward, Head, Positions, Raw, RopeScaling, activation,
+};
 use crate::ConvertError;
 
 pub(super) fn decoder(raw: &Raw, architecture: &str, family: Family, check: Check<'_>) -> Result<Config, ConvertError> {

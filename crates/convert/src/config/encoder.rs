@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::checks::{Check, MAX_LAYERS, MAX_TOKENS, MAX_VOCAB, MAX_WIDTH, Real, first_of};
 use super::{
     Activation, Biases, ClassifierPooling, Config, Family, FeedForward, Head, LocalAttention, Lora, Positions, Raw,
-    RopeScaling,
+    RopeScaling, activation,
 };
 use crate::ConvertError;
 
@@ -42,11 +42,6 @@ fn unsupported(check: Check<'_>, what: String) -> ConvertError {
         "has {what}, which nornir does not convert: supported are BERT, XLM-RoBERTa, JinaBERT v2, \
          jina-embeddings-v3, NomicBERT (v1, v1.5), GTE (NewModel) and ModernBERT"
     ))
-}
-
-/// The activation `name` (read under `key`).
-pub(super) fn activation(check: Check<'_>, name: &str, key: &str) -> Result<Activation, ConvertError> {
-    Activation::parse(name).ok_or_else(|| check.bad(format!("has {key} {name:?}; converted: {}", Activation::NAMES)))
 }
 
 /// An encoder's config, its sizes checked as they are read.

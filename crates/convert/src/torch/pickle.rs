@@ -12,50 +12,12 @@
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
+pub(crate) use super::values::PickleError;
 use super::values::{self, Global, MAX_DEPTH, Value};
 
 /// The most values a pickle may build (each push on the stack and each memo entry; a state
 /// dict builds about 30 a tensor, so 8,000,000 is more than 250,000 tensors).
 pub(crate) const MAX_VALUES: usize = 8_000_000;
-
-/// Why a pickle was not read; the caller names the file.
-#[derive(Debug, PartialEq)]
-pub(crate) enum PickleError {
-    /// The stream stopped before `STOP`, or an argument runs past its end.
-    EndsEarly {
-        at: usize,
-    },
-    UnknownOpcode {
-        opcode: u8,
-        at: usize,
-    },
-    /// A global outside the allow-list, as `module.name`.
-    Global {
-        name: String,
-    },
-    /// Opcodes that are valid pickle but do not make a state dict.
-    Malformed {
-        at: usize,
-        why: String,
-    },
-    /// Containers (or MARKs) nested deeper than [`MAX_DEPTH`].
-    TooDeep {
-        at: usize,
-    },
-    /// More than [`MAX_VALUES`] values built.
-    TooMany {
-        at: usize,
-    },
-    /// A list or dict changed after it was put inside another container, or put inside itself.
-    Changed {
-        at: usize,
-    },
-    /// A tensor of more than [`values::MAX_RANK`] dimensions.
-    TooManyDims {
-        at: usize,
-        dims: usize,
-    },
-}
 
 struct Machine<'a> {
     data: &'a [u8],

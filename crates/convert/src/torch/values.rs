@@ -11,7 +11,44 @@ use std::rc::Rc;
 
 use safetensors::tensor::Dtype;
 
-use super::pickle::PickleError;
+/// Why a pickle was not read; the caller names the file.
+#[derive(Debug, PartialEq)]
+pub(crate) enum PickleError {
+    /// The stream stopped before `STOP`, or an argument runs past its end.
+    EndsEarly {
+        at: usize,
+    },
+    UnknownOpcode {
+        opcode: u8,
+        at: usize,
+    },
+    /// A global outside the allow-list, as `module.name`.
+    Global {
+        name: String,
+    },
+    /// Opcodes that are valid pickle but do not make a state dict.
+    Malformed {
+        at: usize,
+        why: String,
+    },
+    /// Containers (or MARKs) nested deeper than [`MAX_DEPTH`].
+    TooDeep {
+        at: usize,
+    },
+    /// More than [`super::pickle::MAX_VALUES`] values built.
+    TooMany {
+        at: usize,
+    },
+    /// A list or dict changed after it was put inside another container, or put inside itself.
+    Changed {
+        at: usize,
+    },
+    /// A tensor of more than [`MAX_RANK`] dimensions.
+    TooManyDims {
+        at: usize,
+        dims: usize,
+    },
+}
 
 /// How deep containers may nest. A state dict nests 3 (the `_metadata` of its `BUILD`: a dict
 /// of an OrderedDict of dicts); a tensor's arguments 2.

@@ -1,0 +1,25 @@
+//! A model folder's small text files (config.json, modules.json, artifact.metadata, the
+//! tokenizer a reranker's ids come from) read with a size bound checked before reading.
+
+use std::path::Path;
+
+/// A folder's JSON files (config.json, modules.json, artifact.metadata) and the tokenizer the
+/// reranker's ids come from: more than this is not a config.
+const TEXT_MAX_BYTES: u64 = 512 << 20;
+
+/// The text of `path`, refused before it is read when it is not a regular file or is larger than
+/// [`TEXT_MAX_BYTES`].
+pub(crate) fn read_text(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path)?;
+    let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+    if !meta.is_file() {
+        return Err(refuse("is not a regular file".to_owned()));
+    }
+    if meta.len() > TEXT_MAX_BYTES {
+        return Err(refuse(format!("is {} bytes, more than the {TEXT_MAX_BYTES} a config may hold", meta.len())));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?.take(TEXT_MAX_BYTES).read_to_string(&mut text)?;
+    Ok(text)
+}
