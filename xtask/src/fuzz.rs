@@ -11,7 +11,7 @@ use crate::fuzz_seeds;
 use crate::process::workspace_root;
 
 /// Each target and the longest input it is given.
-pub(crate) const FUZZ_TARGETS: [(&str, u32); 10] = [
+pub(crate) const FUZZ_TARGETS: [(&str, u32); 11] = [
     ("elf_deps", 65536),
     ("model_configs", 4096),
     ("input_records", 4096),
@@ -22,6 +22,7 @@ pub(crate) const FUZZ_TARGETS: [(&str, u32); 10] = [
     ("convert_configs", 8192),
     ("folder_templates", 8192),
     ("request_bodies", 16384),
+    ("onnx_graph_scan", 65536),
 ];
 
 /// One allocation larger than this is a finding (libFuzzer's `-malloc_limit_mb`): no input of

@@ -1,4 +1,4 @@
-//! Each fuzz target's seeds: the hand-written ones tracked under fuzz/seeds/<target>/ (a config
+//! Each fuzz target's seeds: the hand-written ones tracked under `fuzz/seeds/<target>/` (a config
 //! per family, every route's request), and real files from the nornir cache (all-MiniLM-L6-v2's
 //! and splade-tiny's configs and safetensors headers, a torch.save archive as
 //! scripts/make_torch_checkpoint.py writes one), each cut to what a target reads.
@@ -67,6 +67,7 @@ pub(crate) fn write(target: &str, home: &Path, dir: &Path) -> Result<usize> {
                 seeds.push((format!("{tag}-shrunk.safetensors"), shrunk_safetensors(&file)?));
             }
         }
+        "onnx_graph_scan" => seeds.push(("dynamic-quantize-graph.onnx".to_owned(), quantized_graph())),
         "torch_archive" | "pickle" => {
             let archive = torch_archive()?;
             if target == "pickle" {
@@ -147,4 +148,24 @@ fn pickle_of(archive: &Path) -> Result<Vec<u8>> {
         bail!("no data.pkl in {}", archive.display());
     }
     Ok(read.stdout)
+}
+
+/// A `ModelProto` whose graph holds a `DynamicQuantizeLinear` and a `com.microsoft`
+/// `DynamicQuantizeMatMul` node, in protobuf's wire format (field 7 graph, field 1 node, its
+/// field 4 op_type and 7 domain), as the scan reads a third-party int8 export.
+fn quantized_graph() -> Vec<u8> {
+    fn field(number: u8, value: &[u8]) -> Vec<u8> {
+        let mut out = vec![number << 3 | 2];
+        let mut n = value.len();
+        while n >= 0x80 {
+            out.push((n as u8 & 0x7f) | 0x80);
+            n >>= 7;
+        }
+        out.push(n as u8);
+        out.extend_from_slice(value);
+        out
+    }
+    let node = |op: &str, domain: &str| field(1, &[field(4, op.as_bytes()), field(7, domain.as_bytes())].concat());
+    let graph = [node("DynamicQuantizeLinear", ""), node("DynamicQuantizeMatMul", "com.microsoft"), node("MatMul", "")];
+    field(7, &graph.concat())
 }

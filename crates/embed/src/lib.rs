@@ -54,6 +54,7 @@ pub use nornir_options::{
 #[doc(hidden)]
 pub mod internals {
     pub use crate::kinds::pooling::pool_tokens;
+    pub use crate::load::graph_scan::per_tensor_activation_ops;
     pub use crate::load::model::{
         HfConfig, parse_hf_config, parse_modules, parse_multi_vector_config, parse_pooling_config, parse_prompts,
         parse_quantization, parse_sentence_bert_config,

@@ -15,7 +15,7 @@ const PER_TENSOR_ACTIVATION_OPS: [(&str, &str); 3] = [
 /// (`DynamicQuantizeLinear`, `com.microsoft.DynamicQuantizeMatMul`), with how many nodes use it.
 /// Empty for a float graph, for one with per-token scales (`nornir vector quantize`), and for a
 /// file this reader does not understand (ONNX Runtime then says what is wrong with it).
-pub(crate) fn per_tensor_activation_ops(model: &[u8]) -> Vec<(String, usize)> {
+pub fn per_tensor_activation_ops(model: &[u8]) -> Vec<(String, usize)> {
     let mut found: Vec<(String, usize)> = Vec::new();
     let mut graph = None;
     for field in fields(model) {

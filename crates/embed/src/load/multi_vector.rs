@@ -9,6 +9,7 @@ use crate::error::{EmbedError, Result};
 use crate::kinds::dense::{Activation, DenseLayer};
 use crate::load::checks::MAX_TOKENS;
 use crate::load::dense::load_linear;
+use crate::load::files::{CONFIG_MAX_BYTES, read_bounded};
 use crate::report::values::{ModelFolder, MultiVectorSpec, TokenVectorSource};
 
 /// How one model turns a text into token vectors.
@@ -46,7 +47,7 @@ pub(crate) struct SparseHead {
 /// in `special_tokens_map.json`, else `tokenizer_config.json` (a string, or `{"content": ...}`).
 fn special_token(dir: &Path, key: &str) -> Option<String> {
     ["special_tokens_map.json", "tokenizer_config.json"].iter().find_map(|name| {
-        let text = std::fs::read_to_string(dir.join(name)).ok()?;
+        let text = read_bounded(&dir.join(name), CONFIG_MAX_BYTES).ok()?;
         let value: serde_json::Value = serde_json::from_str(&text).ok()?;
         match value.get(key)? {
             serde_json::Value::String(s) => Some(s.clone()),
