@@ -99,7 +99,7 @@ enum Task {
     /// Fail naming each source file (crates/*/src, xtask/src) that ARCHITECTURE.md does not mention.
     CodeMap,
     /// Fail naming each tracked file and line that names one machine's home or cache folder
-    /// (under /root, /home or /Users, or an absolute path into a `.cache` folder); run by `test` first.
+    /// (a path into a user's home or a `.cache` folder); run by `test` first.
     MachinePaths,
     /// One embedder shared by 8 threads x N calls of mixed sizes: checks every row against the
     /// single-threaded result, prints calls/s and peak RSS, and whether memory stayed flat.
