@@ -1,17 +1,22 @@
 //! What `config.json` says about the network: its family, its head and its sizes.
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::ConvertError;
 
 pub(crate) mod checks;
 mod decoder;
+#[cfg(test)]
+mod decoder_tests;
 mod encoder;
 #[cfg(test)]
 mod hostile_tests;
+mod raw;
+#[cfg(test)]
+mod tests;
 
 use checks::Check;
+use raw::Raw;
 
 /// The encoder's family: its layer layout, its positions and the tensor names it uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -273,79 +278,6 @@ pub(crate) struct Config {
     pub(crate) decoder: Option<Decoder>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Raw {
-    architectures: Option<Vec<String>>,
-    model_type: Option<String>,
-    hidden_size: Option<usize>,
-    num_hidden_layers: Option<usize>,
-    num_attention_heads: Option<usize>,
-    intermediate_size: Option<usize>,
-    vocab_size: Option<usize>,
-    max_position_embeddings: Option<usize>,
-    type_vocab_size: Option<usize>,
-    layer_norm_eps: Option<f64>,
-    hidden_act: Option<String>,
-    pad_token_id: Option<i64>,
-    position_embedding_type: Option<String>,
-    num_labels: Option<usize>,
-    id2label: Option<serde_json::Map<String, Value>>,
-    // JinaBERT v2.
-    feed_forward_type: Option<String>,
-    // jina-embeddings-v3.
-    rotary_emb_base: Option<f64>,
-    lora_adaptations: Option<Vec<String>>,
-    lora_rank: Option<usize>,
-    lora_alpha: Option<f64>,
-    // NomicBERT's names (GPT-2's).
-    n_embd: Option<usize>,
-    n_head: Option<usize>,
-    n_layer: Option<usize>,
-    n_inner: Option<usize>,
-    n_positions: Option<usize>,
-    layer_norm_epsilon: Option<f64>,
-    activation_function: Option<String>,
-    rotary_emb_fraction: Option<f64>,
-    rotary_emb_interleaved: Option<bool>,
-    rotary_scaling_factor: Option<f64>,
-    max_trained_positions: Option<usize>,
-    qkv_proj_bias: Option<bool>,
-    mlp_fc1_bias: Option<bool>,
-    mlp_fc2_bias: Option<bool>,
-    prenorm: Option<bool>,
-    num_experts: Option<usize>,
-    moe_every_n_layers: Option<usize>,
-    // GTE.
-    rope_theta: Option<f64>,
-    rope_scaling: Option<Value>,
-    logn_attention_scale: Option<bool>,
-    layer_norm_type: Option<String>,
-    // ModernBERT.
-    norm_eps: Option<f64>,
-    norm_bias: Option<bool>,
-    hidden_activation: Option<String>,
-    global_rope_theta: Option<f64>,
-    local_rope_theta: Option<f64>,
-    global_attn_every_n_layers: Option<usize>,
-    local_attention: Option<usize>,
-    layer_types: Option<Vec<String>>,
-    rope_parameters: Option<Value>,
-    attention_bias: Option<bool>,
-    mlp_bias: Option<bool>,
-    classifier_pooling: Option<String>,
-    classifier_activation: Option<String>,
-    classifier_bias: Option<bool>,
-    decoder_bias: Option<bool>,
-    // Decoders (Qwen3, Qwen2, Llama, Mistral).
-    num_key_value_heads: Option<usize>,
-    head_dim: Option<usize>,
-    rms_norm_eps: Option<f64>,
-    use_sliding_window: Option<bool>,
-    sliding_window: Option<usize>,
-    tie_word_embeddings: Option<bool>,
-}
-
 fn supported_names() -> String {
     SUPPORTED.iter().map(|(name, ..)| *name).collect::<Vec<_>>().join(", ")
 }
@@ -483,123 +415,5 @@ impl Config {
             self.labels = 1;
         }
         self
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_head_and_family_come_from_the_architecture() {
-        let c = Config::parse(
-            r#"{"architectures":["XLMRobertaForSequenceClassification"],"hidden_size":8,"num_hidden_layers":1,
-            "num_attention_heads":2,"intermediate_size":16,"vocab_size":10,"max_position_embeddings":20,
-            "id2label":{"0":"a","1":"b","2":"c"}}"#,
-            "config.json",
-            None,
-        )
-        .expect("parses");
-        assert_eq!(
-            (c.family, c.head, c.labels, c.pad_token_id),
-            (Family::XlmRoberta, Head::SequenceClassification, 3, 1)
-        );
-    }
-
-    #[test]
-    fn an_unknown_or_missing_architecture_is_named() {
-        let e = Config::parse(r#"{"architectures":["GPT2LMHeadModel"]}"#, "m/config.json", None).expect_err("refused");
-        assert_eq!(
-            e.to_string(),
-            "cannot convert architecture GPT2LMHeadModel: supported are BertModel, BertForMaskedLM, \
-             BertForSequenceClassification, XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, \
-             JinaBertModel, JinaBertForMaskedLM, XLMRobertaLoRA, NomicBertModel, NewModel, NewForSequenceClassification, \
-             ModernBertModel, ModernBertForMaskedLM, ModernBertForSequenceClassification, HF_ColBERT, Qwen3Model, \
-             Qwen3ForCausalLM, Qwen2Model, Qwen2ForCausalLM, LlamaModel, LlamaForCausalLM, MistralModel, MistralForCausalLM"
-        );
-        let e = Config::parse(r#"{"model_type":"bert"}"#, "m/config.json", None).expect_err("refused");
-        assert!(e.to_string().starts_with("m/config.json has no `architectures` (model_type \"bert\")"), "{e}");
-    }
-
-    #[test]
-    fn a_sentence_transformers_folder_decides_the_head_as_sentence_transformers_does() {
-        let config = |arch: &str| {
-            format!(
-                r#"{{"architectures":["{arch}"],"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,
-                "intermediate_size":16,"vocab_size":10,"max_position_embeddings":20}}"#
-            )
-        };
-        let transformer = StModule::parse(
-            r#"[{"idx":1,"type":"sentence_transformers.models.Pooling"},{"idx":0,"type":"sentence_transformers.models.Transformer"}]"#,
-        );
-        assert_eq!(transformer, Some(StModule::Transformer));
-        // A fine-tuned embedder whose config still names its pre-training head is an encoder.
-        for arch in ["BertForMaskedLM", "BertForPreTraining", "BertModel"] {
-            let c = Config::parse(&config(arch), "config.json", transformer).expect("parses");
-            assert_eq!((c.head, c.architecture.as_str()), (Head::Encoder, arch));
-        }
-        let mlm = StModule::parse(r#"[{"idx":0,"type":"sentence_transformers.sparse_encoder.models.MLMTransformer"}]"#);
-        let c = Config::parse(&config("BertForMaskedLM"), "config.json", mlm).expect("parses");
-        assert_eq!(c.head, Head::MaskedLm);
-        let c = Config::parse(&config("BertForPreTraining"), "config.json", None);
-        assert!(c.is_err(), "without modules.json only the listed architectures convert");
-    }
-}
-
-#[cfg(test)]
-mod decoder_tests {
-    use super::*;
-
-    fn parse(arch: &str, extra: &str) -> Result<Config, ConvertError> {
-        let text = format!(
-            r#"{{"architectures":["{arch}"],"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,
-            "intermediate_size":96,"vocab_size":300,"rms_norm_eps":1e-6{extra}}}"#
-        );
-        Config::parse(&text, "m/config.json", None)
-    }
-
-    #[test]
-    fn decoder_families_read_their_heads_norms_and_biases() {
-        let c = parse("Qwen3ForCausalLM", r#","num_key_value_heads":2,"head_dim":32"#).expect("qwen3");
-        let d = c.decoder.clone().expect("decoder");
-        assert_eq!((c.family, c.head, d.kv_heads, d.head_dim, d.qk_norm), (Family::Qwen3, Head::Encoder, 2, 32, true));
-        assert!(!c.biases.qkv && !c.biases.attention_out);
-        // Qwen3Config's head_dim default is 128, not hidden / heads.
-        assert_eq!(parse("Qwen3Model", "").expect("qwen3").decoder.expect("decoder").head_dim, 128);
-        let c = parse("Qwen2ForCausalLM", "").expect("qwen2");
-        let d = c.decoder.clone().expect("decoder");
-        assert_eq!((c.family, d.kv_heads, d.head_dim, d.qk_norm), (Family::Qwen2, 4, 16, false));
-        assert!(c.biases.qkv && !c.biases.attention_out, "Qwen2: q, k, v biases, none on o_proj");
-        let c = parse("MistralModel", r#","sliding_window":4096"#).expect("mistral");
-        assert_eq!((c.family, c.decoder.expect("decoder").sliding_window), (Family::Llama, Some(4096)));
-        let c = parse("LlamaForCausalLM", r#","sliding_window":4096,"attention_bias":true"#).expect("llama");
-        assert_eq!(c.decoder.expect("decoder").sliding_window, None, "Llama has no window");
-        assert!(c.biases.qkv && c.biases.attention_out);
-        let c = parse("LlamaModel", r#","rope_theta":500000.0,"rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192}"#).expect("llama3");
-        assert_eq!(
-            c.positions,
-            Positions::Rotary {
-                base: 500_000.0,
-                scaling: RopeScaling::Llama3 { factor: 8.0, low: 1.0, high: 4.0, original: 8192.0 }
-            }
-        );
-    }
-
-    #[test]
-    fn what_a_decoder_conversion_does_not_implement_is_refused_in_one_line() {
-        let refused = |arch: &str, extra: &str| parse(arch, extra).expect_err("refused").to_string();
-        let e = refused("Qwen3ForCausalLM", r#","num_key_value_heads":3"#);
-        assert!(
-            e.starts_with("m/config.json has num_attention_heads 4, not a multiple of num_key_value_heads 3"),
-            "{e}"
-        );
-        let e = refused("Qwen2Model", r#","use_sliding_window":true"#);
-        assert!(e.contains("use_sliding_window true"), "{e}");
-        let e = refused("LlamaModel", r#","rope_scaling":{"rope_type":"yarn","factor":4.0}"#);
-        assert!(e.contains("rope_scaling type \"yarn\" (converted: default, linear, llama3)"), "{e}");
-        let e = refused("Qwen3MoeForCausalLM", "");
-        assert!(e.starts_with("cannot convert architecture Qwen3MoeForCausalLM"), "{e}");
-        assert!(!e.contains('\n'), "{e}");
-        assert!(parse("Qwen3ForCausalLM", r#","rope_scaling":null,"use_sliding_window":false"#).is_ok());
     }
 }

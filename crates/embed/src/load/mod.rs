@@ -16,4 +16,5 @@ pub(crate) mod plugins;
 pub(crate) mod prompt;
 pub(crate) mod runtime;
 pub(crate) mod session;
+pub(crate) mod st_configs;
 pub(crate) mod template;
