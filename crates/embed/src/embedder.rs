@@ -13,6 +13,7 @@ use nornir_ep_select::Vendor;
 
 use crate::call::future::{EmbedFuture, TOKENIZING_THREADS, TokenizeJob, Work, tokenizing_thread};
 use crate::call::prepare;
+use crate::call::runner::Runner;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::kinds::embeddings::Embeddings;
 use crate::load::engine::Engine;
@@ -109,17 +110,18 @@ impl Embedder {
     }
 
     /// Queues a prepared call and waits for its rows, finished.
-    pub(crate) fn run_call(&self, mut call: prepare::Call) -> Result<Embeddings> {
-        self.engine.scheduler.admit(&call.items, call.max_wait)?;
-        self.engine.scheduler.submit(std::mem::take(&mut call.items), self.engine.queue_full)?;
-        match call.request.wait() {
-            Ok(rows) => Ok(prepare::finish(&self.engine, call, rows)),
-            Err(EmbedError::Cancelled) => {
-                prepare::cancel_queued(&self.engine, &call.request);
-                Err(EmbedError::Cancelled)
-            }
-            Err(e) => Err(e),
-        }
+    pub(crate) fn run_call(&self, call: prepare::Call) -> Result<Embeddings> {
+        crate::call::runner::run_call(&self.engine, call)
+    }
+
+    /// The runner of blocking calls: their steps tokenize on the caller's thread and wait.
+    pub(crate) fn blocking(&self) -> Runner<'_> {
+        Runner::Blocking(&self.engine)
+    }
+
+    /// The runner of async calls: their steps are futures tokenized on the embedder's threads.
+    pub(crate) fn queued(&self) -> Runner<'_> {
+        Runner::Queued(&self.engine, self.tokenize_jobs.as_ref())
     }
 
     /// [`embed`](Self::embed) as a future that any executor can await; it needs no runtime.

@@ -233,7 +233,7 @@ pub enum EmbedError {
     },
 
     /// The call is for another kind of model ([`ModelKind`]).
-    #[error("`{call}` needs a model of kind {wanted}, but this model is {}: call {} on it", .kind.with_article(), calls_for(.kind))]
+    #[error("`{call}` needs a model of kind {wanted}, but this model is {}: call {} on it", .kind.with_article(), .kind.calls().library)]
     #[non_exhaustive]
     WrongKind {
         /// The call refused.
@@ -243,15 +243,6 @@ pub enum EmbedError {
         /// The model's kind.
         kind: ModelKind,
     },
-}
-
-fn calls_for(kind: &ModelKind) -> &'static str {
-    match kind {
-        ModelKind::Embedder => "embed",
-        ModelKind::SparseEncoder => "embed_sparse",
-        ModelKind::CrossEncoder => "rerank or predict",
-        ModelKind::MultiVector => "embed_multi_vector or rerank",
-    }
 }
 
 /// What part of an embedding failed ([`EmbedError::Inference`]).

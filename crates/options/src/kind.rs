@@ -47,6 +47,38 @@ impl ModelKind {
     }
 }
 
+/// The calls that serve a kind of model, in each surface's words: where a call for another kind
+/// sends its caller. The one table every surface's "wrong kind" hint reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KindCalls {
+    /// The library's (and the Python package's) methods.
+    pub library: &'static str,
+    /// The server's routes.
+    pub routes: &'static str,
+    /// `nornir`'s commands.
+    pub commands: &'static str,
+}
+
+impl ModelKind {
+    /// The calls that serve this kind, on each surface.
+    pub fn calls(self) -> KindCalls {
+        let (library, routes, commands) = match self {
+            Self::Embedder => ("embed", "/embed or /v1/embeddings", "nornir vector embed"),
+            Self::SparseEncoder => ("embed_sparse", "/embed_sparse", "nornir vector embed"),
+            Self::CrossEncoder => {
+                ("rerank or predict", "/rerank, /predict, /v1/rerank or /v2/rerank", "nornir vector rerank")
+            }
+            Self::MultiVector => (
+                "embed_multi_vector or rerank",
+                "/v1/multi-vector, /embed_all or /rerank",
+                "nornir vector embed or nornir vector rerank",
+            ),
+        };
+        KindCalls { library, routes, commands }
+    }
+}
+
 impl fmt::Display for ModelKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.label())

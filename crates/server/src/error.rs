@@ -4,7 +4,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{EmbedError, InferenceKind, ModelKind, error_chain};
+use nornir_vector::{EmbedError, InferenceKind, error_chain};
 use serde_json::{Value, json};
 
 /// An error as the API it answers writes them.
@@ -101,16 +101,9 @@ impl From<EmbedError> for ApiError {
                 "inputs[{index}] has {}{tokens} tokens, more than the {max_length} the model reads: shorten it, or send \"truncate\": true (TEI's routes; the server's --long sets what a request that does not say gets)",
                 if *exact { "" } else { "more than " }
             ),
-            EmbedError::WrongKind { kind, .. } => format!(
-                "this model is {}: {}",
-                kind.with_article(),
-                match kind {
-                    ModelKind::Embedder => "ask /embed or /v1/embeddings",
-                    ModelKind::SparseEncoder => "ask /embed_sparse",
-                    ModelKind::MultiVector => "ask /v1/multi-vector, /embed_all or /rerank",
-                    _ => "ask /rerank, /predict, /v1/rerank or /v2/rerank",
-                }
-            ),
+            EmbedError::WrongKind { kind, .. } => {
+                format!("this model is {}: ask {}", kind.with_article(), kind.calls().routes)
+            }
             _ => error_chain(&e),
         };
         Self::new(status_of(&e), message)

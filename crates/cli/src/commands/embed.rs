@@ -42,8 +42,9 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
         }
         ModelKind::SparseEncoder => return super::retrieval::embed_sparse(job, &embedder, options, source, size, sink),
         ModelKind::CrossEncoder => anyhow::bail!(
-            "{} is a cross-encoder (it scores query and document pairs): use `nornir vector rerank --model {0} --query TEXT`",
-            embedder.model_info().folder.dir.display()
+            "{} is a cross-encoder (it scores query and document pairs): use `{} --model {0} --query TEXT`",
+            embedder.model_info().folder.dir.display(),
+            ModelKind::CrossEncoder.calls().commands
         ),
         _ if job.sparse.any() => {
             anyhow::bail!(

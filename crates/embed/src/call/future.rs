@@ -38,7 +38,7 @@ impl Work {
         }
     }
 
-    fn prepare(&self, engine: &Engine) -> Result<Call> {
+    pub(crate) fn prepare(&self, engine: &Engine) -> Result<Call> {
         match self {
             Self::Texts(texts, options) => prepare::prepare(engine, texts, options),
             Self::Pairs(pairs, options) => crate::call::pairs::prepare_pairs(engine, pairs, options),

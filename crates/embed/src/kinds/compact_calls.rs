@@ -14,12 +14,14 @@
 use std::future::Future;
 use std::sync::{Arc, PoisonError};
 
+use crate::call::future::Work;
+use crate::call::runner::{Runner, block_on};
 use crate::embedder::Embedder;
 use crate::error::Result;
 use crate::kinds::compact::{CompactVectors, check, to_precision};
 use crate::kinds::embeddings::Embeddings;
 use crate::report::describe::RangesReport;
-use nornir_options::{CallOptions, Precision, Ranges};
+use nornir_options::{CallOptions, ModelKind, Precision, Ranges};
 
 /// A sample of 99 texts (news, questions, code, several languages, one long paragraph): the
 /// default calibration set for int8 and uint8 ranges, and `nornir vector bench`'s input.
@@ -41,13 +43,7 @@ impl Embedder {
     /// then quantization. int8 and uint8 use the ranges of the module's rule (given, else
     /// calibrated once on the built-in sample). Binary needs dimensions that are a multiple of 8.
     pub fn embed_compact<S: AsRef<str>>(&self, texts: &[S], options: &CallOptions) -> Result<CompactVectors> {
-        let compact = self.compact_of(options)?;
-        let ranges = match compact.ranges {
-            Ok(given) => given,
-            Err(key) => Some(self.calibrated(key, || self.calibrate_on_sample(options))?),
-        };
-        let rows = self.embed_with(texts, options)?;
-        to_precision(&rows, compact.precision, ranges.as_deref())
+        block_on(self.compact_body(self.blocking(), owned(texts), options.clone()))
     }
 
     /// [`embed_compact`](Self::embed_compact) as a future (dropping it cancels the call).
@@ -56,33 +52,42 @@ impl Embedder {
         texts: &[S],
         options: &CallOptions,
     ) -> impl Future<Output = Result<CompactVectors>> + 'a {
-        let texts: Vec<String> = texts.iter().map(|t| t.as_ref().to_owned()).collect();
-        let options = options.clone();
-        async move {
-            let compact = self.compact_of(&options)?;
-            let ranges = match compact.ranges {
-                Ok(given) => given,
-                Err(key) => Some(self.calibrated_async(key, &options).await?),
-            };
-            let rows = self.embed_with_async(&texts, &options).await?;
-            to_precision(&rows, compact.precision, ranges.as_deref())
-        }
+        self.compact_body(self.queued(), owned(texts), options.clone())
+    }
+
+    /// A compact call's one body, run as `runner` says.
+    async fn compact_body(
+        &self,
+        runner: Runner<'_>,
+        texts: Vec<String>,
+        options: CallOptions,
+    ) -> Result<CompactVectors> {
+        let compact = self.compact_of(&options)?;
+        let ranges = match compact.ranges {
+            Ok(given) => given,
+            Err(key) => Some(self.calibrated(runner, key, &options).await?),
+        };
+        self.engine.expect_kind(ModelKind::Embedder, "embed")?;
+        let rows = runner.run(Work::Texts(texts, options)).await?;
+        to_precision(&rows, compact.precision, ranges.as_deref())
     }
 
     /// The ranges an int8 or uint8 call with `options` uses, by the module's rule: given, else
     /// calibrated on the built-in sample (once per width and normalisation).
     pub fn ranges_for(&self, options: &CallOptions) -> Result<Arc<Ranges>> {
-        match self.given_ranges(options)? {
-            Ok(given) => Ok(given),
-            Err(key) => self.calibrated(key, || self.calibrate_on_sample(options)),
-        }
+        block_on(self.ranges_body(self.blocking(), options))
     }
 
     /// [`ranges_for`](Self::ranges_for) as a future: the calibration runs as an async call.
     pub async fn ranges_for_async(&self, options: &CallOptions) -> Result<Arc<Ranges>> {
+        self.ranges_body(self.queued(), options).await
+    }
+
+    /// [`ranges_for`](Self::ranges_for)'s one body.
+    async fn ranges_body(&self, runner: Runner<'_>, options: &CallOptions) -> Result<Arc<Ranges>> {
         match self.given_ranges(options)? {
             Ok(given) => Ok(given),
-            Err(key) => self.calibrated_async(key, options).await,
+            Err(key) => self.calibrated(runner, key, options).await,
         }
     }
 
@@ -97,16 +102,28 @@ impl Embedder {
 
     /// [`calibrate`](Self::calibrate) on [`SAMPLE_TEXTS`].
     pub fn calibrate_on_sample(&self, options: &CallOptions) -> Result<Ranges> {
-        let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
-        self.calibrate(&texts, options, SAMPLE_SOURCE)
+        block_on(self.sample_body(self.blocking(), options))
     }
 
     /// [`calibrate_on_sample`](Self::calibrate_on_sample) as a future, as
     /// [`embed_async`](Self::embed_async) is (dropping it cancels the call).
     pub fn calibrate_on_sample_async(&self, options: &CallOptions) -> impl Future<Output = Result<Ranges>> + '_ {
-        let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
-        let rows = self.embed_with_async(&texts, &calibration_call(options));
-        async move { ranges_of(&rows.await?, SAMPLE_SOURCE) }
+        self.sample_body(self.queued(), options)
+    }
+
+    /// [`calibrate_on_sample`](Self::calibrate_on_sample)'s one body: the sample's work is made
+    /// before the future, which borrows nothing of the caller's.
+    fn sample_body<'a>(
+        &'a self,
+        runner: Runner<'a>,
+        options: &CallOptions,
+    ) -> impl Future<Output = Result<Ranges>> + 'a {
+        let checked = self.engine.expect_kind(ModelKind::Embedder, "embed");
+        let work = Work::Texts(owned(&SAMPLE_TEXTS.lines().collect::<Vec<_>>()), calibration_call(options));
+        async move {
+            checked?;
+            ranges_of(&runner.run(work).await?, SAMPLE_SOURCE)
+        }
     }
 
     /// The ranges this embedder was given and those it has calibrated so far.
@@ -142,19 +159,11 @@ impl Embedder {
         }
     }
 
-    /// The kept calibration for `key`, or `calibrate`'s, kept.
-    fn calibrated(&self, key: (usize, bool), calibrate: impl FnOnce() -> Result<Ranges>) -> Result<Arc<Ranges>> {
+    /// The calibration kept for `key`, else one on the sample, kept.
+    async fn calibrated(&self, runner: Runner<'_>, key: (usize, bool), options: &CallOptions) -> Result<Arc<Ranges>> {
         match self.kept(key) {
             Some(r) => Ok(r),
-            None => Ok(self.keep(key, calibrate()?)),
-        }
-    }
-
-    /// [`calibrated`](Self::calibrated) on the sample as an async call.
-    async fn calibrated_async(&self, key: (usize, bool), options: &CallOptions) -> Result<Arc<Ranges>> {
-        match self.kept(key) {
-            Some(r) => Ok(r),
-            None => Ok(self.keep(key, self.calibrate_on_sample_async(options).await?)),
+            None => Ok(self.keep(key, self.sample_body(runner, options).await?)),
         }
     }
 
@@ -185,4 +194,9 @@ fn calibration_call(options: &CallOptions) -> CallOptions {
 fn ranges_of(rows: &Embeddings, source: &str) -> Result<Ranges> {
     let source = format!("{source} ({} texts, {} dimensions)", rows.len(), rows.dim());
     Ok(Ranges::of_rows(rows.rows(), source)?)
+}
+
+/// A call's texts, owned by its work.
+fn owned<S: AsRef<str>>(texts: &[S]) -> Vec<String> {
+    texts.iter().map(|t| t.as_ref().to_owned()).collect()
 }

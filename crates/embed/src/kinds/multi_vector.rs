@@ -12,7 +12,8 @@ use std::future::Future;
 
 use crate::call::future::Work;
 use crate::call::pairs::{PairOptions, Ranked, Ranking};
-use crate::call::tokens::{MultiVectorOptions, parts, prepare_tokens, token_rules};
+use crate::call::runner::{Runner, block_on};
+use crate::call::tokens::{MultiVectorOptions, parts, token_rules};
 use crate::embedder::Embedder;
 use crate::error::{EmbedError, Result};
 use crate::kinds::compact::CompactVectors;
@@ -284,8 +285,7 @@ impl Embedder {
     /// ([`EmbedError::WrongKind`]) unless the model makes token vectors (a ColBERT model, or
     /// BGE-M3 converted with its `colbert_linear`).
     pub fn embed_multi_vector<S: AsRef<str>>(&self, texts: &[S], options: &MultiVectorOptions) -> Result<MultiVectors> {
-        let only = Outputs::multi_vector();
-        Ok(self.encode_as(texts, only, options, "embed_multi_vector")?.multi_vector.unwrap_or_default())
+        block_on(self.multi_vector_body(self.blocking(), texts, options))
     }
 
     /// [`embed_multi_vector`](Self::embed_multi_vector) as a future (dropping it cancels the call).
@@ -294,9 +294,18 @@ impl Embedder {
         texts: &[S],
         options: &MultiVectorOptions,
     ) -> impl Future<Output = Result<MultiVectors>> + '_ {
-        let only = Outputs::multi_vector();
-        let encoded = self.encode_async_as(texts, only, options, "embed_multi_vector");
-        async move { Ok(encoded.await?.multi_vector.unwrap_or_default()) }
+        self.multi_vector_body(self.queued(), texts, options)
+    }
+
+    /// [`embed_multi_vector`](Self::embed_multi_vector)'s one body: planned now, run as `runner` says.
+    fn multi_vector_body<'a, S: AsRef<str>>(
+        &'a self,
+        runner: Runner<'a>,
+        texts: &[S],
+        options: &MultiVectorOptions,
+    ) -> impl Future<Output = Result<MultiVectors>> + 'a {
+        let planned = self.plan_parts(texts, Outputs::multi_vector(), options, "embed_multi_vector");
+        async move { Ok(self.run_planned(runner, planned?).await?.multi_vector.unwrap_or_default()) }
     }
 
     /// BGE-M3's outputs, as FlagEmbedding's `BGEM3FlagModel.encode` makes them, from one pass
@@ -308,7 +317,8 @@ impl Embedder {
         outputs: Outputs,
         options: &MultiVectorOptions,
     ) -> Result<Encoded> {
-        self.encode_as(texts, outputs, options, "encode")
+        let planned = self.plan_parts(texts, outputs, options, "encode");
+        block_on(async { self.run_planned(self.blocking(), planned?).await })
     }
 
     /// [`encode`](Self::encode) as a future (dropping it cancels the call).
@@ -318,28 +328,11 @@ impl Embedder {
         outputs: Outputs,
         options: &MultiVectorOptions,
     ) -> impl Future<Output = Result<Encoded>> + '_ {
-        self.encode_async_as(texts, outputs, options, "encode")
+        let planned = self.plan_parts(texts, outputs, options, "encode");
+        async move { self.run_planned(self.queued(), planned?).await }
     }
 
-    fn encode_as<S: AsRef<str>>(
-        &self,
-        texts: &[S],
-        outputs: Outputs,
-        options: &MultiVectorOptions,
-        call: &'static str,
-    ) -> Result<Encoded> {
-        let engine = &self.engine;
-        let mut acc = engine.token_call(outputs, options, call)?;
-        let rules = token_rules(engine, call)?;
-        let prompt = crate::call::prepare::plan_call(engine, &options.call)?.prompt;
-        for part in parts(rules, texts, prompt, options.is_query) {
-            let rows = self.run_call(prepare_tokens(engine, &texts[part.clone()], options, part.start)?)?;
-            acc.add(engine, rules, rows);
-        }
-        Ok(acc.done())
-    }
-
-    /// An async token call's checks and parts, planned before its future runs (so the future
+    /// A token call's checks and parts, planned before it runs (so an async call's future
     /// holds no borrow of the caller's texts).
     pub(crate) fn plan_parts<S: AsRef<str>>(
         &self,
@@ -359,22 +352,13 @@ impl Embedder {
         Ok(Planned { acc, parts, options: options.clone(), call })
     }
 
-    fn encode_async_as<S: AsRef<str>>(
-        &self,
-        texts: &[S],
-        outputs: Outputs,
-        options: &MultiVectorOptions,
-        call: &'static str,
-    ) -> impl Future<Output = Result<Encoded>> + '_ {
-        self.run_planned(self.plan_parts(texts, outputs, options, call))
-    }
-
-    pub(crate) async fn run_planned(&self, planned: Result<Planned>) -> Result<Encoded> {
-        let Planned { mut acc, parts, options, call } = planned?;
+    /// A planned token call's one body: its parts run as `runner` says, each added as it ends.
+    pub(crate) async fn run_planned(&self, runner: Runner<'_>, planned: Planned) -> Result<Encoded> {
+        let Planned { mut acc, parts, options, call } = planned;
         let engine = &self.engine;
         let rules = token_rules(engine, call)?;
         for (first, part) in parts {
-            let rows = self.future(Work::Tokens(part, options.clone(), first)).await?;
+            let rows = runner.run(Work::Tokens(part, options.clone(), first)).await?;
             acc.add(engine, rules, rows);
         }
         Ok(acc.done())
@@ -390,56 +374,33 @@ pub(crate) struct Planned {
 }
 
 impl Embedder {
-    /// `documents` ranked by MaxSim against `query` (see [`rerank`](Self::rerank)): the query's
-    /// token vectors made once, the documents' part by part, each part scored and dropped.
-    pub(crate) fn rerank_by_max_sim<S: AsRef<str>>(
+    /// `documents` ranked by MaxSim against `query` (see [`rerank`](Self::rerank)), planned: the
+    /// query's token call and the documents'.
+    pub(crate) fn plan_max_sim<S: AsRef<str>>(
         &self,
         query: &str,
         documents: &[S],
-        top_n: Option<usize>,
         options: &PairOptions,
-    ) -> Result<Ranking> {
+    ) -> Result<(Planned, Planned)> {
+        let only = Outputs::multi_vector();
         let (as_query, as_documents) = max_sim_options(query, options)?;
-        let engine = &self.engine;
-        let only = Outputs::multi_vector();
-        let q = self.encode_as(&[query], only, &as_query, "rerank")?;
-        let mut scorer = Scorer::new(engine, q)?;
-        let rules = token_rules(engine, "rerank")?;
-        for part in parts(rules, documents, "", false) {
-            let mut acc = engine.token_call(only, &as_documents, "rerank")?;
-            acc.add(
-                engine,
-                rules,
-                self.run_call(prepare_tokens(engine, &documents[part.clone()], &as_documents, part.start)?)?,
-            );
-            scorer.score(acc.done());
-        }
-        Ok(scorer.ranking(top_n))
+        let q = self.plan_parts(&[query], only, &as_query, "rerank")?;
+        Ok((q, self.plan_parts(documents, only, &as_documents, "rerank")?))
     }
 
-    /// [`rerank_by_max_sim`](Self::rerank_by_max_sim) as a future.
-    pub(crate) fn rerank_by_max_sim_async<S: AsRef<str>>(
+    /// A MaxSim rerank's one body: the query's token vectors made once, the documents' part by
+    /// part, each part scored and dropped.
+    pub(crate) async fn rerank_by_max_sim(
         &self,
-        query: &str,
-        documents: &[S],
+        runner: Runner<'_>,
+        (query, documents): (Planned, Planned),
         top_n: Option<usize>,
-        options: &PairOptions,
-    ) -> impl Future<Output = Result<Ranking>> + '_ {
-        let only = Outputs::multi_vector();
-        let planned = max_sim_options(query, options).and_then(|(as_query, as_documents)| {
-            let q = self.plan_parts(&[query], only, &as_query, "rerank")?;
-            Ok((q, self.plan_parts(documents, only, &as_documents, "rerank")?))
-        });
-        self.rerank_planned(planned, top_n)
-    }
-
-    async fn rerank_planned(&self, planned: Result<(Planned, Planned)>, top_n: Option<usize>) -> Result<Ranking> {
-        let (query, documents) = planned?;
-        let mut scorer = Scorer::new(&self.engine, self.run_planned(Ok(query)).await?)?;
+    ) -> Result<Ranking> {
+        let mut scorer = Scorer::new(&self.engine, self.run_planned(runner, query).await?)?;
         let Planned { acc, parts, options, call } = documents;
         for (first, part) in parts {
             let one = Planned { acc: acc.fresh(), parts: vec![(first, part)], options: options.clone(), call };
-            scorer.score(self.run_planned(Ok(one)).await?);
+            scorer.score(self.run_planned(runner, one).await?);
         }
         Ok(scorer.ranking(top_n))
     }
@@ -523,40 +484,17 @@ impl MultiVectors {
 }
 
 /// BGE-M3's term weights alone.
-const SPARSE_ONLY: Outputs = Outputs { dense: false, sparse: true, multi_vector: false };
+pub(crate) const SPARSE_ONLY: Outputs = Outputs { dense: false, sparse: true, multi_vector: false };
 
 /// A sparse call's options as a token call's: documents.
-fn as_tokens(options: &SparseOptions) -> MultiVectorOptions {
+pub(crate) fn as_tokens(options: &SparseOptions) -> MultiVectorOptions {
     MultiVectorOptions::new().with_call(options.call.clone())
 }
 
 /// A sparse head's vectors, pruned as asked.
-fn pruned(encoded: Encoded, options: &SparseOptions) -> SparseVectors {
+pub(crate) fn pruned(encoded: Encoded, options: &SparseOptions) -> SparseVectors {
     let vectors = encoded.sparse.unwrap_or_default().into_iter().map(|v| options.prune(v)).collect();
     SparseVectors { vectors, usage: encoded.usage }
-}
-
-impl Embedder {
-    /// [`embed_sparse`](Self::embed_sparse) on a model with BGE-M3's sparse head: its term
-    /// weights from the token pass.
-    pub(crate) fn embed_sparse_by_head<S: AsRef<str>>(
-        &self,
-        texts: &[S],
-        options: &SparseOptions,
-    ) -> Result<SparseVectors> {
-        Ok(pruned(self.encode(texts, SPARSE_ONLY, &as_tokens(options))?, options))
-    }
-
-    /// [`embed_sparse_by_head`](Self::embed_sparse_by_head) as a future.
-    pub(crate) fn embed_sparse_by_head_async<S: AsRef<str>>(
-        &self,
-        texts: &[S],
-        options: &SparseOptions,
-    ) -> impl Future<Output = Result<SparseVectors>> + '_ {
-        let options = options.clone();
-        let encoded = self.run_planned(self.plan_parts(texts, SPARSE_ONLY, &as_tokens(&options), "embed_sparse"));
-        async move { Ok(pruned(encoded.await?, &options)) }
-    }
 }
 
 #[cfg(test)]

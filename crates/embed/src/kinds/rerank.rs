@@ -5,10 +5,20 @@ use std::future::Future;
 
 use crate::call::future::{EmbedFuture, Work};
 use crate::call::pairs::{PairOptions, Ranking, prepare_pairs, rank};
+use crate::call::runner::{Runner, block_on};
 use crate::embedder::Embedder;
 use crate::error::{EmbedError, Result};
 use crate::kinds::embeddings::Embeddings;
+use crate::kinds::multi_vector::Planned;
 use nornir_options::ModelKind;
+
+/// A rerank checked, before it runs.
+enum RerankPlan {
+    /// The query's token call and the documents'.
+    MaxSim(Box<(Planned, Planned)>),
+    /// Each (query, document) pair.
+    Pairs(Work),
+}
 
 impl Embedder {
     /// The scores of each (query, document) pair: row i holds pair i's score per label (one for
@@ -62,12 +72,7 @@ impl Embedder {
         top_n: Option<usize>,
         options: &PairOptions,
     ) -> Result<Ranking> {
-        if self.ranks_by_max_sim() {
-            return self.rerank_by_max_sim(query, documents, top_n, options);
-        }
-        self.can_rerank(query)?;
-        let pairs: Vec<(&str, &str)> = documents.iter().map(|d| (query, d.as_ref())).collect();
-        Ok(rank(&self.predict(&pairs, options)?, top_n))
+        block_on(self.rerank_body(self.blocking(), self.plan_rerank(query, documents, options), top_n))
     }
 
     /// [`rerank`](Self::rerank) as a future (dropping it cancels the call).
@@ -78,15 +83,25 @@ impl Embedder {
         top_n: Option<usize>,
         options: &PairOptions,
     ) -> impl Future<Output = Result<Ranking>> + '_ {
-        let by_max_sim =
-            self.ranks_by_max_sim().then(|| self.rerank_by_max_sim_async(query, documents, top_n, options));
-        let pairs: Vec<(&str, Option<&str>)> = documents.iter().map(|d| (query, Some(d.as_ref()))).collect();
-        let scores = self.can_rerank(query).map(|()| self.score_async(&pairs, options));
-        async move {
-            match by_max_sim {
-                Some(ranking) => ranking.await,
-                None => Ok(rank(&scores?.await?, top_n)),
-            }
+        self.rerank_body(self.queued(), self.plan_rerank(query, documents, options), top_n)
+    }
+
+    /// A rerank checked: a model that makes token vectors ranks by MaxSim, a cross-encoder by
+    /// the score of each (query, document) pair.
+    fn plan_rerank<S: AsRef<str>>(&self, query: &str, documents: &[S], options: &PairOptions) -> Result<RerankPlan> {
+        if self.ranks_by_max_sim() {
+            return Ok(RerankPlan::MaxSim(Box::new(self.plan_max_sim(query, documents, options)?)));
+        }
+        self.can_rerank(query)?;
+        let pairs = documents.iter().map(|d| (query.to_owned(), Some(d.as_ref().to_owned()))).collect();
+        Ok(RerankPlan::Pairs(Work::Pairs(pairs, options.clone())))
+    }
+
+    /// A rerank's one body, run as `runner` says.
+    async fn rerank_body(&self, runner: Runner<'_>, plan: Result<RerankPlan>, top_n: Option<usize>) -> Result<Ranking> {
+        match plan? {
+            RerankPlan::MaxSim(planned) => self.rerank_by_max_sim(runner, *planned, top_n).await,
+            RerankPlan::Pairs(work) => Ok(rank(&runner.run(work).await?, top_n)),
         }
     }
 

@@ -6,9 +6,11 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 
 use crate::call::future::Work;
+use crate::call::runner::{Runner, block_on};
 use crate::embedder::Embedder;
 use crate::error::{EmbedError, Result};
 use crate::kinds::embeddings::{Embeddings, Usage};
+use crate::kinds::multi_vector::{Planned, SPARSE_ONLY, as_tokens, pruned};
 use nornir_options::CallOptions;
 use nornir_options::ModelKind;
 
@@ -127,6 +129,14 @@ pub struct SparseVectors {
     pub usage: Usage,
 }
 
+/// A sparse call checked and cut into parts.
+enum SparsePlan {
+    /// BGE-M3's sparse head: a token call.
+    ByHead(Planned, SparseOptions),
+    /// A SPLADE model's texts, in parts of [`TEXTS_PER_PART`].
+    Texts(Vec<Vec<String>>, SparseOptions),
+}
+
 impl SparseVectors {
     /// One part's rows, sparsified.
     fn add(&mut self, rows: &Embeddings, options: &SparseOptions) {
@@ -140,18 +150,7 @@ impl Embedder {
     /// maximum over its tokens), pruned as `options` say. A long list runs in parts, so memory
     /// stays bounded. An error ([`EmbedError::WrongKind`]) unless the model is a sparse encoder.
     pub fn embed_sparse<S: AsRef<str>>(&self, texts: &[S], options: &SparseOptions) -> Result<SparseVectors> {
-        if self.engine.sparse_head.is_some() {
-            options.check()?;
-            return self.embed_sparse_by_head(texts, options);
-        }
-        self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse")?;
-        options.check()?;
-        let mut out = SparseVectors { vectors: Vec::with_capacity(texts.len()), usage: Usage::default() };
-        for part in texts.chunks(TEXTS_PER_PART) {
-            let rows = self.run_call(crate::call::prepare::prepare(&self.engine, part, &options.call)?)?;
-            out.add(&rows, options);
-        }
-        Ok(out)
+        block_on(self.sparse_body(self.blocking(), self.plan_sparse(texts, options)))
     }
 
     /// [`embed_sparse`](Self::embed_sparse) as a future (dropping it cancels the call).
@@ -160,29 +159,35 @@ impl Embedder {
         texts: &[S],
         options: &SparseOptions,
     ) -> impl Future<Output = Result<SparseVectors>> + '_ {
-        let by_head = self.engine.sparse_head.is_some().then(|| {
-            let checked = options.check();
-            let vectors = self.embed_sparse_by_head_async(texts, options);
-            async move {
-                checked?;
-                vectors.await
+        self.sparse_body(self.queued(), self.plan_sparse(texts, options))
+    }
+
+    /// A sparse call checked, its texts in parts: BGE-M3's sparse head runs them as a token
+    /// call, a SPLADE model as texts.
+    fn plan_sparse<S: AsRef<str>>(&self, texts: &[S], options: &SparseOptions) -> Result<SparsePlan> {
+        if self.engine.sparse_head.is_some() {
+            options.check()?;
+            let planned = self.plan_parts(texts, SPARSE_ONLY, &as_tokens(options), "embed_sparse")?;
+            return Ok(SparsePlan::ByHead(planned, options.clone()));
+        }
+        self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse")?;
+        options.check()?;
+        let parts = texts.chunks(TEXTS_PER_PART).map(|p| p.iter().map(|t| t.as_ref().to_owned()).collect());
+        Ok(SparsePlan::Texts(parts.collect(), options.clone()))
+    }
+
+    /// A sparse call's one body, run as `runner` says.
+    async fn sparse_body(&self, runner: Runner<'_>, plan: Result<SparsePlan>) -> Result<SparseVectors> {
+        match plan? {
+            SparsePlan::ByHead(planned, options) => Ok(pruned(self.run_planned(runner, planned).await?, &options)),
+            SparsePlan::Texts(parts, options) => {
+                let mut out = SparseVectors::default();
+                for part in parts {
+                    let rows = runner.run(Work::Texts(part, options.call.clone())).await?;
+                    out.add(&rows, &options);
+                }
+                Ok(out)
             }
-        });
-        let checked = self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse").and_then(|()| options.check());
-        let parts: Vec<Vec<String>> =
-            texts.chunks(TEXTS_PER_PART).map(|p| p.iter().map(|t| t.as_ref().to_owned()).collect()).collect();
-        let options = options.clone();
-        async move {
-            if let Some(by_head) = by_head {
-                return by_head.await;
-            }
-            checked?;
-            let mut out = SparseVectors::default();
-            for part in parts {
-                let rows: Embeddings = self.future(Work::Texts(part, options.call.clone())).await?;
-                out.add(&rows, &options);
-            }
-            Ok(out)
         }
     }
 
