@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::embedder::Embedder;
 use crate::error::EmbedError;
 use crate::kinds::compact_calls::SAMPLE_TEXTS;
-use crate::kinds::embeddings::Embeddings;
+use crate::values::embeddings::Embeddings;
 
 /// The fused graph only reorders float arithmetic (measured: min cosine 1.0000 on the sample for
 /// all-MiniLM-L6-v2); anything under this computes something else.

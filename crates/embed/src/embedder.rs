@@ -14,12 +14,12 @@ use nornir_ep_select::Vendor;
 use crate::call::future::{EmbedFuture, TOKENIZING_THREADS, TokenizeJob, Work, tokenizing_thread};
 use crate::call::prepare;
 use crate::call::runner::Runner;
+use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
-use crate::kinds::embeddings::Embeddings;
-use crate::load::engine::Engine;
 use crate::report::describe::EmbedderReport;
-use crate::report::values::{ModelInfo, Placement, SessionReport, Token};
 use crate::schedule::stats::EmbedStats;
+use crate::values::embeddings::Embeddings;
+use crate::values::{ModelInfo, Placement, SessionReport, Token};
 use nornir_options::CallOptions;
 use nornir_options::EmbedderOptions;
 use nornir_options::ModelKind;
@@ -77,7 +77,7 @@ impl Embedder {
             let engine = Arc::clone(&embedder.engine);
             let worker = std::thread::Builder::new()
                 .name(format!("nornir-worker-{k}"))
-                .spawn(move || crate::forward::worker::work(&engine, k))
+                .spawn(move || crate::engine::worker::work(&engine, k))
                 .map_err(|e| {
                     EmbedError::inference_because(InferenceKind::WorkerFailed, "cannot start a worker thread", e)
                 })?;
@@ -262,7 +262,7 @@ impl Embedder {
     /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh
     /// session built the same way. Costs a session build; call it on demand (`doctor`).
     pub fn placement(&self) -> Placement {
-        crate::load::placement::profile(&self.engine)
+        crate::engine::placement::profile(&self.engine)
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use nornir_ep_select::Vendor;
 
-use crate::report::values::{MIN_ORT, Registration};
+use crate::values::{MIN_ORT, Registration};
 use nornir_options::ModelKind;
 
 /// Everything the embedder can fail with; match on the variant (and on [`InferenceKind`]), not on

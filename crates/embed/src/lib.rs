@@ -8,17 +8,21 @@
 
 #![warn(missing_docs)]
 
-// The walk of a text, folder by folder: load -> call -> schedule -> forward -> kinds -> report.
+// The layers, each folder importing only those above it in this list: values and math at the
+// bottom, then error, load, forward, schedule, engine, call, report, embedder, kinds, converted.
 mod call;
 #[cfg(feature = "convert")]
 mod converted;
 mod embedder;
+mod engine;
 mod error;
 mod forward;
 mod kinds;
 mod load;
+mod math;
 mod report;
 mod schedule;
+mod values;
 
 pub use call::future::EmbedFuture;
 pub use call::pairs::{PairOptions, Ranked, Ranking, rank};
@@ -29,20 +33,19 @@ pub use embedder::Embedder;
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use kinds::compact::{CompactVectors, to_precision};
 pub use kinds::compact_calls::SAMPLE_TEXTS;
-pub use kinds::embeddings::{CharChunk, Chunk, Embeddings, Usage};
 pub use kinds::multi_vector::{Encoded, MultiVectors, Outputs, max_sim};
-pub use kinds::pooling::normalize;
 pub use kinds::sparse::{SparseOptions, SparseVector, SparseVectors};
-pub use load::kind::KindChoice;
 pub use load::plan::{plan_for, plan_with};
 pub use load::runtime::{check_library, choose_library, device_list, list_devices};
+pub use math::pooling::normalize;
 pub use report::describe::{EmbedderReport, RangesReport, RangesUse, cpu_int8_extensions, fusion_counts, precision};
-pub use report::values::{
-    DenseSpec, DeviceList, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, MultiVectorSpec, OrtInfo, PairTemplate,
-    Placement, PluginReport, PoolingSpec, PromptChoice, Prompts, Quantization, Registration, RegistrationOutcome,
-    SessionReport, Token, TokenVectorSource,
-};
 pub use schedule::stats::{BATCH_SIZE_BOUNDS, EmbedStats};
+pub use values::embeddings::{CharChunk, Chunk, Embeddings, Usage};
+pub use values::{
+    DenseSpec, DeviceList, KindChoice, MIN_ORT, Memory, ModelFolder, ModelInfo, Modules, MultiVectorSpec, OrtInfo,
+    PairTemplate, Placement, PluginReport, PoolingSpec, PromptChoice, Prompts, Quantization, Registration,
+    RegistrationOutcome, SessionReport, Token, TokenVectorSource,
+};
 
 // The words of its options, defined without ONNX Runtime in `nornir-options`.
 pub use nornir_options::{
@@ -53,15 +56,15 @@ pub use nornir_options::{
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::kinds::pooling::pool_tokens;
+    pub use crate::engine::placement::parse_profile;
     pub use crate::load::graph_scan::per_tensor_activation_ops;
     pub use crate::load::model::{
         HfConfig, parse_hf_config, parse_modules, parse_multi_vector_config, parse_pooling_config, parse_prompts,
         parse_quantization, parse_sentence_bert_config,
     };
-    pub use crate::load::placement::parse_profile;
     pub use crate::load::runtime::load_runtime;
     pub use crate::load::template::parse_pair_template;
+    pub use crate::math::pooling::pool_tokens;
     /// Fault injection at a worker's stages, for this crate's tests (feature `test-hooks`).
     #[cfg(feature = "test-hooks")]
     pub mod fault {

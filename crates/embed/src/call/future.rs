@@ -10,9 +10,9 @@ use std::task::{Context, Poll, Waker};
 
 use crate::call::pairs::PairOptions;
 use crate::call::prepare::{self, Call};
+use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
-use crate::kinds::embeddings::Embeddings;
-use crate::load::engine::Engine;
+use crate::values::embeddings::Embeddings;
 use nornir_options::CallOptions;
 use nornir_options::QueueFull;
 

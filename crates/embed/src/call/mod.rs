@@ -5,7 +5,5 @@ pub(crate) mod chunk;
 pub(crate) mod future;
 pub(crate) mod pairs;
 pub(crate) mod prepare;
-pub(crate) mod request;
 pub(crate) mod runner;
-pub(crate) mod tokenize;
 pub(crate) mod tokens;

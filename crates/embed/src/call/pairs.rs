@@ -5,12 +5,12 @@
 use serde::{Deserialize, Serialize};
 
 use crate::call::prepare::Call;
-use crate::call::request::{Item, Request};
+use crate::engine::Engine;
 use crate::error::{EmbedError, Result};
-use crate::kinds::embeddings::{Embeddings, TextTokens, Usage};
-use crate::load::engine::Engine;
 use crate::load::template::fill_body;
-use crate::report::values::PairTemplate;
+use crate::schedule::request::{Item, Request};
+use crate::values::PairTemplate;
+use crate::values::embeddings::{Embeddings, TextTokens, Usage};
 use nornir_options::{CallOptions, Truncation};
 use nornir_options::{ModelKind, ScoreActivation};
 
@@ -157,7 +157,7 @@ fn templated(
 ) -> Result<(Vec<u32>, bool)> {
     let tok = engine.tokenizer.whole();
     let ids = |text: &str| -> Result<Vec<u32>> {
-        Ok(tok.encode(text, false).map_err(crate::call::tokenize::tokenizer_failed)?.get_ids().to_vec())
+        Ok(tok.encode(text, false).map_err(crate::load::tokenize::tokenizer_failed)?.get_ids().to_vec())
     };
     let body = fill_body(t, query, document);
     let (prefix, mut body, suffix) = (ids(&t.prefix)?, ids(&body)?, ids(&t.suffix)?);

@@ -8,15 +8,15 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::call::chunk::{late_passes, windows};
-use crate::call::request::{Item, Request};
-use crate::call::tokenize::{tokenizer_failed, with_prompt};
+use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::forward::graph_io::{Row, forward};
-use crate::kinds::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens, TokenGroups};
-use crate::kinds::pooling::normalize;
-use crate::load::engine::Engine;
 use crate::load::prompt::named_prompt;
-use crate::report::values::Token;
+use crate::load::tokenize::{tokenizer_failed, with_prompt};
+use crate::math::pooling::normalize;
+use crate::schedule::request::{Item, Request};
+use crate::values::Token;
+use crate::values::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens, TokenGroups};
 use nornir_options::{CallOptions, Chunking, DocumentVector, Prompt, Truncation};
 use nornir_options::{ModelKind, ScoreActivation};
 

@@ -12,9 +12,9 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use crate::call::future::{EmbedFuture, TokenizeJob, Work};
 use crate::call::prepare;
+use crate::engine::Engine;
 use crate::error::{EmbedError, Result};
-use crate::kinds::embeddings::Embeddings;
-use crate::load::engine::Engine;
+use crate::values::embeddings::Embeddings;
 
 /// How a call's steps run: the only thing a blocking call and its async twin do differently.
 #[derive(Debug, Clone, Copy)]

@@ -5,12 +5,12 @@
 //! [`ROWS_PER_PART`] rows, so what a call holds is bounded.
 
 use crate::call::prepare::{Call, plan_call, too_long};
-use crate::call::request::{Item, Request};
-use crate::call::tokenize::{tokenizer_failed, with_prompt};
+use crate::engine::Engine;
 use crate::error::{EmbedError, Result};
-use crate::kinds::embeddings::{TextTokens, TokenGroups};
-use crate::load::engine::Engine;
 use crate::load::multi_vector::TokenRules;
+use crate::load::tokenize::{tokenizer_failed, with_prompt};
+use crate::schedule::request::{Item, Request};
+use crate::values::embeddings::{TextTokens, TokenGroups};
 use nornir_options::{CallOptions, ModelKind, Truncation};
 
 /// The most token rows one part of a call holds before it is finished (16,384 rows of a

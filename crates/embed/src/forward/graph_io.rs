@@ -9,8 +9,8 @@ use ort::session::Session;
 use ort::value::{TensorElementType, TensorRef, ValueType};
 
 use crate::error::{EmbedError, InferenceKind, Result};
-use crate::kinds::pooling::pool_tokens;
-use crate::report::values::ModelFolder;
+use crate::math::pooling::pool_tokens;
+use crate::values::ModelFolder;
 use nornir_options::ModelKind;
 use nornir_options::Pooling;
 

@@ -4,4 +4,3 @@
 pub(crate) mod fault;
 pub(crate) mod graph_io;
 pub(crate) mod shared_run;
-pub(crate) mod worker;

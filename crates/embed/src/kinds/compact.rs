@@ -7,7 +7,7 @@
 use nornir_options::{Precision, Ranges};
 
 use crate::error::{EmbedError, Result};
-use crate::kinds::embeddings::Embeddings;
+use crate::values::embeddings::Embeddings;
 
 /// Vectors in a compact precision, one after another, `bytes_per_vector` each (int8 values as
 /// their two's-complement bytes).

@@ -19,8 +19,8 @@ use crate::call::runner::{Runner, block_on};
 use crate::embedder::Embedder;
 use crate::error::Result;
 use crate::kinds::compact::{CompactVectors, check, to_precision};
-use crate::kinds::embeddings::Embeddings;
 use crate::report::describe::RangesReport;
+use crate::values::embeddings::Embeddings;
 use nornir_options::{CallOptions, ModelKind, Precision, Ranges};
 
 /// A sample of 99 texts (news, questions, code, several languages, one long paragraph): the

@@ -3,9 +3,8 @@
 
 pub(crate) mod compact;
 pub(crate) mod compact_calls;
-pub(crate) mod dense;
-pub(crate) mod embeddings;
 pub(crate) mod multi_vector;
-pub(crate) mod pooling;
+pub(crate) mod multi_vector_calls;
 pub(crate) mod rerank;
 pub(crate) mod sparse;
+pub(crate) mod sparse_calls;

@@ -8,8 +8,8 @@ use crate::call::pairs::{PairOptions, Ranking, prepare_pairs, rank};
 use crate::call::runner::{Runner, block_on};
 use crate::embedder::Embedder;
 use crate::error::{EmbedError, Result};
-use crate::kinds::embeddings::Embeddings;
-use crate::kinds::multi_vector::Planned;
+use crate::kinds::multi_vector_calls::Planned;
+use crate::values::embeddings::Embeddings;
 use nornir_options::ModelKind;
 
 /// A rerank checked, before it runs.

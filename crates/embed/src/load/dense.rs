@@ -9,9 +9,9 @@ use safetensors::SafeTensors;
 use safetensors::tensor::Dtype;
 
 use crate::error::{EmbedError, Result};
-use crate::kinds::dense::{Activation, DenseHead, DenseLayer};
 use crate::load::checks::{MAX_WIDTH, count_in};
-use crate::report::values::DenseSpec;
+use crate::math::dense::{Activation, DenseHead, DenseLayer};
+use crate::values::DenseSpec;
 
 /// Every Dense module of the folder `dir`, in order, with its weights.
 pub(crate) fn load_head(dir: &Path, specs: &[DenseSpec]) -> Result<DenseHead> {

@@ -4,43 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use nornir_options::{ModelKind, Pooling, ScoreActivation};
 
 use crate::load::checks::{MAX_WIDTH, maybe_in};
-
-/// The folder's kind and why, with what the kind needs from the configs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct KindChoice {
-    /// The kind.
-    pub kind: ModelKind,
-    /// Which file and key said so.
-    pub reason: String,
-    /// A cross-encoder's labels in id order (`id2label`); empty for the other kinds.
-    pub labels: Vec<String>,
-    /// A cross-encoder's activation; `None` for the other kinds.
-    pub activation: Option<ScoreActivation>,
-    /// A sparse encoder's pooling (SPLADE's max, or sum when its module says so).
-    pub pooling: Option<Pooling>,
-}
-
-impl Default for KindChoice {
-    fn default() -> Self {
-        Self::embedder("no classification or masked-language-model head in config.json's architectures")
-    }
-}
-
-impl KindChoice {
-    pub(crate) fn embedder(reason: impl Into<String>) -> Self {
-        Self { kind: ModelKind::Embedder, reason: reason.into(), labels: Vec::new(), activation: None, pooling: None }
-    }
-
-    pub(crate) fn multi_vector(reason: impl Into<String>) -> Self {
-        Self { kind: ModelKind::MultiVector, ..Self::embedder(reason) }
-    }
-}
+use crate::values::KindChoice;
 
 /// What `config.json` says about the head.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

@@ -4,13 +4,11 @@
 
 pub(crate) mod checks;
 pub(crate) mod dense;
-pub(crate) mod engine;
 pub(crate) mod files;
 pub(crate) mod graph_scan;
 pub(crate) mod kind;
 pub(crate) mod model;
 pub(crate) mod multi_vector;
-pub(crate) mod placement;
 pub(crate) mod plan;
 pub(crate) mod plugins;
 pub(crate) mod prompt;
@@ -18,3 +16,4 @@ pub(crate) mod runtime;
 pub(crate) mod session;
 pub(crate) mod st_configs;
 pub(crate) mod template;
+pub(crate) mod tokenize;

@@ -8,14 +8,15 @@ use serde::Deserialize;
 use crate::error::{EmbedError, Result};
 use crate::load::checks::{MAX_TOKENS, MAX_WIDTH, from_json, maybe_in};
 use crate::load::files::{CONFIG_MAX_BYTES, read_bounded};
-use crate::load::kind::{HeadConfig, KindChoice, choose_kind, parse_splade_config};
+use crate::load::kind::{HeadConfig, choose_kind, parse_splade_config};
 use crate::load::st_configs::colbert_linear_spec;
 pub use crate::load::st_configs::{
     parse_dense_config, parse_modules, parse_multi_vector_config, parse_pooling_config, parse_prompts,
     parse_sentence_bert_config,
 };
 use crate::load::template::parse_pair_template;
-use crate::report::values::{DenseSpec, ModelFolder, PairTemplate, Prompts, Quantization};
+use crate::values::KindChoice;
+use crate::values::{DenseSpec, ModelFolder, PairTemplate, Prompts, Quantization};
 use nornir_options::ModelKind;
 
 impl Quantization {

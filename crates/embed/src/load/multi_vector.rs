@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
-use crate::call::tokenize::ModelTokenizer;
 use crate::error::{EmbedError, Result};
-use crate::kinds::dense::{Activation, DenseLayer};
 use crate::load::checks::MAX_TOKENS;
 use crate::load::dense::load_linear;
 use crate::load::files::{CONFIG_MAX_BYTES, read_bounded};
-use crate::report::values::{ModelFolder, MultiVectorSpec, TokenVectorSource};
+use crate::load::tokenize::ModelTokenizer;
+use crate::math::dense::{Activation, DenseLayer};
+use crate::values::{ModelFolder, MultiVectorSpec, TokenVectorSource};
 
 /// How one model turns a text into token vectors.
 #[derive(Debug, Clone)]

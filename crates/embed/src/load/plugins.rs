@@ -17,7 +17,7 @@ use ort::AsPointer;
 use ort::session::builder::SessionBuilder;
 
 use crate::error::one_line;
-use crate::report::values::{DeviceList, PluginReport};
+use crate::values::{DeviceList, PluginReport};
 
 type EpDevicePtr = *const ort::sys::OrtEpDevice;
 

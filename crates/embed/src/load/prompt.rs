@@ -2,7 +2,7 @@
 //! options and the folder's `config_sentence_transformers.json` and `config.json`.
 
 use crate::error::EmbedError;
-use crate::report::values::{ModelFolder, PromptChoice};
+use crate::values::{ModelFolder, PromptChoice};
 use nornir_options::EmbedderOptions;
 use nornir_options::Prompt;
 

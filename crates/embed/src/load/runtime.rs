@@ -9,7 +9,7 @@ use nornir_gpu_probe::{OrtCandidate, OrtDiscovery, ProbeContext, discover_ort, d
 
 use crate::error::{EmbedError, Result};
 use crate::load::plugins::{Host, PluginState};
-use crate::report::values::{DeviceList, MIN_ORT, OrtInfo};
+use crate::values::{DeviceList, MIN_ORT, OrtInfo};
 
 /// The ONNX Runtime library loaded in this process.
 #[derive(Debug)]

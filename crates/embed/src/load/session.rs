@@ -10,7 +10,7 @@ use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 
 use crate::error::{EmbedError, Result, one_line};
 use crate::load::runtime::OrtRuntime;
-use crate::report::values::{Memory, Registration, RegistrationOutcome, SessionReport};
+use crate::values::{Memory, Registration, RegistrationOutcome, SessionReport};
 
 /// The process's resident memory in bytes (`VmRSS`), where `/proc` tells it.
 pub(crate) fn resident_bytes() -> Option<u64> {

@@ -4,9 +4,9 @@
 
 use serde::Deserialize;
 
-use crate::kinds::dense::Activation;
 use crate::load::checks::{MAX_TOKENS, MAX_WIDTH, count_in, from_json, maybe_in};
-use crate::report::values::{DenseSpec, Modules, MultiVectorSpec, PoolingSpec, Prompts, TokenVectorSource};
+use crate::math::dense::Activation;
+use crate::values::{DenseSpec, Modules, MultiVectorSpec, PoolingSpec, Prompts, TokenVectorSource};
 use nornir_options::Pooling;
 
 #[derive(Deserialize)]

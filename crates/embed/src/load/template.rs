@@ -2,7 +2,7 @@
 //! once, in the body only), and its body filled in one pass, so a query, instruction or document
 //! is never read again as template.
 
-use crate::report::values::PairTemplate;
+use crate::values::PairTemplate;
 
 const INSTRUCTION: &str = "{instruction}";
 const QUERY: &str = "{query}";

@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::load::engine::Engine;
-use crate::report::values::{ModelFolder, ModelInfo, Placement, SessionReport};
+use crate::engine::Engine;
+use crate::values::{ModelFolder, ModelInfo, Placement, SessionReport};
 
 /// Everything nornir knows about a loaded embedder: the session (what runs and why, flattened
 /// into the same object), the model, the workers, how the weights are stored, the CPU's int8

@@ -2,4 +2,3 @@
 //! the one report every surface writes.
 
 pub(crate) mod describe;
-pub(crate) mod values;

@@ -2,5 +2,6 @@
 //! of what the embedder has done.
 
 pub(crate) mod queue;
+pub(crate) mod request;
 pub(crate) mod scheduler;
 pub(crate) mod stats;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
-use crate::call::request::Item;
+use crate::schedule::request::Item;
 
 /// Texts up to this many tokens are packed by the token budget alone; longer ones by attention
 /// cells too (see [`fits`]).

@@ -8,9 +8,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use crate::call::request::{Item, Request};
 use crate::error::{EmbedError, InferenceKind};
 use crate::schedule::queue::{BatchPolicy, CallKey, Queue};
+use crate::schedule::request::{Item, Request};
 use nornir_options::QueueFull;
 
 /// The queue and the workers' signals.

@@ -1,7 +1,7 @@
 //! ModelFolder and the folder's config readers on folders and texts written in the tests.
 
 use super::*;
-use crate::report::values::{Modules, PoolingSpec};
+use crate::values::{Modules, PoolingSpec};
 use nornir_options::Pooling;
 
 #[test]

@@ -4,11 +4,11 @@
 
 use std::sync::RwLock;
 
-use crate::call::request::Item;
+use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result, error_chain};
 use crate::forward::graph_io::Row;
-use crate::load::engine::Engine;
 use crate::load::session::Slot;
+use crate::schedule::request::Item;
 
 /// Worker `k`: runs batches until the embedder is dropped. A panic anywhere in
 /// it (building a session, running, handing rows over, taking work) fails the texts it holds,

@@ -11,7 +11,7 @@ use tokenizers::{Encoding, PaddingDirection, Tokenizer, TruncationDirection, Tru
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::load::checks::MAX_TOKENS;
 use crate::load::files::{TOKENIZER_MAX_BYTES, read_bounded};
-use crate::report::values::{ModelFolder, Token};
+use crate::values::{ModelFolder, Token};
 use nornir_options::Truncation;
 
 /// Calls of at most this many texts are tokenized serially, in the thread that prepares the call.
@@ -345,7 +345,7 @@ mod tests {
             "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"}}"#;
         std::fs::write(dir.join("tokenizer.json"), tokenizer).expect("tokenizer");
         let length = |asked: Option<usize>| {
-            let folder = crate::report::values::ModelFolder::open(dir, None).expect("folder");
+            let folder = crate::values::ModelFolder::open(dir, None).expect("folder");
             ModelTokenizer::load(&folder, asked).expect("tokenizer").max_length()
         };
         assert_eq!(length(None), MAX_TOKENS);

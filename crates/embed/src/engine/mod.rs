@@ -4,6 +4,9 @@
 //! `worker` (the run with its GPU-to-CPU fallback), `graph_io` (feed, run, widen, pool), and back
 //! in `prepare` (each call's own cut and normalisation).
 
+pub(crate) mod placement;
+pub(crate) mod worker;
+
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -11,10 +14,8 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use nornir_ep_select::{Plan, Planned, Provider, Vendor};
 use ort::session::Session;
 
-use crate::call::tokenize::ModelTokenizer;
 use crate::error::{EmbedError, Result, error_chain};
 use crate::forward::graph_io::{GraphIo, Row, RowSettings, graph_io, run_and_pool};
-use crate::kinds::dense::DenseHead;
 use crate::load::dense::load_head;
 use crate::load::graph_scan::one_text_per_run;
 use crate::load::kind;
@@ -23,10 +24,12 @@ use crate::load::plan::plan_with;
 use crate::load::prompt::choose_prompt;
 use crate::load::runtime::{OrtRuntime, list_devices, load_runtime};
 use crate::load::session::{self, SessionConfig, Slot, growth_since, resident_bytes};
-use crate::report::values::{ModelFolder, ModelInfo, SessionReport};
+use crate::load::tokenize::ModelTokenizer;
+use crate::math::dense::DenseHead;
 use crate::schedule::queue::BatchPolicy;
 use crate::schedule::scheduler::Scheduler;
 use crate::schedule::stats::{Counters, EmbedStats};
+use crate::values::{ModelFolder, ModelInfo, SessionReport};
 use nornir_options::ModelKind;
 use nornir_options::Pooling;
 use nornir_options::{EmbedderOptions, QueueFull, default_cpu_workers, intra_threads};

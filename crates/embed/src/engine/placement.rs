@@ -6,11 +6,11 @@ use std::sync::atomic::AtomicU64;
 
 use serde::Deserialize;
 
+use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result, error_chain};
 use crate::forward::graph_io::{Row, run_and_pool};
-use crate::load::engine::Engine;
 use crate::load::session::{self, SessionConfig};
-use crate::report::values::Placement;
+use crate::values::Placement;
 
 #[derive(Deserialize)]
 struct Event {
