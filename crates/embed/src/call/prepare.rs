@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use crate::call::chunk::{late_passes, windows};
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
-use crate::forward::graph_io::{Row, forward};
+use crate::forward::run::{Row, forward};
 use crate::load::prompt::named_prompt;
 use crate::load::tokenize::{tokenizer_failed, with_prompt};
 use crate::math::pooling::normalize;

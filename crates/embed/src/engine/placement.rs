@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result, error_chain};
-use crate::forward::graph_io::{Row, run_and_pool};
+use crate::forward::run::{Row, run_and_pool};
 use crate::load::session::{self, SessionConfig};
 use crate::values::Placement;
 

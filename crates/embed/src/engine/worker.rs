@@ -6,7 +6,7 @@ use std::sync::RwLock;
 
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result, error_chain};
-use crate::forward::graph_io::Row;
+use crate::forward::run::Row;
 use crate::load::session::Slot;
 use crate::schedule::request::Item;
 

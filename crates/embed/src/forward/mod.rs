@@ -3,4 +3,5 @@
 
 pub(crate) mod fault;
 pub(crate) mod graph_io;
+pub(crate) mod run;
 pub(crate) mod shared_run;

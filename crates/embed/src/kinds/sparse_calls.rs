@@ -14,7 +14,7 @@ use nornir_options::ModelKind;
 /// A sparse call checked and cut into parts.
 enum SparsePlan {
     /// BGE-M3's sparse head: a token call.
-    ByHead(Planned, SparseOptions),
+    ByHead(Box<Planned>, SparseOptions),
     /// A SPLADE model's texts, in parts of [`TEXTS_PER_PART`].
     Texts(Vec<Vec<String>>, SparseOptions),
 }
@@ -42,7 +42,7 @@ impl Embedder {
         if self.engine.sparse_head.is_some() {
             options.check()?;
             let planned = self.plan_parts(texts, SPARSE_ONLY, &as_tokens(options), "embed_sparse")?;
-            return Ok(SparsePlan::ByHead(planned, options.clone()));
+            return Ok(SparsePlan::ByHead(Box::new(planned), options.clone()));
         }
         self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse")?;
         options.check()?;
@@ -53,7 +53,7 @@ impl Embedder {
     /// A sparse call's one body, run as `runner` says.
     async fn sparse_body(&self, runner: Runner<'_>, plan: Result<SparsePlan>) -> Result<SparseVectors> {
         match plan? {
-            SparsePlan::ByHead(planned, options) => Ok(pruned(self.run_planned(runner, planned).await?, &options)),
+            SparsePlan::ByHead(planned, options) => Ok(pruned(self.run_planned(runner, *planned).await?, &options)),
             SparsePlan::Texts(parts, options) => {
                 let mut out = SparseVectors::default();
                 for part in parts {
