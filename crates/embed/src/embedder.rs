@@ -16,6 +16,7 @@ use crate::call::prepare;
 use crate::call::runner::Runner;
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
+use crate::load::multi_vector::TokenModel;
 use crate::report::describe::EmbedderReport;
 use crate::schedule::stats::EmbedStats;
 use crate::values::embeddings::Embeddings;
@@ -48,6 +49,9 @@ use nornir_options::ModelKind;
 #[derive(Debug)]
 pub struct Embedder {
     pub(crate) engine: Arc<Engine>,
+    /// What a model that makes token vectors adds (its rules, BGE-M3's sparse head): the
+    /// multi-vector and sparse kinds' calls read it.
+    pub(crate) tokens: TokenModel,
     workers: Vec<JoinHandle<()>>,
     /// Texts of async calls for the tokenizing threads; `None` once the embedder is dropped.
     pub(crate) tokenize_jobs: Option<Sender<TokenizeJob>>,
@@ -59,9 +63,11 @@ impl Embedder {
     /// starts its worker threads (`EmbedderOptions::sessions`). Every mismatch between the folder and the graph is an
     /// error here, not at the first embed.
     pub fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
-        let engine = Arc::new(Engine::new(dir, options)?);
+        let (engine, tokens) = Engine::new(dir, options)?;
+        let engine = Arc::new(engine);
         let (jobs, receiver) = std::sync::mpsc::channel();
-        let mut embedder = Self { engine, workers: Vec::new(), tokenize_jobs: Some(jobs), tokenizers: Vec::new() };
+        let mut embedder =
+            Self { engine, tokens, workers: Vec::new(), tokenize_jobs: Some(jobs), tokenizers: Vec::new() };
         let receiver = Arc::new(Mutex::new(receiver));
         for i in 0..TOKENIZING_THREADS {
             let (engine, receiver) = (Arc::clone(&embedder.engine), Arc::clone(&receiver));

@@ -26,7 +26,7 @@ pub(crate) enum Work {
     Texts(Vec<String>, CallOptions),
     Pairs(Vec<(String, Option<String>)>, PairOptions),
     /// A part of a token call, and its first text's index in the call.
-    Tokens(Vec<String>, crate::call::tokens::MultiVectorOptions, usize),
+    Tokens(Vec<String>, crate::call::tokens::MultiVectorOptions, usize, Arc<crate::load::multi_vector::TokenRules>),
 }
 
 impl Work {
@@ -34,7 +34,7 @@ impl Work {
         match self {
             Self::Texts(t, _) => t.len(),
             Self::Pairs(p, _) => p.len(),
-            Self::Tokens(t, _, _) => t.len(),
+            Self::Tokens(t, ..) => t.len(),
         }
     }
 
@@ -42,7 +42,9 @@ impl Work {
         match self {
             Self::Texts(texts, options) => prepare::prepare(engine, texts, options),
             Self::Pairs(pairs, options) => crate::call::pairs::prepare_pairs(engine, pairs, options),
-            Self::Tokens(texts, options, first) => crate::call::tokens::prepare_tokens(engine, texts, options, *first),
+            Self::Tokens(texts, options, first, rules) => {
+                crate::call::tokens::prepare_tokens(engine, rules, texts, options, *first)
+            }
         }
     }
 }

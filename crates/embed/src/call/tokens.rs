@@ -11,7 +11,7 @@ use crate::load::multi_vector::TokenRules;
 use crate::load::tokenize::{tokenizer_failed, with_prompt};
 use crate::schedule::request::{Item, Request};
 use crate::values::embeddings::{TextTokens, TokenGroups};
-use nornir_options::{CallOptions, ModelKind, Truncation};
+use nornir_options::{CallOptions, Truncation};
 
 /// The most token rows one part of a call holds before it is finished (16,384 rows of a
 /// 1,024-wide model's hidden states are 64 MiB).
@@ -172,11 +172,11 @@ pub(crate) fn parts<S: AsRef<str>>(
 /// the whole call (for errors).
 pub(crate) fn prepare_tokens<S: AsRef<str>>(
     engine: &Engine,
+    rules: &TokenRules,
     texts: &[S],
     options: &MultiVectorOptions,
     first: usize,
 ) -> Result<Call> {
-    let rules = token_rules(engine, "embed_multi_vector")?;
     // The call's width applies to the finished token vectors, not to the raw rows.
     let mut call = options.call.clone();
     call.dimensions = None;
@@ -212,15 +212,6 @@ pub(crate) fn prepare_tokens<S: AsRef<str>>(
         return Err(EmbedError::Cancelled);
     }
     Ok(call)
-}
-
-/// The model's token rules, or the error for a call (`call`) on a model that makes no token vectors.
-pub(crate) fn token_rules<'e>(engine: &'e Engine, call: &'static str) -> Result<&'e TokenRules> {
-    engine.token_rules.as_ref().ok_or(EmbedError::WrongKind {
-        call,
-        wanted: ModelKind::MultiVector,
-        kind: engine.info.folder.kind.kind,
-    })
 }
 
 #[cfg(test)]

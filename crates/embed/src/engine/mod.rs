@@ -17,7 +17,6 @@ use ort::session::Session;
 use crate::error::{EmbedError, Result, error_chain};
 use crate::forward::graph_io::GraphIo;
 use crate::forward::run::{Row, RowSettings, run_and_pool};
-use crate::load::multi_vector::{SparseHead, TokenRules};
 use crate::load::runtime::OrtRuntime;
 use crate::load::session::{self, SessionConfig, Slot, growth_since, resident_bytes};
 use crate::load::tokenize::ModelTokenizer;
@@ -55,10 +54,6 @@ pub(crate) struct Engine {
     /// The folder's Dense modules, applied to each pooled row (empty: none, or the graph's
     /// pooled output already holds them; see `check_with_a_first_run`).
     pub(crate) head: DenseHead,
-    /// How the model makes token vectors (a ColBERT model, BGE-M3); `None`: it makes none.
-    pub(crate) token_rules: Option<TokenRules>,
-    /// BGE-M3's term weights from the same pass.
-    pub(crate) sparse_head: Option<SparseHead>,
     pub(crate) info: ModelInfo,
     pub(crate) report: SessionReport,
     pub(crate) runtime: Arc<OrtRuntime>,

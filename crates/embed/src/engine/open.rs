@@ -15,7 +15,7 @@ use crate::forward::run::{Row, RowSettings};
 use crate::load::dense::load_head;
 use crate::load::graph_scan::one_text_per_run;
 use crate::load::kind;
-use crate::load::multi_vector::{SparseHead, TokenRules};
+use crate::load::multi_vector::{SparseHead, TokenModel, TokenRules};
 use crate::load::plan::plan_with;
 use crate::load::prompt::choose_prompt;
 use crate::load::runtime::{OrtRuntime, list_devices, load_runtime};
@@ -34,8 +34,7 @@ struct FolderParts {
     head: DenseHead,
     prompt: PromptChoice,
     tokenizer: ModelTokenizer,
-    token_rules: Option<TokenRules>,
-    sparse_head: Option<SparseHead>,
+    tokens: TokenModel,
 }
 
 /// The first session, built on the plan, and what was chosen on the way.
@@ -52,9 +51,10 @@ struct FirstSession {
 impl Engine {
     /// Loads the model folder `dir`: probe -> plan -> ONNX Runtime -> session -> checks.
     /// Every mismatch between the folder and the graph is an error here, not at the first embed.
-    pub(crate) fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
+    /// Returns the engine and what a model that makes token vectors adds, which its calls hold.
+    pub(crate) fn new(dir: &Path, options: &EmbedderOptions) -> Result<(Self, TokenModel)> {
         options.validate()?;
-        let FolderParts { mut folder, head, prompt, tokenizer, token_rules, sparse_head } = read_folder(dir, options)?;
+        let FolderParts { mut folder, head, prompt, tokenizer, tokens } = read_folder(dir, options)?;
         let first = build_first_session(&folder, options)?;
         let mut io = graph_io(&first.session, &folder, options.output_name.as_deref())?;
         match (&mut io.task, &prompt.task) {
@@ -91,8 +91,6 @@ impl Engine {
             io,
             settings,
             head: DenseHead::default(),
-            token_rules,
-            sparse_head,
             info,
             report,
             runtime,
@@ -103,7 +101,7 @@ impl Engine {
         };
         engine.check_with_a_first_run(head)?;
         tracing::info!(provider = %engine.report.active_provider, vendor = %engine.report.gpu_vendor, "embedder ready");
-        Ok(engine)
+        Ok((engine, tokens))
     }
 
     /// Runs one short text: finds the output width, checks it against the configs, and makes a
@@ -230,7 +228,8 @@ fn read_folder(dir: &Path, options: &EmbedderOptions) -> Result<FolderParts> {
         }
         (None, _) => None,
     };
-    Ok(FolderParts { folder, head, prompt, tokenizer, token_rules, sparse_head })
+    let tokens = TokenModel { rules: token_rules.map(std::sync::Arc::new), sparse_head };
+    Ok(FolderParts { folder, head, prompt, tokenizer, tokens })
 }
 
 /// ONNX Runtime loaded for the plan, its device list joined to the plan, and the first session

@@ -4,17 +4,18 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 
 use crate::call::future::Work;
 use crate::call::pairs::{PairOptions, Ranked, Ranking};
 use crate::call::runner::{Runner, block_on};
-use crate::call::tokens::{MultiVectorOptions, parts, token_rules};
+use crate::call::tokens::{MultiVectorOptions, parts};
 use crate::embedder::Embedder;
 use crate::engine::Engine;
 use crate::error::{EmbedError, Result};
 use crate::kinds::multi_vector::{Encoded, MultiVectors, Outputs, max_sim};
 use crate::kinds::sparse::{SparseOptions, SparseVector, SparseVectors};
-use crate::load::multi_vector::TokenRules;
+use crate::load::multi_vector::{TokenModel, TokenRules};
 use crate::math::pooling::normalize;
 use crate::values::embeddings::{Embeddings, Usage};
 use nornir_options::{ModelKind, Ranges};
@@ -33,7 +34,7 @@ struct Accumulator {
 
 impl Accumulator {
     /// Adds a finished part: `rows` are its texts' kept tokens' raw rows, grouped per text.
-    fn add(&mut self, engine: &Engine, rules: &TokenRules, mut rows: Embeddings) {
+    fn add(&mut self, engine: &Engine, tokens: &TokenModel, rules: &TokenRules, mut rows: Embeddings) {
         let groups = rows.take_groups().unwrap_or_default();
         let width = rows.dim();
         self.usage += rows.usage();
@@ -67,7 +68,7 @@ impl Accumulator {
                 self.dense_width = width;
             }
             if self.outputs.sparse
-                && let Some(head) = &engine.sparse_head
+                && let Some(head) = &tokens.sparse_head
             {
                 let mut weights: BTreeMap<u32, f32> = BTreeMap::new();
                 for (h, &id) in text.chunks_exact(width).zip(ids) {
@@ -114,19 +115,30 @@ impl Accumulator {
     }
 }
 
-impl Engine {
+impl Embedder {
+    /// The model's token rules, or the error for a call (`call`) on a model that makes no token
+    /// vectors.
+    fn token_rules(&self, call: &'static str) -> Result<&Arc<TokenRules>> {
+        self.tokens.rules.as_ref().ok_or(EmbedError::WrongKind {
+            call,
+            wanted: ModelKind::MultiVector,
+            kind: self.engine.info.folder.kind.kind,
+        })
+    }
+
     /// Checks a token call (`outputs` of `options`) against the model; its accumulator.
     fn token_call(&self, outputs: Outputs, options: &MultiVectorOptions, call: &'static str) -> Result<Accumulator> {
         options.check()?;
-        let rules = token_rules(self, call)?;
+        let rules = self.token_rules(call)?;
+        let info = &self.engine.info;
         let bge_m3 = rules.colbert.is_some();
-        if outputs.dense && !(bge_m3 && self.info.folder.kind.kind == ModelKind::Embedder) {
+        if outputs.dense && !(bge_m3 && info.folder.kind.kind == ModelKind::Embedder) {
             return Err(EmbedError::invalid(
                 "outputs",
                 "dense vectors come from one pass with token vectors only on a model that makes both (BGE-M3); call embed",
             ));
         }
-        if outputs.sparse && self.sparse_head.is_none() {
+        if outputs.sparse && self.tokens.sparse_head.is_none() {
             return Err(EmbedError::invalid(
                 "outputs",
                 "this model has no sparse head (BGE-M3's sparse_linear.safetensors, which `nornir vector convert` writes from sparse_linear.pt)",
@@ -135,7 +147,7 @@ impl Engine {
         if !(outputs.dense || outputs.sparse || outputs.multi_vector) {
             return Err(EmbedError::invalid("outputs", "asks for nothing: ask for dense, sparse or multi_vector"));
         }
-        let width = rules.colbert.as_ref().map_or(self.info.model_dimension, |h| h.out_features);
+        let width = rules.colbert.as_ref().map_or(info.model_dimension, |h| h.out_features);
         let dim = match options.call.dimensions {
             None => width,
             Some(d) if (1..=width).contains(&d) => d,
@@ -214,10 +226,9 @@ impl Embedder {
         options: &MultiVectorOptions,
         call: &'static str,
     ) -> Result<Planned> {
-        let engine = &self.engine;
-        let acc = engine.token_call(outputs, options, call)?;
-        let rules = token_rules(engine, call)?;
-        let prompt = crate::call::prepare::plan_call(engine, &options.call)?.prompt;
+        let acc = self.token_call(outputs, options, call)?;
+        let rules = self.token_rules(call)?;
+        let prompt = crate::call::prepare::plan_call(&self.engine, &options.call)?.prompt;
         let parts = parts(rules, texts, prompt, options.is_query)
             .into_iter()
             .map(|r| (r.start, texts[r].iter().map(|t| t.as_ref().to_owned()).collect()))
@@ -228,11 +239,10 @@ impl Embedder {
     /// A planned token call's one body: its parts run as `runner` says, each added as it ends.
     pub(crate) async fn run_planned(&self, runner: Runner<'_>, planned: Planned) -> Result<Encoded> {
         let Planned { mut acc, parts, options, call } = planned;
-        let engine = &self.engine;
-        let rules = token_rules(engine, call)?;
+        let rules = self.token_rules(call)?;
         for (first, part) in parts {
-            let rows = runner.run(Work::Tokens(part, options.clone(), first)).await?;
-            acc.add(engine, rules, rows);
+            let rows = runner.run(Work::Tokens(part, options.clone(), first, Arc::clone(rules))).await?;
+            acc.add(&self.engine, &self.tokens, rules, rows);
         }
         Ok(acc.done())
     }
@@ -269,7 +279,8 @@ impl Embedder {
         (query, documents): (Planned, Planned),
         top_n: Option<usize>,
     ) -> Result<Ranking> {
-        let mut scorer = Scorer::new(&self.engine, self.run_planned(runner, query).await?)?;
+        let mean = self.token_rules("rerank")?.mean_score;
+        let mut scorer = Scorer::new(mean, self.run_planned(runner, query).await?);
         let Planned { acc, parts, options, call } = documents;
         for (first, part) in parts {
             let one = Planned { acc: acc.fresh(), parts: vec![(first, part)], options: options.clone(), call };
@@ -301,12 +312,12 @@ struct Scorer {
 }
 
 impl Scorer {
-    fn new(engine: &Engine, query: Encoded) -> Result<Self> {
+    /// `mean`: the model's score is MaxSim over the query's tokens (BGE-M3).
+    fn new(mean: bool, query: Encoded) -> Self {
         let q = query.multi_vector.unwrap_or_default();
-        let mean = token_rules(engine, "rerank")?.mean_score;
         let tokens = q.token_count(0).max(1) as f32;
         let scale = if mean { 1.0 / tokens } else { 1.0 };
-        Ok(Self { dim: q.dim(), query: q.get(0).to_vec(), scale, scores: Vec::new(), usage: q.usage() })
+        Self { dim: q.dim(), query: q.get(0).to_vec(), scale, scores: Vec::new(), usage: q.usage() }
     }
 
     fn score(&mut self, documents: Encoded) {

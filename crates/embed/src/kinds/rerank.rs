@@ -107,7 +107,7 @@ impl Embedder {
 
     /// A model that makes token vectors and scores no pairs ranks by MaxSim.
     fn ranks_by_max_sim(&self) -> bool {
-        self.engine.token_rules.is_some() && self.engine.info.folder.kind.kind != ModelKind::CrossEncoder
+        self.tokens.rules.is_some() && self.engine.info.folder.kind.kind != ModelKind::CrossEncoder
     }
 
     /// The checks [`rerank`](Self::rerank) makes before it scores anything: a cross-encoder

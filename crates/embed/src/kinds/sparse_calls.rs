@@ -39,7 +39,7 @@ impl Embedder {
     /// A sparse call checked, its texts in parts: BGE-M3's sparse head runs them as a token
     /// call, a SPLADE model as texts.
     fn plan_sparse<S: AsRef<str>>(&self, texts: &[S], options: &SparseOptions) -> Result<SparsePlan> {
-        if self.engine.sparse_head.is_some() {
+        if self.tokens.sparse_head.is_some() {
             options.check()?;
             let planned = self.plan_parts(texts, SPARSE_ONLY, &as_tokens(options), "embed_sparse")?;
             return Ok(SparsePlan::ByHead(Box::new(planned), options.clone()));

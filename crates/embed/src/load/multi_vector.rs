@@ -34,6 +34,14 @@ pub(crate) struct TokenRules {
     pub(crate) mean_score: bool,
 }
 
+/// What a model that makes token vectors adds to an embedder: how its texts become token rows,
+/// and BGE-M3's sparse head. The kinds' calls read it; the engine, queue and workers never do.
+#[derive(Debug, Default)]
+pub(crate) struct TokenModel {
+    pub(crate) rules: Option<std::sync::Arc<TokenRules>>,
+    pub(crate) sparse_head: Option<SparseHead>,
+}
+
 /// BGE-M3's `sparse_linear`: a term weight per token, `relu(w · h + b)`, the largest per token id,
 /// the special tokens' left out.
 #[derive(Debug, Clone)]
