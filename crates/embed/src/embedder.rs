@@ -17,7 +17,7 @@ use crate::call::runner::Runner;
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::load::multi_vector::TokenModel;
-use crate::report::describe::EmbedderReport;
+use crate::report::describe::{Calibrations, EmbedderReport};
 use crate::schedule::stats::EmbedStats;
 use crate::values::embeddings::Embeddings;
 use crate::values::{ModelInfo, Placement, SessionReport, Token};
@@ -52,6 +52,8 @@ pub struct Embedder {
     /// What a model that makes token vectors adds (its rules, BGE-M3's sparse head): the
     /// multi-vector and sparse kinds' calls read it.
     pub(crate) tokens: TokenModel,
+    /// The int8 and uint8 ranges its compact calls calibrated.
+    pub(crate) calibrated: Calibrations,
     workers: Vec<JoinHandle<()>>,
     /// Texts of async calls for the tokenizing threads; `None` once the embedder is dropped.
     pub(crate) tokenize_jobs: Option<Sender<TokenizeJob>>,
@@ -66,8 +68,14 @@ impl Embedder {
         let (engine, tokens) = Engine::new(dir, options)?;
         let engine = Arc::new(engine);
         let (jobs, receiver) = std::sync::mpsc::channel();
-        let mut embedder =
-            Self { engine, tokens, workers: Vec::new(), tokenize_jobs: Some(jobs), tokenizers: Vec::new() };
+        let mut embedder = Self {
+            engine,
+            tokens,
+            calibrated: Calibrations::default(),
+            workers: Vec::new(),
+            tokenize_jobs: Some(jobs),
+            tokenizers: Vec::new(),
+        };
         let receiver = Arc::new(Mutex::new(receiver));
         for i in 0..TOKENIZING_THREADS {
             let (engine, receiver) = (Arc::clone(&embedder.engine), Arc::clone(&receiver));
@@ -256,7 +264,7 @@ impl Embedder {
     /// The whole report (the session, the model, workers, precision), as every surface writes
     /// it; without node placement.
     pub fn describe(&self) -> EmbedderReport {
-        EmbedderReport::of(&self.engine)
+        EmbedderReport::of(&self.engine, &self.calibrated)
     }
 
     /// [`describe`](Self::describe) with the node placement of one profiled run (a session

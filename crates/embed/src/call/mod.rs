@@ -1,5 +1,6 @@
 //! A call before and after the queue: its plan, identical texts collapsed, tokenized (or cut
-//! into chunks, or paired, or as a late-interaction model's tokens) into queue items, the request it waits on, and its future.
+//! into chunks, or paired, or as a late-interaction model's tokens) into queue items, its future,
+//! and the runner that gives a blocking call and its async twin one body.
 
 pub(crate) mod chunk;
 pub(crate) mod future;

@@ -1,8 +1,7 @@
-//! The engine behind an [`Embedder`](crate::Embedder), and loading it: probe, plan, ONNX Runtime,
-//! sessions, checks. The callers and the workers share it; a call's stages live in the
-//! modules a text meets in order: `prepare` (plan, dedup, tokenize), `scheduler` (the queue),
-//! `worker` (the run with its GPU-to-CPU fallback), `graph_io` (feed, run, widen, pool), and back
-//! in `prepare` (each call's own cut and normalisation).
+//! The engine behind an [`Embedder`](crate::Embedder): the sessions, the queue and the model's
+//! facts that the callers and the workers share, and running one batch with its GPU-to-CPU
+//! fallback. Opening it is `open.rs`; the worker threads `worker.rs`; the on-demand profile of
+//! which provider ran each node `placement.rs`.
 
 mod open;
 pub(crate) mod placement;
@@ -44,7 +43,6 @@ pub(crate) struct Engine {
     pub(crate) tokenizer: ModelTokenizer,
     /// The pooling config's `include_prompt`: false leaves a call's prompt tokens out.
     pub(crate) include_prompt: bool,
-    pub(crate) calibrated: Mutex<std::collections::BTreeMap<(usize, bool), Arc<nornir_options::Ranges>>>,
     /// `EmbedderOptions::call`, what a call gets for the options it leaves `None`: its width,
     /// precision and ranges, long-text choice (see `long_choice`) and `max_wait` are read from
     /// here; its prompt and normalisation were resolved with the folder into `info` at load.

@@ -86,7 +86,6 @@ impl Engine {
             session_growth,
             tokenizer,
             include_prompt,
-            calibrated: Mutex::default(),
             call_defaults: options.call.clone(),
             io,
             settings,

@@ -1,5 +1,5 @@
-//! The workers and the forward pass: a batch fed to the graph, run (on one shared CPU session or
-//! a GPU session of its own), its output read back; faults injected by the tests.
+//! The forward pass: what the graph takes and gives (`graph_io`), a padded batch fed to it, run
+//! and pooled (`run`, `shared_run`); faults injected by the tests (`fault`).
 
 pub(crate) mod fault;
 pub(crate) mod graph_io;

@@ -128,7 +128,7 @@ impl Embedder {
 
     /// The ranges this embedder was given and those it has calibrated so far.
     pub fn ranges_report(&self) -> RangesReport {
-        RangesReport::of(&self.engine)
+        RangesReport::of(&self.engine, &self.calibrated)
     }
 
     /// The call's precision and, for int8 and uint8, its ranges or what to calibrate; refuses
@@ -169,13 +169,13 @@ impl Embedder {
 
     /// The calibration kept for `key`, if any.
     fn kept(&self, key: (usize, bool)) -> Option<Arc<Ranges>> {
-        self.engine.calibrated.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned()
+        self.calibrated.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned()
     }
 
     /// Keeps `ranges` for `key`; a calibration that finished first for the same key wins, so
     /// every call of the embedder sees one set.
     fn keep(&self, key: (usize, bool), ranges: Ranges) -> Arc<Ranges> {
-        let mut kept = self.engine.calibrated.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut kept = self.calibrated.lock().unwrap_or_else(PoisonError::into_inner);
         Arc::clone(kept.entry(key).or_insert_with(|| Arc::new(ranges)))
     }
 }

@@ -1,6 +1,6 @@
-//! Loading: the model folder read as sentence-transformers reads it (its kind, prompts), the
-//! ONNX Runtime library and its plugins, the plan, the session built one provider at a time,
-//! and the checks of what really runs; the engine that the callers and the workers share.
+//! Loading, below everything that runs: the model folder read as sentence-transformers reads it
+//! (its kind, prompts, Dense modules, token rules), its tokenizer, the ONNX Runtime library and
+//! its plugins, the plan, and one session built one provider at a time.
 
 pub(crate) mod checks;
 pub(crate) mod dense;

@@ -34,8 +34,13 @@ pub struct EmbedderReport {
     pub ranges: RangesReport,
 }
 
+/// The int8 and uint8 ranges an embedder calibrated, by vector width and normalisation, kept for
+/// its life (the compact calls' rule 2).
+pub(crate) type Calibrations =
+    std::sync::Mutex<std::collections::BTreeMap<(usize, bool), std::sync::Arc<nornir_options::Ranges>>>;
+
 impl EmbedderReport {
-    pub(crate) fn of(engine: &Engine) -> Self {
+    pub(crate) fn of(engine: &Engine, calibrated: &Calibrations) -> Self {
         Self {
             session: engine.report(),
             model: engine.model_info().clone(),
@@ -44,7 +49,7 @@ impl EmbedderReport {
             cpu_int8_extensions: cpu_int8_extensions().into_iter().map(str::to_owned).collect(),
             unclaimed: None,
             placement: None,
-            ranges: RangesReport::of(engine),
+            ranges: RangesReport::of(engine, calibrated),
         }
     }
 
@@ -156,14 +161,14 @@ pub struct RangesUse {
 }
 
 impl RangesReport {
-    pub(crate) fn of(engine: &Engine) -> Self {
+    pub(crate) fn of(engine: &Engine, calibrated: &Calibrations) -> Self {
         let given = &engine.call_defaults.ranges;
         let given = given.as_ref().map(|r| RangesUse {
             dimensions: r.dimensions(),
             normalized: None,
             source: r.source().to_owned(),
         });
-        let calibrated = engine.calibrated.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let calibrated = calibrated.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let calibrated = calibrated
             .iter()
             .map(|(&(dimensions, normalized), r)| RangesUse {

@@ -1,4 +1,3 @@
-//! What the embedder reports: the plain values (model folder, session, placement, memory) and
-//! the one report every surface writes.
+//! The one report every surface writes about an embedder (`describe`), read from its engine.
 
 pub(crate) mod describe;

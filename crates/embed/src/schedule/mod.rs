@@ -1,5 +1,5 @@
-//! The queue every call feeds and the rule that cuts the next batch from it, and the counters
-//! of what the embedder has done.
+//! The queue every call feeds, the rule that cuts the next batch from it, the request a call
+//! waits on (`request`), and the counters of what the embedder has done.
 
 pub(crate) mod queue;
 pub(crate) mod request;
