@@ -89,7 +89,8 @@ enum Task {
     /// Clippy (-D warnings), tests and binary contents for every feature set; layering; import
     /// cycles; the code map; the API docs and the public API against public-api.txt.
     CheckFeatures,
-    /// List the public API from rustdoc and compare it with public-api.txt.
+    /// List the public API with signatures from rustdoc JSON (the nightly toolchain) and compare it
+    /// with public-api.txt.
     PublicApi {
         /// Write public-api.txt instead of comparing.
         #[arg(long)]

@@ -1,20 +1,33 @@
 //! `cargo xtask public-api [--bless]`: the public API of the crates other code builds on (the
 //! facade `nornir-vector` with everything it re-exports, `nornir-server`, `nornir-quantize`,
-//! `nornir-convert`), read from rustdoc's HTML: every item, and each of its methods, fields and
-//! variants (trait implementations left out), one per line, sorted. It is checked in as `public-api.txt`, and
-//! `check-features` fails when the code no longer matches it, so every public change shows up in
-//! review as a change of that file (`--bless` writes it). Stable rustdoc has no JSON output, so the
-//! listing holds names, not signatures.
+//! `nornir-convert`), with signatures, one line per item, sorted (`render.rs` says what a line
+//! holds). It is checked in as `public-api.txt`, and `check-features` fails when the code no longer
+//! matches it, so every public change, a parameter's type included, shows up in review as a change
+//! of that file (`--bless` writes it).
+//!
+//! The signatures come from rustdoc's JSON, which only the nightly toolchain writes: one `cargo
+//! +nightly doc --no-deps` of the listed crates and of the crates the facade re-exports from
+//! (`nornir-embed`, `nornir-options`, `nornir-gpu-probe`, `nornir-ep-select`), every feature on,
+//! into the usual target folder's `doc/` (`<crate>.json`). Without a nightly toolchain it fails
+//! saying how to install one.
 
-use std::collections::BTreeSet;
-use std::path::Path;
+mod render;
+mod signature;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 
 use crate::process::{cargo, run_checked, workspace_root};
 
-/// The crates whose public items are listed (as rustdoc names their folders).
+/// The crates whose public items are listed (as rustdoc names them).
 const CRATES: &[&str] = &["nornir_vector", "nornir_server", "nornir_quantize", "nornir_convert"];
+/// The crates the facade re-exports from, documented too so each re-export resolves to its item.
+const UNDERLYING: &[&str] = &["nornir_embed", "nornir_options", "nornir_gpu_probe", "nornir_ep_select"];
+/// Every feature of the listed crates (the facade's bring the rest).
+const FEATURES: &str =
+    "nornir-vector/embed-ort-rocm,nornir-vector/quantize,nornir-vector/convert,nornir-server/embed-ort-rocm";
 /// The listing, at the repository's root.
 const LISTING: &str = "public-api.txt";
 
@@ -27,18 +40,59 @@ pub fn build_docs() -> Result<()> {
     )
 }
 
+/// `cargo xtask public-api [--bless]`: the JSON docs, then the comparison (or the listing written).
 pub fn public_api(bless: bool) -> Result<()> {
-    build_docs()?;
     check(bless)
 }
 
-/// Compares the docs already built with the checked-in listing (or writes it, with `bless`).
-pub fn check(bless: bool) -> Result<()> {
-    let doc = workspace_root().join("target/doc");
+/// The cargo target folder: `CARGO_TARGET_DIR` (relative to the workspace) or `target`.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => workspace_root().join(dir),
+        None => workspace_root().join("target"),
+    }
+}
+
+/// Writes every crate's rustdoc JSON with the nightly toolchain; returns them by crate name.
+fn json_docs() -> Result<BTreeMap<String, serde_json::Value>> {
+    let mut cmd = std::process::Command::new("cargo");
+    cmd.current_dir(workspace_root())
+        .args(["+nightly", "doc", "--quiet", "--no-deps", "--features", FEATURES])
+        .args(CRATES.iter().chain(UNDERLYING).flat_map(|c| ["-p".to_owned(), c.replace('_', "-")]))
+        .env("RUSTDOCFLAGS", "-Z unstable-options --output-format json")
+        // `cargo xtask` runs under the pinned toolchain; these would pin the nightly cargo to it.
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("RUSTC")
+        .env_remove("RUSTDOC")
+        .env_remove("CARGO");
+    crate::dev_null::empty_if_regular_file();
+    run_checked(&mut cmd)
+        .context("rustdoc JSON needs the nightly toolchain: `rustup toolchain install nightly --profile minimal`")?;
+    let mut docs = BTreeMap::new();
+    for krate in CRATES.iter().chain(UNDERLYING) {
+        let path = target_dir().join("doc").join(format!("{krate}.json"));
+        let text = std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+        docs.insert(
+            krate.to_string(),
+            serde_json::from_str(&text).with_context(|| format!("parse {}", path.display()))?,
+        );
+    }
+    Ok(docs)
+}
+
+/// The listing of the code as it is now.
+fn listing() -> Result<BTreeSet<String>> {
+    let docs = render::Docs::new(json_docs()?)?;
     let mut lines = BTreeSet::new();
     for krate in CRATES {
-        list_crate(&doc, krate, &mut lines)?;
+        lines.extend(docs.lines(krate, CRATES)?);
     }
+    Ok(lines)
+}
+
+/// Compares the code's public API with the checked-in listing (or writes it, with `bless`).
+pub fn check(bless: bool) -> Result<()> {
+    let lines = listing()?;
     let now: String = lines.iter().map(|l| format!("{l}\n")).collect();
     let path = workspace_root().join(LISTING);
     if bless {
@@ -47,72 +101,42 @@ pub fn check(bless: bool) -> Result<()> {
         return Ok(());
     }
     let before = std::fs::read_to_string(&path).unwrap_or_default();
-    let old: BTreeSet<&str> = before.lines().collect();
-    let added: Vec<&String> = lines.iter().filter(|l| !old.contains(l.as_str())).collect();
-    let removed: Vec<&&str> = old.iter().filter(|l| !lines.contains(**l)).collect();
-    if added.is_empty() && removed.is_empty() {
+    let diff = difference(&before, &lines);
+    if diff.is_empty() {
         eprintln!("xtask: public-api: unchanged ({} lines)", lines.len());
         return Ok(());
-    }
-    let mut diff = String::new();
-    for l in &added {
-        diff.push_str(&format!("+ {l}\n"));
-    }
-    for l in &removed {
-        diff.push_str(&format!("- {l}\n"));
     }
     bail!(
         "the public API changed:\n{diff}If that is intended, run `cargo xtask public-api --bless` and commit {LISTING}, so the change is reviewed"
     )
 }
 
-fn list_crate(doc: &Path, krate: &str, lines: &mut BTreeSet<String>) -> Result<()> {
-    let all = doc.join(krate).join("all.html");
-    let html =
-        std::fs::read_to_string(&all).with_context(|| format!("read {} (build the docs first)", all.display()))?;
-    for href in attribute_values(&html, "href=\"") {
-        let (folder, file) = href.rsplit_once('/').unwrap_or(("", href));
-        let Some((kind, rest)) = file.split_once('.') else { continue };
-        let Some(name) = rest.strip_suffix(".html") else { continue };
-        if !["struct", "enum", "trait", "fn", "constant", "type", "macro", "union", "static"].contains(&kind) {
-            continue;
-        }
-        let module =
-            if folder.is_empty() { krate.to_owned() } else { format!("{krate}::{}", folder.replace('/', "::")) };
-        let item = format!("{module}::{name} ({kind})");
-        if ["struct", "enum", "trait", "union"].contains(&kind) {
-            let page = doc.join(krate).join(href);
-            let page = std::fs::read_to_string(&page).with_context(|| format!("read {}", page.display()))?;
-            // Inherent items only: what follows belongs to trait implementations.
-            let own =
-                ["id=\"trait-implementations\"", "id=\"synthetic-implementations\"", "id=\"blanket-implementations\""]
-                    .iter()
-                    .filter_map(|m| page.find(m))
-                    .min()
-                    .map_or(page.as_str(), |end| &page[..end]);
-            for id in attribute_values(own, "id=\"") {
-                let member = id.split('-').next().unwrap_or(id);
-                let known =
-                    ["method.", "tymethod.", "structfield.", "variant.", "associatedconstant.", "associatedtype."];
-                if known.iter().any(|k| member.starts_with(k)) {
-                    lines.insert(format!("{item} {member}"));
-                }
-            }
-        }
-        lines.insert(item);
+/// `+ line` for each line of `now` not in `before`, then `- line` for each one gone.
+fn difference(before: &str, now: &BTreeSet<String>) -> String {
+    let old: BTreeSet<&str> = before.lines().collect();
+    let mut diff = String::new();
+    for l in now.iter().filter(|l| !old.contains(l.as_str())) {
+        diff.push_str(&format!("+ {l}\n"));
     }
-    Ok(())
+    for l in old.iter().filter(|l| !now.contains(**l)) {
+        diff.push_str(&format!("- {l}\n"));
+    }
+    diff
 }
 
-/// Every value of an HTML attribute that starts with `prefix` (`href="`), up to its closing quote.
-fn attribute_values<'a>(html: &'a str, prefix: &str) -> Vec<&'a str> {
-    let mut values = Vec::new();
-    let mut rest = html;
-    while let Some(at) = rest.find(prefix) {
-        rest = &rest[at + prefix.len()..];
-        let Some(end) = rest.find('"') else { break };
-        values.push(&rest[..end]);
-        rest = &rest[end..];
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_signature_is_one_line_added_and_one_removed() {
+        let before = "pub fn nornir_x::f(x: u32) -> bool\npub struct nornir_x::S\n";
+        let now: BTreeSet<String> =
+            ["pub fn nornir_x::f(x: u64) -> bool", "pub struct nornir_x::S"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            difference(before, &now),
+            "+ pub fn nornir_x::f(x: u64) -> bool\n- pub fn nornir_x::f(x: u32) -> bool\n"
+        );
+        assert_eq!(difference("pub struct nornir_x::S\npub fn nornir_x::f(x: u64) -> bool\n", &now), "");
     }
-    values
 }
