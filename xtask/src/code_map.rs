@@ -1,16 +1,18 @@
-//! `cargo xtask code-map` (also run by `check-features`): ARCHITECTURE.md names every source file.
+//! `cargo xtask code-map` (also run by `check-features`): ARCHITECTURE.md names every source file
+//! by its path, and every source file begins with a `//!` line saying what it is.
 //!
-//! The files are every `*.rs` under `crates/*/src` and `xtask/src`. A file is named when a word of
-//! the document (a run of letters, digits and `_ . / -`, without a trailing `.`) is
-//! - its path from the repository root (`crates/cli/src/commands/convert.rs`), anywhere in the
-//!   document; or
-//! - in its crate's section (from the heading ``### `crates/cli` `` or ``### `xtask` `` to the next
-//!   heading; the whole document for a crate without one), its path relative to the crate's `src`
-//!   (`commands/convert.rs`), that path after `src/` (`src/commands/convert.rs`), or the end of
-//!   that path after a `/` (`convert.rs`); a `mod.rs` is named only with its folder (`fuse/mod.rs`,
-//!   or the folder alone: `fuse/`).
+//! The files are every `*.rs` under `crates/*/src` and `xtask/src`. A word of the document is a
+//! run of letters, digits and `_ . / -` (a trailing `.` dropped), so backticks and punctuation
+//! around a path do not matter. A file is named by one of:
+//! - its path from the repository root: `crates/embed/src/load/engine.rs`, `xtask/src/main.rs`;
+//! - its path from `crates/`: `embed/src/load/engine.rs`;
+//! - a folder path in either form, ending in `/` (`crates/embed/src/load/`, `embed/src/`,
+//!   `xtask/src/cycles/`), followed by the file's path relative to that folder (`engine.rs`,
+//!   `mod.rs`, `model/tests.rs`): a folder path applies to the words after it up to the next folder
+//!   path, blank line or heading. So `` `crates/embed/src/load/`: `engine.rs`, `model.rs` `` names
+//!   two files, and a bare `engine.rs` anywhere else names none.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -42,55 +44,73 @@ fn words(text: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Each crate's section: the text under ``### `DIR` ``, by `DIR` (`crates/cli`, `xtask`).
-fn sections(doc: &str) -> BTreeMap<String, String> {
-    let mut out: BTreeMap<String, String> = BTreeMap::new();
-    let mut current: Option<String> = None;
+/// A word as a path from the repository root, when it is one of the two path forms: from the
+/// root (`crates/...`, `xtask/...`) or from `crates/` (`embed/src/...`, for a crate in `crates`).
+fn from_root(word: &str, crate_dirs: &[&str]) -> Option<String> {
+    if word.starts_with("crates/") || word.starts_with("xtask/") {
+        return Some(word.to_owned());
+    }
+    let (first, _) = word.split_once('/')?;
+    let full = format!("crates/{word}");
+    crate_dirs.contains(&format!("crates/{first}").as_str()).then_some(full)
+}
+
+/// Every path from the root that `doc` names under the rules above.
+fn named(doc: &str, crate_dirs: &[&str]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut folder: Option<String> = None;
     for line in doc.lines() {
-        if line.starts_with('#') {
-            current = line
-                .strip_prefix("### `")
-                .and_then(|rest| rest.split_once('`'))
-                .map(|(dir, _)| dir.trim_end_matches('/').to_owned());
+        if line.trim().is_empty() || line.starts_with('#') {
+            folder = None;
             continue;
         }
-        if let Some(dir) = &current {
-            let text = out.entry(dir.clone()).or_default();
-            text.push_str(line);
-            text.push('\n');
+        for word in words(line) {
+            match from_root(word, crate_dirs) {
+                Some(path) if path.ends_with('/') => folder = Some(path),
+                Some(path) => {
+                    out.insert(path);
+                }
+                None => {
+                    if let Some(f) = &folder {
+                        out.insert(format!("{f}{word}"));
+                    }
+                }
+            }
         }
     }
     out
 }
 
-/// Whether `word` names the file at `rel` (relative to its crate's `src`) under the rule above.
-fn names_relative(word: &str, rel: &str) -> bool {
-    if word == rel || word.strip_suffix(rel).is_some_and(|head| head.ends_with("src/")) {
-        return true;
-    }
-    if let Some(folder) = rel.strip_suffix("mod.rs") {
-        return !folder.is_empty() && (word == folder || folder.strip_suffix(word).is_some_and(|h| h.ends_with('/')));
-    }
-    rel.strip_suffix(word).is_some_and(|head| head.ends_with('/'))
-}
-
 /// The files of `crates` (each a crate's folder from the root, with its files relative to its
 /// `src`) that `doc` does not name, as paths from the root.
 fn unnamed(doc: &str, crates: &[(String, Vec<String>)]) -> Vec<String> {
-    let sections = sections(doc);
-    let everywhere = words(doc);
+    let dirs: Vec<&str> = crates.iter().map(|(d, _)| d.as_str()).collect();
+    let named = named(doc, &dirs);
     let mut missing = Vec::new();
     for (dir, files) in crates {
-        let section = sections.get(dir).map_or(everywhere.clone(), |s| words(s));
         for rel in files {
             let full = format!("{dir}/src/{rel}");
-            let named = everywhere.iter().any(|w| *w == full) || section.iter().any(|w| names_relative(w, rel));
-            if !named {
+            if !named.contains(&full) {
                 missing.push(full);
             }
         }
     }
     missing
+}
+
+/// The files (paths from the root) whose first line is not a `//!` doc line.
+fn lacking_doc_line(root: &Path, crates: &[(String, Vec<String>)]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for (dir, files) in crates {
+        for rel in files {
+            let full = format!("{dir}/src/{rel}");
+            let text = std::fs::read_to_string(root.join(&full)).with_context(|| format!("read {full}"))?;
+            if !text.lines().next().is_some_and(|l| l.starts_with("//!")) {
+                out.push(full);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Fails naming each source file ARCHITECTURE.md does not mention.
@@ -109,15 +129,27 @@ pub fn check(root: &Path) -> Result<()> {
         crates.push((name.join("/"), rust_files(&dir.join("src"))?));
     }
     let missing = unnamed(&doc, &crates);
+    let undocumented = lacking_doc_line(root, &crates)?;
+    let mut failures = Vec::new();
     if !missing.is_empty() {
-        bail!(
-            "ARCHITECTURE.md's code map does not name {} source file(s) (by its path in its crate's src, or its name, in the crate's section; see xtask/src/code_map.rs):\n  {}",
+        failures.push(format!(
+            "ARCHITECTURE.md's code map does not name {} source file(s) by path: write `crates/embed/src/load/engine.rs` (from the root), `embed/src/load/engine.rs` (from crates/), or a folder path ending in `/` followed by the files' paths in it, up to the next folder path, blank line or heading (`crates/embed/src/load/`: `engine.rs`, `mod.rs`); a bare file name elsewhere names nothing (see xtask/src/code_map.rs):\n  {}",
             missing.len(),
             missing.join("\n  ")
-        );
+        ));
+    }
+    if !undocumented.is_empty() {
+        failures.push(format!(
+            "{} source file(s) do not begin with a `//!` line saying what the file is:\n  {}",
+            undocumented.len(),
+            undocumented.join("\n  ")
+        ));
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("\n"));
     }
     let total: usize = crates.iter().map(|(_, f)| f.len()).sum();
-    eprintln!("xtask: check-features: ARCHITECTURE.md names all {total} source files");
+    eprintln!("xtask: check-features: ARCHITECTURE.md names all {total} source files by path; each begins with `//!`");
     Ok(())
 }
 
@@ -130,56 +162,63 @@ mod tests {
     }
 
     #[test]
-    fn a_file_is_named_by_its_path_or_name_in_its_section_or_by_its_full_path() {
+    fn a_file_is_named_by_its_path_from_the_root_or_crates_or_after_its_folder() {
         let doc = "# Architecture\n\n## Code map\n\n### `crates/cli` (nornir-cli)\n\
-            `main.rs` only dispatches; `commands/convert.rs` and `doctor/` (`session.rs`,\n\
-            `render.rs`); `fuse/mod.rs`.\n\n\
-            ### `crates/convert` (nornir-convert)\n\
-            `config.rs` reads; the command is `crates/cli/src/commands/quantize.rs`. Also lib.rs.\n\n\
-            ### `xtask`\n`cycles/` is the check; `mod.rs` alone names nothing.\n\n\
-            ## Testing\n`fixtures.rs` of test-support.\n";
+            `crates/cli/src/main.rs` only dispatches; `cli/src/commands/convert.rs`;\n\
+            `crates/cli/src/doctor/`: `session.rs`, `render.rs`,\n\
+            `mod.rs`; `lib.rs` here is doctor's, the folder's words run to the blank line\n\n\
+            but `session.rs` after a blank line names nothing; `crates/convert/src/` (`config.rs`).\n\
+            ### `xtask`\n`xtask/src/cycles/` is the check: `mod.rs`.\n\n`source.rs` after a blank line is bare.\n\n\
+            ## Testing\n`fixtures.rs` of test-support; `embed.rs` of the CLI.\n";
         let crates = [
             krate(
                 "crates/cli",
                 &[
                     "main.rs",
                     "commands/convert.rs",
-                    "commands/quantize.rs",
+                    "commands/embed.rs",
                     "doctor/session.rs",
                     "doctor/render.rs",
                     "doctor/mod.rs",
-                    "fuse/mod.rs",
+                    "doctor/lib.rs",
                     "lib.rs",
-                    "session.rs",
                 ],
             ),
-            // `config.rs` is named in cli's section only, not in this crate's.
-            krate("crates/convert", &["config.rs", "lib.rs", "network.rs"]),
+            krate("crates/convert", &["config.rs", "network.rs"]),
             krate("xtask", &["cycles/mod.rs", "cycles/source.rs"]),
-            // No section: the whole document.
-            krate("crates/test-support", &["fixtures.rs", "stubs.rs"]),
+            krate("crates/test-support", &["fixtures.rs"]),
         ];
         assert_eq!(
             unnamed(doc, &crates),
             [
+                "crates/cli/src/commands/embed.rs",
                 "crates/cli/src/lib.rs",
                 "crates/convert/src/network.rs",
                 "xtask/src/cycles/source.rs",
-                "crates/test-support/src/stubs.rs",
+                "crates/test-support/src/fixtures.rs",
             ]
         );
     }
 
     #[test]
-    fn a_name_is_a_whole_word_and_a_suffix_only_after_a_slash() {
-        assert!(names_relative("convert.rs", "commands/convert.rs"));
-        assert!(!names_relative("vert.rs", "commands/convert.rs"));
-        assert!(!names_relative("convert_check.rs", "commands/convert.rs"));
-        assert!(!names_relative("mod.rs", "fuse/mod.rs"));
-        assert!(names_relative("fuse/mod.rs", "fuse/mod.rs"));
-        assert!(names_relative("fuse/", "fuse/mod.rs"));
-        assert!(names_relative("src/embedder.rs", "embedder.rs"));
-        assert!(!names_relative("tests/embedder.rs", "embedder.rs"));
+    fn the_path_forms_and_words() {
+        let dirs = ["crates/embed", "xtask"];
+        assert_eq!(from_root("embed/src/a.rs", &dirs).as_deref(), Some("crates/embed/src/a.rs"));
+        assert_eq!(from_root("crates/embed/src/", &dirs).as_deref(), Some("crates/embed/src/"));
+        assert_eq!(from_root("xtask/src/main.rs", &dirs).as_deref(), Some("xtask/src/main.rs"));
+        assert_eq!(from_root("load/engine.rs", &dirs), None);
+        assert_eq!(from_root("engine.rs", &dirs), None);
         assert_eq!(words("see `a/b.rs`, (`c.rs`)."), ["see", "a/b.rs", "c.rs"]);
+    }
+
+    #[test]
+    fn every_file_begins_with_a_doc_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("crates/a/src")).unwrap();
+        std::fs::write(dir.path().join("crates/a/src/lib.rs"), "//! The crate.\nmod b;\n").unwrap();
+        std::fs::write(dir.path().join("crates/a/src/b.rs"), "/// Not a module doc.\npub fn f() {}\n").unwrap();
+        std::fs::write(dir.path().join("crates/a/src/c.rs"), "").unwrap();
+        let crates = [krate("crates/a", &["b.rs", "c.rs", "lib.rs"])];
+        assert_eq!(lacking_doc_line(dir.path(), &crates).unwrap(), ["crates/a/src/b.rs", "crates/a/src/c.rs"]);
     }
 }

@@ -133,16 +133,10 @@ fn quality(found: &[Vec<usize>], relevant: &[usize]) -> (f64, f64, f64) {
     (first / n, hits / n, gain / n)
 }
 
-pub fn compact(a: &Args) -> Result<()> {
-    // The retrieval set is made of STS Benchmark pairs, which the test assets do not include.
-    let mut wanted = crate::test::all_test_assets();
-    wanted.push(&assets::STSB);
-    let home = fetch::fetch(&wanted)?;
-    run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
-    let nornir = workspace_root().join("target/release/nornir");
-    let dir = workspace_root().join("target/compact");
-    std::fs::create_dir_all(&dir)?;
-    // The retrieval set.
+/// The retrieval set: STS Benchmark's dev and test pairs scored 4 or more give a query and its
+/// relevant document; the other sentences and `distractors` corpus lines are documents too.
+/// Returns the queries, each one's relevant document, and the documents.
+fn retrieval_set(home: &Path, distractors: usize) -> Result<(Vec<String>, Vec<usize>, Vec<String>)> {
     let mut pairs = Vec::new();
     for split in ["dev", "test"] {
         pairs.extend(quality::read_pairs(&home.join(assets::STSB.dest).join(format!("sts-{split}.csv")))?);
@@ -171,9 +165,22 @@ pub fn compact(a: &Args) -> Result<()> {
         }
     }
     let corpus = std::fs::read_to_string(workspace_root().join("testdata/corpus.txt"))?;
-    for line in corpus.lines().filter(|l| !l.trim().is_empty()).take(a.distractors) {
+    for line in corpus.lines().filter(|l| !l.trim().is_empty()).take(distractors) {
         add(line, &mut documents);
     }
+    Ok((queries, relevant, documents))
+}
+
+pub fn compact(a: &Args) -> Result<()> {
+    // The retrieval set is made of STS Benchmark pairs, which the test assets do not include.
+    let mut wanted = crate::test::all_test_assets();
+    wanted.push(&assets::STSB);
+    let home = fetch::fetch(&wanted)?;
+    run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
+    let nornir = workspace_root().join("target/release/nornir");
+    let dir = workspace_root().join("target/compact");
+    std::fs::create_dir_all(&dir)?;
+    let (queries, relevant, documents) = retrieval_set(&home, a.distractors)?;
     let write = |name: &str, texts: &[String]| -> Result<PathBuf> {
         let p = dir.join(name);
         std::fs::write(&p, texts.iter().map(|t| format!("{}\n", t.replace('\n', " "))).collect::<String>())?;

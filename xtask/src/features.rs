@@ -37,8 +37,7 @@ const TEST_HOOK_MARKER: &str = "fault injected";
 /// the feature sets equal to those are not tested twice (they are still linted and built).
 pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) -> Result<()> {
     let started = Instant::now();
-    crate::cycles::check(&workspace_root())?;
-    crate::code_map::check(&workspace_root())?;
+    source_checks(&workspace_root())?;
     for (label, flags, amd, tested_by_xtask_test) in CONFIGS {
         eprintln!("xtask: check-features: {label}");
         let packages = ["-p", "nornir-vector", "-p", "nornir-cli"];
@@ -102,6 +101,19 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) 
     crate::public_api::build_docs()?;
     crate::public_api::check(false)?;
     eprintln!("xtask: check-features passed in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The checks that read the source as text: import cycles between files and folders, file and
+/// function sizes, the code map and its `//!` lines. All run; it fails with every failure.
+fn source_checks(root: &Path) -> Result<()> {
+    let failures: Vec<String> = [crate::cycles::check(root), crate::sizes::check(root), crate::code_map::check(root)]
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| format!("{e:#}")))
+        .collect();
+    if !failures.is_empty() {
+        bail!("{}", failures.join("\n\n"));
+    }
     Ok(())
 }
 

@@ -133,6 +133,50 @@ fn write_jsonl(path: &Path, texts: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Speed: chunking the documents against embedding the same chunk texts as separate lines, and
+/// late chunking, medians of three runs.
+fn speed(nornir: &Path, model: &Path, dir: &Path) -> Result<Value> {
+    let docs = dir.join("documents.jsonl");
+    let texts: Vec<String> = std::fs::read_to_string(&docs)?
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["text"].as_str().map(str::to_owned))
+        .collect();
+    let out = Command::new(nornir)
+        .args(["vector", "embed", "-q", "--device", "cpu", "--input-format", "jsonl", "--long", "chunk", "--model"])
+        .arg(model)
+        .arg("--input")
+        .arg(&docs)
+        .output()?;
+    let mut chunk_texts = Vec::new();
+    for (line, text) in String::from_utf8_lossy(&out.stdout).lines().zip(&texts) {
+        let v: Value = serde_json::from_str(line)?;
+        let chars: Vec<char> = text.chars().collect();
+        for c in v["chunks"].as_array().into_iter().flatten() {
+            let (s, e) = (c["start"].as_u64().unwrap_or(0) as usize, c["end"].as_u64().unwrap_or(0) as usize);
+            chunk_texts.push(chars[s..e].iter().collect::<String>());
+        }
+    }
+    let chunk_file = dir.join("chunk-texts.jsonl");
+    write_jsonl(&chunk_file, &chunk_texts)?;
+    let (mut chunking, mut separate, mut late) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..3 {
+        chunking.push(embed(nornir, model, &docs, &["--long", "chunk"])?.seconds);
+        separate.push(embed(nornir, model, &chunk_file, &[])?.seconds);
+        late.push(embed(nornir, model, &docs, &["--long", "late", "--window", "128"])?.seconds);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok(json!({
+        "documents": texts.len(),
+        "chunks": chunk_texts.len(),
+        "chunking_seconds": median(&mut chunking),
+        "same_chunks_as_texts_seconds": median(&mut separate),
+        "late_window_128_seconds": median(&mut late),
+    }))
+}
+
 pub fn long_docs() -> Result<()> {
     let home = fetch::fetch(assets::DEFAULT_ASSETS)?;
     run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
@@ -190,46 +234,7 @@ pub fn long_docs() -> Result<()> {
             json!({ "documents": needles.documents.len(), "queries": needles.queries.len(), "distractors": distractors.len() }),
         );
     }
-    // Speed: chunking the documents against embedding the same chunk texts as separate lines.
-    let docs = dir.join("documents.jsonl");
-    let texts: Vec<String> = std::fs::read_to_string(&docs)?
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["text"].as_str().map(str::to_owned))
-        .collect();
-    let out = Command::new(&nornir)
-        .args(["vector", "embed", "-q", "--device", "cpu", "--input-format", "jsonl", "--long", "chunk", "--model"])
-        .arg(&model)
-        .arg("--input")
-        .arg(&docs)
-        .output()?;
-    let mut chunk_texts = Vec::new();
-    for (line, text) in String::from_utf8_lossy(&out.stdout).lines().zip(&texts) {
-        let v: Value = serde_json::from_str(line)?;
-        let chars: Vec<char> = text.chars().collect();
-        for c in v["chunks"].as_array().into_iter().flatten() {
-            let (s, e) = (c["start"].as_u64().unwrap_or(0) as usize, c["end"].as_u64().unwrap_or(0) as usize);
-            chunk_texts.push(chars[s..e].iter().collect::<String>());
-        }
-    }
-    let chunk_file = dir.join("chunk-texts.jsonl");
-    write_jsonl(&chunk_file, &chunk_texts)?;
-    let (mut chunking, mut separate, mut late) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..3 {
-        chunking.push(embed(&nornir, &model, &docs, &["--long", "chunk"])?.seconds);
-        separate.push(embed(&nornir, &model, &chunk_file, &[])?.seconds);
-        late.push(embed(&nornir, &model, &docs, &["--long", "late", "--window", "128"])?.seconds);
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let speed = json!({
-        "documents": texts.len(),
-        "chunks": chunk_texts.len(),
-        "chunking_seconds": median(&mut chunking),
-        "same_chunks_as_texts_seconds": median(&mut separate),
-        "late_window_128_seconds": median(&mut late),
-    });
+    let speed = speed(&nornir, &model, &dir)?;
     println!(
         "| queries from | window | method | recall@1 | MRR | recall@1, with distractors | MRR, with distractors |"
     );

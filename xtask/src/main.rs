@@ -25,6 +25,7 @@ mod process;
 mod public_api;
 mod quality;
 mod serve_bench;
+mod sizes;
 mod soak;
 mod test;
 
@@ -88,16 +89,20 @@ enum Task {
     /// Clippy (-D warnings), tests and binary contents for every feature set; layering; import
     /// cycles; the code map; the API docs and the public API against public-api.txt.
     CheckFeatures,
-    /// List the public API from rustdoc and compare it with public-api.txt.
+    /// List the public API with signatures from rustdoc JSON (the nightly toolchain) and compare it
+    /// with public-api.txt.
     PublicApi {
         /// Write public-api.txt instead of comparing.
         #[arg(long)]
         bless: bool,
     },
-    /// Fail on an import cycle between two files of one crate that are not parent and child.
+    /// Fail on an import cycle between two files of one crate that are not parent and child, or
+    /// between the sub-folders and files of one folder.
     Cycles,
     /// Fail naming each source file (crates/*/src, xtask/src) that ARCHITECTURE.md does not mention.
     CodeMap,
+    /// Fail naming each source file over 450 lines and each function over 100, tests aside.
+    Sizes,
     /// Fail naming each tracked file and line that names one machine's home or cache folder
     /// (a path into a user's home or a `.cache` folder); run by `test` first.
     MachinePaths,
@@ -138,6 +143,7 @@ fn main() {
         Task::PublicApi { bless } => public_api::public_api(bless),
         Task::Cycles => cycles::check(&workspace_root()),
         Task::CodeMap => code_map::check(&workspace_root()),
+        Task::Sizes => sizes::check(&workspace_root()),
         Task::MachinePaths => machine_paths::check(),
         Task::TestEnv => test::print_env(),
         Task::Soak { calls } => soak::soak(calls),

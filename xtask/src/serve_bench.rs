@@ -16,7 +16,7 @@
 //! within 20% + 30 MiB of the figure after warm-up.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -81,52 +81,10 @@ pub fn serve_bench(a: &Args) -> Result<()> {
         .collect();
     std::fs::write(&input, library_texts.join("\n") + "\n")?;
 
-    let library = Command::new(&nornir)
-        .args([
-            "vector",
-            "bench",
-            "--json",
-            "--device",
-            "cpu",
-            "--per-call",
-            &per_request.to_string(),
-            "--concurrency",
-            &clients.to_string(),
-            "--model",
-        ])
-        .arg(&model)
-        .arg("--input")
-        .arg(&input)
-        .output()
-        .context("run nornir vector bench")?;
-    if !library.status.success() {
-        bail!("nornir vector bench failed: {}", String::from_utf8_lossy(&library.stderr));
-    }
-    let library: serde_json::Value = serde_json::from_slice(&library.stdout)?;
+    let library = library_bench(&nornir, &model, &input, per_request, clients)?;
 
-    let mut server = Command::new(&nornir)
-        .args(["vector", "serve", "--port", "0", "--device", "cpu", "--model"])
-        .arg(&model)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("start nornir vector serve")?;
-    let mut lines = BufReader::new(server.stderr.take().context("stderr")?).lines();
-    let url = loop {
-        let line = lines.next().context("the server ended before listening")??;
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.split_whitespace().next().context("an address")?.to_owned();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
+    let (mut server, url) = start_server(&nornir, &model)?;
     let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(60)).build();
-    let started = Instant::now();
-    while agent.get(&format!("{url}/health")).call().is_err() {
-        if started.elapsed() > Duration::from_secs(120) {
-            bail!("the server was not ready after 2 minutes");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
     // A warm-up pass builds the second session, as the library's bulk run does.
     let body = serde_json::json!({ "input": texts.iter().take(256).collect::<Vec<_>>(), "encoding_format": "base64" });
     agent.post(&format!("{url}/v1/embeddings")).send_string(&body.to_string())?;
@@ -189,6 +147,67 @@ pub fn serve_bench(a: &Args) -> Result<()> {
         }))?
     );
     Ok(())
+}
+
+/// `nornir vector bench --concurrency` on the same texts: the library's figures, as its JSON.
+fn library_bench(
+    nornir: &Path,
+    model: &Path,
+    input: &Path,
+    per_request: usize,
+    clients: usize,
+) -> Result<serde_json::Value> {
+    let library = Command::new(nornir)
+        .args([
+            "vector",
+            "bench",
+            "--json",
+            "--device",
+            "cpu",
+            "--per-call",
+            &per_request.to_string(),
+            "--concurrency",
+            &clients.to_string(),
+            "--model",
+        ])
+        .arg(model)
+        .arg("--input")
+        .arg(input)
+        .output()
+        .context("run nornir vector bench")?;
+    if !library.status.success() {
+        bail!("nornir vector bench failed: {}", String::from_utf8_lossy(&library.stderr));
+    }
+    Ok(serde_json::from_slice(&library.stdout)?)
+}
+
+/// Starts `nornir vector serve` on a free port and waits until `/health` answers: the child and
+/// the server's URL.
+fn start_server(nornir: &Path, model: &Path) -> Result<(std::process::Child, String)> {
+    let mut server = Command::new(nornir)
+        .args(["vector", "serve", "--port", "0", "--device", "cpu", "--model"])
+        .arg(model)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("start nornir vector serve")?;
+    let mut lines = BufReader::new(server.stderr.take().context("stderr")?).lines();
+    let url = loop {
+        let line = lines.next().context("the server ended before listening")??;
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split_whitespace().next().context("an address")?.to_owned();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(60)).build();
+    let started = Instant::now();
+    while agent.get(&format!("{url}/health")).call().is_err() {
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!("the server was not ready after 2 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok((server, url))
 }
 
 /// `--load-tests`: the two tests, then their targets.

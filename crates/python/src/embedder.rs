@@ -2,51 +2,20 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use nornir_vector::{
-    CancelHandle, Device, EmbedError, Embedder as RustEmbedder, EmbedderOptions, MultiVectorOptions, Outputs, Pooling,
-    Precision, SparseOptions,
+    CancelHandle, Device, Embedder as RustEmbedder, EmbedderOptions, MultiVectorOptions, Outputs, Pooling, Precision,
+    SparseOptions,
 };
 
+use crate::calls::{default_model, run_cancellable};
 use crate::errors::*;
 use crate::options::{call_options, one_prompt, pair_of, pair_options};
 use crate::values::{compact_array, json_to_py, ranges_of, texts_of, to_array};
-
-/// Runs `work` off the GIL on a thread of its own while this thread waits, checking for Ctrl-C
-/// every 50 ms: a `KeyboardInterrupt` cancels the call and is raised once it has stopped.
-pub(crate) fn run_cancellable<T: Send>(
-    py: Python<'_>,
-    cancel: &CancelHandle,
-    work: impl FnOnce() -> Result<T, EmbedError> + Send,
-) -> PyResult<T> {
-    let (out, interrupted) = py.detach(|| {
-        std::thread::scope(|scope| {
-            let job = scope.spawn(work);
-            let mut interrupted = None;
-            while !job.is_finished() {
-                std::thread::sleep(Duration::from_millis(50));
-                if interrupted.is_none()
-                    && let Err(e) = Python::attach(|py| py.check_signals())
-                {
-                    cancel.cancel();
-                    interrupted = Some(e);
-                }
-            }
-            // A panic is a bug that names itself, never a cancellation.
-            let out = job.join().unwrap_or_else(|panic| Err(EmbedError::from_panic(&*panic)));
-            (out, interrupted)
-        })
-    });
-    if let Some(e) = interrupted {
-        return Err(e);
-    }
-    out.map_err(|e| to_py(py, &e))
-}
 
 /// One loaded model. `Embedder(model=None, *, device="auto", ...)`: see the package's docstrings.
 #[pyclass(module = "nornir_vector._nornir", frozen)]
@@ -462,18 +431,4 @@ impl Embedder {
             Err(_) => "Embedder(closed)".to_owned(),
         }
     }
-}
-
-/// The default model in the nornir cache (`fetch_default_model()` puts it there).
-fn default_model() -> PyResult<PathBuf> {
-    let ctx = nornir_vector::diagnostics::ProbeContext::from_process();
-    let dir = nornir_vector::diagnostics::default_model_dir(&ctx)
-        .ok_or_else(|| ModelError::new_err("no nornir cache folder: set NORNIR_HOME, or pass model=DIR"))?;
-    if !dir.join("model.onnx").is_file() {
-        return Err(ModelError::new_err(format!(
-            "the default model is not in {}: run nornir_vector.fetch_default_model(), or pass model=DIR",
-            dir.display()
-        )));
-    }
-    Ok(dir)
 }

@@ -6,6 +6,7 @@
 //!
 //! It holds no policy: options map one to one onto `EmbedderOptions` and `CallOptions`.
 
+mod calls;
 mod convert;
 
 mod embedder;

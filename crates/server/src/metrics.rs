@@ -95,33 +95,39 @@ fn model(name: &str) -> Vec<(&'static str, String)> {
     vec![("model", name.to_owned())]
 }
 
+/// The server's own counts of each model's texts, tokens and truncated inputs.
+fn request_counts(e: &mut DescriptorEncoder, entries: &[Entry]) -> Result<(), std::fmt::Error> {
+    let counter = |read: fn(&Entry) -> u64| {
+        entries.iter().map(move |m| (model(&m.name), ConstCounter::new(read(m)))).collect::<Vec<_>>()
+    };
+    family(
+        e,
+        "nornir_texts",
+        "Texts embedded for requests.",
+        MetricType::Counter,
+        counter(|m| m.texts.load(Ordering::Relaxed)),
+    )?;
+    family(
+        e,
+        "nornir_tokens",
+        "Tokens the model read for requests.",
+        MetricType::Counter,
+        counter(|m| m.tokens.load(Ordering::Relaxed)),
+    )?;
+    family(
+        e,
+        "nornir_truncated_inputs",
+        "Texts cut to the model's length (--long truncate or \"truncate\": true).",
+        MetricType::Counter,
+        counter(|m| m.truncated.load(Ordering::Relaxed)),
+    )?;
+    Ok(())
+}
+
 impl Collector for PerModel {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let entries = &self.0.entries;
-        let counter = |read: fn(&Entry) -> u64| {
-            entries.iter().map(move |m| (model(&m.name), ConstCounter::new(read(m)))).collect::<Vec<_>>()
-        };
-        family(
-            &mut e,
-            "nornir_texts",
-            "Texts embedded for requests.",
-            MetricType::Counter,
-            counter(|m| m.texts.load(Ordering::Relaxed)),
-        )?;
-        family(
-            &mut e,
-            "nornir_tokens",
-            "Tokens the model read for requests.",
-            MetricType::Counter,
-            counter(|m| m.tokens.load(Ordering::Relaxed)),
-        )?;
-        family(
-            &mut e,
-            "nornir_truncated_inputs",
-            "Texts cut to the model's length (--long truncate or \"truncate\": true).",
-            MetricType::Counter,
-            counter(|m| m.truncated.load(Ordering::Relaxed)),
-        )?;
+        request_counts(&mut e, entries)?;
         let loaded: Vec<(&str, _, _)> =
             entries.iter().filter_map(|m| m.embedder.get().map(|e| (m.name.as_str(), e.report(), e.stats()))).collect();
         if let Some(rss) = loaded.first().and_then(|(_, r, _)| r.memory.resident_bytes) {

@@ -58,7 +58,6 @@ pub mod diagnostics {
         DEFAULT_MODEL_SUBDIR, DriverReport, LibraryReport, Opened, OrtCandidate, OrtDiscovery, PluginDiscovery,
         PluginLibrary, PluginSource, ProbeContext, ProbeReport, ProviderRequirements, RejectedEntry, Requirement,
         RequirementStatus, SearchPath, VendorReport, VisibleDevices, default_model_dir, discover_plugins, nornir_home,
-        parse_plugin_entry, same_file, version_at_least,
     };
 
     #[cfg(feature = "embed-ort")]
@@ -68,6 +67,13 @@ pub mod diagnostics {
         RegistrationOutcome, SessionReport, TokenVectorSource, check_library, choose_library, cpu_int8_extensions,
         device_list, fusion_counts, plan_for, plan_with, precision,
     };
+}
+
+/// Helpers of the `nornir` command line (its `--ep-library` parser, comparing two paths, ONNX
+/// Runtime version checks), outside the public API: no other crate uses them.
+#[doc(hidden)]
+pub mod cli_support {
+    pub use nornir_gpu_probe::{parse_plugin_entry, same_file, version_at_least};
 }
 
 /// A conversion checked by running it (features `embed-ort` and `convert`): every caller's one rule.

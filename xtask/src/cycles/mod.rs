@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-mod source;
+mod folders;
+pub(crate) mod source;
 
 use source::{Bind, scan};
 
@@ -124,8 +125,25 @@ impl Names {
     }
 }
 
-/// A cycle between files of one crate that are not parent and child, as the files in order.
-pub fn crate_cycles(src: &Path) -> Result<Vec<Vec<PathBuf>>> {
+/// A crate's files and the imports between them.
+pub(crate) struct Graph {
+    /// Every file, as `(module path, file)`, sorted.
+    pub mods: Vec<(ModulePath, PathBuf)>,
+    /// Per file, the files it reaches that are not its ancestors or descendants, each with the
+    /// first path that reaches it and the line of that path.
+    pub edges: Vec<BTreeMap<usize, (String, usize)>>,
+    /// The same, leaving out the tests: files named `tests.rs` or `*_tests.rs` or under a `tests/`
+    /// folder, and inline `mod tests`.
+    pub code_edges: Vec<BTreeMap<usize, (String, usize)>>,
+}
+
+/// Whether a file is tests by its name: `tests.rs`, `*_tests.rs`, or under a `tests/` folder.
+fn test_file(module: &[String]) -> bool {
+    module.iter().any(|m| m == "tests") || module.last().is_some_and(|m| m.ends_with("_tests"))
+}
+
+/// Reads a crate's `src` and resolves every path it names to the files it reaches.
+pub(crate) fn graph(src: &Path) -> Result<Graph> {
     let mods = modules(src)?;
     let mut scans = Vec::new();
     for (module, file) in &mods {
@@ -158,20 +176,35 @@ pub fn crate_cycles(src: &Path) -> Result<Vec<Vec<PathBuf>>> {
             }
         }
     }
-    let mut edges: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); mods.len()];
+    let mut edges: Vec<BTreeMap<usize, (String, usize)>> = vec![BTreeMap::new(); mods.len()];
+    let mut code_edges = edges.clone();
     for (k, s) in scans.iter().enumerate() {
-        let relative = s.relative.iter().filter_map(|(scope, path)| names.absolute(scope, path, true));
-        for path in s.paths.iter().cloned().chain(relative) {
+        let relative = s
+            .relative
+            .iter()
+            .filter_map(|(scope, path, line, t)| names.absolute(scope, path, true).map(|p| (p, *line, *t)));
+        for (path, line, in_tests) in s.paths.iter().cloned().chain(relative) {
             let mut targets = BTreeSet::new();
             names.resolve(&path, &mut BTreeSet::new(), &mut targets);
             for t in targets {
                 let (a, b) = (&mods[k].0, &mods[t].0);
                 if t != k && !a.starts_with(b) && !b.starts_with(a) {
-                    edges[k].insert(t);
+                    let evidence = (format!("crate::{}", path.join("::")), line);
+                    if !in_tests && !test_file(a) {
+                        code_edges[k].entry(t).or_insert_with(|| evidence.clone());
+                    }
+                    edges[k].entry(t).or_insert(evidence);
                 }
             }
         }
     }
+    Ok(Graph { mods, edges, code_edges })
+}
+
+/// A cycle between files of one crate that are not parent and child, as the files in order.
+pub fn crate_cycles(src: &Path) -> Result<Vec<Vec<PathBuf>>> {
+    let Graph { mods, edges, .. } = graph(src)?;
+    let edges: Vec<BTreeSet<usize>> = edges.iter().map(|e| e.keys().copied().collect()).collect();
     let mut cycles = Vec::new();
     for component in strongly_connected(&edges) {
         if component.len() > 1 {
@@ -185,7 +218,7 @@ pub fn crate_cycles(src: &Path) -> Result<Vec<Vec<PathBuf>>> {
 }
 
 /// Tarjan's strongly connected components.
-fn strongly_connected(edges: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
+pub(crate) fn strongly_connected(edges: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
     struct State<'a> {
         edges: &'a [BTreeSet<usize>],
         index: Vec<Option<usize>>,
@@ -241,7 +274,8 @@ fn strongly_connected(edges: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
     s.out
 }
 
-/// Every crate's `src` (and xtask's): fails naming each cycle.
+/// Every crate's `src` (and xtask's): fails naming each cycle between files and each cycle
+/// between the folders of one level (see `folders.rs`), the latter with one import per step.
 pub fn check(root: &Path) -> Result<()> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))?
         .filter_map(|e| e.ok().map(|e| e.path().join("src")))
@@ -249,21 +283,56 @@ pub fn check(root: &Path) -> Result<()> {
         .collect();
     dirs.push(root.join("xtask/src"));
     dirs.sort();
+    let shown = |f: &Path| f.strip_prefix(root).unwrap_or(f).display().to_string();
     let mut report = Vec::new();
+    let mut folder_report = Vec::new();
     for dir in &dirs {
         for cycle in crate_cycles(dir)? {
-            let names: Vec<String> =
-                cycle.iter().map(|f| f.strip_prefix(root).unwrap_or(f).display().to_string()).collect();
+            let names: Vec<String> = cycle.iter().map(|f| shown(f)).collect();
             report.push(format!("  {}", names.join(" <-> ")));
         }
+        for cycle in folders::folder_cycles(&graph(dir)?) {
+            let folder = dir.join(cycle.level.join("/"));
+            folder_report.push(format!(
+                "  in {}/: {}",
+                shown(&folder).trim_end_matches('/'),
+                cycle.units.join(" <-> ")
+            ));
+            let line = |step: &folders::Step| {
+                format!(
+                    "    {} -> {}: {}:{} names {} (in {})",
+                    step.from_unit,
+                    step.to_unit,
+                    shown(&step.file),
+                    step.line,
+                    step.path,
+                    shown(&step.target)
+                )
+            };
+            folder_report.extend(cycle.steps.iter().map(line));
+            if cycle.edges.len() > cycle.steps.len() {
+                folder_report.push("    every edge among these units, one import each:".to_owned());
+                folder_report.extend(cycle.edges.iter().map(|s| format!("  {}", line(s))));
+            }
+        }
     }
+    let mut failures = Vec::new();
     if !report.is_empty() {
-        bail!(
+        failures.push(format!(
             "import cycles between files that are not parent and child (ARCHITECTURE.md: modules never import back); move what both need into one of them or a third file:\n{}",
             report.join("\n")
-        );
+        ));
     }
-    eprintln!("xtask: check-features: no import cycles in {} crates", dirs.len());
+    if !folder_report.is_empty() {
+        failures.push(format!(
+            "import cycles between the folders (and files) of one level (issue 60: no unit reaches back into a sibling that reaches it); move one of the imports named below, or what it names:\n{}",
+            folder_report.join("\n")
+        ));
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("\n"));
+    }
+    eprintln!("xtask: check-features: no import cycles between files or folders in {} crates", dirs.len());
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 //! the names of the items it defines.
 
 /// The source with comments, string and char literals replaced by spaces (lines kept).
-fn blank_non_code(src: &str) -> String {
+pub(crate) fn blank_non_code(src: &str) -> String {
     let b = src.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -106,9 +106,12 @@ enum Token {
     Other,
 }
 
-fn tokens(code: &str) -> Vec<Token> {
+/// The tokens, with the 1-based line each begins on.
+fn tokens(code: &str) -> (Vec<Token>, Vec<usize>) {
     let b = code.as_bytes();
     let mut out = Vec::new();
+    let mut lines = Vec::new();
+    let mut line = 1;
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
@@ -118,8 +121,13 @@ fn tokens(code: &str) -> Vec<Token> {
                 i += 1;
             }
             out.push(Token::Ident(code[start..i].to_owned()));
+            lines.push(line);
             continue;
         }
+        if c == b'\n' {
+            line += 1;
+        }
+        lines.push(line);
         out.push(match c {
             b':' if b.get(i + 1) == Some(&b':') => {
                 i += 1;
@@ -130,6 +138,7 @@ fn tokens(code: &str) -> Vec<Token> {
             b',' => Token::Comma,
             b'*' => Token::Star,
             c if c.is_ascii_whitespace() => {
+                lines.pop();
                 i += 1;
                 continue;
             }
@@ -137,7 +146,7 @@ fn tokens(code: &str) -> Vec<Token> {
         });
         i += 1;
     }
-    out
+    (out, lines)
 }
 
 /// What one leaf of a `use` tree binds in its module.
@@ -174,11 +183,13 @@ pub(super) struct Import {
 /// What the cycle check reads from one file.
 #[derive(Debug, Default)]
 pub(super) struct Scan {
-    /// Every path named through `crate::`, `super::` or `self::`, made absolute.
-    pub paths: Vec<Vec<String>>,
+    /// Every path named through `crate::`, `super::` or `self::`, made absolute, with its line
+    /// and whether it is inside an inline `mod tests`.
+    pub paths: Vec<(Vec<String>, usize, bool)>,
     /// Every path that begins with a plain name (`child::Item`, but also `std::fs`, `Vec::new`),
-    /// with the scope it is relative to; the caller keeps those whose first name is a module.
-    pub relative: Vec<(Vec<String>, Vec<String>)>,
+    /// with the scope it is relative to, its line and whether it is inside an inline `mod tests`;
+    /// the caller keeps those whose first name is a module.
+    pub relative: Vec<(Vec<String>, Vec<String>, usize, bool)>,
     /// The module-level `use` declarations.
     pub imports: Vec<Import>,
     /// `(scope, name)` of each module-level item (`fn`, `struct`, `mod`, `const`, ...).
@@ -192,7 +203,7 @@ const ITEM_KEYWORDS: &[&str] = &["fn", "struct", "enum", "union", "trait", "type
 /// Reads one file. `module` is the file's own module path; inline `mod x { ... }` blocks shift
 /// `super`/`self` and the scope of what they declare.
 pub(super) fn scan(code: &str, module: &[String]) -> Scan {
-    let toks = tokens(&blank_non_code(code));
+    let (toks, lines) = tokens(&blank_non_code(code));
     let mut found = Scan::default();
     // The inline modules we are inside, with the brace depth each opened at.
     let mut inline: Vec<(String, usize)> = Vec::new();
@@ -242,6 +253,7 @@ pub(super) fn scan(code: &str, module: &[String]) -> Scan {
                 let relative = !matches!(root.as_str(), "crate" | "super" | "self");
                 let (prefix, next) = if relative { (Vec::new(), i) } else { path_start(&toks, i, &scope) };
                 let (leaves, end) = use_tree(&toks, next, prefix);
+                let in_tests = inline.iter().any(|(n, _)| n == "tests");
                 for leaf in leaves {
                     if after_use {
                         found.imports.push(Import {
@@ -252,9 +264,9 @@ pub(super) fn scan(code: &str, module: &[String]) -> Scan {
                         });
                     }
                     if relative {
-                        found.relative.push((scope.clone(), leaf.path));
+                        found.relative.push((scope.clone(), leaf.path, lines[i], in_tests));
                     } else {
-                        found.paths.push(leaf.path);
+                        found.paths.push((leaf.path, lines[i], in_tests));
                     }
                 }
                 i = end;

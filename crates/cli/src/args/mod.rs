@@ -314,7 +314,7 @@ fn parse_with_library<T: std::str::FromStr<Err = String>>(s: &str) -> Result<T, 
 }
 
 fn parse_ep_lib(s: &str) -> Result<(String, PathBuf), String> {
-    nornir_vector::diagnostics::parse_plugin_entry(s)
+    nornir_vector::cli_support::parse_plugin_entry(s)
 }
 
 fn parse_expected_device(s: &str) -> Result<Device, String> {

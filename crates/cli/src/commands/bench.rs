@@ -39,7 +39,8 @@ fn run_kind(embedder: &Embedder, kind: ModelKind, query: &str, chunk: &[String])
     Ok(())
 }
 
-pub fn bench(a: &BenchArgs) -> Result<()> {
+/// The texts of `--input` (one per line) or the built-in sample, and how to name them.
+fn read_texts(a: &BenchArgs) -> Result<(Vec<String>, String)> {
     let (texts, source): (Vec<String>, String) = match &a.input {
         Some(p) => {
             let bytes = std::fs::read(p).with_context(|| format!("cannot read --input {}", p.display()))?;
@@ -52,6 +53,45 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         }
         None => (SAMPLE_TEXTS.lines().map(str::to_owned).collect(), "built-in sample (99 texts)".to_owned()),
     };
+    Ok((texts, source))
+}
+
+/// `--concurrency`: callers sharing the embedder's batches, against bulk calls.
+fn concurrent(a: &BenchArgs, embedder: &Embedder, texts: &[String], source: &str, callers: u32) -> Result<()> {
+    let r = super::concurrency::measure(embedder, texts, callers as usize, a.per_call as usize, CHUNK)?;
+    if a.json {
+        let mut j = serde_json::to_value(&r)?;
+        j["input"] = serde_json::json!(source);
+        j["texts"] = serde_json::json!(texts.len());
+        let described = embedder.describe();
+        j["batch_tokens"] = serde_json::json!(a.model.batch_tokens);
+        j["peak_rss_mib"] = serde_json::json!(peak_rss_mib(&described.session.memory));
+        print_json(j, &described)?;
+    } else {
+        println!("input            {source} ({} texts)", texts.len());
+        println!("provider         {} ({})", embedder.report().active_provider, embedder.gpu_vendor());
+        println!("bulk             {:.1} texts/s (calls of {CHUNK})", r.bulk_texts_per_second);
+        println!(
+            "concurrent       {} callers x {} texts per call: {:.1} texts/s, {:.2}x bulk",
+            r.callers, r.per_call, r.texts_per_second, r.ratio_to_bulk
+        );
+        let l = &r.latency_ms;
+        println!(
+            "latency          p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} calls)",
+            l.p50, l.p95, l.p99, l.max, r.calls
+        );
+        println!(
+            "batches          {} of {:.1} texts on average, {:.1}% padding",
+            r.batches,
+            r.mean_batch_texts,
+            100.0 * r.padding
+        );
+    }
+    Ok(())
+}
+
+pub fn bench(a: &BenchArgs) -> Result<()> {
+    let (texts, source) = read_texts(a)?;
     let load_start = Instant::now();
     let embedder = load(&a.model)?;
     let load_seconds = load_start.elapsed().as_secs_f64();
@@ -63,36 +103,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         );
     }
     if let Some(callers) = a.concurrency {
-        let r = super::concurrency::measure(&embedder, &texts, callers as usize, a.per_call as usize, CHUNK)?;
-        if a.json {
-            let mut j = serde_json::to_value(&r)?;
-            j["input"] = serde_json::json!(source);
-            j["texts"] = serde_json::json!(texts.len());
-            let described = embedder.describe();
-            j["batch_tokens"] = serde_json::json!(a.model.batch_tokens);
-            j["peak_rss_mib"] = serde_json::json!(peak_rss_mib(&described.session.memory));
-            print_json(j, &described)?;
-        } else {
-            println!("input            {source} ({} texts)", texts.len());
-            println!("provider         {} ({})", embedder.report().active_provider, embedder.gpu_vendor());
-            println!("bulk             {:.1} texts/s (calls of {CHUNK})", r.bulk_texts_per_second);
-            println!(
-                "concurrent       {} callers x {} texts per call: {:.1} texts/s, {:.2}x bulk",
-                r.callers, r.per_call, r.texts_per_second, r.ratio_to_bulk
-            );
-            let l = &r.latency_ms;
-            println!(
-                "latency          p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} calls)",
-                l.p50, l.p95, l.p99, l.max, r.calls
-            );
-            println!(
-                "batches          {} of {:.1} texts on average, {:.1}% padding",
-                r.batches,
-                r.mean_batch_texts,
-                100.0 * r.padding
-            );
-        }
-        return Ok(());
+        return concurrent(a, &embedder, &texts, &source, callers);
     }
     let bar = progress(!a.quiet && !a.json, Some(texts.len() as u64 * u64::from(a.repeat)));
     let started = Instant::now();

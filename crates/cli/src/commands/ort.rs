@@ -27,7 +27,7 @@ pub fn ort_choice(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
     if let Some(path) = &c.path {
         match check_library(path) {
             Ok(v) => {
-                if nornir_vector::diagnostics::version_at_least(&v, MIN_ORT) == Some(false) {
+                if nornir_vector::cli_support::version_at_least(&v, MIN_ORT) == Some(false) {
                     c.error = Some(format!(
                         "ONNX Runtime {v} is older than {}.{}, the oldest nornir supports: `cargo xtask fetch` provides 1.31.1",
                         MIN_ORT.0, MIN_ORT.1

@@ -6,27 +6,18 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use nornir_vector::quantize::{
-    Activations, CALIBRATION_OUTPUT, Granularity, QuantizeOptions, QuantizeReport, Quantized, WeightType,
-    calibration_model, quantize_external,
+    Activations, Granularity, QuantizeOptions, QuantizeReport, Quantized, WeightType, quantize_external,
 };
-use nornir_vector::{Device, Embedder, EmbedderOptions, Pooling};
+use nornir_vector::{Device, Embedder, EmbedderOptions};
 use sha2::{Digest, Sha256};
 
 use super::load::{model_dir, options};
+use super::quantize_calibrate::calibrate;
 use super::quantize_check as check;
+use super::quantize_files::{copy_folder, read_beside, replace_dir};
 use crate::args::QuantizeArgs;
 use nornir_vector::SAMPLE_TEXTS;
 use nornir_vector::diagnostics::fusion_counts;
-
-/// Files of the source folder that are not copied: the ONNX graphs (the int8 one replaces them),
-/// an earlier quantization's record, and hidden files.
-fn is_copied(name: &str) -> bool {
-    !(name.starts_with('.')
-        || name.ends_with(".onnx")
-        || name.ends_with(".onnx_data")
-        || name.ends_with(".onnx.data")
-        || name == "quantization.json")
-}
 
 pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     let source_dir = model_dir(&a.model)?;
@@ -41,7 +32,7 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     if !parent.is_dir() {
         bail!("the folder {} for --output does not exist: create it first", parent.display());
     }
-    if out.exists() && nornir_vector::diagnostics::same_file(out, &source_dir) {
+    if out.exists() && nornir_vector::cli_support::same_file(out, &source_dir) {
         bail!("--output {} is the model folder itself: write the int8 model to another folder", out.display());
     }
     let mut opts = options(&a.model)?;
@@ -119,35 +110,48 @@ pub fn quantize(a: &QuantizeArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&record)?);
     } else if !a.quiet {
-        let kept = report.kept_fp32.len();
-        println!(
-            "{}: {} MatMul/Gemm nodes now int8 ({}, {} weights, activations {}, {}), {kept} kept in float32, {} gathers from int8 tables",
-            out.display(),
-            report.rewritten.len(),
-            granularity_name(granularity),
-            if qopts.weights.resolved() == WeightType::Int8 { "int8" } else { "uint8" },
-            if activations == Activations::PerToken { "per token" } else { "per tensor" },
-            activations.operator(),
-            report.int8_gathers.len()
-        );
-        println!(
-            "weights {:.1} MB -> {:.1} MB; {}",
-            report.weight_bytes_before as f64 / 1e6,
-            report.weight_bytes_after as f64 / 1e6,
-            record["summary"].as_str().unwrap_or_default(),
-        );
-        match record["fusion_fallback"].as_str() {
-            Some(why) => println!("fusions not applied: {why}"),
-            None if !report.fused.is_empty() => println!(
-                "fused, each now one ONNX Runtime operator: {}; {} nodes (the source graph has {})",
-                fusion_counts(report.fused.iter().map(|f| f.fusion.name())),
-                report.nodes_after,
-                report.nodes_before
-            ),
-            None => {}
-        }
+        print_summary(out, &report, &record, &qopts, granularity);
     }
     Ok(())
+}
+
+/// The lines `nornir vector quantize` prints without `--json`: what was rewritten, the weights'
+/// size, the cost on the sample, and the fusions.
+fn print_summary(
+    out: &Path,
+    report: &QuantizeReport,
+    record: &serde_json::Value,
+    qopts: &QuantizeOptions,
+    granularity: Granularity,
+) {
+    let activations = qopts.activations;
+    let kept = report.kept_fp32.len();
+    println!(
+        "{}: {} MatMul/Gemm nodes now int8 ({}, {} weights, activations {}, {}), {kept} kept in float32, {} gathers from int8 tables",
+        out.display(),
+        report.rewritten.len(),
+        granularity_name(granularity),
+        if qopts.weights.resolved() == WeightType::Int8 { "int8" } else { "uint8" },
+        if activations == Activations::PerToken { "per token" } else { "per tensor" },
+        activations.operator(),
+        report.int8_gathers.len()
+    );
+    println!(
+        "weights {:.1} MB -> {:.1} MB; {}",
+        report.weight_bytes_before as f64 / 1e6,
+        report.weight_bytes_after as f64 / 1e6,
+        record["summary"].as_str().unwrap_or_default(),
+    );
+    match record["fusion_fallback"].as_str() {
+        Some(why) => println!("fusions not applied: {why}"),
+        None if !report.fused.is_empty() => println!(
+            "fused, each now one ONNX Runtime operator: {}; {} nodes (the source graph has {})",
+            fusion_counts(report.fused.iter().map(|f| f.fusion.name())),
+            report.nodes_after,
+            report.nodes_before
+        ),
+        None => {}
+    }
 }
 
 /// The external data file of an int8 graph whose weights pass what one `.onnx` file holds.
@@ -163,34 +167,6 @@ struct Int8Files {
 impl From<Quantized> for Int8Files {
     fn from(q: Quantized) -> Self {
         Int8Files { model: q.model, data: q.data }
-    }
-}
-
-/// Reads a model's external data (its `model.onnx_data`) from the files beside `model_file`. A
-/// location that leaves the folder is refused, as ONNX Runtime refuses it.
-fn read_beside(model_file: &Path) -> impl FnMut(&str, u64, Option<u64>) -> Result<Vec<u8>, String> + use<> {
-    use std::io::{Read, Seek, SeekFrom};
-    let folder = model_file.parent().map(Path::to_path_buf).unwrap_or_default();
-    move |location: &str, offset: u64, length: Option<u64>| {
-        let relative = Path::new(location);
-        if relative.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
-            return Err(format!("the location {location:?} is not a file inside the model's folder"));
-        }
-        let path = folder.join(relative);
-        let mut f = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        f.seek(SeekFrom::Start(offset)).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut bytes = Vec::new();
-        match length {
-            Some(n) => {
-                bytes.resize(usize::try_from(n).map_err(|_| format!("length {n} is too large"))?, 0);
-                f.read_exact(&mut bytes)
-                    .map_err(|e| format!("{}: {n} bytes at offset {offset}: {e}", path.display()))?;
-            }
-            None => {
-                f.read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-        }
-        Ok(bytes)
     }
 }
 
@@ -248,75 +224,6 @@ fn checked_fusions(
     Ok((plain_report, plain, Some(why)))
 }
 
-/// The largest magnitude of each channel of the activations smoothing divides, measured by
-/// running the calibration graph (nornir-quantize's `calibration_model`) on `texts` with max
-/// pooling, so that padding never counts, in a hidden folder next to the output, removed after.
-fn calibrate(
-    model_file: &Path,
-    parent: &Path,
-    model: &[u8],
-    qopts: &QuantizeOptions,
-    opts: &EmbedderOptions,
-    texts: &[&str],
-) -> Result<std::collections::HashMap<String, Vec<f32>>> {
-    let source_dir = model_file.parent().unwrap_or(Path::new("."));
-    let calibration = match calibration_model(model, Some(&mut read_beside(model_file)), qopts) {
-        Ok(c) => c,
-        // No LayerNorm feeds an int8 MatMul: nothing to smooth, nothing to measure.
-        Err(nornir_vector::quantize::QuantizeError::NothingToQuantize(_)) => return Ok(Default::default()),
-        Err(e) => return Err(e).context("cannot build the calibration graph"),
-    };
-    let dir = parent.join(format!(".nornir-calibration-{}.tmp", std::process::id()));
-    let result = (|| -> Result<Vec<f32>> {
-        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        // The tokenizer, the length limit and the prompts, not config.json: its hidden size is not
-        // this output's width.
-        for name in ["tokenizer.json", "sentence_bert_config.json", "config_sentence_transformers.json"] {
-            if source_dir.join(name).is_file() {
-                std::fs::copy(source_dir.join(name), dir.join(name))?;
-            }
-        }
-        std::fs::write(dir.join("model.onnx"), &calibration.model)?;
-        // The graph still points at the source's external data: the same files, hard-linked
-        // (only those: the source's config.json would describe another output).
-        for name in &calibration.data_files {
-            let link = dir.join(name);
-            if let Some(folder) = link.parent() {
-                std::fs::create_dir_all(folder)?;
-            }
-            link_or_copy(&source_dir.join(name), &link)?;
-        }
-        let mut o = opts.clone().with_output_name(CALIBRATION_OUTPUT).with_pooling(Pooling::Max);
-        o.call.normalize = Some(false);
-        // Every channel of the output, whatever --dim asks of the model's vectors.
-        o.model_file = None;
-        o.call.dimensions = None;
-        let e = Embedder::new(&dir, &o).context("the calibration graph does not load")?;
-        let rows = e.embed(texts)?;
-        let mut max = vec![0f32; e.dimension()];
-        for row in rows.rows() {
-            max.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
-        }
-        Ok(max)
-    })();
-    let _ = std::fs::remove_dir_all(&dir);
-    let max = result?;
-    let widths: usize = calibration.activations.iter().map(|(_, w)| w).sum();
-    if max.len() != widths {
-        bail!(
-            "the calibration graph gave {} channels where {widths} were expected; run with --smoothing off",
-            max.len()
-        );
-    }
-    let mut out = std::collections::HashMap::new();
-    let mut start = 0;
-    for (name, width) in calibration.activations {
-        out.insert(name, max[start..start + width].to_vec());
-        start += width;
-    }
-    Ok(out)
-}
-
 fn granularity_name(g: Granularity) -> &'static str {
     match g {
         Granularity::PerTensor => "one scale per weight",
@@ -358,54 +265,6 @@ fn record(
         "nodes": { "before": report.nodes_before, "after": report.nodes_after },
         "cost": cost,
     })
-}
-
-/// A hard link to `from` at `to`, else a copy (another file system). Not a symbolic link: ONNX
-/// Runtime resolves one and refuses external data outside the model's folder.
-fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
-    if std::fs::hard_link(from, to).is_ok() {
-        return Ok(());
-    }
-    std::fs::copy(from, to).with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
-    Ok(())
-}
-
-/// Copies every file of `from` except the ONNX graphs, keeping sub-folders (`1_Pooling/`) and
-/// following symbolic links (a Hugging Face cache's snapshot is made of them).
-fn copy_folder(from: &Path, to: &Path) -> Result<()> {
-    for entry in std::fs::read_dir(from).with_context(|| format!("cannot read {}", from.display()))? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let (src, dst) = (entry.path(), to.join(&name));
-        let kind = std::fs::metadata(&src).with_context(|| format!("cannot read {}", src.display()))?.file_type();
-        if kind.is_dir() {
-            std::fs::create_dir_all(&dst)?;
-            copy_folder(&src, &dst)?;
-        } else if kind.is_file() && is_copied(&name.to_string_lossy()) {
-            std::fs::copy(&src, &dst).with_context(|| format!("cannot copy {}", src.display()))?;
-        }
-    }
-    Ok(())
-}
-
-/// Puts the finished folder `tmp` at `out`, replacing an old one only after the new one is whole.
-fn replace_dir(tmp: &Path, out: &Path) -> Result<()> {
-    if out.exists() {
-        let old = tmp.with_extension("old");
-        std::fs::rename(out, &old).with_context(|| format!("cannot move the old {} aside", out.display()))?;
-        if let Err(e) = std::fs::rename(tmp, out) {
-            let _ = std::fs::rename(&old, out);
-            let _ = std::fs::remove_dir_all(tmp);
-            return Err(e).with_context(|| format!("cannot rename the new folder to {}", out.display()));
-        }
-        let _ = std::fs::remove_dir_all(&old);
-        return Ok(());
-    }
-    std::fs::rename(tmp, out)
-        .inspect_err(|_| {
-            let _ = std::fs::remove_dir_all(tmp);
-        })
-        .with_context(|| format!("cannot rename the new folder to {}", out.display()))
 }
 
 #[cfg(test)]

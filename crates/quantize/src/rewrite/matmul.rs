@@ -4,6 +4,7 @@ use super::{PerTokenConstants, Rewriter};
 use crate::graph::*;
 use crate::onnx::NodeProto;
 use crate::tensor::{self};
+use crate::weight::Int8Weight;
 use crate::{Activations, Granularity, QuantizeError, Rewritten, WeightType};
 
 impl Rewriter<'_> {
@@ -44,62 +45,16 @@ impl Rewriter<'_> {
         }
 
         // The bias: Gemm's C, or a lone Add of a constant vector after a MatMul.
-        let mut bias: Option<String> = None;
         let mut output = n.output[0].clone();
-        if is_gemm {
-            if let Some(cname) = n.input.get(2).filter(|s| !s.is_empty()) {
-                let beta = attr_f(&n, "beta", 1.0);
-                match self.bias_vector(cname, cols) {
-                    Some(v) => {
-                        bias = Some(self.add_f32(
-                            &format!("{cname}_bias"),
-                            &[cols as i64],
-                            &v.iter().map(|x| x * beta).collect::<Vec<_>>(),
-                        ))
-                    }
-                    None => {
-                        self.keep(i, "Gemm whose C is not a constant vector of the output width");
-                        return Ok(());
-                    }
-                }
-            }
-        } else if self.uses.get(&output) == Some(&1)
-            && let Some(&j) = self.consumers.get(&output).and_then(|c| c.first())
-            && op(&self.g.node[j]) == "Add"
-            && default_domain(&self.g.node[j])
-            && self.g.node[j].input.len() == 2
-        {
-            let add = &self.g.node[j];
-            let other = if add.input[0] == output { add.input[1].clone() } else { add.input[0].clone() };
-            if let Some(v) = self.bias_vector(&other, cols) {
-                let add_out = add.output[0].clone();
-                bias = Some(if self.init(&other).is_some_and(|t| t.dims.len() == 1) {
-                    other
-                } else {
-                    self.add_f32(&format!("{other}_1d"), &[cols as i64], &v)
-                });
-                output = add_out;
-                self.removed.insert(j);
-            }
-        }
-
-        let base = format!("{}_nornir_int8", c.base);
-        let qname = self.fresh(&base);
-        let sname = self.fresh(&format!("{base}_scale"));
-        let sdims: Vec<i64> = if w.scale.len() == 1 { Vec::new() } else { vec![cols as i64] };
-        // uint8 weights are the int8 ones shifted by their zero point 128.
-        let weight_zero_point = match self.options.weights.resolved() {
-            WeightType::Int8 => {
-                self.new_inits.push(tensor::new_i8(&qname, &[k as i64, cols as i64], &w.q));
-                None
-            }
-            _ => {
-                let shifted: Vec<u8> = w.q.iter().map(|&v| (i16::from(v) + 128) as u8).collect();
-                self.new_inits.push(tensor::new_u8(&qname, &[k as i64, cols as i64], &shifted));
-                Some(self.per_token_constants().zero_point)
+        let bias = match self.bias(&n, is_gemm, cols, &mut output) {
+            Ok(bias) => bias,
+            Err(reason) => {
+                self.keep(i, reason);
+                return Ok(());
             }
         };
-        self.new_inits.push(tensor::new_f32(&sname, &sdims, &w.scale));
+
+        let (qname, sname, weight_zero_point) = self.store_weight(&c.base, k, cols, &w);
         let activations = self.options.activations;
         let nodes = match activations {
             Activations::PerTensor => {
@@ -140,6 +95,82 @@ impl Rewriter<'_> {
             bias_folded: bias.is_some(),
         });
         Ok(())
+    }
+
+    /// The bias the int8 node adds: Gemm's C (times beta), or the constant vector of a lone
+    /// `Add` after a MatMul, which is then removed and whose output becomes `output`. The reason
+    /// to keep the node in float32 when its C is not such a vector.
+    fn bias(
+        &mut self,
+        n: &NodeProto,
+        is_gemm: bool,
+        cols: usize,
+        output: &mut String,
+    ) -> Result<Option<String>, &'static str> {
+        let mut bias: Option<String> = None;
+        if is_gemm {
+            if let Some(cname) = n.input.get(2).filter(|s| !s.is_empty()) {
+                let beta = attr_f(n, "beta", 1.0);
+                match self.bias_vector(cname, cols) {
+                    Some(v) => {
+                        bias = Some(self.add_f32(
+                            &format!("{cname}_bias"),
+                            &[cols as i64],
+                            &v.iter().map(|x| x * beta).collect::<Vec<_>>(),
+                        ))
+                    }
+                    None => return Err("Gemm whose C is not a constant vector of the output width"),
+                }
+            }
+        } else if self.uses.get(&*output) == Some(&1)
+            && let Some(&j) = self.consumers.get(&*output).and_then(|c| c.first())
+            && op(&self.g.node[j]) == "Add"
+            && default_domain(&self.g.node[j])
+            && self.g.node[j].input.len() == 2
+        {
+            let add = &self.g.node[j];
+            let other = if add.input[0] == *output { add.input[1].clone() } else { add.input[0].clone() };
+            if let Some(v) = self.bias_vector(&other, cols) {
+                let add_out = add.output[0].clone();
+                bias = Some(if self.init(&other).is_some_and(|t| t.dims.len() == 1) {
+                    other
+                } else {
+                    self.add_f32(&format!("{other}_1d"), &[cols as i64], &v)
+                });
+                *output = add_out;
+                self.removed.insert(j);
+            }
+        }
+        Ok(bias)
+    }
+
+    /// Adds the int8 (or uint8) weight and its scales as initializers: their names, and the
+    /// weight's zero point for uint8.
+    fn store_weight(
+        &mut self,
+        base_name: &str,
+        k: usize,
+        cols: usize,
+        w: &Int8Weight,
+    ) -> (String, String, Option<String>) {
+        let base = format!("{}_nornir_int8", base_name);
+        let qname = self.fresh(&base);
+        let sname = self.fresh(&format!("{base}_scale"));
+        let sdims: Vec<i64> = if w.scale.len() == 1 { Vec::new() } else { vec![cols as i64] };
+        // uint8 weights are the int8 ones shifted by their zero point 128.
+        let weight_zero_point = match self.options.weights.resolved() {
+            WeightType::Int8 => {
+                self.new_inits.push(tensor::new_i8(&qname, &[k as i64, cols as i64], &w.q));
+                None
+            }
+            _ => {
+                let shifted: Vec<u8> = w.q.iter().map(|&v| (i16::from(v) + 128) as u8).collect();
+                self.new_inits.push(tensor::new_u8(&qname, &[k as i64, cols as i64], &shifted));
+                Some(self.per_token_constants().zero_point)
+            }
+        };
+        self.new_inits.push(tensor::new_f32(&sname, &sdims, &w.scale));
+        (qname, sname, weight_zero_point)
     }
 
     /// `x @ w` with `x` quantized per row: `MatMulIntegerToFloat(q, w, s, w_scale, 128)` of the

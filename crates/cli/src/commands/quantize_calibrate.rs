@@ -1,0 +1,79 @@
+//! The calibration of `nornir vector quantize --smoothing`: the largest magnitude of each channel
+//! the smoothing divides, measured by running nornir-quantize's calibration graph on texts.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use nornir_vector::quantize::{CALIBRATION_OUTPUT, QuantizeOptions, calibration_model};
+use nornir_vector::{Embedder, EmbedderOptions, Pooling};
+
+use super::quantize_files::{link_or_copy, read_beside};
+
+/// The largest magnitude of each channel of the activations smoothing divides, measured by
+/// running the calibration graph (nornir-quantize's `calibration_model`) on `texts` with max
+/// pooling, so that padding never counts, in a hidden folder next to the output, removed after.
+pub(super) fn calibrate(
+    model_file: &Path,
+    parent: &Path,
+    model: &[u8],
+    qopts: &QuantizeOptions,
+    opts: &EmbedderOptions,
+    texts: &[&str],
+) -> Result<std::collections::HashMap<String, Vec<f32>>> {
+    let source_dir = model_file.parent().unwrap_or(Path::new("."));
+    let calibration = match calibration_model(model, Some(&mut read_beside(model_file)), qopts) {
+        Ok(c) => c,
+        // No LayerNorm feeds an int8 MatMul: nothing to smooth, nothing to measure.
+        Err(nornir_vector::quantize::QuantizeError::NothingToQuantize(_)) => return Ok(Default::default()),
+        Err(e) => return Err(e).context("cannot build the calibration graph"),
+    };
+    let dir = parent.join(format!(".nornir-calibration-{}.tmp", std::process::id()));
+    let result = (|| -> Result<Vec<f32>> {
+        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        // The tokenizer, the length limit and the prompts, not config.json: its hidden size is not
+        // this output's width.
+        for name in ["tokenizer.json", "sentence_bert_config.json", "config_sentence_transformers.json"] {
+            if source_dir.join(name).is_file() {
+                std::fs::copy(source_dir.join(name), dir.join(name))?;
+            }
+        }
+        std::fs::write(dir.join("model.onnx"), &calibration.model)?;
+        // The graph still points at the source's external data: the same files, hard-linked
+        // (only those: the source's config.json would describe another output).
+        for name in &calibration.data_files {
+            let link = dir.join(name);
+            if let Some(folder) = link.parent() {
+                std::fs::create_dir_all(folder)?;
+            }
+            link_or_copy(&source_dir.join(name), &link)?;
+        }
+        let mut o = opts.clone().with_output_name(CALIBRATION_OUTPUT).with_pooling(Pooling::Max);
+        o.call.normalize = Some(false);
+        // Every channel of the output, whatever --dim asks of the model's vectors.
+        o.model_file = None;
+        o.call.dimensions = None;
+        let e = Embedder::new(&dir, &o).context("the calibration graph does not load")?;
+        let rows = e.embed(texts)?;
+        let mut max = vec![0f32; e.dimension()];
+        for row in rows.rows() {
+            max.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
+        }
+        Ok(max)
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    let max = result?;
+    let widths: usize = calibration.activations.iter().map(|(_, w)| w).sum();
+    if max.len() != widths {
+        bail!(
+            "the calibration graph gave {} channels where {widths} were expected; run with --smoothing off",
+            max.len()
+        );
+    }
+    let mut out = std::collections::HashMap::new();
+    let mut start = 0;
+    for (name, width) in calibration.activations {
+        out.insert(name, max[start..start + width].to_vec());
+        start += width;
+    }
+    Ok(out)
+}
