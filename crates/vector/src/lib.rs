@@ -35,8 +35,8 @@ pub use nornir_ep_select::{Device, Provider, Vendor};
 pub use nornir_gpu_probe::{preflight, probe};
 // The words of the options, in every build (no ONNX Runtime in them).
 pub use nornir_options::{
-    CallOptions, CancelHandle, Chunking, DocumentVector, EmbedderOptions, InvalidOption, LongInputs, ModelKind,
-    Pooling, Precision, Prompt, QueueFull, Ranges, ScoreActivation, Truncation,
+    CallOptions, CancelHandle, Chunking, DocumentVector, EmbedderOptions, InvalidOption, KindCalls, LongInputs,
+    ModelKind, Pooling, Precision, Prompt, QueueFull, Ranges, ScoreActivation, Truncation,
 };
 
 #[cfg(feature = "embed-ort")]

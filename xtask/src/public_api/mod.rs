@@ -5,11 +5,11 @@
 //! matches it, so every public change, a parameter's type included, shows up in review as a change
 //! of that file (`--bless` writes it).
 //!
-//! The signatures come from rustdoc's JSON, which only the nightly toolchain writes: one `cargo
-//! +nightly doc --no-deps` of the listed crates and of the crates the facade re-exports from
-//! (`nornir-embed`, `nornir-options`, `nornir-gpu-probe`, `nornir-ep-select`), every feature on,
-//! into the usual target folder's `doc/` (`<crate>.json`). Without a nightly toolchain it fails
-//! saying how to install one.
+//! The signatures come from rustdoc's JSON, an unstable output that the pinned stable rustdoc
+//! writes under `RUSTC_BOOTSTRAP=1`: one `cargo doc --no-deps` of the listed crates and of the
+//! crates the facade re-exports from (`nornir-embed`, `nornir-options`, `nornir-gpu-probe`,
+//! `nornir-ep-select`), every feature on, into the usual target folder's `doc/`
+//! (`<crate>.json`). Its format moves only when the toolchain pin does.
 
 mod render;
 mod signature;
@@ -53,21 +53,18 @@ fn target_dir() -> PathBuf {
     }
 }
 
-/// Writes every crate's rustdoc JSON with the nightly toolchain; returns them by crate name.
+/// Writes every crate's rustdoc JSON with the pinned toolchain; returns them by crate name.
 fn json_docs() -> Result<BTreeMap<String, serde_json::Value>> {
-    let mut cmd = std::process::Command::new("cargo");
+    let mut cmd = crate::process::cargo();
     cmd.current_dir(workspace_root())
-        .args(["+nightly", "doc", "--quiet", "--no-deps", "--features", FEATURES])
+        .args(["doc", "--quiet", "--no-deps", "--features", FEATURES])
         .args(CRATES.iter().chain(UNDERLYING).flat_map(|c| ["-p".to_owned(), c.replace('_', "-")]))
         .env("RUSTDOCFLAGS", "-Z unstable-options --output-format json")
-        // `cargo xtask` runs under the pinned toolchain; these would pin the nightly cargo to it.
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .env_remove("RUSTC")
-        .env_remove("RUSTDOC")
-        .env_remove("CARGO");
+        // rustdoc's JSON is unstable: the pinned stable rustdoc writes it when told this is a
+        // bootstrap build, so the format (render::FORMAT_VERSION) moves only with the pin.
+        .env("RUSTC_BOOTSTRAP", "1");
     crate::dev_null::empty_if_regular_file();
-    run_checked(&mut cmd)
-        .context("rustdoc JSON needs the nightly toolchain: `rustup toolchain install nightly --profile minimal`")?;
+    run_checked(&mut cmd).context("rustdoc could not write the crates' JSON docs")?;
     let mut docs = BTreeMap::new();
     for krate in CRATES.iter().chain(UNDERLYING) {
         let path = target_dir().join("doc").join(format!("{krate}.json"));

@@ -49,7 +49,7 @@ impl Docs {
             let version = json["format_version"].as_u64().unwrap_or(0);
             if version != FORMAT_VERSION {
                 bail!(
-                    "{name}: rustdoc JSON format_version {version}, but xtask/src/public_api/render.rs reads {FORMAT_VERSION}: update the reader for the installed nightly (or install the nightly of that format)"
+                    "{name}: rustdoc JSON format_version {version}, but xtask/src/public_api/render.rs reads {FORMAT_VERSION}: the toolchain pin moved: update the reader to the new format"
                 );
             }
         }

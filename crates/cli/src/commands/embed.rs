@@ -89,6 +89,20 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
     }
     bar.finish_and_clear();
     writer.finish(embedder.dimension())?;
+    report_done(job, &embedder, done, truncated, chunks, started);
+    Ok(())
+}
+
+/// What `embed` says when it is done: a JSON summary, the texts cut, and with `--verbose` the
+/// speed and memory.
+fn report_done(
+    job: &EmbedJob,
+    embedder: &nornir_vector::Embedder,
+    done: usize,
+    truncated: usize,
+    chunks: usize,
+    started: Instant,
+) {
     if job.json {
         let summary = serde_json::json!({
             "texts": done,
@@ -115,7 +129,6 @@ pub fn embed(job: &EmbedJob) -> Result<()> {
             peak_rss_mib(&embedder.report().memory).unwrap_or(f64::NAN)
         );
     }
-    Ok(())
 }
 
 /// The process's peak resident memory in MiB, as the embedder's memory report gives it.

@@ -92,7 +92,7 @@ pub fn max_sim(query: &[f32], document: &[f32], dim: usize) -> f32 {
         .sum()
 }
 
-/// Which of BGE-M3's outputs an [`Embedder::encode`] call makes from its one pass.
+/// Which of BGE-M3's outputs an [`Embedder::encode`](crate::Embedder::encode) call makes from its one pass.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Outputs {
@@ -121,7 +121,7 @@ impl Outputs {
     }
 }
 
-/// What an [`Embedder::encode`] call made, one entry per text for each output asked.
+/// What an [`Embedder::encode`](crate::Embedder::encode) call made, one entry per text for each output asked.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Encoded {

@@ -22,7 +22,7 @@ enum SparsePlan {
 impl Embedder {
     /// Each text's sparse vector (SPLADE: `log(1 + relu(logits))` over the vocabulary, the
     /// maximum over its tokens), pruned as `options` say. A long list runs in parts, so memory
-    /// stays bounded. An error ([`EmbedError::WrongKind`]) unless the model is a sparse encoder.
+    /// stays bounded. An error ([`EmbedError::WrongKind`](crate::EmbedError::WrongKind)) unless the model is a sparse encoder.
     pub fn embed_sparse<S: AsRef<str>>(&self, texts: &[S], options: &SparseOptions) -> Result<SparseVectors> {
         block_on(self.sparse_body(self.blocking(), self.plan_sparse(texts, options)))
     }
