@@ -1,22 +1,23 @@
-//! The encoder as ONNX nodes, from the published definitions of each family: transformers'
-//! `modeling_bert.py`, `modeling_xlm_roberta.py` and `modeling_modernbert.py`, and the model
-//! repositories' own modeling code for JinaBERT v2, jina-embeddings-v3 (XLM-RoBERTa with rotary
-//! positions and LoRA), NomicBERT and GTE's `NewModel`. This file holds the blocks they share
-//! (linear layers, norms, activations, attention, the gated feed-forward); `bert.rs` the
-//! post-norm layers, `modernbert.rs` the pre-norm one, `positions.rs` ALiBi, rotary tables and
-//! masks, `heads.rs` the masked-LM and classification heads, `decoder.rs` the causal decoders
-//! (Qwen3, Qwen2, Llama, Mistral) and their yes/no reranker head.
+//! The networks as ONNX nodes, written from the published definitions of each family
+//! (transformers' `modeling_bert.py`, `modeling_xlm_roberta.py`, `modeling_modernbert.py`, the
+//! decoders', and the model repositories' own modeling code for JinaBERT v2, jina-embeddings-v3,
+//! NomicBERT and GTE's `NewModel`), but reading only the family-neutral description in
+//! [`Config`] and the tensor names in [`Names`], never a family's name. This file holds the blocks
+//! they share (linear layers, norms, activations, attention, the gated feed-forward);
+//! `post_norm.rs` the embeddings and the post-norm layers, `pre_norm.rs` the pre-norm one,
+//! `positions.rs` ALiBi, rotary tables and masks, `heads.rs` the masked-LM and classification
+//! heads, `decoder.rs` the causal decoders and their yes/no reranker head.
 
-mod bert;
 mod decoder;
 mod heads;
-mod modernbert;
 mod positions;
+mod post_norm;
+mod pre_norm;
 
 use std::collections::HashMap;
 
 use crate::ConvertError;
-use crate::config::{Activation, Config, Family, Head};
+use crate::config::{Activation, Config, Head, Names};
 use crate::graph::{Attr, FLOAT, Graph, MS_DOMAIN};
 use crate::weights::Weights;
 
@@ -89,19 +90,15 @@ pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -
             files: weights.files().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
         })?;
     let t = Tensors { weights, base: base.to_owned() };
-    let mut net = Net { g, c, t, fused, lora_low: HashMap::new() };
+    let mut net = Net { g, c, names: c.names, t, fused, lora_low: HashMap::new() };
     net.check_layer_count()?;
     let mut x = net.embeddings()?;
     let masks = net.masks();
     for layer in 0..c.layers {
-        x = match c.family {
-            Family::Bert | Family::XlmRoberta => net.bert_layer(&x, &masks.global, layer)?,
-            Family::ModernBert => net.pre_norm_layer(&x, &masks, layer)?,
-            _ => net.post_norm_layer(&x, &masks, layer)?,
-        };
+        x = if c.pre_norm { net.pre_norm_layer(&x, &masks, layer)? } else { net.post_norm_layer(&x, &masks, layer)? };
     }
-    if c.family == Family::ModernBert {
-        x = net.layer_norm(&x, &net.p("final_norm"))?;
+    if let Some(norm) = net.names().final_norm {
+        x = net.layer_norm(&x, &net.p(norm))?;
     }
     let (output, axes): (String, &[&str]) = match c.head {
         Head::Encoder => (x, &["batch", "sequence", "hidden"]),
@@ -117,6 +114,8 @@ pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -
 struct Net<'a, 'w> {
     g: &'a mut Graph,
     c: &'a Config,
+    /// The encoder family's tensor names (`None` for a decoder, which names its own).
+    names: Option<&'static Names>,
     t: Tensors<'w>,
     fused: bool,
     /// `x Aₜᵀ` of each (input, LoRA layer) already written.
@@ -138,13 +137,14 @@ impl Net<'_, '_> {
         format!("{}{name}", self.t.base)
     }
 
+    /// The encoder family's tensor names.
+    fn names(&self) -> &'static Names {
+        self.names.expect("an encoder's config has its family's names")
+    }
+
     /// The prefix of layer `i`'s tensors.
     fn layer_prefix(&self, i: usize) -> String {
-        match self.c.family {
-            Family::ModernBert => self.p(&format!("layers.{i}")),
-            Family::JinaXlmRoberta | Family::NomicBert => self.p(&format!("encoder.layers.{i}")),
-            _ => self.p(&format!("encoder.layer.{i}")),
-        }
+        self.p(&format!("{}.{i}", self.names().layers))
     }
 
     /// Refuses a config that asks for more layers than the weights hold, naming both counts.
