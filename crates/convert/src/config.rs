@@ -1,63 +1,19 @@
-//! What `config.json` says about the network: its family, its head and its sizes.
+//! What `config.json` says about the network, family-neutral: its head, its sizes and the
+//! description of its blocks the graph builders read. The families (`families/`) fill it in.
 
 use serde_json::Value;
 
 use crate::ConvertError;
 
 pub(crate) mod checks;
-mod decoder;
-#[cfg(test)]
-mod decoder_tests;
-mod encoder;
-#[cfg(test)]
-mod hostile_tests;
+pub(crate) mod decoder;
+pub(crate) mod encoder;
+pub(crate) mod names;
 mod raw;
-#[cfg(test)]
-mod tests;
 
 use checks::Check;
-use raw::Raw;
-
-/// The encoder's family: its layer layout, its positions and the tensor names it uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum Family {
-    /// BERT and the embedders that share its layout (MiniLM, BGE, e5, GTE v1): positions 0, 1, 2...
-    Bert,
-    /// XLM-RoBERTa (bge-m3, multilingual-e5, bge-reranker): positions counted from the padding
-    /// index + 1, padding tokens at the padding index.
-    XlmRoberta,
-    /// JinaBERT v2 (jina-embeddings-v2-*): BERT with ALiBi instead of a position table and a
-    /// gated GELU (or ReLU) feed-forward; the code variant adds query and key norms.
-    JinaBert,
-    /// jina-embeddings-v3: XLM-RoBERTa with rotary positions, fused QKV and task LoRA adapters
-    /// chosen by a `task_id` input.
-    JinaXlmRoberta,
-    /// NomicBERT (nomic-embed-text v1/v1.5, arctic-embed-m-long): fused QKV, rotary (with its
-    /// dynamic NTK scaling), SwiGLU.
-    NomicBert,
-    /// GTE's `NewModel` (gte-*-v1.5, gte-multilingual): fused QKV, rotary with NTK scaling, GeGLU.
-    Gte,
-    /// ModernBERT: pre-norm, GeGLU, global and sliding-window local attention with two rotary bases.
-    ModernBert,
-    /// Qwen3 decoders (Qwen3-Embedding, Qwen3-Reranker): RMSNorm, grouped-query causal attention
-    /// with a per-head RMSNorm on queries and keys, rotary positions, SwiGLU.
-    Qwen3,
-    /// Qwen2 decoders (gte-Qwen2-instruct): as Qwen3 without the query and key norms, with
-    /// biases on the query, key and value projections.
-    Qwen2,
-    /// Llama and Mistral decoders (e5-mistral-7b-instruct): as Qwen2 without the biases
-    /// (`attention_bias`, `mlp_bias` where the config sets them), Mistral's sliding window.
-    Llama,
-}
-
-impl Family {
-    /// A causal decoder (Qwen3, Qwen2, Llama, Mistral), written without a KV cache.
-    pub fn is_decoder(self) -> bool {
-        matches!(self, Family::Qwen3 | Family::Qwen2 | Family::Llama)
-    }
-}
+pub(crate) use names::Names;
+pub(crate) use raw::Raw;
 
 /// What the graph puts on top of the encoder, and so what it outputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -153,8 +109,10 @@ pub(crate) enum RopeScaling {
 /// How the encoder knows where a token is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Positions {
-    /// A learned table of `max_position_embeddings` rows (BERT, XLM-RoBERTa).
-    Absolute,
+    /// A learned table of `max_position_embeddings` rows (BERT, XLM-RoBERTa): positions 0, 1,
+    /// 2..., or where `from_padding`, counted from the padding index + 1 with padding tokens at the
+    /// padding index (XLM-RoBERTa).
+    Absolute { from_padding: bool },
     /// ALiBi: attention biased by `-slope * |i - j|`, one slope per head.
     Alibi,
     /// Rotary positions on queries and keys (non-interleaved halves).
@@ -196,36 +154,6 @@ pub(crate) enum ClassifierPooling {
     Mean,
 }
 
-/// The architectures `config.json` may name, with their family and head (a decoder's head is the
-/// encoder's output unless the conversion asks for the yes/no reranker).
-pub const SUPPORTED: [(&str, Family, Head); 24] = [
-    ("BertModel", Family::Bert, Head::Encoder),
-    ("BertForMaskedLM", Family::Bert, Head::MaskedLm),
-    ("BertForSequenceClassification", Family::Bert, Head::SequenceClassification),
-    ("XLMRobertaModel", Family::XlmRoberta, Head::Encoder),
-    ("XLMRobertaForMaskedLM", Family::XlmRoberta, Head::MaskedLm),
-    ("XLMRobertaForSequenceClassification", Family::XlmRoberta, Head::SequenceClassification),
-    ("JinaBertModel", Family::JinaBert, Head::Encoder),
-    ("JinaBertForMaskedLM", Family::JinaBert, Head::MaskedLm),
-    ("XLMRobertaLoRA", Family::JinaXlmRoberta, Head::Encoder),
-    ("NomicBertModel", Family::NomicBert, Head::Encoder),
-    ("NewModel", Family::Gte, Head::Encoder),
-    ("NewForSequenceClassification", Family::Gte, Head::SequenceClassification),
-    ("ModernBertModel", Family::ModernBert, Head::Encoder),
-    ("ModernBertForMaskedLM", Family::ModernBert, Head::MaskedLm),
-    ("ModernBertForSequenceClassification", Family::ModernBert, Head::SequenceClassification),
-    // Stanford ColBERT's checkpoints: BERT under `bert.`, the projection beside it (colbert.rs).
-    ("HF_ColBERT", Family::Bert, Head::Encoder),
-    ("Qwen3Model", Family::Qwen3, Head::Encoder),
-    ("Qwen3ForCausalLM", Family::Qwen3, Head::Encoder),
-    ("Qwen2Model", Family::Qwen2, Head::Encoder),
-    ("Qwen2ForCausalLM", Family::Qwen2, Head::Encoder),
-    ("LlamaModel", Family::Llama, Head::Encoder),
-    ("LlamaForCausalLM", Family::Llama, Head::Encoder),
-    ("MistralModel", Family::Llama, Head::Encoder),
-    ("MistralForCausalLM", Family::Llama, Head::Encoder),
-];
-
 /// What a decoder adds to the shared sizes: its attention's heads and widths, norms, biases and
 /// positions.
 #[derive(Debug, Clone, PartialEq)]
@@ -248,7 +176,10 @@ pub(crate) struct Decoder {
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) architecture: String,
-    pub(crate) family: Family,
+    /// The family's name, as `conversion.json` records it (`bert`, `xlm-roberta`, ...).
+    pub(crate) family: &'static str,
+    /// An encoder's tensor names (`None` for a decoder, whose names are its builder's).
+    pub(crate) names: Option<&'static Names>,
     pub(crate) head: Head,
     pub(crate) hidden: usize,
     pub(crate) layers: usize,
@@ -262,6 +193,12 @@ pub(crate) struct Config {
     pub(crate) activation: Activation,
     pub(crate) feed_forward: FeedForward,
     pub(crate) positions: Positions,
+    /// Pre-norm layers (`x + block(norm(x))`, a final norm) rather than post-norm ones
+    /// (`norm(x + block(x))`).
+    pub(crate) pre_norm: bool,
+    /// Separate query, key and value projections whose biases the fused attention operator adds
+    /// (BERT, XLM-RoBERTa), rather than each projection adding its own.
+    pub(crate) qkv_bias_in_attention: bool,
     pub(crate) biases: Biases,
     pub(crate) local: Option<LocalAttention>,
     pub(crate) lora: Option<Lora>,
@@ -278,13 +215,20 @@ pub(crate) struct Config {
     pub(crate) decoder: Option<Decoder>,
 }
 
-fn supported_names() -> String {
-    SUPPORTED.iter().map(|(name, ..)| *name).collect::<Vec<_>>().join(", ")
+/// The activation `name` (read under `key`).
+pub(crate) fn activation(check: Check<'_>, name: &str, key: &str) -> Result<Activation, ConvertError> {
+    Activation::parse(name).ok_or_else(|| check.bad(format!("has {key} {name:?}; converted: {}", Activation::NAMES)))
 }
 
-/// The activation `name` (read under `key`).
-fn activation(check: Check<'_>, name: &str, key: &str) -> Result<Activation, ConvertError> {
-    Activation::parse(name).ok_or_else(|| check.bad(format!("has {key} {name:?}; converted: {}", Activation::NAMES)))
+/// What a family's reader is given: the config's keys, the architecture it claimed, the head
+/// asked for, the file's refusals, and the encoder families' names (for refusals that list them).
+#[derive(Clone, Copy)]
+pub(crate) struct Claim<'a> {
+    pub(crate) raw: &'a Raw,
+    pub(crate) architecture: &'a str,
+    pub(crate) head: Head,
+    pub(crate) check: Check<'a>,
+    pub(crate) encoders: &'a str,
 }
 
 /// What a sentence-transformers folder's `modules.json` says its first module loads.
@@ -313,97 +257,17 @@ impl StModule {
     }
 }
 
-/// The family an architecture's name belongs to, whatever its head (sentence-transformers loads
-/// the base model of any of them); `raw` tells rotary XLM-RoBERTa and ALiBi BERT apart.
-fn family_of(architecture: &str, raw: &Raw) -> Option<Family> {
-    let positions = raw.position_embedding_type.as_deref();
-    Some(
-        if architecture.starts_with("XLMRobertaLoRA")
-            || architecture.starts_with("XLMRoberta") && positions == Some("rotary")
-        {
-            Family::JinaXlmRoberta
-        } else if architecture.starts_with("XLMRoberta") {
-            Family::XlmRoberta
-        } else if architecture.starts_with("JinaBert") || architecture.starts_with("Bert") && positions == Some("alibi")
-        {
-            Family::JinaBert
-        } else if architecture.starts_with("Bert") || architecture == "HF_ColBERT" {
-            Family::Bert
-        } else if architecture.starts_with("NomicBert") {
-            Family::NomicBert
-        } else if architecture.starts_with("New") {
-            Family::Gte
-        } else if architecture.starts_with("ModernBert") {
-            Family::ModernBert
-        } else if architecture.starts_with("Qwen3") && !architecture.starts_with("Qwen3Moe") {
-            Family::Qwen3
-        } else if architecture.starts_with("Qwen2")
-            && !["Qwen2Moe", "Qwen2VL", "Qwen2Audio", "Qwen2_5"].iter().any(|p| architecture.starts_with(p))
-        {
-            Family::Qwen2
-        } else if architecture.starts_with("Llama") || architecture.starts_with("Mistral") {
-            Family::Llama
-        } else {
-            return None;
-        },
-    )
-}
-
-/// The head an architecture's name asks for, in a family that has it.
-fn head_of(architecture: &str) -> Option<Head> {
-    SUPPORTED.iter().find(|(n, ..)| *n == architecture).map(|&(_, _, head)| head)
-}
-
 impl Config {
     /// Where `architectures` (not `modules.json`) asked for the masked-LM head and the checkpoint
     /// holds none of it, the encoder: embedders often keep `*ForMaskedLM` in `architectures` and
     /// ship only the encoder's weights (jina-embeddings-v2), which is what transformers' `AutoModel`
     /// and sentence-transformers load from such a folder.
     pub(crate) fn encoder_where_no_head_weights(mut self, st: Option<StModule>, has: impl Fn(&str) -> bool) -> Config {
-        let head_weight = match self.family {
-            Family::XlmRoberta => "lm_head.dense.weight",
-            Family::ModernBert => "head.dense.weight",
-            _ => "cls.predictions.transform.dense.weight",
-        };
-        if st.is_none() && self.head == Head::MaskedLm && !has(head_weight) {
+        let dense = self.names.map_or("cls.predictions.transform.dense", |n| n.masked_lm.dense);
+        if st.is_none() && self.head == Head::MaskedLm && !has(&format!("{dense}.weight")) {
             self.head = Head::Encoder;
         }
         self
-    }
-
-    /// Reads `config.json`'s text (`file` names it in errors). Where `modules.json` names the
-    /// first module (`st`), the head is what sentence-transformers loads: the encoder for its
-    /// `Transformer` (any architecture of a supported family), the masked-LM head for
-    /// `MLMTransformer`; else the head `architectures` names.
-    pub(crate) fn parse(text: &str, file: &str, st: Option<StModule>) -> Result<Config, ConvertError> {
-        let bad = |why: String| ConvertError::Config { file: file.to_owned(), why };
-        let raw: Raw = serde_json::from_str(text).map_err(|e| Check { file }.not_valid::<Raw>(text, &e))?;
-        let archs = raw.architectures.clone().unwrap_or_default();
-        if archs.is_empty() {
-            return Err(bad(format!(
-                "has no `architectures` (model_type {:?}): add the architecture, one of {}",
-                raw.model_type.as_deref().unwrap_or("missing"),
-                supported_names()
-            )));
-        }
-        let found = archs.iter().find_map(|a| {
-            let family = family_of(a, &raw)?;
-            let head = match st {
-                Some(StModule::Transformer) => Head::Encoder,
-                Some(StModule::MlmTransformer) => Head::MaskedLm,
-                // XLM-RoBERTa's and BERT's names with another family's positions keep their head.
-                None => head_of(a)?,
-            };
-            Some((a, family, head))
-        });
-        let Some((architecture, family, head)) = found else {
-            return Err(ConvertError::Unsupported { architecture: archs.join(", "), supported: supported_names() });
-        };
-        let check = Check { file };
-        if family.is_decoder() {
-            return decoder::decoder(&raw, architecture, family, check);
-        }
-        encoder::encoder(&raw, architecture, family, head, check)
     }
 
     /// A decoder's config with the yes/no head for the tokens `yes` and `no`: what a reranker

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::config::{Config, Head, StModule};
+use crate::config::{Head, StModule};
+use crate::families;
 use crate::graph::{Graph, OPSET, WeightDtype};
 use crate::text_file::read_text;
 use crate::weights::{SHARD_INDEX, SINGLE, TORCH_INDEX, TORCH_SINGLE, Weights};
@@ -130,8 +131,8 @@ fn build_in(
     }
     let text = read_text(&config_file).map_err(|e| ConvertError::Read { file: display(&config_file), source: e })?;
     let st = read_text(&dir.join("modules.json")).ok().and_then(|t| StModule::parse(&t));
-    let mut config = Config::parse(&text, &display(&config_file), st)?;
-    if options.dtype != WeightDtype::Float32 && !config.family.is_decoder() {
+    let mut config = families::parse(&text, &display(&config_file), st)?;
+    if options.dtype != WeightDtype::Float32 && config.decoder.is_none() {
         return Err(ConvertError::Config {
             file: display(&config_file),
             why: format!(
@@ -141,7 +142,7 @@ fn build_in(
             ),
         });
     }
-    if config.family.is_decoder() && is_reranker(dir, &text, &config.architecture, options) {
+    if config.decoder.is_some() && is_reranker(dir, &text, &config.architecture, options) {
         let (yes, no) = yes_no_ids(dir, config.vocab)?;
         config = config.into_reranker(yes, no);
     }
@@ -166,7 +167,7 @@ fn build_in(
         output: config.head.output_name().to_owned(),
         opset: OPSET,
         // A decoder is written with ONNX's operators only.
-        fused: options.fused && !config.family.is_decoder(),
+        fused: options.fused && config.decoder.is_none(),
         layers: config.layers,
         hidden: config.hidden,
         vocabulary: config.vocab,

@@ -17,6 +17,7 @@
 
 mod colbert;
 mod config;
+mod families;
 mod folder;
 mod graph;
 mod network;
@@ -35,9 +36,14 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-pub use config::{Family, Head, SUPPORTED};
+pub use config::Head;
 pub use folder::convert;
 pub use graph::WeightDtype;
+
+/// Every architecture name `config.json`'s `architectures` may give, family by family.
+pub fn supported_architectures() -> impl Iterator<Item = &'static str> {
+    families::supported_architectures()
+}
 
 /// How to write the graph.
 #[derive(Debug, Clone)]
@@ -117,7 +123,8 @@ pub struct SourceFile {
 pub struct Conversion {
     /// `config.json`'s architecture that was converted, e.g. `BertModel`.
     pub architecture: String,
-    pub family: Family,
+    /// The family converted, e.g. `bert`, `xlm-roberta`, `jina-bert`, `modern-bert`, `qwen3`.
+    pub family: &'static str,
     pub head: Head,
     /// The graph's output: `last_hidden_state` (encoder, decoder embedder) or `logits` (the heads).
     pub output: String,
@@ -258,7 +265,7 @@ pub mod fuzzing {
     /// `text` read as a converter's `config.json`, for whichever family its `architectures` names
     /// (its keys, defaults and range checks); the architecture it names.
     pub fn parse_config(text: &str) -> Result<String, ConvertError> {
-        Ok(crate::config::Config::parse(text, "config.json", None)?.architecture)
+        Ok(crate::families::parse(text, "config.json", None)?.architecture)
     }
 
     /// `text` read as Stanford ColBERT's `artifact.metadata`, its lengths within 512 positions.

@@ -1,16 +1,44 @@
-//! A decoder's config (Qwen3, Qwen2, Llama, Mistral), read under transformers' keys and checked as
-//! it is read; what this converter does not write (sliding windows on Qwen, rope scalings other
-//! than linear and llama3) is refused by name.
+//! A decoder's config, family-neutral, read under transformers' keys and checked as it is read;
+//! what this converter does not write (sliding windows where the family has none, rope scalings
+//! other than linear and llama3) is refused by name. A family file gives a [`DecoderFamily`]: the
+//! few choices the decoder families differ in.
 
 use serde_json::Value;
 
 use super::checks::{Check, MAX_LAYERS, MAX_TOKENS, MAX_VOCAB, MAX_WIDTH, Real};
 use super::{
-    Biases, ClassifierPooling, Config, Decoder, Family, FeedForward, Head, Positions, Raw, RopeScaling, activation,
+    Biases, Claim, ClassifierPooling, Config, Decoder, FeedForward, Head, Positions, Raw, RopeScaling, activation,
 };
 use crate::ConvertError;
 
-pub(super) fn decoder(raw: &Raw, architecture: &str, family: Family, check: Check<'_>) -> Result<Config, ConvertError> {
+/// What a decoder family decides: its defaults and which optional parts it has.
+#[derive(Debug)]
+pub(crate) struct DecoderFamily {
+    /// As `conversion.json` records it.
+    pub(crate) family: &'static str,
+    /// The head width where the config has no `head_dim` (else `hidden_size / num_attention_heads`).
+    pub(crate) head_dim: Option<usize>,
+    /// The query, key and value projections always have biases (else as `attention_bias` says).
+    pub(crate) qkv_bias: bool,
+    /// RMSNorm over each query and key head.
+    pub(crate) qk_norm: bool,
+    pub(crate) sliding_window: Window,
+}
+
+/// Whether a decoder attends within a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Window {
+    /// As `sliding_window` says (Mistral).
+    Read,
+    /// Never; the config's window keys are not read.
+    Ignored,
+    /// Never; `use_sliding_window: true` is refused.
+    Refused,
+}
+
+/// A decoder's config, its sizes checked as they are read.
+pub(crate) fn decoder(claim: Claim<'_>, family: &DecoderFamily) -> Result<Config, ConvertError> {
+    let (raw, architecture, check) = (claim.raw, claim.architecture, claim.check);
     let unsupported = |what: String| {
         check.bad(format!(
             "has {what}, which nornir does not convert for {architecture}: remove it from config.json if the model \
@@ -25,12 +53,11 @@ pub(super) fn decoder(raw: &Raw, architecture: &str, family: Family, check: Chec
             "has num_attention_heads {heads}, not a multiple of num_key_value_heads {kv_heads}: the config is damaged"
         )));
     }
-    let head_dim = match raw.head_dim {
-        Some(d) => check.count("head_dim", d, 1..=MAX_WIDTH)?,
-        // Qwen3Config's default, whatever the hidden size.
-        None if family == Family::Qwen3 => 128,
-        None if hidden % heads == 0 => hidden / heads,
-        None => {
+    let head_dim = match (raw.head_dim, family.head_dim) {
+        (Some(d), _) => check.count("head_dim", d, 1..=MAX_WIDTH)?,
+        (None, Some(d)) => d,
+        (None, None) if hidden % heads == 0 => hidden / heads,
+        (None, None) => {
             return Err(check.bad(format!(
                 "has hidden_size {hidden}, not a multiple of num_attention_heads {heads}, and no head_dim"
             )));
@@ -41,20 +68,18 @@ pub(super) fn decoder(raw: &Raw, architecture: &str, family: Family, check: Chec
     }
     let activation = activation(check, raw.hidden_act.as_deref().unwrap_or("silu"), "hidden_act")?;
     let max_positions = check.maybe("max_position_embeddings", raw.max_position_embeddings, 1..=MAX_TOKENS)?;
-    let sliding_window = match family {
-        Family::Llama if architecture.starts_with("Mistral") => {
-            check.maybe("sliding_window", raw.sliding_window, 1..=max_positions.unwrap_or(MAX_TOKENS))?
-        }
-        Family::Llama => None,
-        _ if raw.use_sliding_window == Some(true) => {
+    let sliding_window = match family.sliding_window {
+        Window::Read => check.maybe("sliding_window", raw.sliding_window, 1..=max_positions.unwrap_or(MAX_TOKENS))?,
+        Window::Ignored => None,
+        Window::Refused if raw.use_sliding_window == Some(true) => {
             return Err(unsupported("use_sliding_window true (sliding-window attention on Qwen layers)".to_owned()));
         }
-        _ => None,
+        Window::Refused => None,
     };
     let (base, scaling) = rope(raw, check, unsupported)?;
     let attention_bias = raw.attention_bias.unwrap_or(false);
     let biases = Biases {
-        qkv: family == Family::Qwen2 || attention_bias,
+        qkv: family.qkv_bias || attention_bias,
         attention_out: attention_bias,
         mlp_in: raw.mlp_bias.unwrap_or(false),
         mlp_out: raw.mlp_bias.unwrap_or(false),
@@ -63,7 +88,8 @@ pub(super) fn decoder(raw: &Raw, architecture: &str, family: Family, check: Chec
     };
     Ok(Config {
         architecture: architecture.to_owned(),
-        family,
+        family: family.family,
+        names: None,
         head: Head::Encoder,
         hidden,
         layers: check.need(("num_hidden_layers", raw.num_hidden_layers), 1..=MAX_LAYERS)?,
@@ -76,6 +102,8 @@ pub(super) fn decoder(raw: &Raw, architecture: &str, family: Family, check: Chec
         activation,
         feed_forward: FeedForward::Gated { activated_first: true, activation },
         positions: Positions::Rotary { base, scaling },
+        pre_norm: true,
+        qkv_bias_in_attention: false,
         biases,
         local: None,
         lora: None,
@@ -87,7 +115,7 @@ pub(super) fn decoder(raw: &Raw, architecture: &str, family: Family, check: Chec
         decoder: Some(Decoder {
             kv_heads,
             head_dim,
-            qk_norm: family == Family::Qwen3,
+            qk_norm: family.qk_norm,
             sliding_window,
             tied: raw.tie_word_embeddings.unwrap_or(false),
             yes_no: None,

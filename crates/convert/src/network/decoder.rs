@@ -33,7 +33,7 @@ pub(super) fn build(g: &mut Graph, c: &Config, d: &Decoder, weights: &Weights) -
             }
         })?;
     let t = Tensors { weights, base: base.to_owned() };
-    let mut net = Net { g, c, t, fused: false, lora_low: std::collections::HashMap::new() };
+    let mut net = Net { g, c, names: None, t, fused: false, lora_low: std::collections::HashMap::new() };
     net.check_decoder_layers()?;
     let ids = net.g.input(INPUT_IDS, INT64, &["batch", "sequence"]);
     net.g.input(ATTENTION_MASK, INT64, &["batch", "sequence"]);
@@ -314,7 +314,7 @@ mod tests {
             r#"{{"architectures":["Qwen3ForCausalLM"],"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":4,
             "num_key_value_heads":2,"head_dim":4,"intermediate_size":16,"vocab_size":10{extra}}}"#
         );
-        Config::parse(&text, "config.json", None).expect("parses")
+        crate::families::parse(&text, "config.json", None).expect("parses")
     }
 
     fn net_graph(c: &Config, f: impl FnOnce(&mut Net<'_, '_>)) -> Graph {
@@ -325,7 +325,7 @@ mod tests {
         let weights = Weights::open(dir.path()).expect("opens");
         let mut g = Graph::new("test");
         let t = Tensors { weights: &weights, base: String::new() };
-        let mut net = Net { g: &mut g, c, t, fused: false, lora_low: std::collections::HashMap::new() };
+        let mut net = Net { g: &mut g, c, names: None, t, fused: false, lora_low: std::collections::HashMap::new() };
         f(&mut net);
         g
     }
@@ -397,7 +397,8 @@ mod tests {
         let weights = Weights::open(dir.path()).expect("opens");
         let mut g = Graph::new("test");
         let t = Tensors { weights: &weights, base: String::new() };
-        let mut net = Net { g: &mut g, c: &c, t, fused: false, lora_low: std::collections::HashMap::new() };
+        let mut net =
+            Net { g: &mut g, c: &c, names: None, t, fused: false, lora_low: std::collections::HashMap::new() };
         net.rms_norm("x", "n.weight", 4).expect("norm");
         net.rms_norm("y", "n.weight", 4).expect("norm");
         // In order of first appearance, two of each.

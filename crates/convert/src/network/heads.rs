@@ -1,9 +1,10 @@
 //! The heads on top of the encoder: the masked-language-model head (SPLADE) and the sequence
-//! classifier (cross-encoders), each as its family writes it.
+//! classifier (cross-encoders), with the family's names.
 
 use super::Net;
 use crate::ConvertError;
-use crate::config::{Activation, ClassifierPooling, Family};
+use crate::config::names::{Classifier, HeadActivation};
+use crate::config::{Activation, ClassifierPooling};
 use crate::graph::{Attr, FLOAT};
 
 impl Net<'_, '_> {
@@ -12,39 +13,18 @@ impl Net<'_, '_> {
     pub(super) fn masked_lm(&mut self, x: &str) -> Result<String, ConvertError> {
         let c = self.c;
         let (h, v) = (c.hidden, c.vocab);
-        let (dense, norm, decoder, act, biases, tied, dense_bias) = match c.family {
-            Family::XlmRoberta => (
-                "lm_head.dense",
-                "lm_head.layer_norm",
-                "lm_head.decoder",
-                Activation::Gelu,
-                vec!["lm_head.bias", "lm_head.decoder.bias"],
-                "embeddings.word_embeddings",
-                true,
-            ),
-            Family::ModernBert => (
-                "head.dense",
-                "head.norm",
-                "decoder",
-                c.classifier_activation,
-                if c.decoder_bias { vec!["decoder.bias"] } else { Vec::new() },
-                "embeddings.tok_embeddings",
-                c.biases.classifier_dense,
-            ),
-            _ => (
-                "cls.predictions.transform.dense",
-                "cls.predictions.transform.LayerNorm",
-                "cls.predictions.decoder",
-                c.activation,
-                vec!["cls.predictions.bias", "cls.predictions.decoder.bias"],
-                "embeddings.word_embeddings",
-                true,
-            ),
+        let head = &self.names().masked_lm;
+        let act = match head.activation {
+            HeadActivation::Gelu => Activation::Gelu,
+            HeadActivation::Hidden => c.activation,
+            HeadActivation::Classifier => c.classifier_activation,
         };
-        let y = self.linear_rows(x, dense, h, h, 0..h, dense_bias)?;
+        let biases: &[&str] = if c.decoder_bias { head.biases } else { &[] };
+        let y = self.linear_rows(x, head.dense, h, h, 0..h, c.biases.classifier_dense)?;
         let y = self.activation(&y, act);
-        let y = self.layer_norm(&y, norm)?;
-        let table = if self.t.has(&format!("{decoder}.weight")) { decoder.to_owned() } else { self.p(tied) };
+        let y = self.layer_norm(&y, head.norm)?;
+        let decoder = head.decoder;
+        let table = if self.t.has(&format!("{decoder}.weight")) { decoder.to_owned() } else { self.p(head.tied) };
         let w = self.weight_t(&table, h, v)?;
         let y = self.g.op("MatMul", &[&y, &w]);
         let Some(&first) = biases.first() else { return Ok(y) };
@@ -54,39 +34,39 @@ impl Net<'_, '_> {
         Ok(self.g.op("Add", &[&y, &b]))
     }
 
-    /// The classifier: BERT's pooler (dense, tanh) and `classifier`; XLM-RoBERTa's
-    /// `classifier.dense`, tanh, `classifier.out_proj`; GTE's optional pooler and `classifier`;
-    /// ModernBERT's pooling (first token or mean), head (dense, activation, norm) and `classifier`.
+    /// The classifier on the first token (or the mean, where the config pools so): a pooler
+    /// (dense, tanh) and the output layer; or dense, tanh, output layer; or a head (dense,
+    /// activation, norm) and the output layer.
     pub(super) fn classifier(&mut self, x: &str) -> Result<String, ConvertError> {
         let c = self.c;
         let (h, labels) = (c.hidden, c.labels);
-        let pooled = match (c.family, c.classifier_pooling) {
-            (Family::ModernBert, ClassifierPooling::Mean) => self.mean_over_tokens(x),
-            _ => {
+        let pooled = match c.classifier_pooling {
+            ClassifierPooling::Mean => self.mean_over_tokens(x),
+            ClassifierPooling::First => {
                 let zero = self.g.i64("first_token", &[], &[0]);
                 self.g.node("Gather", "", &[x, &zero], &[("axis", Attr::Int(1))], None)
             }
         };
-        match c.family {
-            Family::XlmRoberta => {
-                let y = self.linear(&pooled, "classifier.dense", h, h)?;
+        match self.names().classifier {
+            Classifier::DenseTanh { dense, out } => {
+                let y = self.linear(&pooled, dense, h, h)?;
                 let y = self.g.op("Tanh", &[&y]);
-                self.linear(&y, "classifier.out_proj", h, labels)
+                self.linear(&y, out, h, labels)
             }
-            Family::ModernBert => {
-                let y = self.linear_rows(&pooled, "head.dense", h, h, 0..h, c.biases.classifier_dense)?;
+            Classifier::Head { dense, norm, out } => {
+                let y = self.linear_rows(&pooled, dense, h, h, 0..h, c.biases.classifier_dense)?;
                 let y = self.activation(&y, c.classifier_activation);
-                let y = self.layer_norm(&y, "head.norm")?;
-                self.linear(&y, "classifier", h, labels)
+                let y = self.layer_norm(&y, norm)?;
+                self.linear(&y, out, h, labels)
             }
-            Family::Gte if !self.t.has(&self.t.weight_name(&self.p("pooler.dense"))) => {
-                self.linear(&pooled, "classifier", h, labels)
+            Classifier::Pooler { pooler, out, optional: true } if !self.t.has(&self.t.weight_name(&self.p(pooler))) => {
+                self.linear(&pooled, out, h, labels)
             }
-            _ => {
-                let dense = self.p("pooler.dense");
+            Classifier::Pooler { pooler, out, .. } => {
+                let dense = self.p(pooler);
                 let y = self.linear(&pooled, &dense, h, h)?;
                 let y = self.g.op("Tanh", &[&y]);
-                self.linear(&y, "classifier", h, labels)
+                self.linear(&y, out, h, labels)
             }
         }
     }

@@ -1,22 +1,24 @@
-//! The encoder as ONNX nodes, from the published definitions of each family: transformers'
-//! `modeling_bert.py`, `modeling_xlm_roberta.py` and `modeling_modernbert.py`, and the model
-//! repositories' own modeling code for JinaBERT v2, jina-embeddings-v3 (XLM-RoBERTa with rotary
-//! positions and LoRA), NomicBERT and GTE's `NewModel`. This file holds the blocks they share
-//! (linear layers, norms, activations, attention, the gated feed-forward); `bert.rs` the
-//! post-norm layers, `modernbert.rs` the pre-norm one, `positions.rs` ALiBi, rotary tables and
-//! masks, `heads.rs` the masked-LM and classification heads, `decoder.rs` the causal decoders
-//! (Qwen3, Qwen2, Llama, Mistral) and their yes/no reranker head.
+//! The networks as ONNX nodes, written from the published definitions of each family
+//! (transformers' `modeling_bert.py`, `modeling_xlm_roberta.py`, `modeling_modernbert.py`, the
+//! decoders', and the model repositories' own modeling code for JinaBERT v2, jina-embeddings-v3,
+//! NomicBERT and GTE's `NewModel`), but reading only the family-neutral description in
+//! [`Config`] and the tensor names in [`Names`], never a family's name. This file holds the blocks
+//! they share (linear layers, norms, activations, attention, the gated feed-forward);
+//! `post_norm.rs` the embeddings and the post-norm layers, `pre_norm.rs` the pre-norm one,
+//! `positions.rs` ALiBi, rotary tables and masks, `heads.rs` the masked-LM and classification
+//! heads, `decoder.rs` the causal decoders and their yes/no reranker head.
 
-mod bert;
 mod decoder;
 mod heads;
-mod modernbert;
+mod lora;
 mod positions;
+mod post_norm;
+mod pre_norm;
 
 use std::collections::HashMap;
 
 use crate::ConvertError;
-use crate::config::{Activation, Config, Family, Head};
+use crate::config::{Activation, Config, Head, Names};
 use crate::graph::{Attr, FLOAT, Graph, MS_DOMAIN};
 use crate::weights::Weights;
 
@@ -89,19 +91,15 @@ pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -
             files: weights.files().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
         })?;
     let t = Tensors { weights, base: base.to_owned() };
-    let mut net = Net { g, c, t, fused, lora_low: HashMap::new() };
+    let mut net = Net { g, c, names: c.names, t, fused, lora_low: HashMap::new() };
     net.check_layer_count()?;
     let mut x = net.embeddings()?;
     let masks = net.masks();
     for layer in 0..c.layers {
-        x = match c.family {
-            Family::Bert | Family::XlmRoberta => net.bert_layer(&x, &masks.global, layer)?,
-            Family::ModernBert => net.pre_norm_layer(&x, &masks, layer)?,
-            _ => net.post_norm_layer(&x, &masks, layer)?,
-        };
+        x = if c.pre_norm { net.pre_norm_layer(&x, &masks, layer)? } else { net.post_norm_layer(&x, &masks, layer)? };
     }
-    if c.family == Family::ModernBert {
-        x = net.layer_norm(&x, &net.p("final_norm"))?;
+    if let Some(norm) = net.names().final_norm {
+        x = net.layer_norm(&x, &net.p(norm))?;
     }
     let (output, axes): (String, &[&str]) = match c.head {
         Head::Encoder => (x, &["batch", "sequence", "hidden"]),
@@ -117,20 +115,12 @@ pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -
 struct Net<'a, 'w> {
     g: &'a mut Graph,
     c: &'a Config,
+    /// The encoder family's tensor names (`None` for a decoder, which names its own).
+    names: Option<&'static Names>,
     t: Tensors<'w>,
     fused: bool,
     /// `x Aₜᵀ` of each (input, LoRA layer) already written.
     lora_low: HashMap<String, String>,
-}
-
-/// One layer's task adapters as the checkpoint stores them, and their scaling `alpha / rank`.
-struct Adapters {
-    a_name: String,
-    a: Vec<f32>,
-    b: Vec<f32>,
-    tasks: usize,
-    rank: usize,
-    scaling: f64,
 }
 
 impl Net<'_, '_> {
@@ -138,13 +128,14 @@ impl Net<'_, '_> {
         format!("{}{name}", self.t.base)
     }
 
+    /// The encoder family's tensor names.
+    fn names(&self) -> &'static Names {
+        self.names.expect("an encoder's config has its family's names")
+    }
+
     /// The prefix of layer `i`'s tensors.
     fn layer_prefix(&self, i: usize) -> String {
-        match self.c.family {
-            Family::ModernBert => self.p(&format!("layers.{i}")),
-            Family::JinaXlmRoberta | Family::NomicBert => self.p(&format!("encoder.layers.{i}")),
-            _ => self.p(&format!("encoder.layer.{i}")),
-        }
+        self.p(&format!("{}.{i}", self.names().layers))
     }
 
     /// Refuses a config that asks for more layers than the weights hold, naming both counts.
@@ -226,84 +217,6 @@ impl Net<'_, '_> {
             y = self.g.op("Add", &[&y, &b]);
         }
         Ok(y)
-    }
-
-    /// `prefix`'s task adapters where the checkpoint has them (jina-embeddings-v3's
-    /// `parametrizations.weight.0.lora_A` and `lora_B`), read with the shapes `shapes(tasks, rank)`
-    /// gives: a linear layer stores `[tasks, rank, in]` and `[tasks, out, rank]`, an embedding
-    /// `[tasks, rows, rank]` and `[tasks, rank, width]`.
-    fn adapters(
-        &self,
-        prefix: &str,
-        shapes: impl FnOnce(usize, usize) -> ([usize; 3], [usize; 3]),
-    ) -> Result<Option<Adapters>, ConvertError> {
-        let Some(lora) = &self.c.lora else { return Ok(None) };
-        let a_name = format!("{prefix}.parametrizations.weight.0.lora_A");
-        if !self.t.has(&a_name) {
-            return Ok(None);
-        }
-        let (tasks, rank) = (lora.tasks.len(), lora.rank);
-        let (a_shape, b_shape) = shapes(tasks, rank);
-        Ok(Some(Adapters {
-            a: self.t.get(&a_name, &a_shape)?,
-            b: self.t.get(&format!("{prefix}.parametrizations.weight.0.lora_B"), &b_shape)?,
-            a_name,
-            tasks,
-            rank,
-            scaling: lora.alpha / rank as f64,
-        }))
-    }
-
-    /// `x Aₜᵀ Bₜᵀ · alpha / rank` for the task `task_id` chooses, where `prefix` has a LoRA
-    /// parametrization (`lora_A` `[tasks, rank, in]`, `lora_B` `[tasks, out, rank]`). `x Aₜᵀ` is
-    /// computed once per input and layer: the row ranges of one fused weight (query, key, value)
-    /// share it.
-    fn lora_update(
-        &mut self,
-        x: &str,
-        prefix: &str,
-        inputs: usize,
-        outputs: usize,
-        rows: std::ops::Range<usize>,
-    ) -> Result<Option<String>, ConvertError> {
-        let Some(ad) = self.adapters(prefix, |tasks, rank| ([tasks, rank, inputs], [tasks, outputs, rank]))? else {
-            return Ok(None);
-        };
-        let (tasks, rank) = (ad.tasks, ad.rank);
-        let scaling = ad.scaling as f32;
-        let key = format!("{x}|{prefix}");
-        let low = match self.lora_low.get(&key) {
-            Some(low) => low.clone(),
-            None => {
-                // Aᵀ per task [tasks, in, rank].
-                let mut a_t = vec![0f32; tasks * inputs * rank];
-                for t in 0..tasks {
-                    for r in 0..rank {
-                        for i in 0..inputs {
-                            a_t[(t * inputs + i) * rank + r] = ad.a[(t * rank + r) * inputs + i];
-                        }
-                    }
-                }
-                let a_t = self.g.f32(&format!("{prefix}.lora_a_t"), &[tasks, inputs, rank], a_t);
-                let a_task = self.g.node("Gather", "", &[&a_t, TASK_ID], &[("axis", Attr::Int(0))], None);
-                let low = self.g.op("MatMul", &[x, &a_task]);
-                self.lora_low.insert(key, low.clone());
-                low
-            }
-        };
-        // Bᵀ's rows in `rows`, scaled, [tasks, rank, n].
-        let n = rows.len();
-        let mut b_t = vec![0f32; tasks * rank * n];
-        for t in 0..tasks {
-            for (o, row) in rows.clone().enumerate() {
-                for r in 0..rank {
-                    b_t[(t * rank + r) * n + o] = ad.b[(t * outputs + row) * rank + r] * scaling;
-                }
-            }
-        }
-        let b_t = self.g.f32(&format!("{prefix}.lora_b_t"), &[tasks, rank, n], b_t);
-        let b_task = self.g.node("Gather", "", &[&b_t, TASK_ID], &[("axis", Attr::Int(0))], None);
-        Ok(Some(self.g.op("MatMul", &[&low, &b_task])))
     }
 
     /// LayerNorm over the hidden width, with the family's bias choice.

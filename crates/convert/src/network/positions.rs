@@ -2,7 +2,7 @@
 //! mask, ALiBi's per-head distance bias, ModernBERT's sliding window, and rotary tables.
 
 use super::{ATTENTION_MASK, INPUT_IDS, Net};
-use crate::config::{Family, Positions, RopeScaling};
+use crate::config::{Positions, RopeScaling};
 use crate::graph::{Attr, FLOAT};
 
 /// Bool, as ONNX numbers its element types.
@@ -10,7 +10,7 @@ const BOOL: i32 = 9;
 
 /// The additive biases and rotary tables every layer shares.
 pub(crate) struct Masks {
-    /// Added to every global layer's scores: the padding mask (with ALiBi's bias for JinaBERT).
+    /// Added to every global layer's scores: the padding mask (with ALiBi's bias).
     pub(crate) global: String,
     /// ModernBERT's local layers: the padding mask and the window.
     pub(crate) local: Option<String>,
@@ -25,8 +25,8 @@ impl Net<'_, '_> {
     pub(super) fn masks(&mut self) -> Masks {
         let c = self.c;
         let padding = self.padding_bias();
-        let global = match c.family {
-            Family::JinaBert => {
+        let global = match c.positions {
+            Positions::Alibi => {
                 let alibi = self.alibi();
                 self.g.op("Add", &[&padding, &alibi])
             }

@@ -1,29 +1,30 @@
-//! `Config::parse` on the decoders' configs: grouped heads, rotary scaling, sliding windows.
+//! `parse` on the decoders' configs: grouped heads, rotary scaling, sliding windows.
 
-use super::*;
+use crate::ConvertError;
+use crate::config::*;
 
 fn parse(arch: &str, extra: &str) -> Result<Config, ConvertError> {
     let text = format!(
         r#"{{"architectures":["{arch}"],"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,
         "intermediate_size":96,"vocab_size":300,"rms_norm_eps":1e-6{extra}}}"#
     );
-    Config::parse(&text, "m/config.json", None)
+    super::parse(&text, "m/config.json", None)
 }
 
 #[test]
 fn decoder_families_read_their_heads_norms_and_biases() {
     let c = parse("Qwen3ForCausalLM", r#","num_key_value_heads":2,"head_dim":32"#).expect("qwen3");
     let d = c.decoder.clone().expect("decoder");
-    assert_eq!((c.family, c.head, d.kv_heads, d.head_dim, d.qk_norm), (Family::Qwen3, Head::Encoder, 2, 32, true));
+    assert_eq!((c.family, c.head, d.kv_heads, d.head_dim, d.qk_norm), ("qwen3", Head::Encoder, 2, 32, true));
     assert!(!c.biases.qkv && !c.biases.attention_out);
     // Qwen3Config's head_dim default is 128, not hidden / heads.
     assert_eq!(parse("Qwen3Model", "").expect("qwen3").decoder.expect("decoder").head_dim, 128);
     let c = parse("Qwen2ForCausalLM", "").expect("qwen2");
     let d = c.decoder.clone().expect("decoder");
-    assert_eq!((c.family, d.kv_heads, d.head_dim, d.qk_norm), (Family::Qwen2, 4, 16, false));
+    assert_eq!((c.family, d.kv_heads, d.head_dim, d.qk_norm), ("qwen2", 4, 16, false));
     assert!(c.biases.qkv && !c.biases.attention_out, "Qwen2: q, k, v biases, none on o_proj");
     let c = parse("MistralModel", r#","sliding_window":4096"#).expect("mistral");
-    assert_eq!((c.family, c.decoder.expect("decoder").sliding_window), (Family::Llama, Some(4096)));
+    assert_eq!((c.family, c.decoder.expect("decoder").sliding_window), ("llama", Some(4096)));
     let c = parse("LlamaForCausalLM", r#","sliding_window":4096,"attention_bias":true"#).expect("llama");
     assert_eq!(c.decoder.expect("decoder").sliding_window, None, "Llama has no window");
     assert!(c.biases.qkv && c.biases.attention_out);

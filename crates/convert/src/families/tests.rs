@@ -1,10 +1,11 @@
-//! `Config::parse` on the encoder families' configs: heads, positions, biases, refusals by name.
+//! `parse` on the encoder families' configs: heads, positions, biases, refusals by name.
 
-use super::*;
+use super::parse;
+use crate::config::*;
 
 #[test]
 fn the_head_and_family_come_from_the_architecture() {
-    let c = Config::parse(
+    let c = parse(
         r#"{"architectures":["XLMRobertaForSequenceClassification"],"hidden_size":8,"num_hidden_layers":1,
         "num_attention_heads":2,"intermediate_size":16,"vocab_size":10,"max_position_embeddings":20,
         "id2label":{"0":"a","1":"b","2":"c"}}"#,
@@ -12,12 +13,12 @@ fn the_head_and_family_come_from_the_architecture() {
         None,
     )
     .expect("parses");
-    assert_eq!((c.family, c.head, c.labels, c.pad_token_id), (Family::XlmRoberta, Head::SequenceClassification, 3, 1));
+    assert_eq!((c.family, c.head, c.labels, c.pad_token_id), ("xlm-roberta", Head::SequenceClassification, 3, 1));
 }
 
 #[test]
 fn an_unknown_or_missing_architecture_is_named() {
-    let e = Config::parse(r#"{"architectures":["GPT2LMHeadModel"]}"#, "m/config.json", None).expect_err("refused");
+    let e = parse(r#"{"architectures":["GPT2LMHeadModel"]}"#, "m/config.json", None).expect_err("refused");
     assert_eq!(
         e.to_string(),
         "cannot convert architecture GPT2LMHeadModel: supported are BertModel, BertForMaskedLM, \
@@ -26,7 +27,7 @@ fn an_unknown_or_missing_architecture_is_named() {
          ModernBertModel, ModernBertForMaskedLM, ModernBertForSequenceClassification, HF_ColBERT, Qwen3Model, \
          Qwen3ForCausalLM, Qwen2Model, Qwen2ForCausalLM, LlamaModel, LlamaForCausalLM, MistralModel, MistralForCausalLM"
     );
-    let e = Config::parse(r#"{"model_type":"bert"}"#, "m/config.json", None).expect_err("refused");
+    let e = parse(r#"{"model_type":"bert"}"#, "m/config.json", None).expect_err("refused");
     assert!(e.to_string().starts_with("m/config.json has no `architectures` (model_type \"bert\")"), "{e}");
 }
 
@@ -44,12 +45,12 @@ fn a_sentence_transformers_folder_decides_the_head_as_sentence_transformers_does
     assert_eq!(transformer, Some(StModule::Transformer));
     // A fine-tuned embedder whose config still names its pre-training head is an encoder.
     for arch in ["BertForMaskedLM", "BertForPreTraining", "BertModel"] {
-        let c = Config::parse(&config(arch), "config.json", transformer).expect("parses");
+        let c = parse(&config(arch), "config.json", transformer).expect("parses");
         assert_eq!((c.head, c.architecture.as_str()), (Head::Encoder, arch));
     }
     let mlm = StModule::parse(r#"[{"idx":0,"type":"sentence_transformers.sparse_encoder.models.MLMTransformer"}]"#);
-    let c = Config::parse(&config("BertForMaskedLM"), "config.json", mlm).expect("parses");
+    let c = parse(&config("BertForMaskedLM"), "config.json", mlm).expect("parses");
     assert_eq!(c.head, Head::MaskedLm);
-    let c = Config::parse(&config("BertForPreTraining"), "config.json", None);
+    let c = parse(&config("BertForPreTraining"), "config.json", None);
     assert!(c.is_err(), "without modules.json only the listed architectures convert");
 }

@@ -1,7 +1,10 @@
 //! Hostile numbers in `config.json`, for every family: each refused in one line that names the
 //! key and the value, never a graph that computes NaN, a division by zero or a huge allocation.
 
-use super::*;
+use serde_json::Value;
+
+use super::parse;
+use crate::config::*;
 
 const BERT: &str = r#""architectures":["BertModel"],"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,
     "intermediate_size":16,"vocab_size":10,"max_position_embeddings":20"#;
@@ -40,12 +43,12 @@ fn config(base: &str, extra: &str) -> String {
 }
 
 fn parses(base: &str, extra: &str) -> Config {
-    Config::parse(&config(base, extra), "m/config.json", None).unwrap_or_else(|e| panic!("{extra}: {e}"))
+    parse(&config(base, extra), "m/config.json", None).unwrap_or_else(|e| panic!("{extra}: {e}"))
 }
 
 /// The refusal of `base` with `extra` (raw text, for values JSON's Value would not carry).
 fn refused_text(text: &str) -> String {
-    let e = Config::parse(text, "m/config.json", None).expect_err("refused").to_string();
+    let e = parse(text, "m/config.json", None).expect_err("refused").to_string();
     assert!(!e.contains('\n'), "one line: {e}");
     assert!(e.starts_with("m/config.json "), "names the file: {e}");
     e
