@@ -20,13 +20,15 @@ use nornir_options::QueueFull;
 /// every small call behind it (a call of more than 16 texts also uses the tokenizer's own pool).
 pub(crate) const TOKENIZING_THREADS: usize = 2;
 
-/// What an async call tokenizes: texts, or query and document pairs.
+/// What an async call tokenizes: texts, query and document pairs, or a token call's texts.
 #[derive(Debug)]
 pub(crate) enum Work {
     Texts(Vec<String>, CallOptions),
     Pairs(Vec<(String, Option<String>)>, PairOptions),
     /// A part of a token call, and its first text's index in the call.
     Tokens(Vec<String>, crate::call::tokens::MultiVectorOptions, usize),
+    /// A text's raw token vectors (TEI's `/embed_all`).
+    TokenVectors(String, CallOptions),
 }
 
 impl Work {
@@ -35,6 +37,7 @@ impl Work {
             Self::Texts(t, _) => t.len(),
             Self::Pairs(p, _) => p.len(),
             Self::Tokens(t, _, _) => t.len(),
+            Self::TokenVectors(..) => 1,
         }
     }
 
@@ -43,6 +46,7 @@ impl Work {
             Self::Texts(texts, options) => prepare::prepare(engine, texts, options),
             Self::Pairs(pairs, options) => crate::call::pairs::prepare_pairs(engine, pairs, options),
             Self::Tokens(texts, options, first) => crate::call::tokens::prepare_tokens(engine, texts, options, *first),
+            Self::TokenVectors(text, options) => crate::call::raw_tokens::prepare_token_vectors(engine, text, options),
         }
     }
 }
