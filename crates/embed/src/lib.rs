@@ -35,6 +35,7 @@ pub use kinds::pooling::normalize;
 pub use kinds::sparse::{SparseOptions, SparseVector, SparseVectors};
 pub use load::kind::KindChoice;
 pub use load::plan::{plan_for, plan_with};
+pub use load::plugin_trial::{PLUGIN_PROBE_COMMAND, PLUGIN_PROBE_VAR, run_plugin_probe, set_plugin_probe};
 pub use load::runtime::{check_library, choose_library, device_list, list_devices};
 pub use report::describe::{EmbedderReport, RangesReport, RangesUse, cpu_int8_extensions, fusion_counts, precision};
 pub use report::values::{

@@ -12,6 +12,7 @@ pub(crate) mod model;
 pub(crate) mod multi_vector;
 pub(crate) mod placement;
 pub(crate) mod plan;
+pub(crate) mod plugin_trial;
 pub(crate) mod plugins;
 pub(crate) mod prompt;
 pub(crate) mod runtime;
