@@ -73,7 +73,11 @@ impl MultiVectors {
     }
     /// All token vectors as rows, text after text (`offsets()` says where each text starts).
     pub fn rows(&self) -> Embeddings {
-        Embeddings::new(self.data.clone(), self.dim).unwrap_or_default()
+        Embeddings::from_whole_rows(self.data.clone(), self.dim, Vec::new())
+    }
+    /// Text `i`'s token vectors as rows (`token_count(i)` of `dim()`); panics past `len()`.
+    pub fn text_rows(&self, i: usize) -> Embeddings {
+        Embeddings::from_whole_rows(self.get(i).to_vec(), self.dim, Vec::new())
     }
     /// Where each text's rows start in [`rows`](Self::rows), and past the last: `len() + 1`
     /// offsets (an `.npz`'s `offsets`).
@@ -233,7 +237,8 @@ impl Accumulator {
         let Self { outputs, dense, dense_width, sparse, mut multi, usage, .. } = self;
         multi.usage = usage;
         Encoded {
-            dense: outputs.dense.then(|| Embeddings::new(dense, dense_width).unwrap_or_default()),
+            // Every text added a whole row of `dense_width`.
+            dense: outputs.dense.then(|| Embeddings::from_whole_rows(dense, dense_width, Vec::new())),
             sparse: outputs.sparse.then_some(sparse),
             multi_vector: outputs.multi_vector.then_some(multi),
             usage,
