@@ -24,7 +24,7 @@ mod source;
 #[cfg(feature = "embed-ort")]
 pub use load::load;
 #[cfg(feature = "embed-ort")]
-pub use ort::{listed_devices, ort_choice, ort_pick, plan};
+pub use ort::{listed_devices, offer_plugin_probe, ort_choice, ort_pick, plan, probe_plugin};
 #[cfg(feature = "embed-ort")]
 pub use retrieval::rerank;
 #[cfg(feature = "embed-ort")]

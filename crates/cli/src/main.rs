@@ -41,8 +41,11 @@ fn die_quietly_on_a_closed_pipe() {
 
 fn main() -> ExitCode {
     die_quietly_on_a_closed_pipe();
+    // This binary answers the library's trial of a plugin library (`__probe-plugin`).
+    commands::offer_plugin_probe();
     let cli = Cli::parse();
     let result = match cli.command {
+        Top::Vector(VectorCommand::ProbePlugin(a)) => return commands::probe_plugin(&a),
         Top::Vector(VectorCommand::Embed(a)) => {
             init_tracing(a.verbose.saturating_sub(1));
             commands::embed(&commands::EmbedJob {

@@ -202,6 +202,9 @@ fn bad_plugins_are_report_lines_and_the_cpu_answers() {
         assert!(error("truncated").contains("truncated"), "{}", error("truncated"));
         assert!(error("hwloc").contains("does not export CreateEpFactories"), "{}", error("hwloc"));
         assert!(error("crash").contains("crashes ONNX Runtime 1.22.2"), "{}", error("crash"));
+        // Tried by a fresh nornir process (`__probe-plugin`), not a fork of this one.
+        let trial = plugin(&d, "crash")["trial"].as_str().unwrap_or_default().to_owned();
+        assert!(trial.starts_with("tried first in a process of its own, by "), "{trial}");
         let ov = error("openvino");
         assert!(ov.contains("1.22.2") && ov.contains("newer ONNX Runtime"), "{ov}");
         let nx = error("nxrt");

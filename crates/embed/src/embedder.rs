@@ -13,7 +13,7 @@ use nornir_ep_select::Vendor;
 
 use crate::call::future::{EmbedFuture, TOKENIZING_THREADS, TokenizeJob, Work, tokenizing_thread};
 use crate::call::prepare;
-use crate::call::runner::Runner;
+use crate::call::runner::{Runner, block_on};
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::load::multi_vector::TokenModel;
@@ -170,12 +170,18 @@ impl Embedder {
     }
 
     /// The model's raw token vectors for `text` (its prompt and special tokens included, after
-    /// truncation), one row of `model_dimension` per token, for TEI's `/embed_all`. Runs in the
-    /// caller's thread on the first session, outside the queue (a GPU session that fails there
-    /// is replaced by a CPU session, as in a batch); an error for a graph that pools.
+    /// truncation), one row of the graph's width per token, as the graph gives them (neither
+    /// pooled nor through Dense modules), for TEI's `/embed_all`; an error for a graph that
+    /// pools. The text goes through the queue as every call's texts do: it shares batches, and
+    /// `max_wait`, a full queue and `cancel` apply to it; `total_tokens()` counts its tokens.
     pub fn token_vectors(&self, text: &str, options: &CallOptions) -> Result<Embeddings> {
-        let (data, width) = prepare::token_vectors(&self.engine, text, options)?;
-        Ok(Embeddings::new(data, width).unwrap_or_default())
+        block_on(self.blocking().run(Work::TokenVectors(text.to_owned(), options.clone())))
+    }
+
+    /// [`token_vectors`](Self::token_vectors) as a future, as [`embed_async`](Self::embed_async)
+    /// is: tokenized on the embedder's threads, queued at its first poll, cancelled when dropped.
+    pub fn token_vectors_async(&self, text: &str, options: &CallOptions) -> EmbedFuture<'_> {
+        self.future(Work::TokenVectors(text.to_owned(), options.clone()))
     }
 
     /// The text of the model's token ids; an id outside the vocabulary is an error.

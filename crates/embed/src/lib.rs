@@ -36,6 +36,8 @@ pub use kinds::compact_calls::SAMPLE_TEXTS;
 pub use kinds::multi_vector::{Encoded, MultiVectors, Outputs, max_sim};
 pub use kinds::sparse::{SparseOptions, SparseVector, SparseVectors};
 pub use load::plan::{plan_for, plan_with};
+pub use load::plugin_probe::run_plugin_probe;
+pub use load::plugin_trial::{PLUGIN_PROBE_COMMAND, PLUGIN_PROBE_VAR, set_plugin_probe};
 pub use load::runtime::{check_library, choose_library, device_list, list_devices};
 pub use math::pooling::normalize;
 pub use report::describe::{EmbedderReport, RangesReport, RangesUse, cpu_int8_extensions, fusion_counts, precision};

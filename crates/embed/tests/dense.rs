@@ -141,6 +141,16 @@ fn dense_modules_apply_after_pooling_and_before_normalize_as_numpy() {
     }
     let e2 = e.embed_with(&TEXTS, &CallOptions::new().with_dimensions(129)).expect_err("wider than 128");
     assert!(error_chain(&e2).contains("128"), "{}", error_chain(&e2));
+    // TEI's token vectors are the graph's own (384 wide, before the Dense modules), also when
+    // they share a batch with pooled rows that go through them.
+    let plain_tokens = plain.token_vectors(TEXTS[0], &CallOptions::new()).expect("plain token vectors");
+    let (tokens, beside) = std::thread::scope(|s| {
+        let beside = s.spawn(|| e.embed(&TEXTS));
+        (e.token_vectors(TEXTS[0], &CallOptions::new()).expect("token vectors"), beside.join())
+    });
+    assert_eq!((tokens.dim(), tokens.len()), (384, plain_tokens.len()));
+    assert!(max_diff(tokens.as_slice(), plain_tokens.as_slice()) <= 1e-5);
+    assert!(max_diff(beside.expect("join").expect("embed").as_slice(), got.as_slice()) <= 1e-5);
     // int8 ranges are calibrated at the Dense width.
     let compact = e.embed_compact(&TEXTS, &CallOptions::new().with_precision(Precision::Int8)).expect("int8");
     assert_eq!((compact.dimensions, compact.len()), (128, TEXTS.len()));

@@ -34,6 +34,10 @@ fn a_named_plugin_runs_the_model_and_the_report_names_its_library() {
     assert_eq!(device.library.as_ref().map(|l| l.name.as_str()), Some("mine"));
     assert_eq!(plugin.gpu_vendor(), "cpu", "a CPU plugin runs on the CPU");
     assert!(r.devices.plugins.iter().any(|p| p.name == "mine" && p.error.is_none()), "{:?}", r.devices.plugins);
+    // This test program is no probe program, and NORNIR_PLUGIN_PROBE is not set: registered
+    // untried, and the report says so.
+    let trial = r.devices.plugins.iter().find_map(|p| p.trial.clone()).unwrap_or_default();
+    assert!(trial.starts_with("untried: no probe program"), "{trial}");
     // A second embedder naming it again: registered once, listed once.
     let cpu =
         Embedder::new(&model, &EmbedderOptions::default().with_ort_library(&ort).with_ep_library("mine", cpu_plugin()))

@@ -272,7 +272,8 @@ pub(crate) async fn embed_sparse(
 /// `POST /`: what TEI does there for the first model's kind: embed, embed_sparse, or for a
 /// cross-encoder rerank (a request with a `query`) or predict.
 pub(crate) async fn root(State(app): State<Arc<App>>, RawBody(body): RawBody) -> Result<Response, ApiError> {
-    let kind = app.model(None).map(|(_, e)| e.model_info().folder.kind.kind).unwrap_or_default();
+    // A model still loading is its 503 here, not an embedder's route by default.
+    let kind = app.model(None)?.1.model_info().folder.kind.kind;
     match kind {
         ModelKind::SparseEncoder => embed_sparse(State(app), None, JsonBody(parse(&body)?)).await,
         ModelKind::CrossEncoder => {

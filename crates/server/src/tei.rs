@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{CallOptions, CharChunk, Chunking, DocumentVector, Embedder, Truncation};
+use nornir_vector::{CallOptions, CharChunk, Chunking, DocumentVector, Embedder, Embeddings, Truncation};
 use serde::Deserialize;
 
 use crate::api::{ApiError, App, Input, dimensions, truncated_header};
@@ -235,19 +235,23 @@ pub(crate) async fn embed_all(
             vectors.iter().map(|rows| rows.chunks_exact(vectors.dim().max(1)).collect()).collect();
         return Ok(axum::Json(answer).into_response());
     }
-    let embedder = Arc::clone(embedder);
-    let vectors = tokio::task::spawn_blocking(move || {
-        texts
-            .iter()
-            .map(|t| {
-                let rows = embedder.token_vectors(t, &options)?;
-                Ok(rows.rows().map(<[f32]>::to_vec).collect::<Vec<_>>())
-            })
-            .collect::<Result<Vec<_>, nornir_vector::EmbedError>>()
-    })
-    .await
-    .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, format!("embed_all failed: {e}")))??;
-    Ok(axum::Json(vectors).into_response())
+    // Each text's call queues as every route's texts do: refused when the queue is full or too
+    // slow, cut off past the request timeout, cancelled when the client goes away.
+    let options = options.with_max_wait(app.max_wait());
+    let vectors = app
+        .in_time(async {
+            let mut vectors = Vec::with_capacity(texts.len());
+            for text in &texts {
+                vectors.push(embedder.token_vectors_async(text, &options).await?);
+            }
+            Ok(vectors)
+        })
+        .await?;
+    let tokens = vectors.iter().map(Embeddings::total_tokens).sum();
+    let truncated = vectors.iter().map(Embeddings::truncated_count).sum();
+    app.metrics.count_texts(entry, texts.len(), tokens, truncated);
+    let answer: Vec<Vec<&[f32]>> = vectors.iter().map(|rows| rows.rows().collect()).collect();
+    Ok(axum::Json(answer).into_response())
 }
 
 #[derive(Deserialize)]

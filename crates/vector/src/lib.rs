@@ -67,6 +67,11 @@ pub mod diagnostics {
         RegistrationOutcome, SessionReport, TokenVectorSource, check_library, choose_library, cpu_int8_extensions,
         device_list, fusion_counts, plan_for, plan_with, precision,
     };
+
+    /// A plugin library's trial in a process of its own, before this one registers it: the
+    /// program that runs it, and what that program calls.
+    #[cfg(feature = "embed-ort")]
+    pub use nornir_embed::{PLUGIN_PROBE_COMMAND, PLUGIN_PROBE_VAR, run_plugin_probe, set_plugin_probe};
 }
 
 /// Helpers of the `nornir` command line (its `--ep-library` parser, comparing two paths, ONNX

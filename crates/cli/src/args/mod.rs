@@ -121,6 +121,21 @@ Examples:
   curl -s localhost:8080/embed -H 'content-type: application/json' -d '{\"inputs\": \"hello\"}'"
     )]
     Serve(ServeArgs),
+    /// Registers one plugin library with ONNX Runtime in this fresh process: the library's trial
+    /// of a plugin before it loads it (`nornir_embed`'s plugin_trial.rs). Not for people.
+    #[command(name = "__probe-plugin", hide = true)]
+    ProbePlugin(ProbePluginArgs),
+}
+
+/// `__probe-plugin`'s arguments, as the library passes them.
+#[derive(Args, Debug)]
+pub struct ProbePluginArgs {
+    /// The ONNX Runtime library to load.
+    pub ort_library: PathBuf,
+    /// The name to register the plugin under.
+    pub name: String,
+    /// The plugin library.
+    pub plugin: PathBuf,
 }
 
 /// Options shared by every command that loads a model.

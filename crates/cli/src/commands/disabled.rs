@@ -67,3 +67,13 @@ pub fn ort_choice(_: Option<&nornir_vector::diagnostics::Plan>, _: &ModelArgs) -
 pub fn ort_pick(_: Option<&nornir_vector::diagnostics::Plan>, _: &ModelArgs) -> OrtChoice {
     OrtChoice { error: Some(NOT_COMPILED.to_owned()), ..OrtChoice::default() }
 }
+
+/// Without the embedder no plugin library is ever registered, so none is tried.
+pub fn offer_plugin_probe() {}
+
+/// Without the embedder there is no ONNX Runtime to register a plugin with: 3, as a probe that
+/// cannot load it answers.
+pub fn probe_plugin(_: &crate::args::ProbePluginArgs) -> std::process::ExitCode {
+    eprintln!("{NOT_COMPILED}");
+    std::process::ExitCode::from(3)
+}

@@ -46,8 +46,7 @@ fn line(
         let vectors = if precision == Precision::Float32 {
             serde_json::json!(mv.get(i).chunks_exact(mv.dim().max(1)).collect::<Vec<_>>())
         } else {
-            let rows = nornir_vector::Embeddings::new(mv.get(i).to_vec(), mv.dim()).unwrap_or_default();
-            let c = to_precision(&rows, precision, ranges)?;
+            let c = to_precision(&mv.text_rows(i), precision, ranges)?;
             serde_json::json!((0..c.len()).map(|r| c.row_values(r)).collect::<Vec<_>>())
         };
         object.insert("vectors".into(), vectors);

@@ -1,4 +1,5 @@
-//! What `doctor` shows before a model loads: the plan and the ONNX Runtime library it would use.
+//! What `doctor` shows before a model loads: the plan and the ONNX Runtime library it would use;
+//! and this binary as the library's probe of plugin libraries.
 
 use anyhow::Result;
 use nornir_vector::diagnostics::{
@@ -73,4 +74,16 @@ pub fn ort_pick(plan: Option<&Plan>, m: &ModelArgs) -> OrtChoice {
         }
     }
     c
+}
+
+/// Names this binary as the program that tries plugin libraries in a process of their own.
+pub fn offer_plugin_probe() {
+    if let Ok(exe) = std::env::current_exe() {
+        nornir_vector::diagnostics::set_plugin_probe(exe);
+    }
+}
+
+/// `__probe-plugin`: registers the plugin in this process, for the library's trial.
+pub fn probe_plugin(a: &crate::args::ProbePluginArgs) -> std::process::ExitCode {
+    nornir_vector::diagnostics::run_plugin_probe(&a.ort_library, &a.name, &a.plugin).into()
 }

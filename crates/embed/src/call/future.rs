@@ -20,13 +20,15 @@ use nornir_options::QueueFull;
 /// every small call behind it (a call of more than 16 texts also uses the tokenizer's own pool).
 pub(crate) const TOKENIZING_THREADS: usize = 2;
 
-/// What an async call tokenizes: texts, or query and document pairs.
+/// What an async call tokenizes: texts, query and document pairs, or a token call's texts.
 #[derive(Debug)]
 pub(crate) enum Work {
     Texts(Vec<String>, CallOptions),
     Pairs(Vec<(String, Option<String>)>, PairOptions),
     /// A part of a token call, and its first text's index in the call.
     Tokens(Vec<String>, crate::call::tokens::MultiVectorOptions, usize, Arc<crate::load::multi_vector::TokenRules>),
+    /// A text's raw token vectors (TEI's `/embed_all`).
+    TokenVectors(String, CallOptions),
 }
 
 impl Work {
@@ -35,6 +37,7 @@ impl Work {
             Self::Texts(t, _) => t.len(),
             Self::Pairs(p, _) => p.len(),
             Self::Tokens(t, ..) => t.len(),
+            Self::TokenVectors(..) => 1,
         }
     }
 
@@ -45,6 +48,7 @@ impl Work {
             Self::Tokens(texts, options, first, rules) => {
                 crate::call::tokens::prepare_tokens(engine, rules, texts, options, *first)
             }
+            Self::TokenVectors(text, options) => crate::call::raw_tokens::prepare_token_vectors(engine, text, options),
         }
     }
 }

@@ -10,15 +10,14 @@ use std::sync::atomic::Ordering;
 use crate::call::chunk::{late_passes, windows};
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
-use crate::forward::run::{Row, forward};
 use crate::load::prompt::named_prompt;
 use crate::load::tokenize::{tokenizer_failed, with_prompt};
 use crate::math::pooling::normalize;
 use crate::schedule::request::{Item, Request};
 use crate::values::Token;
 use crate::values::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens, TokenGroups};
+use nornir_options::ScoreActivation;
 use nornir_options::{CallOptions, Chunking, DocumentVector, Prompt, Truncation};
-use nornir_options::{ModelKind, ScoreActivation};
 
 /// A call on its way: the request its rows go to, its items until they are queued, and how to
 /// lay its rows out again and finish them.
@@ -344,8 +343,9 @@ pub(crate) fn too_long(engine: &Engine, index: usize, text: &str, prompt: &str) 
 pub(crate) fn finish(engine: &Engine, mut call: Call, rows: Vec<f32>) -> Embeddings {
     let (width, dim) = (engine.info.model_dimension, call.dim);
     if let Some(groups) = call.groups.take() {
+        // A token call's rows are `dim` wide: the model's, or the graph's own for raw rows.
         engine.counters.texts.fetch_add(groups.counts.len() as u64, Ordering::Relaxed);
-        return Embeddings::from_whole_rows(rows, width, call.tokens).with_groups(groups);
+        return Embeddings::from_whole_rows(rows, dim, call.tokens).with_groups(groups);
     }
     let chunked = call.chunked.take();
     // Text i's row among the unique texts (the same when the call had no duplicates).
@@ -398,33 +398,6 @@ pub(crate) fn finish(engine: &Engine, mut call: Call, rows: Vec<f32>) -> Embeddi
         data
     };
     Embeddings::from_whole_rows(data, dim, tokens)
-}
-
-/// The model's token vectors for one text (TEI's `/embed_all`): `tokens x width`, raw, with
-/// the call's prompt and truncation. Runs on the first session, outside the queue.
-pub(crate) fn token_vectors(engine: &Engine, text: &str, options: &CallOptions) -> Result<(Vec<f32>, usize)> {
-    // A cross-encoder's or sparse encoder's per-token output is not a text's token vectors.
-    engine.expect_kind(ModelKind::Embedder, "token_vectors")?;
-    if engine.io.pooled {
-        return Err(EmbedError::invalid(
-            "output_name",
-            format!("the model's output {:?} is one vector per text, so it has no token vectors", engine.info.output),
-        ));
-    }
-    let plan = plan_call(engine, options)?;
-    let enc = engine.tokenizer.encode(&[text], plan.prompt, plan.truncation)?.remove(0);
-    if plan.truncation == Truncation::Refuse && !enc.get_overflowing().is_empty() {
-        return Err(too_long(engine, 0, text, plan.prompt));
-    }
-    let rows = [Row { types: enc.get_type_ids(), ..Row::text(enc.get_ids()) }];
-    let mut out = Vec::new();
-    let width = engine.run_on(&engine.session, &rows, |session| {
-        out.clear();
-        forward(session, &engine.io, engine.settings, &rows, &engine.counters.ort_nanos, |_, v, _| {
-            out.extend_from_slice(v)
-        })
-    })?;
-    Ok((out, width))
 }
 
 /// Every token of `text` with the call's prompt, not cut to the model's length (TEI's

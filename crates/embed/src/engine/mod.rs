@@ -242,9 +242,10 @@ impl Engine {
                 .run_on(slot, rows, |session| run_and_pool(session, &self.io, settings, rows, nanos, &mut emit));
         }
         // Pooled rows go through the Dense modules before anything else sees them; their width
-        // was checked against the graph's at load.
+        // was checked against the graph's at load. Raw token rows do not.
         let mut scratch = Default::default();
-        let mut apply = |k: usize, v: &[f32]| emit(k, self.head.apply(v, &mut scratch));
+        let mut apply =
+            |k: usize, v: &[f32]| if rows[k].raw { emit(k, v) } else { emit(k, self.head.apply(v, &mut scratch)) };
         self.run_on(slot, rows, |session| run_and_pool(session, &self.io, settings, rows, nanos, &mut apply))?;
         Ok(self.head.out_features().unwrap_or_default())
     }

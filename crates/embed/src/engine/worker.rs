@@ -1,6 +1,6 @@
 //! The workers: worker `k` takes its next batch from the queue, runs it (on the CPU on
 //! the one session all workers share, on a GPU on session `k`, with the GPU-to-CPU fallback), and
-//! hands each row to its call's request. (TEI's token vectors run outside the queue: prepare.rs.)
+//! hands each row to its call's request.
 
 use std::sync::RwLock;
 
@@ -37,31 +37,41 @@ fn run_batches(engine: &Engine, k: usize) {
 /// text (one caller's bad input) fails only its own call; a panic while running fails the
 /// batch's texts, and a panic anywhere else fails them as they drop (see `Item`).
 fn run_items(engine: &Engine, k: usize, slot: &RwLock<Slot>, items: &mut [Item]) {
-    let run = |batch: &[Item]| -> Result<Vec<f32>> {
+    // The batch's vectors in order, each item's rows one after another, and how many floats are
+    // each item's (a raw item's token rows are narrower than the Dense modules' pooled rows).
+    let run = |batch: &[Item]| -> Result<(Vec<f32>, Vec<usize>)> {
         let rows: Vec<Row<'_>> = batch
             .iter()
-            .map(|i| Row { ids: &i.ids, skip: i.skip, spans: &i.spans, types: &i.types, attend: i.attend() })
+            .map(|i| Row {
+                ids: &i.ids,
+                skip: i.skip,
+                spans: &i.spans,
+                types: &i.types,
+                attend: i.attend(),
+                raw: i.raw,
+            })
             .collect();
         // The batch's rows are copied out of ONNX Runtime's output here, and handed over only
         // once the batch succeeded, was counted, and the session is unlocked.
         let mut out = Vec::with_capacity(batch.len() * engine.info.model_dimension);
+        let mut floats = vec![0; batch.len()];
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             crate::forward::fault::hit(crate::forward::fault::Stage::Run);
-            engine.run_batch(slot, &rows, |_, v| out.extend_from_slice(v))
+            engine.run_batch(slot, &rows, |k, v| {
+                out.extend_from_slice(v);
+                floats[k] += v.len();
+            })
         }))
         .unwrap_or_else(|_| {
             Err(EmbedError::inference(InferenceKind::WorkerFailed, "a worker panicked running this batch"))
         })?;
-        Ok(out)
+        Ok((out, floats))
     };
-    // The batch's vectors in order: each item's rows, one after another.
-    let hand_over = |batch: &mut [Item], rows: Vec<f32>| {
+    let hand_over = |batch: &mut [Item], (rows, floats): (Vec<f32>, Vec<usize>)| {
         crate::forward::fault::hit(crate::forward::fault::Stage::HandOver);
         engine.scheduler.handing_over(k, batch.len());
-        let dim = rows.len() / batch.iter().map(Item::rows).sum::<usize>().max(1);
         let mut at = 0;
-        for item in batch {
-            let n = item.rows() * dim;
+        for (item, n) in batch.iter_mut().zip(floats) {
             item.finish(&rows[at..at + n]);
             at += n;
         }

@@ -77,10 +77,7 @@ fn float_output(ty: &ValueType) -> Option<(OutputType, usize)> {
 /// `output_name` overrides the choice of output.
 pub(crate) fn graph_io(session: &Session, folder: &ModelFolder, output_name: Option<&str>) -> Result<GraphIo> {
     let err = |reason: String| EmbedError::model(&folder.dir, reason);
-    let mut ids = None;
-    let mut mask = None;
-    let mut type_ids = None;
-    let mut position_ids = None;
+    let (mut ids, mut mask, mut type_ids, mut position_ids) = (None, None, None, None);
     let mut task = None;
     let mut int32 = None;
     let mut past = Vec::new();

@@ -34,12 +34,14 @@ pub(crate) struct Row<'a> {
     /// The tokens every token may attend to: the first this many (a ColBERT query's expansion
     /// tokens after them are read but not attended to); `ids.len()` for a whole text.
     pub(crate) attend: usize,
+    /// Each span is one token, handed over as the graph gives it (unpooled, no Dense: TEI's).
+    pub(crate) raw: bool,
 }
 
 impl<'a> Row<'a> {
     /// A whole text, every token pooled.
     pub(crate) fn text(ids: &'a [u32]) -> Self {
-        Self { ids, skip: 0, spans: &[], types: &[], attend: ids.len() }
+        Self { ids, skip: 0, spans: &[], types: &[], attend: ids.len(), raw: false }
     }
 }
 
@@ -147,8 +149,8 @@ fn output_values<'a>(value: &'a ort::value::DynValue, ty: OutputType) -> ort::Re
     })
 }
 
-/// Runs one padded batch and hands each text's pooled vector (or one per span), at the model's
-/// full width and not normalised, to `emit(k, vector)`, in order. Returns the model's width.
+/// Runs one padded batch and hands each text's pooled vector (or one per span, a raw row's
+/// unpooled), at full width, not normalised, to `emit(k, vector)`, in order; returns the width.
 pub(crate) fn run_and_pool(
     session: &Session,
     io: &GraphIo,
@@ -166,6 +168,8 @@ pub(crate) fn run_and_pool(
         } else if row.spans.is_empty() {
             pool_tokens(out, row.ids.len(), width, settings.pooling, row.skip, &mut v);
             emit(k, &v);
+        } else if row.raw {
+            row.spans.iter().for_each(|&(from, to)| emit(k, &out[from * width..to * width]));
         } else {
             for &(from, to) in row.spans {
                 pool_tokens(&out[from * width..to * width], to - from, width, settings.pooling, 0, &mut v);

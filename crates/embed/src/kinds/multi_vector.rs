@@ -62,7 +62,11 @@ impl MultiVectors {
     }
     /// All token vectors as rows, text after text (`offsets()` says where each text starts).
     pub fn rows(&self) -> Embeddings {
-        Embeddings::new(self.data.clone(), self.dim).unwrap_or_default()
+        Embeddings::from_whole_rows(self.data.clone(), self.dim, Vec::new())
+    }
+    /// Text `i`'s token vectors as rows (`token_count(i)` of `dim()`); panics past `len()`.
+    pub fn text_rows(&self, i: usize) -> Embeddings {
+        Embeddings::from_whole_rows(self.get(i).to_vec(), self.dim, Vec::new())
     }
     /// Where each text's rows start in [`rows`](Self::rows), and past the last: `len() + 1`
     /// offsets (an `.npz`'s `offsets`).

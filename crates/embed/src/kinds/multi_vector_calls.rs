@@ -107,7 +107,8 @@ impl Accumulator {
         let Self { outputs, dense, dense_width, sparse, mut multi, usage, .. } = self;
         multi.usage = usage;
         Encoded {
-            dense: outputs.dense.then(|| Embeddings::new(dense, dense_width).unwrap_or_default()),
+            // Every text added a whole row of `dense_width`.
+            dense: outputs.dense.then(|| Embeddings::from_whole_rows(dense, dense_width, Vec::new())),
             sparse: outputs.sparse.then_some(sparse),
             multi_vector: outputs.multi_vector.then_some(multi),
             usage,

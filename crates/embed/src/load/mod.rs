@@ -10,6 +10,8 @@ pub(crate) mod kind;
 pub(crate) mod model;
 pub(crate) mod multi_vector;
 pub(crate) mod plan;
+pub(crate) mod plugin_probe;
+pub(crate) mod plugin_trial;
 pub(crate) mod plugins;
 pub(crate) mod prompt;
 pub(crate) mod runtime;

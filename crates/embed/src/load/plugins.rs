@@ -5,7 +5,8 @@
 //! These three come from ONNX Runtime 1.22's C API, called through the `OrtApi` table as
 //! `shared_run` calls `Run`: `ort`'s wrappers for them need its `api-22` feature, which also sets
 //! an EP selection policy on every session that crashes ONNX Runtime 1.22.2 on the fallback path.
-//! Every step fails into a line of the report, never into an error of the embedder.
+//! Every step fails into a line of the report, never into an error of the embedder. Each library
+//! is registered first by a process of its own (plugin_trial.rs), and here only if that lived.
 
 use std::ffi::{CStr, CString, c_char};
 use std::os::unix::ffi::OsStrExt;
@@ -21,7 +22,7 @@ use crate::values::{DeviceList, PluginReport};
 
 type EpDevicePtr = *const ort::sys::OrtEpDevice;
 
-fn status(st: ort::sys::OrtStatusPtr) -> Result<(), String> {
+pub(crate) fn status(st: ort::sys::OrtStatusPtr) -> Result<(), String> {
     // SAFETY: `st` is what an OrtApi call returned: null, or a status this call owns and frees.
     unsafe { ort::Error::result_from_status(st) }.map_err(|e| one_line(&e.to_string()))
 }
@@ -85,9 +86,9 @@ fn source_label(s: PluginSource) -> &'static str {
     }
 }
 
-/// The devices ONNX Runtime lists now, as plain values (empty when it cannot list them).
-fn listed(rt: &Host<'_>) -> Vec<EpDevice> {
-    raw_devices(rt).unwrap_or_default().into_iter().enumerate().map(|(i, d)| read_device(d, i, None)).collect()
+/// The devices ONNX Runtime lists now, as plain values.
+fn listed(rt: &Host<'_>) -> Result<Vec<EpDevice>, String> {
+    Ok(raw_devices(rt)?.into_iter().enumerate().map(|(i, d)| read_device(d, i, None)).collect())
 }
 
 /// Registers every usable library of `found` not registered before in this process. The devices
@@ -104,25 +105,35 @@ pub(crate) fn register_new(rt: &Host<'_>, found: &PluginDiscovery) {
             source: source_label(lib.source).to_owned(),
             error: lib.problem.clone(),
             devices: Vec::new(),
+            trial: None,
         };
         if report.error.is_none() {
             let before = listed(rt);
-            match register(rt, &lib.name, &lib.path) {
-                Ok(()) => {
-                    let plugin = PluginRef { name: lib.name.clone(), path: lib.path.display().to_string() };
-                    for d in listed(rt).into_iter().filter(|d| !before.iter().any(|b| key(b) == key(d))) {
-                        report.devices.push(format!(
-                            "{} on {} {}",
-                            d.provider,
-                            d.hardware_vendor,
-                            d.hardware.label().to_ascii_uppercase()
-                        ));
-                        state.origins.push((key(&d), plugin.clone()));
+            let (how, outcome) = crate::load::plugin_trial::trial(
+                crate::load::plugin_trial::OrtLibrary { ort_path: rt.ort_path, ort_version: rt.ort_version },
+                &lib.name,
+                &lib.path,
+            );
+            report.trial = Some(how);
+            match outcome.and_then(|()| register(rt, &lib.name, &lib.path)) {
+                Ok(()) => match (before, listed(rt)) {
+                    (Ok(before), Ok(after)) => {
+                        let plugin = PluginRef { name: lib.name.clone(), path: lib.path.display().to_string() };
+                        for d in after.into_iter().filter(|d| !before.iter().any(|b| key(b) == key(d))) {
+                            let hardware = d.hardware.label().to_ascii_uppercase();
+                            report.devices.push(format!("{} on {} {hardware}", d.provider, d.hardware_vendor));
+                            state.origins.push((key(&d), plugin.clone()));
+                        }
+                        if report.devices.is_empty() {
+                            tracing::info!(plugin = %lib.name, "registered, but it lists no device on this machine");
+                        }
                     }
-                    if report.devices.is_empty() {
-                        tracing::info!(plugin = %lib.name, "registered, but it lists no device on this machine");
-                    }
-                }
+                    // The device list's own error says so too; no device is credited to it.
+                    (Err(e), _) | (_, Err(e)) => tracing::warn!(
+                        plugin = %lib.name,
+                        "registered, but which devices it added is unknown: ONNX Runtime could not list its devices: {e}"
+                    ),
+                },
                 Err(e) => report.error = Some(explain(&e, rt.ort_version)),
             }
         }
@@ -157,89 +168,12 @@ fn register(rt: &Host<'_>, name: &str, path: &Path) -> Result<(), String> {
     let name = CString::new(name).map_err(|_| "a plugin name with a NUL byte".to_owned())?;
     let path = CString::new(path.as_os_str().as_bytes()).map_err(|_| "a plugin path with a NUL byte".to_owned())?;
     tracing::debug!(plugin = ?name, path = ?path, "registering a plugin execution provider");
-    trial(rt, &name, &path)?;
-    register_here(rt, &name, &path)
-}
-
-fn register_here(rt: &Host<'_>, name: &CStr, path: &CStr) -> Result<(), String> {
     // SAFETY: the environment is alive and the two strings outlive the call. ONNX Runtime loads
-    // the library and calls its `CreateEpFactories`: the probe checked that it exports it.
+    // the library and calls its `CreateEpFactories`: the probe checked that it exports it, and
+    // the trial (plugin_trial.rs) that registering it did not end a process of its own.
     status(unsafe {
         (ort::api().RegisterExecutionProviderLibrary)(rt.env.ptr().cast_mut(), name.as_ptr(), path.as_ptr())
     })
-}
-
-/// How long a trial registration may take before it counts as hung.
-const TRIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Registers the plugin first in a forked copy of this process, so that a plugin that crashes
-/// ONNX Runtime (one built for a newer ONNX Runtime dereferences the null API table the older
-/// one returns) kills the copy, not the caller. Its standard error comes back for the report.
-fn trial(rt: &Host<'_>, name: &CStr, path: &CStr) -> Result<(), String> {
-    let mut fds = [0i32; 2];
-    // SAFETY: `pipe` writes two descriptors into the array.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Ok(()); // No trial possible: register as the built-in providers are.
-    }
-    // SAFETY: the child only redirects its standard error, calls ONNX Runtime and `_exit`s; it
-    // never returns into Rust code that assumes the parent's threads. A lock another thread held
-    // at the fork can hang it, which the timeout below turns into a report line.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        // SAFETY: in the child: descriptors from `pipe` above; `_exit` skips every destructor.
-        unsafe {
-            libc::dup2(fds[1], 2);
-            libc::close(fds[0]);
-            let ok = register_here(rt, name, path).is_ok();
-            libc::_exit(if ok { 0 } else { 1 });
-        }
-    }
-    // SAFETY: the parent's copy of the write end.
-    unsafe { libc::close(fds[1]) };
-    // SAFETY: the read end is ours; `File` closes it.
-    let mut child_err = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) };
-    if pid < 0 {
-        return Ok(());
-    }
-    let start = std::time::Instant::now();
-    let mut wstatus = 0;
-    loop {
-        // SAFETY: `pid` is our child; `wstatus` receives its status.
-        let done = unsafe { libc::waitpid(pid, &raw mut wstatus, libc::WNOHANG) };
-        if done == pid {
-            break;
-        }
-        if done < 0 {
-            return Ok(());
-        }
-        if start.elapsed() > TRIAL_TIMEOUT {
-            // SAFETY: our own child, then reaped.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &raw mut wstatus, 0);
-            }
-            return Err(format!("registering it did not finish in {} s; not loaded", TRIAL_TIMEOUT.as_secs()));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    if libc::WIFSIGNALED(wstatus) {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut child_err, &mut text);
-        let said: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-        let signal = libc::WTERMSIG(wstatus);
-        let mut why = format!(
-            "registering it crashes ONNX Runtime {} (signal {signal}{}), so it was not loaded",
-            rt.ort_version,
-            if signal == libc::SIGSEGV { ", SIGSEGV" } else { "" }
-        );
-        if let Some(line) = said.iter().rev().find(|l| l.contains("API version")) {
-            why = format!(
-                "{why}; ONNX Runtime said: {line}; the plugin needs a newer ONNX Runtime: load one (--ort-lib, ORT_DYLIB_PATH)"
-            );
-        }
-        return Err(why);
-    }
-    Ok(())
 }
 
 /// A registration error with what it most likely means.
@@ -283,6 +217,8 @@ pub(crate) fn append_device(rt: &Host<'_>, builder: &mut SessionBuilder, device:
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Host<'a> {
     pub env: &'a ort::environment::Environment,
+    /// The library file, which a plugin's trial loads in a process of its own.
+    pub ort_path: &'a Path,
     pub ort_version: &'a str,
     pub plugins: &'a std::sync::Mutex<PluginState>,
 }

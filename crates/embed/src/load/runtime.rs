@@ -28,7 +28,7 @@ impl OrtRuntime {
 
     /// What plugins.rs needs of this runtime to register and append plugin devices.
     pub(crate) fn plugin_host(&self) -> Host<'_> {
-        Host { env: &self.env, ort_version: &self.info.version, plugins: &self.plugins }
+        Host { env: &self.env, ort_path: &self.info.path, ort_version: &self.info.version, plugins: &self.plugins }
     }
 }
 

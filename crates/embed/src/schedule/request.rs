@@ -146,6 +146,9 @@ pub(crate) struct Item {
     pub(crate) types: Vec<u32>,
     /// Tokens attended to, from the first (see `graph_io::Row::attend`); `None`: all.
     pub(crate) attend: Option<usize>,
+    /// Its spans are single tokens handed over as the graph gives them, neither pooled nor
+    /// through the Dense modules (TEI's token vectors; see `graph_io::Row::raw`).
+    pub(crate) raw: bool,
     pub(crate) request: Arc<Request>,
     /// Its first row in the request.
     pub(crate) index: usize,
@@ -175,7 +178,8 @@ impl Item {
         request: &Arc<Request>,
         index: usize,
     ) -> Self {
-        Self { ids, skip, spans, types: Vec::new(), attend: None, request: Arc::clone(request), index, settled: false }
+        let (types, attend, raw) = (Vec::new(), None, false);
+        Self { ids, skip, spans, types, attend, raw, request: Arc::clone(request), index, settled: false }
     }
 
     /// A query and document pair: its ids and their token types.

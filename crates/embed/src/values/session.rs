@@ -247,6 +247,10 @@ pub struct PluginReport {
     pub error: Option<String>,
     /// The providers on the devices it added to ONNX Runtime's list (`cpu_ep on AMD CPU ...`).
     pub devices: Vec<String>,
+    /// How it was tried before this process registered it: `tried first in a process of its
+    /// own, by ...`, or `untried: ` and why; `None` when it was not tried (a problem before).
+    #[serde(default)]
+    pub trial: Option<String>,
 }
 
 /// ONNX Runtime's own device list (`GetEpDevices`) after the plugins were registered: the second
