@@ -19,21 +19,11 @@ use anyhow::{Context, Result, bail};
 
 /// Every `*.rs` under `dir`, as paths relative to `dir` with `/` separators, sorted.
 fn rust_files(dir: &Path) -> Result<Vec<String>> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).with_context(|| format!("read {}", d.display()))? {
-            let path = entry?.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|x| x == "rs") {
-                let rel = path.strip_prefix(dir).unwrap_or(&path);
-                found.push(rel.iter().map(|p| p.to_string_lossy()).collect::<Vec<_>>().join("/"));
-            }
-        }
-    }
-    found.sort();
-    Ok(found)
+    let relative = |path: &PathBuf| {
+        let rel = path.strip_prefix(dir).unwrap_or(path);
+        rel.iter().map(|p| p.to_string_lossy()).collect::<Vec<_>>().join("/")
+    };
+    Ok(crate::cycles::source::rust_files(dir)?.iter().map(relative).collect())
 }
 
 /// The document's path-like words.

@@ -179,19 +179,7 @@ fn children_folder(file: &Path) -> PathBuf {
 
 /// The violations in one crate's `src`: `(file, line, what)`.
 fn check_dir(src: &Path) -> Result<Vec<(PathBuf, usize, String)>> {
-    let mut files = Vec::new();
-    let mut stack = vec![src.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).with_context(|| format!("read {}", dir.display()))? {
-            let path = entry?.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|x| x == "rs") {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
+    let files = crate::cycles::source::rust_files(src)?;
     let mut measured = Vec::new();
     let mut test_roots: Vec<PathBuf> = Vec::new();
     for file in files {

@@ -149,17 +149,8 @@ fn shortest_cycle(edges: &[BTreeSet<usize>], start: usize, within: &[usize]) -> 
 #[cfg(test)]
 mod tests {
     use super::super::graph;
+    use super::super::tests::tree;
     use super::*;
-
-    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        for (name, code) in files {
-            let path = dir.path().join(name);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, code).unwrap();
-        }
-        dir
-    }
 
     /// A crate whose folders `load/` and `call/` reach each other through different files, so no
     /// two files cycle; with `back`, `call/run.rs` imports `load/` again.

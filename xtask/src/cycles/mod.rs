@@ -25,22 +25,14 @@ use source::{Bind, scan};
 /// One crate's source folder: every `.rs` file under it, as `(module path, file)`.
 fn modules(src: &Path) -> Result<Vec<(Vec<String>, PathBuf)>> {
     let mut found = Vec::new();
-    let mut stack = vec![src.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).with_context(|| format!("read {}", dir.display()))? {
-            let path = entry?.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|x| x == "rs") {
-                let rel = path.strip_prefix(src).unwrap_or(&path);
-                let mut parts: Vec<String> =
-                    rel.iter().map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned()).collect();
-                if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
-                    parts.pop();
-                }
-                found.push((parts, path));
-            }
+    for path in source::rust_files(src)? {
+        let rel = path.strip_prefix(src).unwrap_or(&path);
+        let mut parts: Vec<String> =
+            rel.iter().map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned()).collect();
+        if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+            parts.pop();
         }
+        found.push((parts, path));
     }
     found.sort();
     Ok(found)
@@ -340,7 +332,8 @@ pub fn check(root: &Path) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+    /// A fake crate's files, written into a temporary folder (the folder check's tests too).
+    pub(super) fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         for (name, code) in files {
             let path = dir.path().join(name);

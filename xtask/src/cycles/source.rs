@@ -2,6 +2,25 @@
 //! path a file names (`use` trees expanded), what its module-level `use` declarations bind, and
 //! the names of the items it defines.
 
+/// Every `*.rs` file under `dir`, sorted: the source files the checks read.
+pub(crate) fn rust_files(dir: &std::path::Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    use anyhow::Context;
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).with_context(|| format!("read {}", d.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
 /// The source with comments, string and char literals replaced by spaces (lines kept).
 pub(crate) fn blank_non_code(src: &str) -> String {
     let b = src.as_bytes();
