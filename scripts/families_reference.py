@@ -1454,7 +1454,7 @@ def check_embeddings(nornir, folder, cfg, w, tok, task=None, note=None):
     case = {"task": task} if task else {}
     if error:
         return dict(case, error=error, min_cosine=None), None
-    got = [np.array(v, dtype=np.float64) for v in json_lines(out)]
+    got = [np.array(v["embedding"], dtype=np.float64) for v in json_lines(out)]
     prompt = prompt_of(cfg, task)
     if prompt:
         case["prompt"] = prompt

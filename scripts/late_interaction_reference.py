@@ -30,7 +30,7 @@ nornir is called as (the flags are collected in `nornir_convert`, `nornir_embed`
   nornir vector embed --quiet --device cpu --threads 2 --format jsonl --model DST [--query] TEXT...
       -> per text {"vectors": [[D floats], ...]}
   nornir vector embed ... --outputs dense,sparse,multi-vector TEXT...   (BGE-M3)
-      -> per text {"embedding": [...], "sparse": {"indices": [...], "values": [...]}, "vectors": [...]}
+      -> per text {"embedding": [...], "indices": [...], "values": [...], "vectors": [...]}
   nornir vector rerank --device cpu --threads 2 --model DST --query QUERY --no-text DOC...
       -> {"index": i, "score": s} lines, best first
 (The convert form is the one docs/cli.md documents; `--quiet` is embed's -q; rerank's query is
@@ -705,7 +705,7 @@ def compare(case, got, documents, queries, mistake=None):
             return dict(out, error=f"{len(got['docs'])} lines for {len(documents)} texts", ok=False)
         dense = max(float(np.abs(np.array(g["embedding"]) - r[0]).max()) if len(g["embedding"]) == len(r[0]) else math.inf
                     for g, r in zip(got["docs"], refs))
-        sparse = [sparse_difference(g["sparse"], r[1]) for g, r in zip(got["docs"], refs)]
+        sparse = [sparse_difference(g, r[1]) for g, r in zip(got["docs"], refs)]
         vec, cg, cw = vectors_difference([g["vectors"] for g in got["docs"]], [r[2] for r in refs])
         out.update(dense_max_abs_diff=dense, sparse_max_abs_diff=max(d for d, _ in sparse),
                    sparse_same_indices=all(s for _, s in sparse), sparse_terms=[len(r[1]) for r in refs],

@@ -28,9 +28,9 @@ pub fn demo() -> Result<()> {
     }
     let rows: Vec<Vec<f32>> = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(serde_json::from_str)
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).map(|v| v["embedding"].clone()).and_then(serde_json::from_value))
         .collect::<Result<_, _>>()
-        .context("parse nornir's JSON lines")?;
+        .context("parse nornir's JSON lines ({\"embedding\": [...]} per line)")?;
     println!("cosine similarity (all-MiniLM-L6-v2, float32 converted from its safetensors):\n");
     for (i, a) in rows.iter().enumerate() {
         let cells: Vec<String> =

@@ -22,6 +22,8 @@ mod retrieval;
 #[cfg(feature = "embed-ort")]
 mod source;
 #[cfg(feature = "embed-ort")]
+mod summary;
+#[cfg(feature = "embed-ort")]
 pub use load::load;
 #[cfg(feature = "embed-ort")]
 pub use ort::{listed_devices, offer_plugin_probe, ort_choice, ort_pick, plan, probe_plugin};
@@ -103,12 +105,17 @@ pub struct OrtChoice {
     pub devices: Option<nornir_vector::diagnostics::DeviceList>,
 }
 
+/// A library error in this command's words (its flags, its commands), where it has them.
+fn surface_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    convert::convert_error_text(e).or_else(|| embed_error_text(e))
+}
+
 /// An error and its causes on one line, outermost first, joined by `": "` (ONNX Runtime's
 /// messages can span lines). Each error says only what failed at its layer, so each cause appears
 /// once; the embedder's errors are said in this command's words (its flags, its advice).
 pub fn error_line(e: &anyhow::Error) -> String {
     let links: Vec<String> =
-        e.chain().map(|cause| embed_error_text(cause).unwrap_or_else(|| cause.to_string())).collect();
+        e.chain().map(|cause| surface_text(cause).unwrap_or_else(|| cause.to_string())).collect();
     links.join(": ").split_whitespace().collect::<Vec<_>>().join(" ")
 }
 

@@ -10,7 +10,7 @@ mod output;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::FromArgMatches;
 
 use crate::args::{Cli, Top, VectorCommand};
 
@@ -43,7 +43,10 @@ fn main() -> ExitCode {
     die_quietly_on_a_closed_pipe();
     // This binary answers the library's trial of a plugin library (`__probe-plugin`).
     commands::offer_plugin_probe();
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&args::command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Top::Vector(VectorCommand::ProbePlugin(a)) => return commands::probe_plugin(&a),
         Top::Vector(VectorCommand::Embed(a)) => {

@@ -8,7 +8,8 @@ use anyhow::{Context, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
-    /// One JSON array per line; objects {"id", "embedding"} when the input had ids.
+    /// One JSON object per text and line: {"id"?, "embedding"} (and the other outputs the model
+    /// makes: docs/cli.md); "id" only where the input had ids.
     Jsonl,
     /// A NumPy .npy file, float32, shape [texts, dimension] (rows are kept in memory until the end).
     Npy,
@@ -73,6 +74,53 @@ impl Drop for Sink {
             let _ = std::fs::remove_file(tmp);
         }
     }
+}
+
+/// One line of `--format jsonl`, the same object for every kind of model, with or without ids:
+/// the input's `id` where it had one, then each output the run makes under its own key: the
+/// vector (`embedding`, float32 or a compact precision's integers) and its `chunks`, a sparse
+/// vector's `indices`, `values` (and `tokens`), token vectors (`vectors`). Floats are written
+/// as float32's shortest form everywhere.
+#[derive(Default, serde::Serialize)]
+pub struct JsonLine<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<&'a serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<Values<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<&'a [ChunkOut<'a>]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub indices: Option<&'a [u32]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub values: Option<&'a [f32]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vectors: Option<TokenValues<'a>>,
+}
+
+impl JsonLine<'_> {
+    /// Writes the line and its newline.
+    pub fn write(&self, w: &mut dyn Write) -> Result<()> {
+        serde_json::to_writer(&mut *w, self).context("write output")?;
+        w.write_all(b"\n").context("write output")
+    }
+}
+
+/// A vector's values: float32, or a compact precision's integers.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+pub enum Values<'a> {
+    Floats(&'a [f32]),
+    Integers(Vec<i64>),
+}
+
+/// A text's token vectors: float32 rows, or a compact precision's integer rows.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+pub enum TokenValues<'a> {
+    Floats(Vec<&'a [f32]>),
+    Integers(Vec<Vec<i64>>),
 }
 
 /// One chunk of a text as written (the library's `CharChunk`; this module also builds without
@@ -154,20 +202,7 @@ impl RowWriter {
         let w = self.sink.writer();
         match self.format {
             OutputFormat::Jsonl => {
-                match (id, chunks) {
-                    (_, Some(chunks)) => {
-                        let mut object = serde_json::json!({ "embedding": row, "chunks": chunks });
-                        if let Some(id) = id {
-                            object["id"] = id.clone();
-                        }
-                        serde_json::to_writer(&mut *w, &object)?;
-                    }
-                    (Some(id), None) => {
-                        serde_json::to_writer(&mut *w, &serde_json::json!({ "id": id, "embedding": row }))?
-                    }
-                    (None, None) => serde_json::to_writer(&mut *w, row)?,
-                }
-                w.write_all(b"\n")?;
+                JsonLine { id, embedding: Some(Values::Floats(row)), chunks, ..JsonLine::default() }.write(w)?;
             }
             OutputFormat::Npz => anyhow::bail!("--format npz holds token vectors only (ColBERT, BGE-M3)"),
             OutputFormat::F32 => {

@@ -14,8 +14,7 @@ fn embed_arguments_to_jsonl_and_say_the_provider() {
     let m = model();
     let o = nornir(&["vector", "embed", "-v", "--model", m.to_str().expect("utf8"), "A man is eating food.", ""]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let rows: Vec<Vec<f32>> =
-        String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON array")).collect();
+    let rows: Vec<Vec<f32>> = String::from_utf8_lossy(&o.stdout).lines().map(common::embedding_of_line).collect();
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r.len() == 384));
     assert!(stderr(&o).contains("running on CPUExecutionProvider (cpu)"), "{}", stderr(&o));
@@ -269,7 +268,7 @@ fn dim_keeps_the_first_dimensions_in_every_format() {
     let jsonl = |args: &[&str]| -> Vec<f32> {
         let o = nornir(args);
         assert!(o.status.success(), "{}", stderr(&o));
-        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().expect("a row")).expect("JSON array")
+        common::embedding_of_line(String::from_utf8_lossy(&o.stdout).lines().next().expect("a row"))
     };
     let cut = jsonl(&["vector", "embed", "--model", m, "--dim", "64", "A man is eating food."]);
     let full = jsonl(&["vector", "embed", "--model", m, "A man is eating food."]);

@@ -43,8 +43,7 @@ fn compact_vectors_equal_the_library_s_with_the_saved_ranges() {
         };
         let want = to_precision(&floats, p, Some(&ranges)).expect("library");
         for (i, line) in text.lines().enumerate() {
-            let got: Vec<i64> = serde_json::from_str::<Value>(line)
-                .expect("a JSON line")
+            let got: Vec<i64> = serde_json::from_str::<Value>(line).expect("a JSON line")["embedding"]
                 .as_array()
                 .expect("ints")
                 .iter()

@@ -265,7 +265,7 @@ fn a_tiny_checkpoint_converts_and_records_what_it_read() {
     // An existing output is refused, and left as it was; --force replaces it.
     std::fs::write(out.join("mine.txt"), "keep").expect("write");
     let o = nornir(&["vector", "convert", "--model", s(&t.path().join("model")), "--output", s(&out)]);
-    assert_one_line_error(&o, "already exists: choose another output folder, or ask to replace it (--force)");
+    assert_one_line_error(&o, "already exists: choose another --output, or pass --force to replace it");
     assert!(out.join("mine.txt").is_file());
     let o = nornir(&["vector", "convert", "-q", "--model", s(&t.path().join("model")), "--output", s(&out), "--force"]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -89,7 +89,7 @@ fn quantizes_from_external_data(work: &Path) {
         assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
         String::from_utf8_lossy(&o.stdout)
             .lines()
-            .map(|l| serde_json::from_str::<Vec<f32>>(l).expect("a vector per line"))
+            .map(common::embedding_of_line)
             .collect::<Vec<_>>()
     };
     let float32 = embed(&external);

@@ -10,7 +10,7 @@ use crate::families;
 use crate::graph::{Graph, OPSET, WeightDtype};
 use crate::text_file::read_text;
 use crate::weights::{SHARD_INDEX, SINGLE, TORCH_INDEX, TORCH_SINGLE, Weights};
-use crate::{Conversion, ConvertError, ConvertOptions, SourceFile, network};
+use crate::{Conversion, ConvertError, ConvertOptions, RerankerBy, SourceFile, network};
 
 const EXTERNAL_DATA: &str = "model.onnx_data";
 
@@ -133,16 +133,14 @@ fn build_in(
     let st = read_text(&dir.join("modules.json")).ok().and_then(|t| StModule::parse(&t));
     let mut config = families::parse(&text, &display(&config_file), st)?;
     if options.dtype != WeightDtype::Float32 && config.decoder.is_none() {
-        return Err(ConvertError::Config {
+        return Err(ConvertError::DtypeForDecodersOnly {
             file: display(&config_file),
-            why: format!(
-                "names {}: --dtype {} is written for decoders (Qwen3, Qwen2, Llama, Mistral) only; convert an encoder in float32 (then quantize it if it is too large)",
-                config.architecture,
-                options.dtype.name()
-            ),
+            architecture: config.architecture.clone(),
+            dtype: options.dtype.name(),
         });
     }
-    if config.decoder.is_some() && is_reranker(dir, &text, &config.architecture, options) {
+    let reranker = config.decoder.as_ref().and_then(|_| reranker_by(dir, options));
+    if reranker.is_some() {
         let (yes, no) = yes_no_ids(dir, config.vocab)?;
         config = config.into_reranker(yes, no);
     }
@@ -164,6 +162,7 @@ fn build_in(
         architecture: config.architecture.clone(),
         family: config.family,
         head: config.head,
+        reranker_by: reranker,
         output: config.head.output_name().to_owned(),
         opset: OPSET,
         // A decoder is written with ONNX's operators only.
@@ -185,31 +184,19 @@ fn build_in(
     Ok((g, conversion, config.max_positions))
 }
 
-/// Whether a decoder converts as the yes/no reranker: asked for (`--reranker`), or a causal-LM
-/// checkpoint whose folder (or, in a hub cache, its repository folder `models--*`) or
-/// config.json's `_name_or_path` says "reranker". An embedder (Qwen3-Embedding) ships the same
-/// architecture, so nothing else tells them apart.
-fn is_reranker(dir: &Path, config_text: &str, architecture: &str, options: &ConvertOptions) -> bool {
+/// Why a decoder converts as the yes/no reranker, if it does: asked for (`--reranker`), or the
+/// folder's model card (README.md's front matter) tags it `pipeline_tag: text-ranking`, as the
+/// hub's Qwen3-Reranker cards do. An embedder (Qwen3-Embedding) ships the same architecture, and
+/// a folder's name proves nothing, so nothing else tells them apart.
+fn reranker_by(dir: &Path, options: &ConvertOptions) -> Option<RerankerBy> {
     if options.reranker {
-        return true;
+        return Some(RerankerBy::Asked);
     }
-    if !architecture.ends_with("ForCausalLM") {
-        return false;
-    }
-    let says = |name: &str| name.to_ascii_lowercase().contains("reranker");
-    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let folder = canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let repository = canonical
-        .ancestors()
-        .filter_map(|a| a.file_name())
-        .map(|n| n.to_string_lossy().into_owned())
-        .find(|n| n.starts_with("models--"));
-    let name_or_path = serde_json::from_str::<serde_json::Value>(config_text)
-        .ok()
-        .and_then(|v| v.get("_name_or_path").and_then(|n| n.as_str()).map(str::to_owned))
-        .unwrap_or_default();
-    says(&folder) || repository.as_deref().is_some_and(says) || says(&name_or_path)
+    (crate::model_card::pipeline_tag(dir).as_deref() == Some(TEXT_RANKING)).then_some(RerankerBy::ModelCard)
 }
+
+/// The hub's pipeline tag of a reranker's model card.
+const TEXT_RANKING: &str = "text-ranking";
 
 /// The ids of the tokens "yes" and "no" in the folder's tokenizer.json vocabulary.
 fn yes_no_ids(dir: &Path, vocab: usize) -> Result<(usize, usize), ConvertError> {
@@ -217,7 +204,7 @@ fn yes_no_ids(dir: &Path, vocab: usize) -> Result<(usize, usize), ConvertError> 
     let refuse = |why: &str| ConvertError::Config {
         file: display(&file),
         why: format!(
-            "{why}: a reranker is scored by the logits of \"yes\" and \"no\"; pass the reranker's own folder, or convert without --reranker"
+            "{why}: a reranker is scored by the logits of \"yes\" and \"no\"; pass the reranker's own folder, or convert it as an embedder"
         ),
     };
     let text = read_text(&file).map_err(|_| refuse("cannot be read"))?;
@@ -361,7 +348,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_causal_lm_is_a_reranker_where_asked_or_where_its_folder_or_name_says_so() {
+    fn a_decoder_is_a_reranker_where_asked_or_where_its_model_card_says_text_ranking() {
         let t = tempfile::tempdir().expect("tempdir");
         let dir = |name: &str| {
             let d = t.path().join(name);
@@ -370,15 +357,16 @@ mod tests {
         };
         let plain = ConvertOptions::default();
         let asked = ConvertOptions::default().with_reranker(true);
+        let card = |tag: &str| format!("---\nlicense: apache-2.0\npipeline_tag: {tag}\n---\n# A model\n");
         let embedding = dir("Qwen3-Embedding-0.6B");
-        assert!(!is_reranker(&embedding, "{}", "Qwen3ForCausalLM", &plain));
-        assert!(is_reranker(&embedding, "{}", "Qwen3ForCausalLM", &asked));
-        assert!(is_reranker(&dir("Qwen3-Reranker-0.6B"), "{}", "Qwen3ForCausalLM", &plain));
-        let cached = dir("models--Qwen--Qwen3-Reranker-4B/snapshots/0123abcd");
-        assert!(is_reranker(&cached, "{}", "Qwen3ForCausalLM", &plain), "a hub cache's repository folder");
-        let named = r#"{"_name_or_path": "Qwen/Qwen3-Reranker-8B"}"#;
-        assert!(is_reranker(&dir("snapshot"), named, "Qwen3ForCausalLM", &plain));
-        // Only a causal LM: a Qwen3Model has no language-model head to score with.
-        assert!(!is_reranker(&dir("my-reranker"), "{}", "Qwen3Model", &plain));
+        std::fs::write(embedding.join("README.md"), card("feature-extraction")).expect("card");
+        assert_eq!(reranker_by(&embedding, &plain), None);
+        assert_eq!(reranker_by(&embedding, &asked), Some(RerankerBy::Asked));
+        let tagged = dir("snapshot");
+        std::fs::write(tagged.join("README.md"), card("text-ranking")).expect("card");
+        assert_eq!(reranker_by(&tagged, &plain), Some(RerankerBy::ModelCard));
+        // A name proves nothing: without a card, only --reranker makes one.
+        assert_eq!(reranker_by(&dir("Qwen3-Reranker-0.6B"), &plain), None);
+        assert_eq!(reranker_by(&dir("models--Qwen--Qwen3-Reranker-4B/snapshots/0123abcd"), &plain), None);
     }
 }

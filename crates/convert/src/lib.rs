@@ -20,6 +20,7 @@ mod config;
 mod families;
 mod folder;
 mod graph;
+mod model_card;
 mod network;
 mod text_file;
 mod torch;
@@ -60,9 +61,9 @@ pub struct ConvertOptions {
     /// [`ConvertOptions::EXTERNAL_DATA_OVER`]; 0 always writes them apart. Where they go apart,
     /// each weight is written there as soon as it is converted, so memory holds one at a time.
     pub external_data_over: usize,
-    /// Convert a decoder (a `*ForCausalLM` checkpoint) as a yes/no reranker (Qwen3-Reranker)
-    /// rather than an embedder. Without it, a causal-LM folder whose name, hub repository or
-    /// `_name_or_path` says "reranker" is one too.
+    /// Convert a decoder as a yes/no reranker (Qwen3-Reranker) rather than an embedder. Without
+    /// it, a decoder whose model card (README.md's front matter) says `pipeline_tag:
+    /// text-ranking` is one too; nothing else (not a folder's name) makes one.
     pub reranker: bool,
     /// How a decoder's weights are stored; the graph computes in float32 (a `Cast` where each
     /// half-precision weight is read). Encoders are written in float32 only.
@@ -126,6 +127,8 @@ pub struct Conversion {
     /// The family converted, e.g. `bert`, `xlm-roberta`, `jina-bert`, `modern-bert`, `qwen3`.
     pub family: &'static str,
     pub head: Head,
+    /// Why a decoder was converted as a yes/no reranker; `None` for every other conversion.
+    pub reranker_by: Option<RerankerBy>,
     /// The graph's output: `last_hidden_state` (encoder, decoder embedder) or `logits` (the heads).
     pub output: String,
     /// The default domain's opset; `com.microsoft` opset 1 where `fused`.
@@ -152,6 +155,17 @@ pub struct Conversion {
     pub nornir_version: String,
     /// Where the folder was written.
     pub folder: PathBuf,
+}
+
+/// Why a decoder was converted as a yes/no reranker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum RerankerBy {
+    /// The caller asked for one ([`ConvertOptions::reranker`]).
+    Asked,
+    /// The folder's model card, README.md, says `pipeline_tag: text-ranking` in its front matter.
+    ModelCard,
 }
 
 /// Why a conversion did not happen. Every message names the file (and tensor) and what to do;
@@ -205,8 +219,13 @@ pub enum ConvertError {
     NonContiguous { file: String, tensor: String, shape: Vec<usize>, stride: Vec<usize> },
     #[error("cannot read {file}: {source}")]
     Read { file: String, source: std::io::Error },
-    #[error("{path} already exists: choose another output folder, or ask to replace it (--force)")]
+    /// The output folder exists and the options do not say to replace it; each surface names its
+    /// own way to ask (`--force`, `replace=True`).
+    #[error("{path} already exists: choose another output folder, or ask to replace it")]
     OutputExists { path: String },
+    /// Half-precision weights were asked for an encoder; they are written for decoders only.
+    #[error("{file} names {architecture}, an encoder: {dtype} weights are written for decoders only; convert it in float32 (then quantize it if it is too large)")]
+    DtypeForDecodersOnly { file: String, architecture: String, dtype: &'static str },
     #[error("the output folder {path} is the model folder itself: write the converted model to another folder")]
     OutputIsSource { path: String },
     #[error("the folder {path} for the output does not exist: create it first")]

@@ -8,12 +8,13 @@
 use std::path::{Path, PathBuf};
 
 use nornir_convert::{Conversion, ConvertError, ConvertOptions, Head, WeightDtype, convert};
-use nornir_options::EmbedderOptions;
+use nornir_options::{EmbedderOptions, ModelKind};
 use serde::Serialize;
 
 use crate::embedder::Embedder;
 use crate::error::EmbedError;
 use crate::kinds::compact_calls::SAMPLE_TEXTS;
+use crate::call::tokens::MultiVectorOptions;
 use crate::values::embeddings::Embeddings;
 
 /// The fused graph only reorders float arithmetic (measured: min cosine 1.0000 on the sample for
@@ -208,14 +209,28 @@ fn refuse_not_finite(output: &Path, rows: &Embeddings) -> Result<(), ConvertChec
     Err(ConvertCheckError::NotFinite { folder: output.display().to_string(), text })
 }
 
-/// The built-in sample embedded with the folder at `dir`.
+/// The built-in sample embedded with the folder at `dir` as its kind runs: a vector per text,
+/// or a late-interaction model's token vectors, every text's one after another.
 fn sample_rows(dir: &Path, options: &EmbedderOptions) -> Result<Embeddings, EmbedError> {
     let texts: Vec<&str> = SAMPLE_TEXTS.lines().collect();
-    Embedder::new(dir, options)?.embed(&texts)
+    let embedder = Embedder::new(dir, options)?;
+    match embedder.model_info().folder.kind.kind {
+        ModelKind::MultiVector => Ok(embedder.embed_multi_vector(&texts, &MultiVectorOptions::new())?.rows()),
+        _ => embedder.embed(&texts),
+    }
 }
 
 fn embeds(rows: &Embeddings) -> String {
-    format!("nornir embeds the built-in sample ({} texts) with it, {} dimensions", rows.len(), rows.dim())
+    let texts = SAMPLE_TEXTS.lines().count();
+    if rows.len() == texts {
+        format!("nornir embeds the built-in sample ({texts} texts) with it, {} dimensions", rows.dim())
+    } else {
+        format!(
+            "nornir embeds the built-in sample ({texts} texts) with it as {} token vectors of {} dimensions",
+            rows.len(),
+            rows.dim()
+        )
+    }
 }
 
 /// The cosine of two vectors, summed in f64 (0 when either is zero).

@@ -186,7 +186,7 @@ def test_convert_writes_the_default_model_from_its_safetensors(sample, tmp_path)
     assert dict(record["operators"])["MultiHeadAttention"] == 6
     with nv.Embedder(tmp_path / "minilm", device="cpu", threads=1) as mine, nv.Embedder(fetched, device="cpu", threads=1) as theirs:
         assert cosines(mine.embed(sample), theirs.embed(sample)).min() > 0.99999
-    with pytest.raises(nv.ConvertError, match="already exists"):
+    with pytest.raises(nv.ConvertError, match="already exists: choose another output, or pass replace=True"):
         nv.convert(source, tmp_path / "minilm")
     with pytest.raises(nv.ConvertError, match="has no config.json"):
         nv.convert(tmp_path, tmp_path / "other")

@@ -46,6 +46,7 @@ mod models;
 mod multi_vector;
 mod openai;
 mod retrieval;
+mod routes;
 mod serve;
 mod tei;
 
@@ -54,9 +55,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, post};
 
 pub use models::{Models, ModelsError};
+pub use routes::{Api, RouteInfo, routes, routes_help};
 pub use serve::serve;
 
 /// The request-body parsers, for the fuzz targets: not an API, may change in any release.
@@ -239,34 +240,7 @@ pub fn router(models: Arc<Models>, config: ServerConfig) -> Result<Router, Inval
         return Err(InvalidConfig { option: "default_model", reason: unknown.to_string() });
     }
     let app = Arc::new(api::App::new(models, config));
-    let tei_routes = || {
-        Router::new()
-            .route("/embed", post(tei::embed))
-            .route("/embed_all", post(tei::embed_all))
-            .route("/embed_chunks", post(tei::embed_chunks))
-            .route("/tokenize", post(tei::tokenize))
-            .route("/decode", post(tei::decode))
-            .route("/similarity", post(tei::similarity))
-            .route("/embed_sparse", post(retrieval::embed_sparse))
-            .route("/rerank", post(retrieval::rerank))
-            .route("/predict", post(retrieval::predict))
-            .route("/info", get(api::info))
-    };
-    Ok(Router::new()
-        .route("/v1/embeddings", post(openai::embeddings))
-        .route("/embeddings", post(openai::embeddings))
-        .route("/v1/models", get(openai::models))
-        .route("/models", get(openai::models))
-        .route("/v1/rerank", post(retrieval::cohere_rerank))
-        .route("/v1/multi-vector", post(multi_vector::multi_vector))
-        .route("/v1/embed", post(cohere::embed))
-        .route("/v2/embed", post(cohere::embed))
-        .route("/v2/rerank", post(retrieval::cohere_rerank))
-        .route("/", post(retrieval::root))
-        .merge(tei_routes())
-        .nest("/models/{model}", tei_routes())
-        .route("/health", get(api::health))
-        .route("/metrics", get(api::metrics))
+    Ok(routes::table()
         .layer(axum::middleware::from_fn_with_state(app.clone(), api::guard))
         .with_state(app))
 }

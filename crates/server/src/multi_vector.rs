@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{CallOptions, MultiVectorOptions, Precision, to_precision};
+use nornir_vector::{CallOptions, MultiVectorOptions, Precision};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -109,8 +109,7 @@ pub(crate) async fn multi_vector(
         let embeddings: Value = if precision == Precision::Float32 {
             json!(rows.chunks_exact(vectors.dim().max(1)).collect::<Vec<_>>())
         } else {
-            let packed = to_precision(&vectors.text_rows(index), precision, None)?;
-            json!((0..packed.len()).map(|r| packed.row_values(r)).collect::<Vec<_>>())
+            json!(vectors.text_to_precision(index, precision, None)?.rows_values())
         };
         data.push(json!({ "object": "embeddings", "index": index, "embeddings": embeddings }));
     }

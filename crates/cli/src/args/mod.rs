@@ -34,6 +34,26 @@ pub struct Cli {
     pub command: Top,
 }
 
+/// The command line, with the help that is made from the registries it describes so that it
+/// cannot drift from them: the architectures `convert` converts (nornir-convert's families) and
+/// the routes `serve` answers (nornir-server's route table).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let prepend = |c: clap::Command, text: String| {
+        let after = c.get_after_help().map(ToString::to_string).unwrap_or_default();
+        c.after_help(format!("{text}\n\n{after}"))
+    };
+    Cli::command().mut_subcommand("vector", |v| {
+        let architectures: Vec<&str> = nornir_vector::convert::supported_architectures().collect();
+        let v = v.mut_subcommand("convert", |c| {
+            prepend(c, format!("Converted architectures (config.json's `architectures`): {}.", architectures.join(", ")))
+        });
+        #[cfg(feature = "embed-ort")]
+        let v = v.mut_subcommand("serve", |c| prepend(c, format!("Routes:\n{}", nornir_server::routes_help())));
+        v
+    })
+}
+
 #[derive(Subcommand)]
 pub enum Top {
     /// Text embeddings with ONNX Runtime on AMD, NVIDIA or CPU.
@@ -82,8 +102,8 @@ Examples:
   nornir vector quantize --model ms-marco-MiniLM-L-6-v2 --output reranker-int8
   nornir vector quantize --model DIR --output OUT --keep-fp32 output.dense --json")]
     Quantize(QuantizeArgs),
-    /// Write model.onnx from a model's safetensors or PyTorch weights (BERT, XLM-RoBERTa; encoder,
-    /// masked-LM or classifier head), without torch.
+    /// Write model.onnx from a transformers model's safetensors or PyTorch weights, without torch
+    /// (the architectures it converts: --help).
     Convert(ConvertArgs),
     /// Rank documents by their relevance to a query with a cross-encoder (reranker).
     #[command(after_help = "Each document is scored together with the query ([CLS] query [SEP] document [SEP]);
@@ -96,10 +116,8 @@ Examples:
   nornir vector rerank --model ms-marco-MiniLM --query \"what is a fjord?\" --input docs.txt --top-n 3
   nornir vector rerank --model DIR --query \"capital of France\" \"Paris is in France.\" \"Berlin is big.\"")]
     Rerank(RerankArgs),
-    /// Serve one or several models over HTTP: OpenAI's /v1/embeddings, /v1/models; TEI's /,
-    /// /embed, /embed_all, /embed_chunks, /embed_sparse, /rerank, /predict, /tokenize, /decode,
-    /// /similarity, /info; Cohere's /v1/embed, /v2/embed, /v1/rerank, /v2/rerank (Jina's
-    /// /v1/rerank); /health, /metrics (Prometheus).
+    /// Serve one or several models over HTTP with OpenAI's, TEI's, Cohere's and Jina's APIs (the
+    /// routes: --help).
     #[command(
         after_help = "Concurrent requests share batches, whatever prompt, dimensions or truncation each asks for;
 each model has its own queue, and when more than --max-queued-texts texts wait for one, a request

@@ -39,7 +39,8 @@ pub struct MultiVectorArgs {
     #[arg(long)]
     pub query: bool,
     /// What to write from one pass of a BGE-M3 model, comma-separated: dense ("embedding"),
-    /// sparse ("sparse": {"indices", "values"}), multi-vector ("vectors"); default: multi-vector.
+    /// sparse ("indices", "values"), multi-vector ("vectors"); default: the model's own output
+    /// (a BGE-M3 folder's dense vector, a ColBERT folder's token vectors).
     #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
     pub outputs: Vec<OutputKind>,
 }
@@ -62,8 +63,8 @@ pub enum OutputKind {
 
 #[derive(Args, Debug)]
 pub struct RerankArgs {
-    /// The query the documents are ranked against.
-    #[arg(long, short = 'q', value_name = "TEXT")]
+    /// The query the documents are ranked against (no short form: `-q` is --quiet elsewhere).
+    #[arg(long, value_name = "TEXT")]
     pub query: String,
     /// Documents (else --input, else standard input, one per line).
     pub documents: Vec<String>,

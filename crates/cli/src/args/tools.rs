@@ -104,11 +104,10 @@ fn parse_smoothing(s: &str) -> Result<Smoothing, String> {
 model.safetensors.index.json), else PyTorch's pytorch_model.bin (or the shards of
 pytorch_model.bin.index.json; its pickle read for tensors only, nothing in it run) and writes a folder nornir loads: model.onnx, the tokenizer and
 sentence-transformers files copied, and conversion.json (the source files' sha256, the
-architecture, the graph's operators). Converted: BertModel, BertForMaskedLM,
-BertForSequenceClassification, XLMRobertaModel, XLMRobertaForMaskedLM,
-XLMRobertaForSequenceClassification (MiniLM, BGE, e5, GTE v1, bge-m3, SPLADE, cross-encoders);
-in a sentence-transformers folder modules.json decides the head, as sentence-transformers does
-(its Transformer module: the encoder). More: docs/convert.md.
+architecture, the graph's operators). In a sentence-transformers folder modules.json decides the
+head, as sentence-transformers does (its Transformer module: the encoder). A decoder converts as
+an embedder, or as a yes/no reranker with --reranker or where its README.md's front matter says
+`pipeline_tag: text-ranking`. More: docs/convert.md.
 Attention and GELU are written as ONNX Runtime's MultiHeadAttention and Gelu; an encoder is then
 embedded with both that graph and the plain one on the built-in sample, and the plain one is
 written if they differ. OUTPUT is written into a temporary folder and renamed into place only when
@@ -140,8 +139,8 @@ pub struct ConvertArgs {
     pub external_data: bool,
     /// Convert a decoder (Qwen3ForCausalLM and the like) as a yes/no reranker (Qwen3-Reranker):
     /// the graph's `logits` [batch, 1] is logit("yes") - logit("no") at each text's last token,
-    /// and config.json is written as a one-label classifier. A causal-LM folder whose name (or
-    /// hub repository, or `_name_or_path`) says "reranker" is converted so without it.
+    /// and config.json is written as a one-label classifier. A decoder whose README.md says
+    /// `pipeline_tag: text-ranking` in its front matter is converted so without it.
     #[arg(long)]
     pub reranker: bool,
     /// How a decoder's weights are stored: float32, or float16/bfloat16 (half the size on disk;

@@ -5,7 +5,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use nornir_vector::{Embedder, EmbedderReport, ModelKind, PairOptions, SAMPLE_TEXTS, SparseOptions};
 
-use super::embed::peak_rss_mib;
+use super::summary::peak_rss_mib;
 use super::load::load;
 use super::source::{CHUNK, progress};
 use crate::args::BenchArgs;

@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use nornir_vector::{CallOptions, CompactVectors, Embedder, Ranges};
+use nornir_vector::{CallOptions, Embedder, Ranges};
 
 use super::EmbedJob;
 use super::source::{Source, input_error, next_chunk, progress, show_progress};
-use crate::output::{OutputFormat, Sink};
+use super::summary::RunSummary;
+use crate::output::{JsonLine, OutputFormat, Sink, Values};
 
 /// Where a run's ranges go: `OUTPUT.ranges.json` beside `OUTPUT`.
 pub fn ranges_path(output: &Path) -> PathBuf {
@@ -42,16 +43,6 @@ fn ranges(job: &EmbedJob, embedder: &Embedder, call: &CallOptions) -> Result<(Ra
     Ok((ranges, Some(ranges_path(out))))
 }
 
-/// One vector as written in JSON lines: its integers, with the input's id when it had one.
-fn json_line(w: &mut dyn Write, v: &CompactVectors, i: usize, id: Option<&serde_json::Value>) -> Result<()> {
-    let values = v.row_values(i);
-    match id {
-        Some(id) => serde_json::to_writer(&mut *w, &serde_json::json!({ "id": id, "embedding": values }))?,
-        None => serde_json::to_writer(&mut *w, &values)?,
-    }
-    w.write_all(b"\n").context("write output")
-}
-
 pub(super) fn embed_compact(
     job: &EmbedJob,
     embedder: &Embedder,
@@ -77,8 +68,8 @@ pub(super) fn embed_compact(
         call = call.with_ranges(Arc::new(ranges));
     }
     let bar = progress(!job.quiet && job.texts.is_empty(), size);
-    let started = std::time::Instant::now();
-    let (mut npy, mut done) = (Vec::new(), 0usize);
+    let mut run = RunSummary::start(true);
+    let mut npy = Vec::new();
     let mut width = precision.bytes_per_vector(call.dimensions.unwrap_or(embedder.dimension()));
     loop {
         let chunk = next_chunk(&mut source)?;
@@ -86,16 +77,19 @@ pub(super) fn embed_compact(
             break;
         }
         let texts: Vec<&str> = chunk.iter().map(|r| r.text.as_str()).collect();
-        let v = embedder.embed_compact(&texts, &call).map_err(|e| input_error(e, done))?;
+        let v = embedder.embed_compact(&texts, &call).map_err(|e| input_error(e, run.texts()))?;
         width = v.bytes_per_vector();
         for (i, rec) in chunk.iter().enumerate() {
             match job.format {
                 OutputFormat::Npy => npy.extend_from_slice(v.row(i)),
-                _ => json_line(sink.writer(), &v, i, rec.id.as_ref())?,
+                _ => {
+                    let embedding = Some(Values::Integers(v.row_values(i)));
+                    JsonLine { id: rec.id.as_ref(), embedding, ..JsonLine::default() }.write(sink.writer())?;
+                }
             }
         }
-        done += chunk.len();
-        show_progress(&bar, &source, done, started);
+        run.add(chunk.len(), v.usage());
+        show_progress(&bar, &source, run.texts(), run.started());
     }
     bar.finish_and_clear();
     if job.format == OutputFormat::Npy {
@@ -108,17 +102,11 @@ pub(super) fn embed_compact(
         file.finish()?;
     }
     sink.finish()?;
-    if job.json || job.verbose {
-        let summary = serde_json::json!({
-            "texts": done,
-            "precision": precision.label(),
-            "bytes_per_vector": width,
-            "ranges": source_of_ranges,
-            "ranges_file": ranges_file,
-            "provider": embedder.report().active_provider,
-        });
-        eprintln!("{summary}");
-    }
+    run.with("precision", precision.label())
+        .with("bytes_per_vector", width)
+        .with("ranges", source_of_ranges)
+        .with("ranges_file", ranges_file.map(|p| p.display().to_string()))
+        .report(job, embedder);
     Ok(())
 }
 

@@ -72,6 +72,12 @@ pub fn embed_error_text(e: &(dyn std::error::Error + 'static)) -> Option<String>
             "{}: cannot be loaded as ONNX Runtime: {reason}; point --ort-lib (or ORT_DYLIB_PATH) at a libonnxruntime.so ({major}.{minor} or newer)",
             path.display()
         ),
+        EmbedError::WrongKind { wanted, kind, .. } => format!(
+            "this command needs {} and this model is {}: use {}",
+            wanted.with_article(),
+            kind.with_article(),
+            kind.calls().commands
+        ),
         EmbedError::ForcedDeviceFailed { vendor, details, .. } => format!(
             "the device was forced to {vendor}, but no {vendor} provider could be used: {details}. Use --device auto to fall back to the CPU, or see why with `nornir vector doctor`"
         ),

@@ -3,55 +3,54 @@
 //! offsets.
 
 use std::io::Write;
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use nornir_vector::{CallOptions, Embedder, Encoded, MultiVectorOptions, Outputs, Precision, Ranges, to_precision};
+use nornir_vector::{CallOptions, Embedder, Encoded, MultiVectorOptions, Outputs, Precision, Ranges};
 
 use super::EmbedJob;
 use super::source::{Source, input_error, next_chunk, progress, show_progress};
 use crate::args::OutputKind;
-use crate::output::{OutputFormat, Sink};
+use super::summary::RunSummary;
+use crate::output::{JsonLine, OutputFormat, Sink, TokenValues, Values};
 
-/// The outputs a run asks for: `--outputs`, else the token vectors.
-fn outputs(job: &EmbedJob) -> Outputs {
+/// The outputs a run asks for: `--outputs`, else the model's own (a BGE-M3 folder, whose kind is
+/// embedder, its dense vector; a late-interaction model its token vectors).
+fn outputs(job: &EmbedJob, embedder: &Embedder) -> Outputs {
     let asked = &job.multi_vector.outputs;
     if asked.is_empty() {
-        return Outputs::multi_vector();
+        return match embedder.model_info().folder.kind.kind {
+            nornir_vector::ModelKind::MultiVector => Outputs::multi_vector(),
+            _ => Outputs::new(true, false, false),
+        };
     }
     let has = |k: OutputKind| asked.contains(&k);
     Outputs::new(has(OutputKind::Dense), has(OutputKind::Sparse), has(OutputKind::MultiVector))
 }
 
 /// One text's line: the outputs asked, with the input's id when it had one.
-fn line(
-    encoded: &Encoded,
+fn line<'a>(
+    encoded: &'a Encoded,
     i: usize,
     precision: Precision,
     ranges: Option<&Ranges>,
-    id: Option<&serde_json::Value>,
-) -> Result<serde_json::Value> {
-    let mut object = serde_json::Map::new();
-    if let Some(id) = id {
-        object.insert("id".into(), id.clone());
-    }
-    if let Some(dense) = &encoded.dense {
-        object.insert("embedding".into(), serde_json::json!(dense.row(i)));
-    }
-    if let Some(sparse) = &encoded.sparse {
-        let v = &sparse[i];
-        object.insert("sparse".into(), serde_json::json!({ "indices": v.indices, "values": v.values }));
-    }
-    if let Some(mv) = &encoded.multi_vector {
-        let vectors = if precision == Precision::Float32 {
-            serde_json::json!(mv.get(i).chunks_exact(mv.dim().max(1)).collect::<Vec<_>>())
-        } else {
-            let c = to_precision(&mv.text_rows(i), precision, ranges)?;
-            serde_json::json!((0..c.len()).map(|r| c.row_values(r)).collect::<Vec<_>>())
-        };
-        object.insert("vectors".into(), vectors);
-    }
-    Ok(serde_json::Value::Object(object))
+    id: Option<&'a serde_json::Value>,
+) -> Result<JsonLine<'a>> {
+    let sparse = encoded.sparse.as_ref().map(|s| &s[i]);
+    let vectors = match &encoded.multi_vector {
+        Some(mv) if precision == Precision::Float32 => {
+            Some(TokenValues::Floats(mv.get(i).chunks_exact(mv.dim().max(1)).collect()))
+        }
+        Some(mv) => Some(TokenValues::Integers(mv.text_to_precision(i, precision, ranges)?.rows_values())),
+        None => None,
+    };
+    Ok(JsonLine {
+        id,
+        embedding: encoded.dense.as_ref().map(|d| Values::Floats(d.row(i))),
+        indices: sparse.map(|v| v.indices.as_slice()),
+        values: sparse.map(|v| v.values.as_slice()),
+        vectors,
+        ..JsonLine::default()
+    })
 }
 
 /// `embed` on a model that makes token vectors.
@@ -63,7 +62,7 @@ pub(super) fn embed_multi_vector(
     size: Option<u64>,
     mut sink: Sink,
 ) -> Result<()> {
-    let outputs = outputs(job);
+    let outputs = outputs(job, embedder);
     let precision = job.compact.precision;
     let npz = match job.format {
         OutputFormat::Jsonl => false,
@@ -80,8 +79,7 @@ pub(super) fn embed_multi_vector(
         None
     };
     let bar = progress(!job.quiet && job.texts.is_empty(), size);
-    let started = Instant::now();
-    let (mut done, mut tokens) = (0usize, 0usize);
+    let mut run = RunSummary::start(false);
     let (mut rows, mut offsets, mut dim) = (Vec::<u8>::new(), vec![0i64], 0usize);
     loop {
         let chunk = next_chunk(&mut source)?;
@@ -89,8 +87,7 @@ pub(super) fn embed_multi_vector(
             break;
         }
         let texts: Vec<&str> = chunk.iter().map(|r| r.text.as_str()).collect();
-        let encoded = embedder.encode(&texts, outputs, &options).map_err(|e| input_error(e, done))?;
-        tokens += encoded.usage.tokens;
+        let encoded = embedder.encode(&texts, outputs, &options).map_err(|e| input_error(e, run.texts()))?;
         if npz {
             let mv = encoded.multi_vector.as_ref().context("the model made no token vectors")?;
             dim = mv.dim();
@@ -100,29 +97,18 @@ pub(super) fn embed_multi_vector(
             offsets.extend(mv.offsets()[1..].iter().map(|&o| last + o as i64));
         } else {
             for (i, rec) in chunk.iter().enumerate() {
-                serde_json::to_writer(sink.writer(), &line(&encoded, i, precision, ranges.as_ref(), rec.id.as_ref())?)
-                    .context("write output")?;
-                sink.writer().write_all(b"\n").context("write output")?;
+                line(&encoded, i, precision, ranges.as_ref(), rec.id.as_ref())?.write(sink.writer())?;
             }
         }
-        done += chunk.len();
-        show_progress(&bar, &source, done, started);
+        run.add(chunk.len(), encoded.usage);
+        show_progress(&bar, &source, run.texts(), run.started());
     }
     bar.finish_and_clear();
     if npz {
         write_npz(&mut sink, &rows, &offsets, dim, precision)?;
     }
     sink.finish()?;
-    if job.json {
-        let summary = serde_json::json!({
-            "texts": done,
-            "tokens": tokens,
-            "seconds": started.elapsed().as_secs_f64(),
-            "query": job.multi_vector.query,
-            "provider": embedder.report().active_provider,
-        });
-        eprintln!("{summary}");
-    }
+    run.with("query", job.multi_vector.query).report(job, embedder);
     Ok(())
 }
 

@@ -2,28 +2,17 @@
 //! term ids and weights) and `rerank` with a cross-encoder (the documents best first).
 
 use std::io::Write;
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use nornir_cli::input::InputFormat;
-use nornir_vector::{CallOptions, Embedder, PairOptions, SparseOptions};
+use nornir_vector::{CallOptions, Embedder, PairOptions, SparseOptions, SparseVector};
 
 use super::EmbedJob;
 use super::load::load;
 use super::source::{Source, input_error, next_chunk, open_source, progress, show_progress};
 use crate::args::RerankArgs;
-use crate::output::{OutputFormat, Sink};
-
-/// One text's sparse vector as written.
-#[derive(serde::Serialize)]
-struct SparseLine<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<&'a serde_json::Value>,
-    indices: &'a [u32],
-    values: &'a [f32],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tokens: Option<Vec<String>>,
-}
+use super::summary::RunSummary;
+use crate::output::{JsonLine, OutputFormat, Sink};
 
 /// `embed` on a sparse encoder: a JSON line per text, its terms ascending.
 pub(super) fn embed_sparse(
@@ -48,39 +37,35 @@ pub(super) fn embed_sparse(
         options = options.with_threshold(w);
     }
     let bar = progress(!job.quiet && job.texts.is_empty(), size);
-    let started = Instant::now();
-    let mut done = 0usize;
+    let mut run = RunSummary::start(false);
     loop {
         let chunk = next_chunk(&mut source)?;
         if chunk.is_empty() {
             break;
         }
         let texts: Vec<&str> = chunk.iter().map(|r| r.text.as_str()).collect();
-        let vectors = embedder.embed_sparse(&texts, &options).map_err(|e| input_error(e, done))?;
+        let vectors = embedder.embed_sparse(&texts, &options).map_err(|e| input_error(e, run.texts()))?;
         for (v, rec) in vectors.vectors.iter().zip(&chunk) {
-            let tokens = job
-                .sparse
-                .tokens
-                .then(|| v.indices.iter().map(|&i| embedder.vocabulary_term(i).unwrap_or_default()).collect());
-            let line = SparseLine { id: rec.id.as_ref(), indices: &v.indices, values: &v.values, tokens };
-            serde_json::to_writer(sink.writer(), &line).context("write output")?;
-            sink.writer().write_all(b"\n").context("write output")?;
+            sparse_line(embedder, v, job.sparse.tokens, rec.id.as_ref()).write(sink.writer())?;
         }
-        done += chunk.len();
-        show_progress(&bar, &source, done, started);
+        run.add(chunk.len(), vectors.usage);
+        show_progress(&bar, &source, run.texts(), run.started());
     }
     bar.finish_and_clear();
     sink.finish()?;
-    if job.json {
-        let summary = serde_json::json!({
-            "texts": done,
-            "seconds": started.elapsed().as_secs_f64(),
-            "max_length": embedder.model_info().max_length,
-            "provider": embedder.report().active_provider,
-        });
-        eprintln!("{summary}");
-    }
+    run.report(job, embedder);
     Ok(())
+}
+
+/// A sparse vector's JSON line: its terms ascending, with their tokens where `tokens` asks.
+pub(super) fn sparse_line<'a>(
+    embedder: &Embedder,
+    v: &'a SparseVector,
+    tokens: bool,
+    id: Option<&'a serde_json::Value>,
+) -> JsonLine<'a> {
+    let tokens = tokens.then(|| v.indices.iter().map(|&i| embedder.vocabulary_term(i).unwrap_or_default()).collect());
+    JsonLine { id, indices: Some(&v.indices), values: Some(&v.values), tokens, ..JsonLine::default() }
 }
 
 /// One ranked document as written.

@@ -164,3 +164,9 @@ pub fn reference_script(script: &str, mode: &str, args: &[&str]) -> serde_json::
     assert!(o.status.success(), "{script} {mode} failed:\n{out}\n{}", stderr(&o));
     serde_json::from_str(&out).expect("the reference script's JSON")
 }
+
+/// The vector of one line of `embed`'s JSON lines (`{"id"?, "embedding": [...]}`).
+pub fn embedding_of_line(line: &str) -> Vec<f32> {
+    let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+    serde_json::from_value(v["embedding"].clone()).unwrap_or_else(|e| panic!("no \"embedding\" in {line}: {e}"))
+}

@@ -7,7 +7,7 @@
 use nornir_options::{Precision, Ranges};
 
 use crate::error::{EmbedError, Result};
-use crate::values::embeddings::Embeddings;
+use crate::values::embeddings::{Embeddings, Usage};
 
 /// Vectors in a compact precision, one after another, `bytes_per_vector` each (int8 values as
 /// their two's-complement bytes).
@@ -19,9 +19,17 @@ pub struct CompactVectors {
     /// The float32 vectors' dimensions.
     pub dimensions: usize,
     data: Vec<u8>,
+    /// What the float32 call read: its tokens and the texts it cut.
+    usage: Usage,
 }
 
 impl CompactVectors {
+    /// The tokens the model read for these vectors and how many texts were longer than the
+    /// model reads and cut, as the float32 call reports them.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
     /// Bytes of one vector.
     pub fn bytes_per_vector(&self) -> usize {
         self.precision.bytes_per_vector(self.dimensions)
@@ -41,6 +49,11 @@ impl CompactVectors {
     pub fn row(&self, i: usize) -> &[u8] {
         let w = self.bytes_per_vector();
         &self.data[i * w..(i + 1) * w]
+    }
+
+    /// Every vector's values, as [`row_values`](Self::row_values) gives each.
+    pub fn rows_values(&self) -> Vec<Vec<i64>> {
+        (0..self.len()).map(|i| self.row_values(i)).collect()
     }
 
     /// Every vector's bytes, one after another.
@@ -120,7 +133,7 @@ pub fn to_precision(rows: &Embeddings, precision: Precision, ranges: Option<&Ran
         // float32 (`check` gives int8 and uint8 their ranges).
         _ => rows.as_slice().iter().for_each(|x| data.extend_from_slice(&x.to_le_bytes())),
     }
-    Ok(CompactVectors { precision, dimensions: dim, data })
+    Ok(CompactVectors { precision, dimensions: dim, data, usage: rows.usage() })
 }
 
 #[cfg(test)]

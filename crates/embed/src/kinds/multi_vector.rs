@@ -146,6 +146,12 @@ impl MultiVectors {
     pub fn to_precision(&self, precision: Precision, ranges: Option<&Ranges>) -> Result<CompactVectors> {
         crate::kinds::compact::to_precision(&self.rows(), precision, ranges)
     }
+
+    /// Text `i`'s token vectors in `precision`, as [`to_precision`](Self::to_precision) makes
+    /// them: what every surface writes for one text; panics past `len()`.
+    pub fn text_to_precision(&self, i: usize, precision: Precision, ranges: Option<&Ranges>) -> Result<CompactVectors> {
+        crate::kinds::compact::to_precision(&self.text_rows(i), precision, ranges)
+    }
 }
 
 #[cfg(test)]

@@ -192,4 +192,6 @@ def convert(
     fuse: bool = True,
     replace: bool = False,
     external_data: bool = False,
+    reranker: bool = False,
+    dtype: str = "float32",
 ) -> dict[str, Any]: ...
