@@ -28,7 +28,11 @@ pub fn demo() -> Result<()> {
     }
     let rows: Vec<Vec<f32>> = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).map(|v| v["embedding"].clone()).and_then(serde_json::from_value))
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .map(|v| v["embedding"].clone())
+                .and_then(serde_json::from_value)
+        })
         .collect::<Result<_, _>>()
         .context("parse nornir's JSON lines ({\"embedding\": [...]} per line)")?;
     println!("cosine similarity (all-MiniLM-L6-v2, float32 converted from its safetensors):\n");

@@ -114,8 +114,7 @@ fn surface_text(e: &(dyn std::error::Error + 'static)) -> Option<String> {
 /// messages can span lines). Each error says only what failed at its layer, so each cause appears
 /// once; the embedder's errors are said in this command's words (its flags, its advice).
 pub fn error_line(e: &anyhow::Error) -> String {
-    let links: Vec<String> =
-        e.chain().map(|cause| surface_text(cause).unwrap_or_else(|| cause.to_string())).collect();
+    let links: Vec<String> = e.chain().map(|cause| surface_text(cause).unwrap_or_else(|| cause.to_string())).collect();
     links.join(": ").split_whitespace().collect::<Vec<_>>().join(" ")
 }
 

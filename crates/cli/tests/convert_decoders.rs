@@ -87,10 +87,7 @@ fn quantizes_from_external_data(work: &Path) {
             common::Run::new(&["vector", "embed", "-q", "--model", s(folder), "--pooling", "last", "yes no", "hello"])
                 .output();
         assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .map(common::embedding_of_line)
-            .collect::<Vec<_>>()
+        String::from_utf8_lossy(&o.stdout).lines().map(common::embedding_of_line).collect::<Vec<_>>()
     };
     let float32 = embed(&external);
     let mut int8 = Vec::new();

@@ -224,7 +224,9 @@ pub enum ConvertError {
     #[error("{path} already exists: choose another output folder, or ask to replace it")]
     OutputExists { path: String },
     /// Half-precision weights were asked for an encoder; they are written for decoders only.
-    #[error("{file} names {architecture}, an encoder: {dtype} weights are written for decoders only; convert it in float32 (then quantize it if it is too large)")]
+    #[error(
+        "{file} names {architecture}, an encoder: {dtype} weights are written for decoders only; convert it in float32 (then quantize it if it is too large)"
+    )]
     DtypeForDecodersOnly { file: String, architecture: String, dtype: &'static str },
     #[error("the output folder {path} is the model folder itself: write the converted model to another folder")]
     OutputIsSource { path: String },

@@ -47,7 +47,10 @@ mod tests {
         let card = "---\nlicense: apache-2.0\nbase_model:\n- Qwen/Qwen3-0.6B\npipeline_tag: text-ranking\n---\n# Qwen3-Reranker\n";
         assert_eq!(tag(card).as_deref(), Some("text-ranking"));
         assert_eq!(tag("---\npipeline_tag: \"text-ranking\" # the hub's tag\n---\n").as_deref(), Some("text-ranking"));
-        assert_eq!(tag("\u{feff}---\r\npipeline_tag: feature-extraction\r\n---\r\n").as_deref(), Some("feature-extraction"));
+        assert_eq!(
+            tag("\u{feff}---\r\npipeline_tag: feature-extraction\r\n---\r\n").as_deref(),
+            Some("feature-extraction")
+        );
         assert_eq!(tag("# A card\npipeline_tag: text-ranking\n"), None, "not front matter");
         assert_eq!(tag("---\nlicense: mit\n---\npipeline_tag: text-ranking\n"), None, "after the front matter");
         assert_eq!(tag("---\nwidget:\n  pipeline_tag: text-ranking\n---\n"), None, "nested");

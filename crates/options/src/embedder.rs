@@ -223,6 +223,14 @@ impl EmbedderOptions {
         {
             return Err(InvalidOption::new("ep_libraries", format!("entry {name:?} needs a name and a path")));
         }
+        // A library named by the caller is meant: a missing one is a mistake to say, not a
+        // plugin to skip (those found by searching are skipped with the reason).
+        if let Some((name, path)) = self.ep_libraries.iter().find(|(_, p)| !p.is_file()) {
+            return Err(InvalidOption::new(
+                "ep_libraries",
+                format!("{name}={}: no such file; give the path of the plugin's shared library", path.display()),
+            ));
+        }
         Ok(())
     }
     /// The model's file inside its folder, instead of `model.onnx` / `onnx/model.onnx`.
@@ -315,5 +323,9 @@ mod tests {
         assert_eq!(invalid(d().with_max_queued_texts(0)), "max_queued_texts");
         assert_eq!(invalid(d().with_call(CallOptions::new().with_dimensions(0))), "dimensions");
         assert_eq!(invalid(d().with_max_length(0)), "max_length");
+        // A plugin library the caller names must be there (stands in for a mistyped --ep-lib).
+        assert_eq!(invalid(d().with_ep_library("cpu", "/nonexistent/libcpu_plugin.so")), "ep_libraries");
+        let me = std::env::current_exe().expect("this test's binary");
+        assert!(d().with_ep_library("cpu", me).validate().is_ok(), "a file that exists is tried later, not here");
     }
 }

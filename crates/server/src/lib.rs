@@ -240,9 +240,7 @@ pub fn router(models: Arc<Models>, config: ServerConfig) -> Result<Router, Inval
         return Err(InvalidConfig { option: "default_model", reason: unknown.to_string() });
     }
     let app = Arc::new(api::App::new(models, config));
-    Ok(routes::table()
-        .layer(axum::middleware::from_fn_with_state(app.clone(), api::guard))
-        .with_state(app))
+    Ok(routes::table().layer(axum::middleware::from_fn_with_state(app.clone(), api::guard)).with_state(app))
 }
 
 #[cfg(test)]

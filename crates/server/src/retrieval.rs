@@ -266,7 +266,9 @@ pub(crate) async fn embed_sparse(
         .iter()
         .map(|v| v.indices.iter().zip(&v.values).map(|(&index, &value)| SparseValue { index, value }).collect())
         .collect();
-    Ok(axum::Json(answer).into_response())
+    let mut response = axum::Json(answer).into_response();
+    response.headers_mut().insert("x-truncated-inputs", vectors.usage.truncated.into());
+    Ok(response)
 }
 
 /// `POST /`: what TEI does there for the first model's kind: embed, embed_sparse, or for a

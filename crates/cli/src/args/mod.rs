@@ -46,7 +46,10 @@ pub fn command() -> clap::Command {
     Cli::command().mut_subcommand("vector", |v| {
         let architectures: Vec<&str> = nornir_vector::convert::supported_architectures().collect();
         let v = v.mut_subcommand("convert", |c| {
-            prepend(c, format!("Converted architectures (config.json's `architectures`): {}.", architectures.join(", ")))
+            prepend(
+                c,
+                format!("Converted architectures (config.json's `architectures`): {}.", architectures.join(", ")),
+            )
         });
         #[cfg(feature = "embed-ort")]
         let v = v.mut_subcommand("serve", |c| prepend(c, format!("Routes:\n{}", nornir_server::routes_help())));

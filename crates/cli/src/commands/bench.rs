@@ -5,9 +5,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use nornir_vector::{Embedder, EmbedderReport, ModelKind, PairOptions, SAMPLE_TEXTS, SparseOptions};
 
-use super::summary::peak_rss_mib;
 use super::load::load;
 use super::source::{CHUNK, progress};
+use super::summary::peak_rss_mib;
 use crate::args::BenchArgs;
 use nornir_cli::input::{InputFormat, Records};
 

@@ -50,7 +50,9 @@ fn summary(c: &Conversion) -> String {
     );
     match (c.reranker_by, c.head) {
         (Some(RerankerBy::Asked), _) => format!("{line}\nconverted as a yes/no reranker (--reranker)"),
-        (Some(_), _) => format!("{line}\nconverted as a yes/no reranker: its README.md says pipeline_tag: text-ranking"),
+        (Some(_), _) => {
+            format!("{line}\nconverted as a yes/no reranker: its README.md says pipeline_tag: text-ranking")
+        }
         (None, Head::Encoder) if c.architecture.ends_with("ForCausalLM") => format!(
             "{line}\nconverted as an embedder (its last token's hidden state): pass --reranker if it is a yes/no reranker such as Qwen3-Reranker"
         ),

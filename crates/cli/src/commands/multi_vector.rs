@@ -9,8 +9,8 @@ use nornir_vector::{CallOptions, Embedder, Encoded, MultiVectorOptions, Outputs,
 
 use super::EmbedJob;
 use super::source::{Source, input_error, next_chunk, progress, show_progress};
-use crate::args::OutputKind;
 use super::summary::RunSummary;
+use crate::args::OutputKind;
 use crate::output::{JsonLine, OutputFormat, Sink, TokenValues, Values};
 
 /// The outputs a run asks for: `--outputs`, else the model's own (a BGE-M3 folder, whose kind is

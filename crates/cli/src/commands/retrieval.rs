@@ -10,8 +10,8 @@ use nornir_vector::{CallOptions, Embedder, PairOptions, SparseOptions, SparseVec
 use super::EmbedJob;
 use super::load::load;
 use super::source::{Source, input_error, next_chunk, open_source, progress, show_progress};
-use crate::args::RerankArgs;
 use super::summary::RunSummary;
+use crate::args::RerankArgs;
 use crate::output::{JsonLine, OutputFormat, Sink};
 
 /// `embed` on a sparse encoder: a JSON line per text, its terms ascending.

@@ -174,6 +174,7 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
     let models = Arc::new(Models::with_aliases(served.iter().map(|m| (m.name.clone(), m.aliases.clone())))?);
     let token_ids: TokenIds = a.token_ids.parse().map_err(anyhow::Error::msg)?;
     let long = long_policy(a.long, a.window.map(|w| w as usize), a.overlap.map(|o| o as usize))?;
+    let chunks_by_default = matches!(long, nornir_vector::LongInputs::Chunk(_));
     let mut config = ServerConfig::default()
         .with_max_inputs(a.max_inputs as usize)
         .with_max_body_bytes(a.max_body_bytes as usize)
@@ -211,6 +212,15 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
                 // and /metrics count the memory of each.
                 embedder.warm_up();
                 eprintln!("nornir: ready: {} on {}", m.name, embedder.report().active_provider);
+                let kind = embedder.model_info().folder.kind.kind;
+                if chunks_by_default && kind != nornir_vector::ModelKind::Embedder {
+                    // The library's rule: only an embedder's dense vectors are made from chunks.
+                    eprintln!(
+                        "nornir: {} is {}, which cannot chunk: its long texts are truncated (x-truncated-inputs counts them), or refused where a request says truncate: false",
+                        m.name,
+                        kind.with_article()
+                    );
+                }
                 loading.set_loaded(&m.name, Arc::new(embedder))?;
             }
             Ok(())

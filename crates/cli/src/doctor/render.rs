@@ -222,6 +222,9 @@ pub(super) fn write_model(out: &mut String, m: &nornir_vector::diagnostics::Mode
         format!("{} (first {} of {}, --dimensions)", m.dimension, m.dimension, m.model_dimension)
     };
     writeln!(out, "  model vectors: {dim} dimensions, {} pooling, up to {} tokens", m.pooling, m.max_length)?;
+    if !m.max_length_reason.is_empty() {
+        writeln!(out, "  length: {} tokens: {}", m.max_length, m.max_length_reason)?;
+    }
     if let Some(why) = &m.dense_reason {
         let layers: Vec<String> = m
             .folder

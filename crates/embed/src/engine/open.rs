@@ -318,6 +318,7 @@ fn model_info(
         dimension: 0,
         model_dimension: 0,
         max_length,
+        max_length_reason: tokenizer.max_length_reason().to_owned(),
         pooling,
         pooling_skips_prompt_tokens: skip,
         normalize,

@@ -42,6 +42,8 @@ pub(crate) struct ModelTokenizer {
     second_right: OnceLock<Tokenizer>,
     second_left: OnceLock<Tokenizer>,
     max_length: usize,
+    /// Which limit `max_length` is, in words.
+    max_length_reason: String,
     left_padding: bool,
 }
 
@@ -58,12 +60,20 @@ impl ModelTokenizer {
         let mut tokenizer: Tokenizer = text.parse().map_err(|e| EmbedError::tokenizer_because(file, e))?;
         // The folder's own limits never pass the model's positions (or, where it states none,
         // MAX_TOKENS): a tokenizer.json that truncates at 1e15 is not a length to plan for.
-        let positions = folder.max_position_embeddings.unwrap_or(MAX_TOKENS);
-        let from_folder = folder
-            .max_seq_length
-            .or_else(|| tokenizer.get_truncation().map(|t| t.max_length))
-            .map(|n| n.min(positions));
-        let max_length = max_length.or(from_folder).or(folder.max_position_embeddings).unwrap_or(512);
+        if let (Some(asked), Some(rows)) = (max_length, folder.max_position_embeddings)
+            && asked > rows
+        {
+            // ONNX Runtime would fail on the first text that long, deep in the graph.
+            return Err(EmbedError::invalid(
+                "max_length",
+                format!(
+                    "{asked} tokens is more than the model places: its positions end at {rows} (config.json's max_position_embeddings)"
+                ),
+            ));
+        }
+        let tokenizer_cut = tokenizer.get_truncation().map(|t| t.max_length);
+        let (max_length, max_length_reason) =
+            length_rule(max_length, folder.max_seq_length, tokenizer_cut, folder.max_position_embeddings);
         if max_length == 0 {
             return Err(EmbedError::invalid("max_length", "must be at least 1"));
         }
@@ -90,8 +100,14 @@ impl ModelTokenizer {
             second_right: OnceLock::new(),
             second_left: OnceLock::new(),
             max_length,
+            max_length_reason,
             left_padding,
         })
+    }
+
+    /// Which limit [`max_length`](Self::max_length) is, and the others, in words.
+    pub(crate) fn max_length_reason(&self) -> &str {
+        &self.max_length_reason
     }
 
     /// The most tokens of a text the model reads.
@@ -275,6 +291,39 @@ impl ModelTokenizer {
 /// tokenizer needs (an English token is about 4 bytes; a word piece never spans whitespace).
 pub(crate) const PREFIX_BYTES_PER_TOKEN: usize = 64;
 
+/// The length rule: the caller's length where given; else sentence-transformers' `max_seq_length`
+/// (which it tokenizes with, whatever tokenizer.json's own truncation says), else the
+/// tokenizer's; either no more than the model's positions (`MAX_TOKENS` where it states none);
+/// else the positions, else 512. With the reason in words, naming the limits not taken.
+fn length_rule(
+    asked: Option<usize>,
+    sentence_transformers: Option<usize>,
+    tokenizer: Option<usize>,
+    positions: Option<usize>,
+) -> (usize, String) {
+    let mut others = Vec::new();
+    if let Some(n) = sentence_transformers {
+        others.push(format!("sentence-transformers' max_seq_length {n}"));
+    }
+    if let Some(n) = tokenizer.filter(|&n| n <= MAX_TOKENS) {
+        others.push(format!("tokenizer.json's truncation {n}"));
+    }
+    if let Some(n) = positions {
+        others.push(format!("{n} positions"));
+    }
+    let limits = if others.is_empty() { "the folder states no limit".to_owned() } else { others.join(", ") };
+    let cap = positions.unwrap_or(MAX_TOKENS);
+    match (asked, sentence_transformers, tokenizer, positions) {
+        (Some(n), ..) => (n, format!("asked for ({limits})")),
+        (None, Some(n), _, _) if n > cap => (cap, format!("the model's positions ({limits})")),
+        (None, Some(n), _, _) => (n, format!("sentence-transformers' max_seq_length ({limits})")),
+        (None, None, Some(n), _) if n > cap => (cap, format!("the model's positions ({limits})")),
+        (None, None, Some(n), _) => (n, format!("tokenizer.json's truncation ({limits})")),
+        (None, None, None, Some(n)) => (n, format!("the model's positions ({limits})")),
+        (None, None, None, None) => (512, "nornir's default: the folder states no limit".to_owned()),
+    }
+}
+
 /// The start of `text` that is enough for `max_length` tokens, cut at whitespace so that its
 /// tokens are the first tokens of the whole text; the whole text when it is short.
 pub(crate) fn prefix_for_tokens(text: &str, max_length: usize) -> &str {
@@ -354,5 +403,27 @@ mod tests {
         assert_eq!(length(Some(32)), 32);
         std::fs::write(dir.join("sentence_bert_config.json"), r#"{"max_seq_length": 128}"#).expect("st");
         assert_eq!(length(None), 64);
+        // Asked for past the positions: refused by name, not failed inside ONNX Runtime.
+        let folder = crate::values::ModelFolder::open(dir, None).expect("folder");
+        let e = ModelTokenizer::load(&folder, Some(128)).err().expect("refused").to_string();
+        assert!(e.contains("positions end at 64"), "{e}");
+    }
+
+    #[test]
+    fn the_length_is_sentence_transformers_then_the_tokenizers_within_the_positions_and_says_which() {
+        // all-MiniLM-L6-v2: max_seq_length 256, tokenizer.json 128, 512 positions: 256, as
+        // sentence-transformers reads it.
+        let (n, why) = length_rule(None, Some(256), Some(128), Some(512));
+        assert_eq!(n, 256);
+        assert!(
+            why.starts_with("sentence-transformers' max_seq_length") && why.contains("tokenizer.json's truncation 128"),
+            "{why}"
+        );
+        assert_eq!(length_rule(None, None, Some(128), Some(64)).0, 64, "the positions cap the tokenizer's");
+        assert_eq!(length_rule(None, Some(512), None, Some(64)).0, 64, "and sentence-transformers'");
+        assert_eq!(length_rule(None, None, Some(128), None).0, 128);
+        assert_eq!(length_rule(None, None, None, Some(8192)).0, 8192);
+        assert_eq!(length_rule(None, None, None, None).0, 512);
+        assert!(length_rule(Some(100), Some(256), None, Some(512)).1.starts_with("asked for"));
     }
 }

@@ -21,6 +21,10 @@ pub struct ModelInfo {
     pub model_dimension: usize,
     /// The most tokens of a text the model reads (longer ones are truncated or chunked).
     pub max_length: usize,
+    /// Which limit `max_length` is (asked for, sentence-transformers', the tokenizer's, the
+    /// positions'), with the folder's other limits.
+    #[serde(default)]
+    pub max_length_reason: String,
     /// How token vectors become one vector (for a graph that does not pool itself).
     pub pooling: Pooling,
     /// Tokens of the prompt left out of the pooling (`include_prompt: false`).
