@@ -215,7 +215,7 @@ fn a_closed_pipe_ends_quietly() {
         .expect("run nornir");
     let mut first = String::new();
     std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut first).expect("one line");
-    assert!(first.starts_with('['), "{first}");
+    assert!(first.starts_with("{\"embedding\":["), "{first}");
     let out = child.wait_with_output().expect("wait");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked"), "{err}");

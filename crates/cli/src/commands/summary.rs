@@ -73,7 +73,7 @@ impl RunSummary {
             });
             summary.as_object_mut().map(|o| o.extend(self.extra.clone()));
             eprintln!("{summary}");
-        } else if truncated > 0 && !job.quiet {
+        } else if truncated > 0 {
             let hint = if self.chunkable { "; --long chunk keeps every token" } else { "; --long refuse names them" };
             eprintln!(
                 "nornir: {truncated} of {done} texts were longer than the model's {max_length} tokens and were truncated to them{hint}"
