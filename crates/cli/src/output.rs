@@ -238,3 +238,42 @@ impl RowWriter {
         self.sink.finish()
     }
 }
+
+#[cfg(test)]
+mod json_line_tests {
+    use super::*;
+
+    /// One object per line with or without ids, each output under its own key, float32 numbers
+    /// in their shortest form (0.1, not 0.10000000149011612).
+    #[test]
+    fn a_line_is_one_object_whatever_the_kind_and_the_ids() {
+        let line = |l: JsonLine<'_>| {
+            let mut out = Vec::new();
+            l.write(&mut out).expect("write");
+            String::from_utf8(out).expect("utf8")
+        };
+        let row = [0.1f32, -2.5];
+        assert_eq!(
+            line(JsonLine { embedding: Some(Values::Floats(&row)), ..JsonLine::default() }),
+            "{\"embedding\":[0.1,-2.5]}\n"
+        );
+        let id = serde_json::json!("doc-1");
+        assert_eq!(
+            line(JsonLine { id: Some(&id), embedding: Some(Values::Integers(vec![-3, 127])), ..JsonLine::default() }),
+            "{\"id\":\"doc-1\",\"embedding\":[-3,127]}\n"
+        );
+        let (indices, values) = ([3u32, 9], [0.5f32, 1.25]);
+        let tokens = [[0.1f32, 0.2], [0.3, 0.4]];
+        let all = JsonLine {
+            embedding: Some(Values::Floats(&row)),
+            indices: Some(&indices),
+            values: Some(&values),
+            vectors: Some(TokenValues::Floats(tokens.iter().map(|t| t.as_slice()).collect())),
+            ..JsonLine::default()
+        };
+        assert_eq!(
+            line(all),
+            "{\"embedding\":[0.1,-2.5],\"indices\":[3,9],\"values\":[0.5,1.25],\"vectors\":[[0.1,0.2],[0.3,0.4]]}\n"
+        );
+    }
+}

@@ -92,6 +92,14 @@ fn long_texts_are_chunked_refused_or_counted_when_truncated() {
     let o = Run { stdin: input.as_bytes(), ..Run::new(&["vector", "embed", "-q", "--json", "--model", m]) }.output();
     let summary: serde_json::Value = serde_json::from_str(stderr(&o).trim()).expect("one JSON line on stderr");
     assert_eq!((summary["texts"].as_u64(), summary["truncated"].as_u64()), (Some(2), Some(1)), "{summary}");
+    // Every kind of output counts its cut texts, in --json and in the notice.
+    let binary = ["vector", "embed", "-q", "--json", "--precision", "binary", "--model", m];
+    let o = Run { stdin: input.as_bytes(), ..Run::new(&binary) }.output();
+    let summary: serde_json::Value = serde_json::from_str(stderr(&o).trim()).expect("one JSON line on stderr");
+    assert_eq!((summary["truncated"].as_u64(), &summary["precision"]), (Some(1), &serde_json::json!("binary")));
+    let without_json: Vec<&str> = binary.iter().copied().filter(|a| *a != "--json").collect();
+    let o = Run { stdin: input.as_bytes(), ..Run::new(&without_json) }.output();
+    assert!(stderr(&o).contains("1 of 2 texts were longer"), "{}", stderr(&o));
     let o =
         Run { stdin: input.as_bytes(), ..Run::new(&["vector", "embed", "--model", m, "--long", "refuse"]) }.output();
     common::assert_one_line_error(&o, "text 2 of the input has");

@@ -597,7 +597,7 @@ fn a_reranker_without_yes_and_no_and_an_encoder_in_half_precision_are_refused() 
     std::fs::write(t.path().join("model/tokenizer.json"), tokenizer(&["a", "b", "yes"])).expect("tokenizer");
     refused_with(&t, &["--reranker"], "has no tokens \"yes\" and \"no\" in its vocabulary");
     let t = folder(Some(CONFIG), Some(safetensors(&tiny_bert(|_| {}))));
-    refused_with(&t, &["--dtype", "bfloat16"], "--dtype bfloat16 is written for decoders");
+    refused_with(&t, &["--dtype", "bfloat16"], "an encoder: --dtype bfloat16 is for decoders only; leave --dtype out");
 }
 
 #[test]
@@ -618,11 +618,63 @@ fn a_decoder_converts_as_an_embedder_or_as_a_one_label_reranker() {
         (&json!("qwen3"), &json!("encoder"), &json!("last_hidden_state"), &json!("bfloat16"))
     );
     assert_eq!(r["fused"], false, "ONNX's own operators");
+    assert_eq!(r["reranker_by"], Value::Null);
     let r = run(&["--reranker"]);
     assert_eq!((&r["head"], &r["output"], &r["labels"]), (&json!("yes-no"), &json!("logits"), &json!(1)));
+    assert_eq!(r["reranker_by"], "asked");
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).expect("config")).expect("json");
     assert_eq!(config["architectures"], json!(["Qwen3ForSequenceClassification"]));
     assert_eq!((&config["num_labels"], &config["id2label"]), (&json!(1), &json!({"0": "yes"})));
     assert_eq!(config["hidden_size"], 8, "the rest of the config is kept");
+}
+
+/// A decoder is a reranker where asked or where its model card says `pipeline_tag: text-ranking`,
+/// never because of its folder's name; the summary says which it became and why.
+#[test]
+fn a_decoder_is_a_reranker_by_its_model_card_and_the_summary_says_so() {
+    let t = folder(Some(QWEN3), Some(safetensors(&tiny_qwen3(1))));
+    let named = t.path().join("Qwen3-Reranker-0.6B");
+    std::fs::rename(t.path().join("model"), &named).expect("rename");
+    std::fs::write(named.join("tokenizer.json"), tokenizer(&["a", "no", "b", "yes"])).expect("tokenizer");
+    let out = t.path().join("out");
+    let summary = || {
+        let o = nornir(&["vector", "convert", "--model", s(&named), "--output", s(&out), "--force"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let record = || -> Value {
+        serde_json::from_str(&std::fs::read_to_string(out.join("conversion.json")).expect("record")).expect("json")
+    };
+    let text = summary();
+    assert!(text.contains("converted as an embedder") && text.contains("pass --reranker"), "{text}");
+    assert_eq!(record()["head"], "encoder", "a name proves nothing");
+    let card = "---\nlicense: apache-2.0\npipeline_tag: text-ranking\n---\n# Qwen3-Reranker\n";
+    std::fs::write(named.join("README.md"), card).expect("card");
+    let text = summary();
+    assert!(text.contains("converted as a yes/no reranker: its README.md says pipeline_tag: text-ranking"), "{text}");
+    assert_eq!((&record()["head"], &record()["reranker_by"]), (&json!("yes-no"), &json!("model-card")));
+}
+
+/// The help that lists what a registry holds is made from it: every architecture nornir-convert
+/// converts is in `convert --help`, every route the server answers in `serve --help`.
+#[test]
+fn convert_and_serve_help_list_their_registries() {
+    let help = |command: &str| {
+        let o = nornir(&["vector", command, "--help"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let convert = help("convert");
+    for architecture in nornir_vector::convert::supported_architectures() {
+        assert!(convert.contains(architecture), "{architecture} missing from convert --help");
+    }
+    #[cfg(feature = "embed-ort")]
+    {
+        let serve = help("serve");
+        for route in nornir_server::routes() {
+            let listed = format!("{} {}", route.method, route.path);
+            assert!(serve.contains(&listed), "{listed} missing from serve --help");
+        }
+    }
 }

@@ -118,9 +118,22 @@ fn a_sparse_or_cross_encoder_refuses_what_is_not_its_kind_in_one_line() {
     let o = nornir(&["vector", "embed", "--model", s(&model), "--format", "npy", "-o", "/dev/null", "hello"]);
     common::assert_one_line_error(&o, "use --format jsonl");
     let o = nornir(&["vector", "rerank", "--model", s(&model), "--query", "q", "a document"]);
-    common::assert_one_line_error(&o, "needs a model of kind cross-encoder, but this model is a sparse-encoder");
+    // The command's words, not the library's method names.
+    common::assert_one_line_error(
+        &o,
+        "this command needs a cross-encoder and this model is a sparse-encoder: use nornir vector embed",
+    );
+    assert!(!common::stderr(&o).contains("embed_sparse"), "{}", common::stderr(&o));
     let o = nornir(&["vector", "embed", "--top-k", "3", "hello"]);
     common::assert_one_line_error(&o, "are for a sparse encoder");
+    // A sparse encoder counts its cut texts as an embedder does.
+    let long = "word ".repeat(600);
+    let o = nornir(&["vector", "embed", "--json", "--model", s(&model), "--top-k", "3", "short", &long]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary: Value = serde_json::from_str(stderr(&o).trim()).expect("one JSON line on stderr");
+    assert_eq!((summary["texts"].as_u64(), summary["truncated"].as_u64()), (Some(2), Some(1)), "{summary}");
+    let lines = json_lines(&String::from_utf8_lossy(&o.stdout));
+    assert!(lines.iter().all(|l| l["indices"].is_array() && l.get("id").is_none()), "{lines:?}");
 }
 
 #[test]
