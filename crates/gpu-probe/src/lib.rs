@@ -29,8 +29,8 @@ pub use driver::DriverReport;
 pub use elf::{ElfDeps, ElfError, ElfExport, parse_deps, parse_export, read_deps, read_export};
 pub use library::{LibraryReport, LibrarySpec, describe_dl_error, find_soname, load_with_deps, loaded_path};
 pub use ort_lib::{
-    DEFAULT_MODEL_SUBDIR, OrtCandidate, OrtDiscovery, default_model_dir, discover as discover_ort, nornir_home,
-    pick as pick_ort, providers_beside,
+    DEFAULT_MODEL_SUBDIR, NoDefaultModel, OrtCandidate, OrtDiscovery, default_model, default_model_dir,
+    discover as discover_ort, nornir_home, pick as pick_ort, providers_beside,
 };
 pub use paths::{RejectedEntry, SearchPath, python_site_dirs, same_file};
 pub use plugins::{PLUGIN_ENTRY, PluginDiscovery, PluginLibrary, PluginSource, discover_plugins, parse_plugin_entry};

@@ -73,6 +73,34 @@ pub fn default_model_dir(ctx: &ProbeContext) -> Option<PathBuf> {
     nornir_home(ctx).map(|h| h.join(DEFAULT_MODEL_SUBDIR))
 }
 
+/// Why there is no default model to load; each surface says how to fetch it in its own words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NoDefaultModel {
+    /// No nornir cache folder: `NORNIR_HOME`, `XDG_CACHE_HOME` and `HOME` are all unset.
+    NoCache,
+    /// The folder where it belongs has no `model.onnx`.
+    Missing(PathBuf),
+}
+
+impl std::fmt::Display for NoDefaultModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoCache => f.write_str("no nornir cache folder (NORNIR_HOME, XDG_CACHE_HOME and HOME are unset)"),
+            Self::Missing(dir) => write!(f, "the default model is not in {}", dir.display()),
+        }
+    }
+}
+
+impl std::error::Error for NoDefaultModel {}
+
+/// The default model's folder where it is there to load (its `model.onnx` in place): every
+/// surface's one check.
+pub fn default_model(ctx: &ProbeContext) -> Result<PathBuf, NoDefaultModel> {
+    let dir = default_model_dir(ctx).ok_or(NoDefaultModel::NoCache)?;
+    if dir.join("model.onnx").is_file() { Ok(dir) } else { Err(NoDefaultModel::Missing(dir)) }
+}
+
 /// Searches, in order: `ORT_DYLIB_PATH`, `NORNIR_ORT_LIB` (file or folder), the Python
 /// interpreter nornir runs in (`NORNIR_PYTHON_PREFIX`, which the Python package sets: the
 /// onnxruntime its user installed beside it), the nornir cache (`<home>/ort/<flavor>/`, `cpu`
@@ -253,5 +281,21 @@ mod tests {
         assert_eq!(c.path, lib);
         assert!(why.contains("ORT_DYLIB_PATH"));
         assert!(d.problems.iter().any(|p| p.contains("NORNIR_ORT_LIB")), "{:?}", d.problems);
+    }
+
+    /// Every surface's one check of the default model: no cache, a folder without its graph,
+    /// and the folder with `model.onnx` in place.
+    #[test]
+    fn the_default_model_is_there_only_with_its_graph() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let bare = ProbeContext::with_root(t.path().join("root"));
+        assert_eq!(default_model(&bare), Err(NoDefaultModel::NoCache));
+        let home = t.path().join("home");
+        let ctx = ProbeContext::with_root(t.path().join("root")).with_var("NORNIR_HOME", &home);
+        let dir = home.join(DEFAULT_MODEL_SUBDIR);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        assert_eq!(default_model(&ctx), Err(NoDefaultModel::Missing(dir.clone())));
+        std::fs::write(dir.join("model.onnx"), b"graph").expect("write");
+        assert_eq!(default_model(&ctx), Ok(dir));
     }
 }

@@ -43,14 +43,9 @@ pub(crate) fn run_cancellable<T: Send>(
 
 /// The default model in the nornir cache (`fetch_default_model()` puts it there).
 pub(crate) fn default_model() -> PyResult<PathBuf> {
-    let ctx = nornir_vector::diagnostics::ProbeContext::from_process();
-    let dir = nornir_vector::diagnostics::default_model_dir(&ctx)
-        .ok_or_else(|| ModelError::new_err("no nornir cache folder: set NORNIR_HOME, or pass model=DIR"))?;
-    if !dir.join("model.onnx").is_file() {
-        return Err(ModelError::new_err(format!(
-            "the default model is not in {}: run nornir_vector.fetch_default_model(), or pass model=DIR",
-            dir.display()
-        )));
-    }
-    Ok(dir)
+    use nornir_vector::diagnostics::{NoDefaultModel, ProbeContext, default_model};
+    default_model(&ProbeContext::from_process()).map_err(|e| match e {
+        NoDefaultModel::NoCache => ModelError::new_err(format!("{e}: set NORNIR_HOME, or pass model=DIR")),
+        _ => ModelError::new_err(format!("{e}: run nornir_vector.fetch_default_model(), or pass model=DIR")),
+    })
 }

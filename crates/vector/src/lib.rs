@@ -55,9 +55,10 @@ pub use nornir_embed::{
 pub mod diagnostics {
     pub use nornir_ep_select::{EpDevice, Hardware, PCI_AMD, PCI_NVIDIA, Plan, Planned, PluginRef};
     pub use nornir_gpu_probe::{
-        DEFAULT_MODEL_SUBDIR, DriverReport, LibraryReport, Opened, OrtCandidate, OrtDiscovery, PluginDiscovery,
-        PluginLibrary, PluginSource, ProbeContext, ProbeReport, ProviderRequirements, RejectedEntry, Requirement,
-        RequirementStatus, SearchPath, VendorReport, VisibleDevices, default_model_dir, discover_plugins, nornir_home,
+        DEFAULT_MODEL_SUBDIR, DriverReport, LibraryReport, NoDefaultModel, Opened, OrtCandidate, OrtDiscovery,
+        PluginDiscovery, PluginLibrary, PluginSource, ProbeContext, ProbeReport, ProviderRequirements, RejectedEntry,
+        Requirement, RequirementStatus, SearchPath, VendorReport, VisibleDevices, default_model, default_model_dir,
+        discover_plugins, nornir_home,
     };
 
     #[cfg(feature = "embed-ort")]

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, anyhow, bail};
-use nornir_vector::diagnostics::{ProbeContext, default_model_dir};
+use anyhow::{Result, anyhow, bail};
+use nornir_vector::diagnostics::{NoDefaultModel, ProbeContext, default_model};
 use nornir_vector::{Embedder, EmbedderOptions, LongInputs, Prompt};
 
 use crate::args::ModelArgs;
@@ -15,12 +15,10 @@ pub fn model_dir(m: &ModelArgs) -> Result<PathBuf> {
     if let Some(d) = m.model.first() {
         return Ok(d.clone());
     }
-    let dir = default_model_dir(&ProbeContext::from_process())
-        .context("no nornir cache folder (set NORNIR_HOME); pass --model DIR")?;
-    if !dir.is_dir() {
-        bail!("the default model is not at {}: run `cargo xtask fetch`, or pass --model DIR", dir.display());
-    }
-    Ok(dir)
+    default_model(&ProbeContext::from_process()).map_err(|e| match e {
+        NoDefaultModel::NoCache => anyhow::anyhow!("{e}: set NORNIR_HOME, or pass --model DIR"),
+        _ => anyhow::anyhow!("{e}: run `cargo xtask fetch`, or pass --model DIR"),
+    })
 }
 
 /// The prompt of `--prompt TEXT` or `--prompt-name NAME` (clap refuses both).
