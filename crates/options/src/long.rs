@@ -70,6 +70,29 @@ impl LongInputs {
             Self::Chunk(c) => CallOptions::new().with_chunking(*c),
         }
     }
+
+    /// The one long-text rule of a call under this default policy, on every route and surface:
+    /// the call's own `chunking` wins (a call that cannot chunk refuses it, as the library
+    /// does), then its own `truncate` (true: cut at `cut`'s end, false: refuse), then this
+    /// policy, where chunking means cutting for a call that cannot chunk (`can_chunk`: only an
+    /// embedder's dense vectors are made from chunks; sparse and token vectors are not).
+    pub fn for_call(
+        &self,
+        chunking: Option<Chunking>,
+        truncate: Option<bool>,
+        cut: Truncation,
+        can_chunk: bool,
+    ) -> CallOptions {
+        match (chunking, truncate, self) {
+            (Some(c), _, _) => CallOptions::new().with_chunking(c),
+            (None, Some(true), _) | (None, None, Self::Truncate) => CallOptions::new().with_truncation(cut),
+            (None, Some(false), _) | (None, None, Self::Refuse) => {
+                CallOptions::new().with_truncation(Truncation::Refuse)
+            }
+            (None, None, Self::Chunk(_)) if !can_chunk => CallOptions::new().with_truncation(cut),
+            (None, None, Self::Chunk(c)) => CallOptions::new().with_chunking(*c),
+        }
+    }
 }
 
 impl FromStr for LongInputs {
@@ -105,6 +128,21 @@ impl FromStr for Truncation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_calls_own_choice_wins_and_a_call_that_cannot_chunk_cuts_under_a_chunking_default() {
+        let chunk = LongInputs::Chunk(Chunking::new());
+        let truncation = |o: CallOptions| (o.truncation, o.chunking.is_some());
+        let (right, left) = (Truncation::Right, Truncation::Left);
+        assert_eq!(truncation(chunk.for_call(None, None, left, true)), (None, true));
+        assert_eq!(truncation(chunk.for_call(None, None, left, false)), (Some(left), false));
+        assert_eq!(truncation(chunk.for_call(None, Some(false), left, true)), (Some(Truncation::Refuse), false));
+        assert_eq!(truncation(LongInputs::Refuse.for_call(None, Some(true), left, true)), (Some(left), false));
+        assert_eq!(truncation(LongInputs::Refuse.for_call(None, None, right, true)), (Some(Truncation::Refuse), false));
+        assert_eq!(truncation(LongInputs::Truncate.for_call(None, None, right, false)), (Some(right), false));
+        // A call's own chunking stands even where it cannot chunk: the library refuses it by name.
+        assert_eq!(truncation(LongInputs::Truncate.for_call(Some(Chunking::new()), None, right, false)), (None, true));
+    }
 
     #[test]
     fn every_name_reads_back_and_a_window_needs_chunking() {

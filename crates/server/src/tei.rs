@@ -108,15 +108,8 @@ impl Params {
             Some(Direction::Left) => Truncation::Left,
             _ => Truncation::Right,
         };
-        let mut o = match (&self.chunking, self.truncate, long) {
-            (Some(c), _, _) => CallOptions::new().with_chunking(c.chunking()?),
-            (None, Some(true), _) | (None, None, LongInputs::Truncate) => CallOptions::new().with_truncation(cut),
-            (None, Some(false), _) | (None, None, LongInputs::Refuse) => {
-                CallOptions::new().with_truncation(Truncation::Refuse)
-            }
-            (None, None, LongInputs::Chunk(_)) if per_token => CallOptions::new().with_truncation(cut),
-            (None, None, other) => other.call_options(),
-        };
+        let chunking = self.chunking.as_ref().map(ChunkingParams::chunking).transpose()?;
+        let mut o = long.for_call(chunking, self.truncate, cut, !per_token);
         if let Some(n) = self.normalize {
             o = o.with_normalize(n);
         }
