@@ -126,6 +126,9 @@ fn a_sparse_or_cross_encoder_refuses_what_is_not_its_kind_in_one_line() {
     assert!(!common::stderr(&o).contains("embed_sparse"), "{}", common::stderr(&o));
     let o = nornir(&["vector", "embed", "--top-k", "3", "hello"]);
     common::assert_one_line_error(&o, "are for a sparse encoder");
+    // The library's rule, said with the flag: a sparse encoder cannot chunk.
+    let o = nornir(&["vector", "embed", "--model", s(&model), "--long", "chunk", "hello"]);
+    common::assert_one_line_error(&o, "invalid --long: a sparse encoder weighs a text's first tokens");
     // A sparse encoder counts its cut texts as an embedder does.
     let long = "word ".repeat(600);
     let o = nornir(&["vector", "embed", "--json", "--model", s(&model), "--top-k", "3", "short", &long]);

@@ -9,6 +9,7 @@ use nornir_vector::diagnostics::MIN_ORT;
 /// names it).
 fn flag_for(option: &str) -> String {
     let flag = match option {
+        "chunking" => "--long",
         "chunking.window" => "--window",
         "chunking.late" => "--long late",
         "dimensions" => "--dimensions",
@@ -93,6 +94,7 @@ mod tests {
     #[test]
     fn every_option_the_library_names_has_a_flag() {
         for option in [
+            "chunking",
             "chunking.window",
             "chunking.late",
             "dimensions",

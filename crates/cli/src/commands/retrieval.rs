@@ -26,9 +26,7 @@ pub(super) fn embed_sparse(
     if job.format != OutputFormat::Jsonl {
         bail!("a sparse encoder's vectors are written as JSON lines: use --format jsonl (the default)");
     }
-    if call.chunking.is_some() {
-        bail!("--long chunk|late is for dense vectors; a sparse encoder truncates or refuses long texts");
-    }
+    // A sparse encoder cannot chunk: the library refuses it, said with --long (errors.rs).
     let mut options = SparseOptions::new().with_call(call);
     if let Some(k) = job.sparse.top_k {
         options = options.with_top_k(k as usize);
