@@ -71,7 +71,9 @@ impl RunSummary {
                 "max_length": max_length,
                 "provider": provider,
             });
-            summary.as_object_mut().map(|o| o.extend(self.extra.clone()));
+            if let Some(o) = summary.as_object_mut() {
+                o.extend(self.extra.clone());
+            }
             eprintln!("{summary}");
         } else if truncated > 0 {
             let hint = if self.chunkable { "; --long chunk keeps every token" } else { "; --long refuse names them" };
