@@ -33,8 +33,9 @@ const AMD_MARKERS: &[&str] = &["libmigraphx_c.so", "libamdhip64.so", "gfx_target
 /// The panic message of the embedder's fault injection, which only its tests compile in.
 const TEST_HOOK_MARKER: &str = "fault injected";
 
-/// `tests_ran`: `cargo xtask test` has just run every test of the default and the AMD build, so
-/// the feature sets equal to those are not tested twice (they are still linted and built).
+/// `tests_ran`: `cargo xtask test` has just run every test of the default build and, in the AMD
+/// build, every unit test and the suites the AMD feature changes (test.rs's AMD_BUILD_SUITES), so
+/// the feature sets equal to those are not tested again (they are still linted and built).
 pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) -> Result<()> {
     let started = Instant::now();
     source_checks(&workspace_root())?;

@@ -158,6 +158,30 @@ fn python_package(home: &Path, env: &[(&'static str, PathBuf)]) -> Result<()> {
     )
 }
 
+/// The integration suites the AMD build runs again (`cargo xtask test`): those of the code
+/// `embed-ort-rocm` compiles differently or that load the AMD and GPU ONNX Runtime builds.
+const AMD_BUILD_SUITES: &[&str] = &[
+    // nornir-gpu-probe
+    "simulated_amd",
+    "simulated_nvidia",
+    "real_libs",
+    "run_time_libraries",
+    "preload_resolution",
+    "plugin_discovery",
+    // nornir-embed
+    "ort_1_22",
+    "cuda_pip",
+    "plugins",
+    "one_runtime",
+    "faults",
+    // nornir-cli
+    "real_builds",
+    "cli",
+    "gpu_check",
+    "plugin_providers",
+    "bad_input",
+];
+
 /// huggingface_hub from the releases (0.28 to 0.33) that nest TEI's options under "parameters".
 const TEST_PYTHON_HF_0_30: &[&str] = &["huggingface_hub==0.30.2", "numpy==2.4.6"];
 
@@ -203,12 +227,21 @@ pub fn test(extra: &[String]) -> Result<()> {
     env.push(("NORNIR_SERVE_OVERLOAD_SECONDS", PathBuf::from("5")));
     eprintln!("xtask: tests, embed-ort-rocm build");
     stage("tests, embed-ort-rocm build", || {
-        run_checked(
-            cargo()
-                .args(["test", "--workspace", "--exclude", "xtask", "--features", "nornir-cli/embed-ort-rocm"])
-                .args(with_ignored(extra))
-                .envs(env.clone()),
-        )
+        let rocm = || {
+            let mut c = cargo();
+            c.args(["test", "--workspace", "--exclude", "xtask", "--features", "nornir-cli/embed-ort-rocm"]);
+            c
+        };
+        if !extra.is_empty() {
+            return run_checked(rocm().args(with_ignored(extra)).envs(env.clone()));
+        }
+        // Every unit test, then the suites of what the AMD feature changes: the probe, the plan
+        // and its sessions, the ONNX Runtime builds and plugins, doctor and the GPU check. What
+        // runs the same on the CPU in both builds (embedding, serving, converting, quantizing)
+        // was tested in the default build above.
+        run_checked(rocm().args(["--lib", "--bins"]).args(with_ignored(&[])).envs(env.clone()))?;
+        let suites = AMD_BUILD_SUITES.iter().flat_map(|t| ["--test", t]);
+        run_checked(rocm().args(suites).args(with_ignored(&[])).envs(env.clone()))
     })?;
     if extra.is_empty() {
         eprintln!("xtask: xtask's own tests");
