@@ -159,7 +159,7 @@ pub fn bench_compare(o: &Args) -> Result<()> {
     let py = python_env(&home)?;
     run_checked(cargo().args(["build", "--release", "--quiet", "-p", "nornir-cli"]))?;
     let nornir = workspace_root().join("target/release/nornir");
-    let ours_int8 = int8::nornir_int8(&nornir, &home)?;
+    let ours_int8 = int8::nornir_int8(&home)?;
     let peer_int8 = int8::python_int8(&py, &home)?;
     let (mut sorted, mut floor, mut ours, mut rss) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut i8, mut i8_rss, mut peer, mut peer_rss) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());

@@ -1,6 +1,7 @@
 //! The int8 models the comparisons use, made fresh on each run from the default model: nornir's
-//! own (`nornir vector quantize`, its defaults) and ONNX Runtime's Python `quantize_dynamic` of the
-//! same model (`scripts/quantize_python.py`, per-channel), the peer it must beat.
+//! own (the library's `quantize_folder` with its defaults, as `nornir vector quantize` runs it) and
+//! ONNX Runtime's Python `quantize_dynamic` of the same model (`scripts/quantize_python.py`,
+//! per-channel), the peer it must beat.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,15 +11,14 @@ use anyhow::Result;
 use crate::assets;
 use crate::process::{run_checked, workspace_root};
 
-pub fn nornir_int8(nornir: &Path, home: &Path) -> Result<PathBuf> {
+pub fn nornir_int8(home: &Path) -> Result<PathBuf> {
     let out = home.join("models/all-MiniLM-L6-v2-nornir-int8");
-    run_checked(
-        Command::new(nornir)
-            .args(["vector", "quantize", "--quiet", "--force", "--device", "cpu", "--model"])
-            .arg(home.join(assets::EXPORT_MODEL_DIR))
-            .arg("--output")
-            .arg(&out),
-    )?;
+    let cpu_ort = home.join(assets::ORT_CPU.dest).join("libonnxruntime.so.1.31.1");
+    let embedder = nornir_vector::EmbedderOptions::default().with_ort_library(cpu_ort);
+    let options = nornir_vector::QuantizeFolderOptions::default().with_replace(true).with_embedder(embedder);
+    let done = nornir_vector::quantize_folder(&home.join(assets::EXPORT_MODEL_DIR), &out, &options)
+        .map_err(|e| anyhow::anyhow!(nornir_vector::error_chain(&e)))?;
+    eprintln!("xtask: {}: {}", out.display(), done.summary);
     Ok(out)
 }
 

@@ -106,7 +106,7 @@ pub fn quality(a: &Args) -> Result<()> {
     if models.is_empty() {
         let py = compare::python_env(&home)?;
         models.push(("float32 (the int8-weight export)".to_owned(), home.join(assets::EXPORT_MODEL_DIR)));
-        models.push(("nornir int8".to_owned(), int8::nornir_int8(&nornir, &home)?));
+        models.push(("nornir int8".to_owned(), int8::nornir_int8(&home)?));
         models.push(("ONNX Runtime quantize_dynamic int8".to_owned(), int8::python_int8(&py, &home)?));
     }
     let tmp = std::env::temp_dir().join(format!("nornir-quality-{}", std::process::id()));

@@ -42,12 +42,6 @@ pub use convert_check::convert_folder;
 #[cfg(feature = "embed-ort")]
 mod quantize;
 #[cfg(feature = "embed-ort")]
-mod quantize_calibrate;
-#[cfg(feature = "embed-ort")]
-mod quantize_check;
-#[cfg(feature = "embed-ort")]
-mod quantize_files;
-#[cfg(feature = "embed-ort")]
 mod serve;
 #[cfg(feature = "embed-ort")]
 pub use quantize::quantize;

@@ -205,6 +205,21 @@ fn a_real_encoder_under_a_projection_serves_jina_and_cohere_clients() {
     let e = common::stderr(&o);
     assert!(e.contains("query_length is 3, shorter than the 4 tokens"), "{e}");
     assert_eq!(e.trim().lines().count(), 1, "{e}");
+
+    // Every kind quantizes and is measured by its own output: a late-interaction model by its
+    // token vectors and each sample query's MaxSim order; bench runs its token calls.
+    let int8 = t.path().join("colbert-int8");
+    let o = Run::new(&["vector", "quantize", "--json", "--model", s(&colbert), "--output", s(&int8)]).output();
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let record: Value = serde_json::from_slice(&o.stdout).expect("quantization.json");
+    let cost = &record["cost"];
+    eprintln!("int8 ColBERT: {}", record["summary"]);
+    assert_eq!(cost["kind"], "multi-vector", "{record:#}");
+    assert!(cost["token_cosine_mean"].as_f64().is_some_and(|c| c > 0.95), "{cost:#}");
+    assert!(cost["same_top1"].as_f64().is_some_and(|s| s >= 0.5), "{cost:#}");
+    assert!(int8.join("quantization.json").is_file() && int8.join("model.onnx").is_file());
+    let o = Run::new(&["vector", "bench", "--json", "-q", "--model", s(&int8)]).output();
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
 }
 
 fn copy_dir(from: &Path, to: &Path) {

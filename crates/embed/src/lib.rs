@@ -9,7 +9,8 @@
 #![warn(missing_docs)]
 
 // The layers, each folder importing only those above it in this list: values and math at the
-// bottom, then error, load, forward, schedule, engine, call, report, embedder, kinds, converted.
+// bottom, then error, load, forward, schedule, engine, call, report, embedder, kinds, converted
+// and quantized.
 mod call;
 #[cfg(feature = "convert")]
 mod converted;
@@ -20,6 +21,8 @@ mod forward;
 mod kinds;
 mod load;
 mod math;
+#[cfg(feature = "quantize")]
+mod quantized;
 mod report;
 mod schedule;
 mod values;
@@ -40,6 +43,11 @@ pub use load::plugin_probe::run_plugin_probe;
 pub use load::plugin_trial::{PLUGIN_PROBE_COMMAND, PLUGIN_PROBE_VAR, set_plugin_probe};
 pub use load::runtime::{check_library, choose_library, device_list, list_devices};
 pub use math::pooling::normalize;
+#[cfg(feature = "quantize")]
+pub use quantized::{
+    FUSED_INT8_MIN_SIMILARITY, QuantizeFolderError, QuantizeFolderOptions, QuantizedFolder, granularity_name,
+    quantize_folder, weight_type_name,
+};
 pub use report::describe::{EmbedderReport, RangesReport, RangesUse, cpu_int8_extensions, fusion_counts, precision};
 pub use schedule::stats::{BATCH_SIZE_BOUNDS, EmbedStats};
 pub use values::embeddings::{CharChunk, Chunk, Embeddings, Usage};

@@ -8,6 +8,7 @@
 
 mod calls;
 mod convert;
+mod quantize;
 
 mod embedder;
 mod errors;
@@ -59,6 +60,8 @@ fn _nornir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(doctor, m)?)?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     m.add("ConvertError", py.get_type::<convert::ConvertError>())?;
+    m.add_function(wrap_pyfunction!(quantize::quantize, m)?)?;
+    m.add("QuantizeError", py.get_type::<quantize::QuantizeError>())?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -86,6 +86,14 @@ pub mod cli_support {
 #[cfg(all(feature = "embed-ort", feature = "convert"))]
 pub use nornir_embed::{CheckedConversion, ConvertCheckError, FUSED_MIN_COSINE, convert_checked};
 
+/// A model folder made int8 and checked by running it (features `embed-ort` and `quantize`):
+/// every caller's one rule.
+#[cfg(all(feature = "embed-ort", feature = "quantize"))]
+pub use nornir_embed::{
+    FUSED_INT8_MIN_SIMILARITY, QuantizeFolderError, QuantizeFolderOptions, QuantizedFolder, granularity_name,
+    quantize_folder, weight_type_name,
+};
+
 /// The int8 rewrite for the CPU (feature `quantize`).
 #[cfg(feature = "quantize")]
 pub use nornir_quantize as quantize;

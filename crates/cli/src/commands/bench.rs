@@ -3,7 +3,9 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use nornir_vector::{Embedder, EmbedderReport, ModelKind, PairOptions, SAMPLE_TEXTS, SparseOptions};
+use nornir_vector::{
+    Embedder, EmbedderReport, ModelKind, MultiVectorOptions, PairOptions, SAMPLE_TEXTS, SparseOptions,
+};
 
 use super::load::load;
 use super::source::{CHUNK, progress};
@@ -34,6 +36,8 @@ fn run_kind(embedder: &Embedder, kind: ModelKind, query: &str, chunk: &[String])
             let pairs: Vec<(&str, Option<&str>)> = chunk.iter().map(|d| (query, Some(d.as_str()))).collect();
             drop(embedder.score(&pairs, &PairOptions::new())?);
         }
+        // A late-interaction model's documents: their token vectors.
+        ModelKind::MultiVector => drop(embedder.embed_multi_vector(chunk, &MultiVectorOptions::new())?),
         _ => drop(embedder.embed(chunk)?),
     }
     Ok(())

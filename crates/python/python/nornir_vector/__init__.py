@@ -38,12 +38,14 @@ from ._nornir import (  # noqa: E402
     NoOrtLibrary,
     OrtLoadError,
     Overloaded,
+    QuantizeError,
     TooLong,
     WrongKind,
     __version__,
     convert,
     doctor,
     preflight,
+    quantize,
 )
 from ._fetch import DEFAULT_MODEL, fetch_default_model  # noqa: E402
 from .retrieval import MultiVectorEncoder, Reranker, SparseEncoder, max_sim  # noqa: E402
@@ -64,6 +66,7 @@ __all__ = [
     "NoOrtLibrary",
     "OrtLoadError",
     "Overloaded",
+    "QuantizeError",
     "Reranker",
     "SparseEncoder",
     "TooLong",
@@ -74,4 +77,5 @@ __all__ = [
     "doctor",
     "fetch_default_model",
     "preflight",
+    "quantize",
 ]

@@ -195,3 +195,18 @@ def convert(
     reranker: bool = False,
     dtype: str = "float32",
 ) -> dict[str, Any]: ...
+
+class QuantizeError(Exception): ...
+
+def quantize(
+    model: str | PathLike[str],
+    output: str | PathLike[str],
+    *,
+    replace: bool = False,
+    per_tensor: bool = False,
+    activations: str = "per-token",
+    weights: str = "auto",
+    smoothing: float | None = 0.5,
+    calibration: list[str] | None = None,
+    external_data: bool = False,
+) -> dict[str, Any]: ...

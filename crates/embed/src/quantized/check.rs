@@ -1,11 +1,21 @@
-//! What `nornir vector quantize` compares, by kind: each kind's own output on the built-in sample,
+//! What a quantization compares, by kind: each kind's own output on the built-in sample,
 //! float32 against int8 (and a fused graph against the unfused one). An embedder's vectors by
 //! cosine; a sparse encoder's term weights by the cosine of the sparse vectors and the overlap of
 //! their top terms; a cross-encoder's raw scores (logits) on query/document pairs made from the
-//! sample, by their largest difference and whether each query's documents keep their order.
+//! sample, by their largest difference and whether each query's documents keep their order; a
+//! late-interaction model's token vectors by cosine, and whether each query's MaxSim order of its
+//! documents is kept.
 
-use anyhow::Result;
-use nornir_vector::{Embedder, Embeddings, ModelKind, PairOptions, SparseOptions, SparseVector};
+use nornir_options::ModelKind;
+
+use crate::call::pairs::PairOptions;
+use crate::call::pairs::rank;
+use crate::call::tokens::MultiVectorOptions;
+use crate::embedder::Embedder;
+use crate::error::Result;
+use crate::kinds::multi_vector::{MultiVectors, max_sim};
+use crate::kinds::sparse::{SparseOptions, SparseVector};
+use crate::values::embeddings::Embeddings;
 
 /// Queries of the cross-encoder's sample, each paired with the next `DOCUMENTS` texts.
 const DOCUMENTS: usize = 10;
@@ -14,19 +24,19 @@ const TOP_TERMS: usize = 10;
 
 /// The sample as a kind reads it: every text, and for a cross-encoder the texts in groups of
 /// eleven, the first of each group the query of the other ten.
-pub(super) struct Sample<'a> {
-    pub(super) texts: Vec<&'a str>,
+pub(crate) struct Sample<'a> {
+    pub(crate) texts: Vec<&'a str>,
     queries: Vec<(&'a str, Vec<&'a str>)>,
 }
 
 impl<'a> Sample<'a> {
-    pub(super) fn new(texts: Vec<&'a str>) -> Self {
+    pub(crate) fn new(texts: Vec<&'a str>) -> Self {
         let queries = texts.chunks_exact(DOCUMENTS + 1).map(|group| (group[0], group[1..].to_vec())).collect();
         Self { texts, queries }
     }
 
     /// What the sample is, in words, for quantization.json.
-    pub(super) fn describe(&self, kind: ModelKind) -> String {
+    pub(crate) fn describe(&self, kind: ModelKind) -> String {
         let texts = "built-in sample (testdata/parity-sample.txt, 99 texts)";
         match kind {
             ModelKind::CrossEncoder => format!(
@@ -39,15 +49,20 @@ impl<'a> Sample<'a> {
 }
 
 /// One model's output on the sample, of its kind.
-pub(super) enum Outputs {
+pub(crate) enum Outputs {
     Dense(Embeddings),
     Sparse(Vec<SparseVector>),
     /// Raw scores, one row of labels per pair, query by query.
     Scores(Vec<Embeddings>),
+    /// Every text's token vectors as a document, and each sample query's as a query.
+    Tokens {
+        documents: MultiVectors,
+        queries: MultiVectors,
+    },
 }
 
 /// Runs `embedder` on the sample as its kind runs.
-pub(super) fn run(embedder: &Embedder, sample: &Sample<'_>) -> Result<Outputs> {
+pub(crate) fn run(embedder: &Embedder, sample: &Sample<'_>) -> Result<Outputs> {
     Ok(match embedder.model_info().folder.kind.kind {
         ModelKind::SparseEncoder => {
             Outputs::Sparse(embedder.embed_sparse(&sample.texts, &SparseOptions::new())?.vectors)
@@ -61,11 +76,33 @@ pub(super) fn run(embedder: &Embedder, sample: &Sample<'_>) -> Result<Outputs> {
             }
             Outputs::Scores(per_query)
         }
+        ModelKind::MultiVector => {
+            let documents = embedder.embed_multi_vector(&sample.texts, &MultiVectorOptions::new())?;
+            let queries: Vec<&str> = sample.queries.iter().map(|(q, _)| *q).collect();
+            let queries = embedder.embed_multi_vector(&queries, &MultiVectorOptions::new().with_query(true))?;
+            Outputs::Tokens { documents, queries }
+        }
         _ => Outputs::Dense(embedder.embed(&sample.texts)?),
     })
 }
 
-pub(super) fn cosine(a: &[f32], b: &[f32]) -> f32 {
+/// Each sample query's documents, best first by MaxSim (a query is text `11 q`, its documents the
+/// next ten).
+fn max_sim_orders(documents: &MultiVectors, queries: &MultiVectors) -> Vec<Vec<usize>> {
+    (0..queries.len())
+        .map(|q| {
+            let first = q * (DOCUMENTS + 1) + 1;
+            let scores: Vec<f32> = (first..first + DOCUMENTS)
+                .map(|d| max_sim(queries.get(q), documents.get(d), documents.dim()))
+                .collect();
+            let mut order: Vec<usize> = (0..DOCUMENTS).collect();
+            order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+            order
+        })
+        .collect()
+}
+
+pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f32 {
     let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
     let norm = a.iter().map(|x| x * x).sum::<f32>().sqrt() * b.iter().map(|x| x * x).sum::<f32>().sqrt();
     if norm > 0.0 { dot / norm } else { 0.0 }
@@ -137,14 +174,14 @@ fn pearson(a: &[f64], b: &[f64]) -> f64 {
 
 /// Each query's documents, best first by the first label's score (as `rerank` orders them).
 fn order(scores: &Embeddings) -> Vec<usize> {
-    nornir_vector::rank(scores, None).ranked.iter().map(|r| r.index).collect()
+    rank(scores, None).ranked.iter().map(|r| r.index).collect()
 }
 
 /// How alike two outputs of one kind are, as one figure in [-1, 1] for the fused graph's check:
 /// the least cosine of a row or sparse vector; for scores, their Pearson correlation over every
 /// pair and label (a fusion only reorders float arithmetic, so it moves scores by a small share
 /// of their spread).
-pub(super) fn similarity(a: &Outputs, b: &Outputs) -> f32 {
+pub(crate) fn similarity(a: &Outputs, b: &Outputs) -> f32 {
     match (a, b) {
         (Outputs::Dense(x), Outputs::Dense(y)) => x.rows().zip(y.rows()).map(|(p, q)| cosine(p, q)).fold(1.0, f32::min),
         (Outputs::Sparse(x), Outputs::Sparse(y)) => {
@@ -158,12 +195,15 @@ pub(super) fn similarity(a: &Outputs, b: &Outputs) -> f32 {
             };
             pearson(&all(x), &all(y)) as f32
         }
+        (Outputs::Tokens { documents: x, .. }, Outputs::Tokens { documents: y, .. }) => {
+            token_cosines(x, y).into_iter().fold(1.0, f32::min)
+        }
         _ => f32::NAN,
     }
 }
 
 /// The cost of int8 against float32, for quantization.json's `cost` and the summary line.
-pub(super) fn cost(
+pub(crate) fn cost(
     fp32: &Outputs,
     int8: &Outputs,
     sample: &Sample<'_>,
@@ -259,8 +299,39 @@ pub(super) fn cost(
             );
             (json, line)
         }
+        (Outputs::Tokens { documents: a, queries: qa }, Outputs::Tokens { documents: b, queries: qb }) => {
+            let cosines = token_cosines(a, b);
+            let min = cosines.iter().copied().fold(f32::INFINITY, f32::min);
+            let mean = cosines.iter().map(|&c| f64::from(c)).sum::<f64>() / cosines.len().max(1) as f64;
+            let (oa, ob) = (max_sim_orders(a, qa), max_sim_orders(b, qb));
+            let queries = oa.len();
+            let same_top = oa.iter().zip(&ob).filter(|(x, y)| x.first() == y.first()).count();
+            let same_order = oa.iter().zip(&ob).filter(|(x, y)| x == y).count();
+            let json = serde_json::json!({
+                "kind": kind.label(),
+                "sample": described,
+                "token_vectors": cosines.len(),
+                "token_cosine_min": min,
+                "token_cosine_mean": mean,
+                "queries": queries,
+                "same_top1": same_top as f64 / queries.max(1) as f64,
+                "same_order": same_order as f64 / queries.max(1) as f64,
+            });
+            let line = format!(
+                "token vectors against the float32 model on the built-in sample (99 texts, {} vectors): cosine min {min:.4}, mean {mean:.4}; \
+                 by MaxSim {same_top} of {queries} queries keep their top document, {same_order} their whole order",
+                cosines.len()
+            );
+            (json, line)
+        }
         _ => (serde_json::Value::Null, String::new()),
     }
+}
+
+/// The cosine of each token vector with its counterpart (both models read the same tokens).
+fn token_cosines(a: &MultiVectors, b: &MultiVectors) -> Vec<f32> {
+    let (dim_a, dim_b) = (a.dim().max(1), b.dim().max(1));
+    a.as_slice().chunks_exact(dim_a).zip(b.as_slice().chunks_exact(dim_b)).map(|(x, y)| cosine(x, y)).collect()
 }
 
 #[cfg(test)]

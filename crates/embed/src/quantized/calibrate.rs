@@ -1,13 +1,14 @@
-//! The calibration of `nornir vector quantize --smoothing`: the largest magnitude of each channel
-//! the smoothing divides, measured by running nornir-quantize's calibration graph on texts.
+//! The calibration of smoothing: the largest magnitude of each channel the smoothing divides,
+//! measured by running nornir-quantize's calibration graph on texts.
 
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
-use nornir_vector::quantize::{CALIBRATION_OUTPUT, QuantizeOptions, calibration_model};
-use nornir_vector::{Embedder, EmbedderOptions, Pooling};
+use nornir_options::{EmbedderOptions, Pooling};
+use nornir_quantize::{CALIBRATION_OUTPUT, QuantizeOptions, calibration_model};
 
-use super::quantize_files::{link_or_copy, read_beside};
+use super::QuantizeFolderError as Error;
+use super::files::{at, link_or_copy, read_beside};
+use crate::embedder::Embedder;
 
 /// The largest magnitude of each channel of the activations smoothing divides, measured by
 /// running the calibration graph (nornir-quantize's `calibration_model`) on `texts` with max
@@ -19,31 +20,31 @@ pub(super) fn calibrate(
     qopts: &QuantizeOptions,
     opts: &EmbedderOptions,
     texts: &[&str],
-) -> Result<std::collections::HashMap<String, Vec<f32>>> {
+) -> Result<std::collections::HashMap<String, Vec<f32>>, Error> {
     let source_dir = model_file.parent().unwrap_or(Path::new("."));
     let calibration = match calibration_model(model, Some(&mut read_beside(model_file)), qopts) {
         Ok(c) => c,
         // No LayerNorm feeds an int8 MatMul: nothing to smooth, nothing to measure.
-        Err(nornir_vector::quantize::QuantizeError::NothingToQuantize(_)) => return Ok(Default::default()),
-        Err(e) => return Err(e).context("cannot build the calibration graph"),
+        Err(nornir_quantize::QuantizeError::NothingToQuantize(_)) => return Ok(Default::default()),
+        Err(source) => return Err(Error::Rewrite { file: model_file.to_path_buf(), source }),
     };
     let dir = parent.join(format!(".nornir-calibration-{}.tmp", std::process::id()));
-    let result = (|| -> Result<Vec<f32>> {
-        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let result = (|| -> Result<Vec<f32>, Error> {
+        std::fs::create_dir(&dir).map_err(at(&dir))?;
         // The tokenizer, the length limit and the prompts, not config.json: its hidden size is not
         // this output's width.
         for name in ["tokenizer.json", "sentence_bert_config.json", "config_sentence_transformers.json"] {
             if source_dir.join(name).is_file() {
-                std::fs::copy(source_dir.join(name), dir.join(name))?;
+                std::fs::copy(source_dir.join(name), dir.join(name)).map_err(at(&source_dir.join(name)))?;
             }
         }
-        std::fs::write(dir.join("model.onnx"), &calibration.model)?;
+        std::fs::write(dir.join("model.onnx"), &calibration.model).map_err(at(&dir))?;
         // The graph still points at the source's external data: the same files, hard-linked
         // (only those: the source's config.json would describe another output).
         for name in &calibration.data_files {
             let link = dir.join(name);
             if let Some(folder) = link.parent() {
-                std::fs::create_dir_all(folder)?;
+                std::fs::create_dir_all(folder).map_err(at(folder))?;
             }
             link_or_copy(&source_dir.join(name), &link)?;
         }
@@ -52,8 +53,9 @@ pub(super) fn calibrate(
         // Every channel of the output, whatever --dim asks of the model's vectors.
         o.model_file = None;
         o.call.dimensions = None;
-        let e = Embedder::new(&dir, &o).context("the calibration graph does not load")?;
-        let rows = e.embed(texts)?;
+        let stage = |source| Error::Stage { what: "the calibration graph", source };
+        let e = Embedder::new(&dir, &o).map_err(stage)?;
+        let rows = e.embed(texts).map_err(stage)?;
         let mut max = vec![0f32; e.dimension()];
         for row in rows.rows() {
             max.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
@@ -64,10 +66,7 @@ pub(super) fn calibrate(
     let max = result?;
     let widths: usize = calibration.activations.iter().map(|(_, w)| w).sum();
     if max.len() != widths {
-        bail!(
-            "the calibration graph gave {} channels where {widths} were expected; run with --smoothing off",
-            max.len()
-        );
+        return Err(Error::Calibration { channels: max.len(), expected: widths });
     }
     let mut out = std::collections::HashMap::new();
     let mut start = 0;
