@@ -19,6 +19,7 @@ mod fuzz_seeds;
 mod gpu_bundle;
 mod int8;
 mod long_context;
+mod docs;
 mod long_docs;
 mod machine_paths;
 mod process;
@@ -96,6 +97,10 @@ enum Task {
         #[arg(long)]
         bless: bool,
     },
+    /// Run every shell command of README.md and docs/*.md against the fetched models with the
+    /// `nornir` just built, failing on a command that fails or no longer prints what its doc
+    /// shows (docs/development.md: the rules and the `not run` mark).
+    Docs,
     /// Fail on an import cycle between two files of one crate that are not parent and child, or
     /// between the sub-folders and files of one folder.
     Cycles,
@@ -141,6 +146,7 @@ fn main() {
         Task::ServeBench(a) => serve_bench::serve_bench(&a),
         Task::CheckFeatures => test::check_features(),
         Task::PublicApi { bless } => public_api::public_api(bless),
+        Task::Docs => docs::docs(),
         Task::Cycles => cycles::check(&workspace_root()),
         Task::CodeMap => code_map::check(&workspace_root()),
         Task::Sizes => sizes::check(&workspace_root()),

@@ -1,0 +1,67 @@
+//! `cargo xtask docs`: every shell command of README.md and docs/*.md run against the fetched
+//! models by the `nornir` just built, as a new user would type it (docs/development.md says the
+//! rules). A command fails the run by its exit code (or one other than the `# exit N` its comment
+//! promises), a curl by an answer with an `"error"`, and a command whose doc shows its output as
+//! a `# {...}` line by an output line with other keys. A block the test assets cannot run is
+//! marked `<!-- not run: REASON -->` in the doc, and counted with its reason.
+
+mod extract;
+mod run;
+mod workdir;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+
+use crate::process::{cargo, run_checked, workspace_root};
+
+/// `cargo xtask docs` on its own: fetch, the test environment, build `nornir`, run the docs.
+pub fn docs() -> Result<()> {
+    let home = crate::fetch::fetch(&crate::test::all_test_assets())?;
+    let env = crate::test::test_env(&home)?;
+    run_docs(&env)
+}
+
+/// The docs' commands with the tests' variables `env`; fails naming every command that failed.
+pub(crate) fn run_docs(env: &[(&'static str, PathBuf)]) -> Result<()> {
+    let started = std::time::Instant::now();
+    run_checked(cargo().args(["build", "--quiet", "-p", "nornir-cli"]))?;
+    let root = workspace_root();
+    // A fresh folder under target/ each run (what the commands write stays there to look at).
+    let work = root.join("target/docs-run");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+    workdir::prepare(&work, env)?;
+    let mut tally = run::Tally::default();
+    for file in doc_files(&root)? {
+        let text = std::fs::read_to_string(&file)?;
+        let name = file.strip_prefix(&root).unwrap_or(&file).display().to_string();
+        for block in extract::blocks(&text) {
+            run::block(&name, &block, &work, &root.join("target/debug"), env, &mut tally);
+        }
+    }
+    eprintln!(
+        "xtask: docs: {} commands run in {} blocks in {:.0} s; {} blocks marked not run{}",
+        tally.commands,
+        tally.blocks,
+        started.elapsed().as_secs_f64(),
+        tally.not_run.len(),
+        if tally.not_run.is_empty() { String::new() } else { format!(":\n  {}", tally.not_run.join("\n  ")) }
+    );
+    if !tally.failures.is_empty() {
+        bail!("{} doc command(s) failed:\n{}", tally.failures.len(), tally.failures.join("\n"));
+    }
+    Ok(())
+}
+
+/// README.md and every docs/*.md, in name order.
+fn doc_files(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = vec![root.join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    Ok(files)
+}

@@ -1,0 +1,59 @@
+//! The folder the docs' commands run in, as the docs assume it: the files they name (texts.txt,
+//! docs.txt with one long document, queries.txt, corpus.txt, docs.jsonl, models.toml) and the
+//! model folders by the names they use, linked to the fetched ones (`DIR`: the default model;
+//! `all-MiniLM-L6-v2` and `splade-tiny`: transformers folders of safetensors to convert;
+//! `splade-onnx`: splade-tiny converted; `models/...`: the cache's folders).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// Writes the fixtures and links into `work`, from the tests' variables `env`.
+pub(super) fn prepare(work: &Path, env: &[(&'static str, PathBuf)]) -> Result<()> {
+    let var = |name: &str| -> Result<PathBuf> {
+        env.iter().find(|(n, _)| *n == name).map(|(_, p)| p.clone()).with_context(|| format!("{name} is not set"))
+    };
+    let sample = std::fs::read_to_string(crate::process::workspace_root().join("testdata/parity-sample.txt"))?;
+    let corpus = std::fs::read_to_string(crate::process::workspace_root().join("testdata/corpus.txt"))?;
+    let lines: Vec<&str> = sample.lines().filter(|l| !l.trim().is_empty()).collect();
+    let long = corpus.lines().find(|l| l.split_whitespace().count() > 250).context("a long corpus paragraph")?;
+    write(work, "texts.txt", &lines[..8].join("\n"))?;
+    write(work, "queries.txt", &lines[8..12].join("\n"))?;
+    write(work, "docs.txt", &format!("{}\n{long}", lines[12..20].join("\n")))?;
+    write(work, "corpus.txt", &corpus.lines().take(300).collect::<Vec<_>>().join("\n"))?;
+    let jsonl: Vec<String> = lines[..4]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| serde_json::json!({ "id": format!("doc-{i}"), "text": t }).to_string())
+        .collect();
+    write(work, "docs.jsonl", &jsonl.join("\n"))?;
+    let default = var("NORNIR_TEST_CONVERTED_MODEL")?;
+    let home = var("NORNIR_HOME")?;
+    write(
+        work,
+        "models.toml",
+        &format!(
+            "[[model]]\nname = \"minilm\"\nfolder = {:?}\n\n[[model]]\nname = \"minilm-int8\"\nfolder = {:?}\n",
+            default.display().to_string(),
+            home.join(crate::assets::EXPORT_MODEL_DIR).display().to_string()
+        ),
+    )?;
+    std::fs::create_dir_all(work.join("models"))?;
+    let links = [
+        ("DIR", default.clone()),
+        ("all-MiniLM-L6-v2", var("NORNIR_TEST_MINILM_SAFETENSORS")?),
+        ("splade-tiny", var("NORNIR_TEST_SPLADE_SAFETENSORS")?),
+        ("splade-onnx", var("NORNIR_TEST_SPLADE_MODEL")?),
+        ("models/all-MiniLM-L6-v2", default),
+        ("models/all-MiniLM-L6-v2-int8", home.join(crate::assets::EXPORT_MODEL_DIR)),
+    ];
+    for (name, target) in links {
+        std::os::unix::fs::symlink(&target, work.join(name))
+            .with_context(|| format!("link {name} to {}", target.display()))?;
+    }
+    Ok(())
+}
+
+fn write(work: &Path, name: &str, text: &str) -> Result<()> {
+    std::fs::write(work.join(name), format!("{text}\n")).with_context(|| format!("write {name}"))
+}
