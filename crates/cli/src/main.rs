@@ -50,7 +50,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Top::Vector(VectorCommand::ProbePlugin(a)) => return commands::probe_plugin(&a),
         Top::Vector(VectorCommand::Embed(a)) => {
-            init_tracing(a.verbose.saturating_sub(1));
+            init_tracing(if a.verbose >= 2 { 2 } else { 0 }); // -v: the report; -vv: debug logs
             commands::embed(&commands::EmbedJob {
                 texts: a.texts,
                 input: a.input,
