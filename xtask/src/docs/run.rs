@@ -200,7 +200,8 @@ fn stop(server: Option<Child>) {
 
 /// A command's output, killed past `limit`.
 fn output_within(cmd: &mut Command, limit: Duration) -> Result<std::process::Output, String> {
-    let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
+    let child =
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
     let id = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -244,7 +245,8 @@ mod tests {
             }
             tally
         };
-        let ok = run("```sh\necho '{\"a\": 1, \"b\": 2}'\n# {\"a\": ..., \"b\": [...]}\nfalse   # exit 1 as said\n```\n");
+        let ok =
+            run("```sh\necho '{\"a\": 1, \"b\": 2}'\n# {\"a\": ..., \"b\": [...]}\nfalse   # exit 1 as said\n```\n");
         assert!(ok.failures.is_empty(), "{:?}", ok.failures);
         assert_eq!((ok.commands, ok.blocks), (2, 1));
         let bad = run("```sh\necho '{\"a\": 1}'\n# {\"a\": 1, \"b\": 2}\nfalse\n```\n");

@@ -213,11 +213,8 @@ pub(crate) fn cost(
     match (fp32, int8) {
         (Outputs::Dense(a), Outputs::Dense(b)) => {
             let cosines: Vec<f32> = a.rows().zip(b.rows()).map(|(x, y)| cosine(x, y)).collect();
-            let (worst, min) = cosines
-                .iter()
-                .copied()
-                .enumerate()
-                .fold((0, f32::INFINITY), |b, (i, c)| if c < b.1 { (i, c) } else { b });
+            let least = |b: (usize, f32), (i, c): (usize, f32)| if c < b.1 { (i, c) } else { b };
+            let (worst, min) = cosines.iter().copied().enumerate().fold((0, f32::INFINITY), least);
             let mean = cosines.iter().map(|&c| f64::from(c)).sum::<f64>() / cosines.len() as f64;
             let json = serde_json::json!({
                 "kind": kind.label(),
@@ -300,32 +297,44 @@ pub(crate) fn cost(
             (json, line)
         }
         (Outputs::Tokens { documents: a, queries: qa }, Outputs::Tokens { documents: b, queries: qb }) => {
-            let cosines = token_cosines(a, b);
-            let min = cosines.iter().copied().fold(f32::INFINITY, f32::min);
-            let mean = cosines.iter().map(|&c| f64::from(c)).sum::<f64>() / cosines.len().max(1) as f64;
-            let (oa, ob) = (max_sim_orders(a, qa), max_sim_orders(b, qb));
-            let queries = oa.len();
-            let same_top = oa.iter().zip(&ob).filter(|(x, y)| x.first() == y.first()).count();
-            let same_order = oa.iter().zip(&ob).filter(|(x, y)| x == y).count();
-            let json = serde_json::json!({
-                "kind": kind.label(),
-                "sample": described,
-                "token_vectors": cosines.len(),
-                "token_cosine_min": min,
-                "token_cosine_mean": mean,
-                "queries": queries,
-                "same_top1": same_top as f64 / queries.max(1) as f64,
-                "same_order": same_order as f64 / queries.max(1) as f64,
-            });
-            let line = format!(
-                "token vectors against the float32 model on the built-in sample (99 texts, {} vectors): cosine min {min:.4}, mean {mean:.4}; \
-                 by MaxSim {same_top} of {queries} queries keep their top document, {same_order} their whole order",
-                cosines.len()
-            );
-            (json, line)
+            token_cost(a, qa, b, qb, kind, &described)
         }
         _ => (serde_json::Value::Null, String::new()),
     }
+}
+
+/// A late-interaction model's cost: its token vectors' cosines and each query's MaxSim order.
+fn token_cost(
+    a: &MultiVectors,
+    qa: &MultiVectors,
+    b: &MultiVectors,
+    qb: &MultiVectors,
+    kind: ModelKind,
+    described: &str,
+) -> (serde_json::Value, String) {
+    let cosines = token_cosines(a, b);
+    let min = cosines.iter().copied().fold(f32::INFINITY, f32::min);
+    let mean = cosines.iter().map(|&c| f64::from(c)).sum::<f64>() / cosines.len().max(1) as f64;
+    let (oa, ob) = (max_sim_orders(a, qa), max_sim_orders(b, qb));
+    let queries = oa.len();
+    let same_top = oa.iter().zip(&ob).filter(|(x, y)| x.first() == y.first()).count();
+    let same_order = oa.iter().zip(&ob).filter(|(x, y)| x == y).count();
+    let json = serde_json::json!({
+        "kind": kind.label(),
+        "sample": described,
+        "token_vectors": cosines.len(),
+        "token_cosine_min": min,
+        "token_cosine_mean": mean,
+        "queries": queries,
+        "same_top1": same_top as f64 / queries.max(1) as f64,
+        "same_order": same_order as f64 / queries.max(1) as f64,
+    });
+    let line = format!(
+        "token vectors against the float32 model on the built-in sample (99 texts, {} vectors): cosine min {min:.4}, mean {mean:.4}; \
+                 by MaxSim {same_top} of {queries} queries keep their top document, {same_order} their whole order",
+        cosines.len()
+    );
+    (json, line)
 }
 
 /// The cosine of each token vector with its counterpart (both models read the same tokens).
