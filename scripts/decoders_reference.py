@@ -97,8 +97,8 @@ llama3 (factor 8, low/high_freq_factor 1/4, original_max_position_embeddings 64,
 head_dim's wavelengths fall in all three bands) on Llama, linear (factor 4, old "type" key) on
 Qwen2, and transformers 5's rope_parameters {"rope_type": "default", "rope_theta": 300} with no
 rope_theta key on Qwen3 -- each with how far the reference moves if the scaling is ignored; a
-Qwen3ForCausalLM folder named tiny-Qwen3-Reranker converted WITHOUT --reranker
-(the converter's documented folder-name rule makes it a reranker), and a decoder with --no-fuse.
+Qwen3ForCausalLM folder whose README.md front matter says `pipeline_tag: text-ranking` (as
+Qwen3-Reranker's model card does) converted WITHOUT --reranker (the card makes it a reranker), and a decoder with --no-fuse.
 The converter is called `NORNIR vector convert --model SRC --output DST --force [--reranker]
 [--dtype D]` (its --help; DST removed first) and, if that fails, positionally
 `NORNIR vector convert SRC DST ...`; the errors of both are reported.
@@ -662,13 +662,14 @@ def run_synthetic(nornir, work):
         else:
             case["error"], case["max_abs_diff"] = error, float("inf")
         edge.append(case)
-    # a Qwen3ForCausalLM folder whose name says "reranker", converted WITHOUT --reranker: the
-    # converter's documented folder-name rule makes it a reranker anyway (edge case)
+    # a Qwen3ForCausalLM folder whose model card says `pipeline_tag: text-ranking`, converted
+    # WITHOUT --reranker: the card makes it a reranker, as Qwen3-Reranker's does (edge case)
     rcfg = config("qwen3", tied=False)
     rw = weights(rcfg, rng)
     rsource = work / "tiny-Qwen3-Reranker"
     write_folder(rsource, rcfg, rw)
-    case = {"case": "tiny-Qwen3-Reranker (no --reranker flag)", "kind": "reranker"}
+    (rsource / "README.md").write_text("---\nlicense: apache-2.0\npipeline_tag: text-ranking\n---\n# tiny\n")
+    case = {"case": "tiny-Qwen3-Reranker (card's pipeline_tag, no --reranker flag)", "kind": "reranker"}
     out, error = convert(nornir, rsource, work / "tiny-Qwen3-Reranker-onnx")
     if error is None:
         try:
@@ -909,7 +910,18 @@ def main():
         result = selftest()
     else:
         raise SystemExit(__doc__)
-    print(json.dumps(result, indent=1, default=float))
+    # strict JSON: a non-finite figure (an error's "inf") is written as a string
+    print(json.dumps(finite_json(result), indent=1, default=float))
+
+
+def finite_json(v):
+    if isinstance(v, dict):
+        return {k: finite_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [finite_json(x) for x in v]
+    if isinstance(v, float) and not np.isfinite(v):
+        return str(v)
+    return v
     sys.exit(0 if result["ok"] else 1)
 
 
