@@ -100,7 +100,10 @@ enum Task {
     /// Run every shell command of README.md and docs/*.md against the fetched models with the
     /// `nornir` just built, failing on a command that fails or no longer prints what its doc
     /// shows (docs/development.md: the rules and the `not run` mark).
-    Docs,
+    Docs {
+        /// Only these docs (paths from the repository root, e.g. docs/cli.md); all when none.
+        only: Vec<String>,
+    },
     /// Fail on an import cycle between two files of one crate that are not parent and child, or
     /// between the sub-folders and files of one folder.
     Cycles,
@@ -146,7 +149,7 @@ fn main() {
         Task::ServeBench(a) => serve_bench::serve_bench(&a),
         Task::CheckFeatures => test::check_features(),
         Task::PublicApi { bless } => public_api::public_api(bless),
-        Task::Docs => docs::docs(),
+        Task::Docs { only } => docs::docs(&only),
         Task::Cycles => cycles::check(&workspace_root()),
         Task::CodeMap => code_map::check(&workspace_root()),
         Task::Sizes => sizes::check(&workspace_root()),

@@ -220,6 +220,10 @@ pub fn test(extra: &[String]) -> Result<()> {
             cargo().args(["test", "--workspace", "--exclude", "xtask"]).args(with_ignored(extra)).envs(env.clone()),
         )
     })?;
+    if extra.is_empty() {
+        eprintln!("xtask: docs: every command of README.md and docs/*.md");
+        stage("docs", || crate::docs::run_docs(&env, &[]))?;
+    }
     stage("Python package", || python_package(&home, &env))?;
     // The server's minute-long load test runs in full once, in the default build above; the
     // other builds run it for 10 seconds.

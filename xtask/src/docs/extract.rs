@@ -1,7 +1,8 @@
 //! The shell commands of a Markdown file, as the docs harness runs them: every fenced `sh` block,
 //! its lines joined where a `\` continues one or a quote is still open, comments left out, with
 //! the JSON a `# {...}` comment line right after a command shows as its output, and the block's
-//! `<!-- not run: REASON -->` mark (the HTML comment on the line before its fence).
+//! `<!-- not run: REASON -->` mark (the HTML comment on the line before its fence); and the
+//! `` `curl ...` `` examples in a table's rows (docs/server.md's route tables).
 
 /// One command of a block.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +47,27 @@ pub(crate) fn blocks(markdown: &str) -> Vec<Block> {
             out.push(Block { line: i + 1, not_run, commands: commands(&lines[i + 1..end], i + 2) });
         }
         i = end + 1;
+    }
+    out
+}
+
+/// Every `` `curl ...` `` code span in a table row (a line that starts with `|`) of `markdown`,
+/// outside fences, as one command each.
+pub(crate) fn table_curls(markdown: &str) -> Vec<Command> {
+    let mut out = Vec::new();
+    let mut in_fence = false;
+    for (k, line) in markdown.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+        }
+        if in_fence || !line.trim_start().starts_with('|') {
+            continue;
+        }
+        for span in line.split('`').skip(1).step_by(2) {
+            if span.starts_with("curl ") {
+                out.push(Command { line: k + 1, text: span.to_owned(), shown: None });
+            }
+        }
     }
     out
 }
@@ -130,5 +152,14 @@ mod tests {
         assert!(!continues("echo 'it''s'"), "quotes closed");
         assert!(continues("echo \"open"));
         assert!(!continues("nornir x # it's a comment"), "a quote in a comment opens nothing");
+    }
+
+    #[test]
+    fn curls_in_table_rows_only() {
+        let doc = "| route | example |\n| --- | --- |\n| `GET /health` | `curl -s localhost:8080/health` |\n\
+                   text `curl -s localhost:8080/metrics`\n```sh\n| `curl -s x` |\n```\n";
+        let c = table_curls(doc);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!((c[0].line, c[0].text.as_str()), (3, "curl -s localhost:8080/health"));
     }
 }

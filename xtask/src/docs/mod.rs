@@ -16,28 +16,59 @@ use anyhow::{Result, bail};
 use crate::process::{cargo, run_checked, workspace_root};
 
 /// `cargo xtask docs` on its own: fetch, the test environment, build `nornir`, run the docs.
-pub fn docs() -> Result<()> {
+pub fn docs(only: &[String]) -> Result<()> {
     let home = crate::fetch::fetch(&crate::test::all_test_assets())?;
     let env = crate::test::test_env(&home)?;
-    run_docs(&env)
+    run_docs(&env, only)
 }
 
-/// The docs' commands with the tests' variables `env`; fails naming every command that failed.
-pub(crate) fn run_docs(env: &[(&'static str, PathBuf)]) -> Result<()> {
+/// The docs' commands (of the docs named in `only`, or all) with the tests' variables `env`;
+/// fails naming every command that failed.
+pub(crate) fn run_docs(env: &[(&'static str, PathBuf)], only: &[String]) -> Result<()> {
     let started = std::time::Instant::now();
-    run_checked(cargo().args(["build", "--quiet", "-p", "nornir-cli"]))?;
+    // target/debug/nornir, the build the tests use, whatever target folder xtask itself runs from
+    run_checked(cargo().env_remove("CARGO_TARGET_DIR").args(["build", "--quiet", "-p", "nornir-cli"]))?;
     let root = workspace_root();
-    // A fresh folder under target/ each run (what the commands write stays there to look at).
-    let work = root.join("target/docs-run");
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work)?;
-    workdir::prepare(&work, env)?;
+    // A fresh folder under target/ each run (what the commands write stays there to look at):
+    // the fixtures once, then a folder of each doc's own that links them, so that one doc's
+    // outputs never meet another's.
+    let run_dir = root.join("target/docs-run");
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let fixtures = run_dir.join("fixtures");
+    std::fs::create_dir_all(&fixtures)?;
+    workdir::prepare(&fixtures, &root.join("target/debug"), env)?;
     let mut tally = run::Tally::default();
     for file in doc_files(&root)? {
         let text = std::fs::read_to_string(&file)?;
         let name = file.strip_prefix(&root).unwrap_or(&file).display().to_string();
+        if !only.is_empty() && !only.contains(&name) {
+            continue;
+        }
+        let work = run_dir.join(name.replace('/', "-").trim_end_matches(".md"));
+        workdir::link_fixtures(&fixtures, &work)?;
         for block in extract::blocks(&text) {
+            let (block_started, failed) = (std::time::Instant::now(), tally.failures.len());
             run::block(&name, &block, &work, &root.join("target/debug"), env, &mut tally);
+            if block.not_run.is_none() {
+                let state = if tally.failures.len() > failed { "FAILED" } else { "ok" };
+                eprintln!(
+                    "xtask: docs: {name}:{} {state} ({:.1} s)",
+                    block.line,
+                    block_started.elapsed().as_secs_f64()
+                );
+            }
+        }
+        let curls = extract::table_curls(&text);
+        if !curls.is_empty() {
+            let (table_started, failed) = (std::time::Instant::now(), tally.failures.len());
+            tally.blocks += 1;
+            run::table_curls(&name, &curls, &work, &root.join("target/debug"), env, &mut tally);
+            let state = if tally.failures.len() > failed { "FAILED" } else { "ok" };
+            eprintln!(
+                "xtask: docs: {name}: {} curls of its tables {state} ({:.1} s)",
+                curls.len(),
+                table_started.elapsed().as_secs_f64()
+            );
         }
     }
     eprintln!(

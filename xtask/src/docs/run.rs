@@ -20,7 +20,7 @@ pub(crate) struct Tally {
 }
 
 /// The longest one command may take.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 /// The longest a server may take to answer `/health` 200.
 const SERVER_READY: Duration = Duration::from_secs(120);
 
@@ -38,12 +38,7 @@ pub(crate) fn block(
         return;
     }
     tally.blocks += 1;
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let shell = |text: &str| {
-        let mut c = Command::new("bash");
-        c.args(["-c", text]).current_dir(work).envs(env.iter().cloned()).env("PATH", &path);
-        c
-    };
+    let shell = |text: &str| shell(text, work, bin, env);
     let mut server: Option<Child> = None;
     let needs_server = block.commands.iter().any(|c| c.text.contains("curl ") && c.text.contains("localhost"));
     if needs_server && !block.commands.iter().any(|c| is_serve(&c.text)) {
@@ -53,7 +48,7 @@ pub(crate) fn block(
     }
     for command in &block.commands {
         tally.commands += 1;
-        let text = command.text.replace("target/release/nornir", "nornir");
+        let text = as_run(&command.text);
         let at = format!("{file}:{}: `{}`", command.line, text.replace('\n', " "));
         if is_serve(&text) {
             stop(server.take());
@@ -70,6 +65,86 @@ pub(crate) fn block(
     stop(server);
 }
 
+/// A table's curls (docs/server.md's routes), each against a server of the models the docs name
+/// (`minilm`, `splade`, `reranker`) whose first model is of the kind its route answers for, as
+/// TEI's routes use the first model: the reranker for `/rerank` and `/predict`, the sparse
+/// encoder for `/embed_sparse`, else the default model.
+pub(crate) fn table_curls(
+    file: &str,
+    curls: &[extract::Command],
+    work: &Path,
+    bin: &Path,
+    env: &[(&'static str, PathBuf)],
+    tally: &mut Tally,
+) {
+    let mut serving: Option<(&str, Child)> = None;
+    for command in curls {
+        tally.commands += 1;
+        let text = as_run(&command.text);
+        let at = format!("{file}:{}: `{text}`", command.line);
+        let first = first_model_for(&text);
+        if serving.as_ref().map(|(f, _)| *f) != Some(first) {
+            stop(serving.take().map(|(_, c)| c));
+            let mut models = vec![first];
+            models.extend(["minilm", "splade", "reranker"].into_iter().filter(|m| *m != first));
+            let args: Vec<String> = models.iter().map(|m| format!("--model {m}={}", model_folder(m))).collect();
+            match start_server(
+                &mut shell(&format!("nornir vector serve --port 8080 {}", args.join(" ")), work, bin, env),
+                8080,
+            ) {
+                Ok(child) => serving = Some((first, child)),
+                Err(e) => {
+                    tally.failures.push(format!("{at}: the server for it: {e}"));
+                    continue;
+                }
+            }
+        }
+        if let Err(e) = judge(&mut shell(&text, work, bin, env), &text, command) {
+            tally.failures.push(format!("{at}: {e}"));
+        }
+    }
+    stop(serving.map(|(_, c)| c));
+}
+
+/// The served model a TEI route needs first.
+fn first_model_for(curl: &str) -> &'static str {
+    if curl.contains(":8080/rerank") || curl.contains(":8080/predict") {
+        "reranker"
+    } else if curl.contains(":8080/embed_sparse") {
+        "splade"
+    } else {
+        "minilm"
+    }
+}
+
+/// The prepared folder (workdir.rs) of a model the docs' tables name.
+fn model_folder(name: &str) -> &'static str {
+    match name {
+        "splade" => "splade-onnx",
+        "reranker" => "reranker",
+        _ => "DIR",
+    }
+}
+
+/// A bash command in the prepared folder with the built `nornir` first on PATH.
+fn shell(text: &str, work: &Path, bin: &Path, env: &[(&'static str, PathBuf)]) -> Command {
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut c = Command::new("bash");
+    c.args(["-c", text]).current_dir(work).envs(env.iter().cloned()).env("PATH", &path);
+    c
+}
+
+/// A doc's command as it is run: `target/release/nornir` is the build under test, the cache
+/// `~/.cache/nornir` is the tests' `$NORNIR_HOME`, `HOST` is this machine, and a curl fails
+/// (exit 22) on an HTTP error status.
+fn as_run(text: &str) -> String {
+    let text = text.replace("target/release/nornir", "nornir").replace("~/.cache/nornir", "$NORNIR_HOME");
+    match text.strip_prefix("curl ") {
+        Some(rest) => format!("curl --fail-with-body {}", rest.replace("HOST:", "localhost:")),
+        None => text,
+    }
+}
+
 /// Runs one command and says what is wrong with its outcome, if anything.
 fn judge(cmd: &mut Command, text: &str, command: &extract::Command) -> Result<(), String> {
     let out = output_within(cmd, COMMAND_TIMEOUT)?;
@@ -81,6 +156,9 @@ fn judge(cmd: &mut Command, text: &str, command: &extract::Command) -> Result<()
         return Err(format!("exit {:?} where {want} was expected: {}", out.status.code(), tail(&stderr)));
     }
     if text.trim_start().starts_with("curl ") {
+        if stdout.trim().is_empty() {
+            return Err("the server answered nothing".to_owned());
+        }
         let answer: Option<serde_json::Value> = serde_json::from_str(&stdout).ok();
         if answer.as_ref().is_some_and(|a| a.get("error").is_some()) {
             return Err(format!("the server answered an error: {}", stdout.trim()));
@@ -148,9 +226,7 @@ fn port(text: &str) -> u16 {
 
 /// Starts a server and waits for its `/health` 200; its error output is kept for a failure.
 fn start_server(cmd: &mut Command, port: u16) -> Result<Child, String> {
-    use std::os::unix::process::CommandExt;
-    let mut child =
-        cmd.stdout(Stdio::null()).stderr(Stdio::piped()).process_group(0).spawn().map_err(|e| e.to_string())?;
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
     let started = Instant::now();
     while started.elapsed() < SERVER_READY {
         if let Ok(Some(status)) = child.try_wait() {
@@ -181,12 +257,12 @@ fn health(port: u16) -> bool {
     s.read_exact(&mut head).is_ok() && head.ends_with(b"200")
 }
 
-/// Stops a server's whole process group (bash and the server it started) and waits for it.
+/// Stops a server with SIGTERM and waits for it (SIGKILL after 10 s). bash runs a lone command
+/// by exec, so the child is the server itself. Never a negative pid: procps-ng 4.0.2's
+/// `kill -TERM -PGID` calls kill(-1, SIGTERM), every process the user may signal (strace shows it).
 fn stop(server: Option<Child>) {
     let Some(mut child) = server else { return };
-    if let Ok(pid) = i32::try_from(child.id()) {
-        let _ = Command::new("kill").args(["-TERM", &format!("-{pid}")]).status();
-    }
+    let _ = Command::new("kill").args(["-s", "TERM", &child.id().to_string()]).status();
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(10) {
         if let Ok(Some(_)) = child.try_wait() {
@@ -210,7 +286,7 @@ fn output_within(cmd: &mut Command, limit: Duration) -> Result<std::process::Out
     match rx.recv_timeout(limit) {
         Ok(out) => out.map_err(|e| e.to_string()),
         Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &id.to_string()]).status();
+            let _ = Command::new("kill").args(["-s", "KILL", &id.to_string()]).status();
             Err(format!("still running after {} s", limit.as_secs()))
         }
     }
@@ -231,6 +307,18 @@ mod tests {
         assert_eq!(promised_exit("nornir vector embed x"), None);
         assert_eq!(port("nornir vector serve --host 0.0.0.0 --port 9090 --model DIR"), 9090);
         assert_eq!(port("nornir vector serve"), 8080);
+        assert_eq!(
+            as_run("curl -s HOST:8080/embed -d '{}'"),
+            "curl --fail-with-body -s localhost:8080/embed -d '{}'",
+            "a curl fails on an HTTP error"
+        );
+        assert_eq!(
+            as_run("target/release/nornir vector serve --model ~/.cache/nornir/models/m"),
+            "nornir vector serve --model $NORNIR_HOME/models/m"
+        );
+        assert_eq!(first_model_for("curl -s localhost:8080/predict -d x"), "reranker");
+        assert_eq!(first_model_for("curl -s localhost:8080/embed_sparse -d x"), "splade");
+        assert_eq!(first_model_for("curl -s localhost:8080/v2/rerank -d x"), "minilm", "Cohere's route names its model");
     }
 
     /// A doc whose command fails, exits otherwise than it promises, or prints other keys than it

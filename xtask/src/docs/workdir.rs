@@ -2,14 +2,17 @@
 //! docs.txt with one long document, queries.txt, corpus.txt, docs.jsonl, models.toml) and the
 //! model folders by the names they use, linked to the fetched ones (`DIR`: the default model;
 //! `all-MiniLM-L6-v2` and `splade-tiny`: transformers folders of safetensors to convert;
-//! `splade-onnx`: splade-tiny converted; `models/...`: the cache's folders).
+//! `splade-onnx`: splade-tiny converted; `models/...`: the cache's folders; `reranker` (and
+//! `my-reranker`): a cross-encoder of all-MiniLM-L6-v2's encoder under a seeded classifier
+//! head, made by scripts/minilm_reranker.py and converted by the `nornir` under test).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-/// Writes the fixtures and links into `work`, from the tests' variables `env`.
-pub(super) fn prepare(work: &Path, env: &[(&'static str, PathBuf)]) -> Result<()> {
+/// Writes the fixtures and links into `work`, from the tests' variables `env`, with the
+/// `nornir` in `bin`.
+pub(super) fn prepare(work: &Path, bin: &Path, env: &[(&'static str, PathBuf)]) -> Result<()> {
     let var = |name: &str| -> Result<PathBuf> {
         env.iter().find(|(n, _)| *n == name).map(|(_, p)| p.clone()).with_context(|| format!("{name} is not set"))
     };
@@ -50,6 +53,36 @@ pub(super) fn prepare(work: &Path, env: &[(&'static str, PathBuf)]) -> Result<()
     for (name, target) in links {
         std::os::unix::fs::symlink(&target, work.join(name))
             .with_context(|| format!("link {name} to {}", target.display()))?;
+    }
+    reranker(work, bin, &var("NORNIR_TEST_REFERENCE_PYTHON")?, &var("NORNIR_TEST_MINILM_SAFETENSORS")?)
+}
+
+/// `work/reranker` (and the link `my-reranker`), from all-MiniLM-L6-v2's safetensors folder.
+fn reranker(work: &Path, bin: &Path, python: &Path, minilm: &Path) -> Result<()> {
+    let script = crate::process::workspace_root().join("scripts/minilm_reranker.py");
+    let source = work.join(".reranker-src");
+    crate::process::run_checked(std::process::Command::new(python).arg(script).arg(minilm).arg(&source))?;
+    crate::process::run_checked(
+        std::process::Command::new(bin.join("nornir"))
+            .args(["vector", "convert", "--quiet", "--model"])
+            .arg(&source)
+            .arg("--output")
+            .arg(work.join("reranker")),
+    )?;
+    std::os::unix::fs::symlink("reranker", work.join("my-reranker")).context("link my-reranker")?;
+    Ok(())
+}
+
+/// A doc's own folder `work`, with a link to every fixture of `fixtures` (hidden ones aside).
+pub(super) fn link_fixtures(fixtures: &Path, work: &Path) -> Result<()> {
+    std::fs::create_dir_all(work)?;
+    for entry in std::fs::read_dir(fixtures)? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        std::os::unix::fs::symlink(entry.path(), work.join(entry.file_name()))
+            .with_context(|| format!("link {}", entry.path().display()))?;
     }
     Ok(())
 }
