@@ -58,11 +58,13 @@ pub(crate) fn stanford_files(
         { "idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer" },
         { "idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense" },
     ]);
-    let json = |v: &serde_json::Value| serde_json::to_vec_pretty(v).unwrap_or_default();
+    let json = |v: &serde_json::Value, name: &str| {
+        crate::folder::pretty_json(v, std::path::Path::new(name)).map(String::into_bytes)
+    };
     Ok(vec![
-        ("modules.json".to_owned(), json(&modules)),
-        ("config_sentence_transformers.json".to_owned(), json(&rules)),
-        ("1_Dense/config.json".to_owned(), json(&dense)),
+        ("modules.json".to_owned(), json(&modules, "modules.json")?),
+        ("config_sentence_transformers.json".to_owned(), json(&rules, "config_sentence_transformers.json")?),
+        ("1_Dense/config.json".to_owned(), json(&dense, "1_Dense/config.json")?),
         ("1_Dense/model.safetensors".to_owned(), weights.some_to_safetensors(vec![PROJECTION])?),
     ])
 }

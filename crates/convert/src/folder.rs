@@ -84,7 +84,7 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
             write_reranker_config(&tmp.join("config.json"), &conversion.architecture)?;
             let template = tmp.join(PAIR_TEMPLATE);
             if !template.exists() {
-                let text = serde_json::to_string_pretty(&qwen3_reranker_template()).unwrap_or_default() + "\n";
+                let text = pretty_json(&qwen3_reranker_template(), &template)?;
                 std::fs::write(&template, text).map_err(write_err(&template))?;
             }
         }
@@ -100,7 +100,7 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
         }
         conversion.folder = output.to_path_buf();
         let record = tmp.join("conversion.json");
-        let text = serde_json::to_string_pretty(&conversion).unwrap_or_default() + "\n";
+        let text = pretty_json(&conversion, &record)?;
         std::fs::write(&record, text).map_err(write_err(&record))?;
         replace_dir(&tmp, output)?;
         Ok(conversion)
@@ -251,8 +251,16 @@ fn write_reranker_config(file: &Path, architecture: &str) -> Result<(), ConvertE
         map.insert("id2label".to_owned(), serde_json::json!({"0": "yes"}));
         map.insert("label2id".to_owned(), serde_json::json!({"yes": 0}));
     }
-    let text = serde_json::to_string_pretty(&config).unwrap_or_default() + "\n";
+    let text = pretty_json(&config, file)?;
     std::fs::write(file, text).map_err(write_err(file))
+}
+
+/// `value` as the pretty JSON text of the file `path`, with a final newline; a value serde
+/// cannot write is that file's write error, never an empty file.
+pub(crate) fn pretty_json(value: &impl serde::Serialize, path: &Path) -> Result<String, ConvertError> {
+    serde_json::to_string_pretty(value)
+        .map(|text| text + "\n")
+        .map_err(|e| ConvertError::Write { path: display(path), source: std::io::Error::other(e) })
 }
 
 /// A source file's record; its sha256 read in slices, not the file whole.

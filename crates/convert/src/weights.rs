@@ -234,7 +234,11 @@ impl Weights {
                 check_shape(t.shape)?;
                 dtype = t.dtype;
                 let width = row_elements * dtype.bitsize() / 8;
-                t.data.get(rows.start * width..rows.end * width).unwrap_or_default()
+                // Within the data: `rows` is clipped to the shape `check_shape` found to be the file's.
+                t.data.get(rows.start * width..rows.end * width).ok_or_else(|| ConvertError::Weights {
+                    file: display(&shard.path),
+                    why: format!("holds fewer bytes for tensor {name:?} than its shape {shape:?} needs"),
+                })?
             }
         };
         let values = widen(data, dtype).ok_or_else(|| ConvertError::Dtype {

@@ -136,7 +136,7 @@ pub fn discover(ctx: &ProbeContext) -> OrtDiscovery {
     }
     if let Some(home) = nornir_home(ctx) {
         let ort = home.join("ort");
-        let mut flavors: Vec<PathBuf> = std::fs::read_dir(&ort)
+        let mut flavors: Vec<PathBuf> = list_dir(&ort, &mut d)
             .map(|es| es.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_dir()).collect())
             .unwrap_or_default();
         flavors.sort_by_key(|p| (p.file_name().is_none_or(|n| n != "cpu"), p.clone()));
@@ -160,7 +160,7 @@ pub fn discover(ctx: &ProbeContext) -> OrtDiscovery {
 
 /// Adds the newest `libonnxruntime.so*` in `dir`, if any.
 fn scan_dir(dir: &Path, source: &str, d: &mut OrtDiscovery) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Some(entries) = list_dir(dir, d) else { return };
     let best = entries
         .filter_map(Result::ok)
         .filter_map(|e| {
@@ -175,6 +175,19 @@ fn scan_dir(dir: &Path, source: &str, d: &mut OrtDiscovery) {
         && !d.candidates.iter().any(|c| same_file(&c.path, &path))
     {
         d.candidates.push(candidate(path, source));
+    }
+}
+
+/// The entries of `dir`: none where it does not exist; a folder that exists and cannot be listed
+/// is one of the discovery's problems, never read as empty in silence.
+fn list_dir(dir: &Path, d: &mut OrtDiscovery) -> Option<std::fs::ReadDir> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => Some(entries),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => None,
+        Err(e) => {
+            d.problems.push(format!("cannot list {}: {e}", dir.display()));
+            None
+        }
     }
 }
 
@@ -285,6 +298,20 @@ mod tests {
 
     /// Every surface's one check of the default model: no cache, a folder without its graph,
     /// and the folder with `model.onnx` in place.
+    /// A cache folder that exists and cannot be listed (here a link to itself: ELOOP, which
+    /// root meets too, unlike a permission) is a problem line; a missing one is nothing.
+    #[test]
+    fn a_cache_folder_that_cannot_be_listed_is_said() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let home = t.path().join("home");
+        std::fs::create_dir_all(&home).expect("mkdir");
+        let ctx = ProbeContext::with_root(t.path().join("root")).with_var("NORNIR_HOME", &home);
+        assert!(discover(&ctx).problems.is_empty(), "no ort folder: nothing to say");
+        std::os::unix::fs::symlink(home.join("ort"), home.join("ort")).expect("link");
+        let d = discover(&ctx);
+        assert!(d.problems.iter().any(|p| p.starts_with("cannot list") && p.contains("ort")), "{:?}", d.problems);
+    }
+
     #[test]
     fn the_default_model_is_there_only_with_its_graph() {
         let t = tempfile::tempdir().expect("tempdir");

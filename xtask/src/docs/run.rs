@@ -318,7 +318,11 @@ mod tests {
         );
         assert_eq!(first_model_for("curl -s localhost:8080/predict -d x"), "reranker");
         assert_eq!(first_model_for("curl -s localhost:8080/embed_sparse -d x"), "splade");
-        assert_eq!(first_model_for("curl -s localhost:8080/v2/rerank -d x"), "minilm", "Cohere's route names its model");
+        assert_eq!(
+            first_model_for("curl -s localhost:8080/v2/rerank -d x"),
+            "minilm",
+            "Cohere's route names its model"
+        );
     }
 
     /// A doc whose command fails, exits otherwise than it promises, or prints other keys than it

@@ -136,7 +136,15 @@ impl Checkpoint {
             });
         }
         let storage: &[u8] = match self.storages.get(&values::string_id(&t.key)) {
-            Some(Storage::InFile(r)) => bytes.get(r.clone()).unwrap_or_default(),
+            Some(Storage::InFile(r)) => bytes.get(r.clone()).ok_or_else(|| ConvertError::TorchArchive {
+                file: file.to_owned(),
+                why: format!(
+                    "stores {}data/{} past its end ({} bytes): the file is truncated",
+                    self.root,
+                    t.key,
+                    bytes.len()
+                ),
+            })?,
             Some(Storage::Owned(v)) => v,
             None => {
                 return Err(ConvertError::StorageMissing {
