@@ -5,6 +5,7 @@
 
 use std::io::Write;
 
+mod branch;
 mod dtype;
 pub use dtype::WeightDtype;
 
@@ -29,6 +30,8 @@ pub(crate) enum Attr {
     Int(i64),
     Float(f32),
     Ints(Vec<i64>),
+    /// A subgraph: an `If`'s branch ([`Graph::branch`]).
+    Graph(GraphProto),
 }
 
 /// The external data file weights are written to as they are added.
@@ -144,6 +147,10 @@ impl Graph {
                 Attr::Ints(v) => {
                     a.ints = v.clone();
                     a.type_ = Some(7);
+                }
+                Attr::Graph(g) => {
+                    a.g = Some(g.clone()).into();
+                    a.type_ = Some(5);
                 }
             }
             n.attribute.push(a);
@@ -323,13 +330,9 @@ impl Graph {
         self.g.output.push(Self::value(name, elem_type, axes));
     }
 
-    /// Renames value `from` to `to` wherever a node writes or reads it.
+    /// Renames value `from` to `to` wherever a node writes or reads it, in branches too.
     pub(crate) fn rename_value(&mut self, from: &str, to: &str) {
-        for n in &mut self.g.node {
-            for v in n.output.iter_mut().chain(n.input.iter_mut()).filter(|v| *v == from) {
-                *v = to.to_owned();
-            }
-        }
+        branch::rename_in(&mut self.g, from, to);
     }
 
     pub(crate) fn node_count(&self) -> usize {
@@ -390,16 +393,10 @@ impl Graph {
         Some((t.dims.clone(), t.data_type.unwrap_or(0), t.raw_data.as_deref().unwrap_or_default()))
     }
 
-    /// Node counts by operator, in order of first appearance.
+    /// Node counts by operator, branches' nodes included, in order of first appearance.
     pub(crate) fn op_counts(&self) -> Vec<(String, usize)> {
         let mut counts: Vec<(String, usize)> = Vec::new();
-        for n in &self.g.node {
-            let op = n.op_type.clone().unwrap_or_default();
-            match counts.iter_mut().find(|(o, _)| *o == op) {
-                Some((_, c)) => *c += 1,
-                None => counts.push((op, 1)),
-            }
-        }
+        branch::count_ops(&self.g, &mut counts);
         counts
     }
 }

@@ -22,7 +22,7 @@ use crate::config::{Activation, Config, Head, Names};
 use crate::graph::{Attr, FLOAT, Graph, MS_DOMAIN};
 use crate::weights::Weights;
 
-pub(crate) use positions::Masks;
+pub(crate) use positions::{Bias, Masks};
 
 /// The graph's inputs, as nornir and the exporters name them.
 pub(crate) const INPUT_IDS: &str = "input_ids";
@@ -234,6 +234,33 @@ impl Net<'_, '_> {
         ))
     }
 
+    /// `com.microsoft.MultiHeadAttention` of `q`, `k`, `v` with the projections' biases (the
+    /// fourth input, "" for none) and `bias`. A padding-only bias makes it an `If`: a batch in
+    /// which no row is padded runs the operator without a mask (ONNX Runtime's memory-efficient
+    /// path on the CPU), any other with the mask expanded to the queries, as before.
+    fn multi_head_attention(&mut self, [q, k, v, qkv_bias]: [&str; 4], bias: &Bias, l: &str) -> String {
+        let heads = self.c.heads;
+        let scale = 1.0 / ((self.c.hidden / heads) as f32).sqrt();
+        let node = |g: &mut Graph, mask: &str| {
+            let inputs = [q, k, v, qkv_bias, "", mask];
+            let used = inputs.iter().rposition(|i| !i.is_empty()).map_or(0, |last| last + 1);
+            let attrs = [("num_heads", Attr::Int(heads as i64)), ("scale", Attr::Float(scale))];
+            g.node("MultiHeadAttention", MS_DOMAIN, &inputs[..used], &attrs, None)
+        };
+        match bias {
+            Bias::Full(bias) => node(self.g, bias),
+            Bias::Padding { mask, target, unpadded } => {
+                let without = self.g.branch(&format!("{l}.attention.unpadded"), FLOAT, |g| node(g, ""));
+                let with = self.g.branch(&format!("{l}.attention.padded"), FLOAT, |g| {
+                    let expanded = g.op("Expand", &[mask, target]);
+                    node(g, &expanded)
+                });
+                let branches = [("then_branch", Attr::Graph(without)), ("else_branch", Attr::Graph(with))];
+                self.g.node("If", "", &[unpadded], &branches, None)
+            }
+        }
+    }
+
     fn scalar(&mut self, name: &str, v: f32) -> String {
         self.g.f32(name, &[], vec![v])
     }
@@ -276,21 +303,16 @@ impl Net<'_, '_> {
     }
 
     /// Scaled dot-product attention of `q`, `k`, `v` (`[batch, sequence, hidden]`, heads side by
-    /// side) with the additive `bias` (`[batch or 1, heads or 1, queries, keys]` for the fused
-    /// operator, anything that broadcasts to the scores otherwise); `[batch, sequence, hidden]`.
-    fn attend(&mut self, q: &str, k: &str, v: &str, bias: &str, l: &str) -> String {
+    /// side) with the additive `bias`; `[batch, sequence, hidden]`.
+    fn attend(&mut self, q: &str, k: &str, v: &str, bias: &Bias, l: &str) -> String {
         let (h, heads) = (self.c.hidden, self.c.heads);
         let head_dim = h / heads;
         let scale = 1.0 / (head_dim as f32).sqrt();
         if self.fused {
-            return self.g.node(
-                "MultiHeadAttention",
-                MS_DOMAIN,
-                &[q, k, v, "", "", bias],
-                &[("num_heads", Attr::Int(heads as i64)), ("scale", Attr::Float(scale))],
-                None,
-            );
+            return self.multi_head_attention([q, k, v, ""], bias, l);
         }
+        // The plain graph's padding mask broadcasts to the scores.
+        let (Bias::Full(bias) | Bias::Padding { mask: bias, .. }) = bias;
         let split = self.g.i64(&format!("{l}.heads_shape"), &[4], &[0, 0, heads as i64, head_dim as i64]);
         let mut per_head = Vec::new();
         for (y, perm) in [(q, [0, 2, 1, 3]), (k, [0, 2, 3, 1]), (v, [0, 2, 1, 3])] {

@@ -8,12 +8,25 @@ use crate::graph::{Attr, FLOAT};
 /// Bool, as ONNX numbers its element types.
 const BOOL: i32 = 9;
 
+/// What a layer's attention adds to its scores.
+pub(crate) enum Bias {
+    /// The padding mask alone, `[batch, 1, 1, keys]`, in a fused graph: left out of a batch in
+    /// which no row is padded (`unpadded`, a bool scalar), so that ONNX Runtime's CPU
+    /// `MultiHeadAttention` takes its memory-efficient path (tiles of keys with an online
+    /// softmax, never the queries x keys matrix), which it takes only without a mask; `target`
+    /// is the `[batch, 1, queries, keys]` shape the operator takes a mask at.
+    Padding { mask: String, target: String, unpadded: String },
+    /// A bias at the shape attention takes it (ALiBi's, a window, or the padding mask of the
+    /// plain graph, which broadcasts).
+    Full(String),
+}
+
 /// The additive biases and rotary tables every layer shares.
 pub(crate) struct Masks {
     /// Added to every global layer's scores: the padding mask (with ALiBi's bias).
-    pub(crate) global: String,
+    pub(crate) global: Bias,
     /// ModernBERT's local layers: the padding mask and the window.
-    pub(crate) local: Option<String>,
+    pub(crate) local: Option<Bias>,
     /// Rotary cosines and sines `[sequence, 1, head width]`, for the global layers and for
     /// ModernBERT's local ones (their own base).
     pub(crate) rotary: Option<(String, String)>,
@@ -28,12 +41,15 @@ impl Net<'_, '_> {
         let global = match c.positions {
             Positions::Alibi => {
                 let alibi = self.alibi();
-                self.g.op("Add", &[&padding, &alibi])
+                Bias::Full(self.g.op("Add", &[&padding, &alibi]))
             }
-            _ if self.fused => self.expand_to_queries(&padding),
-            _ => padding,
+            _ if self.fused => {
+                let target = self.queries_target();
+                Bias::Padding { mask: padding, target, unpadded: self.unpadded() }
+            }
+            _ => Bias::Full(padding),
         };
-        let local = c.local.as_ref().map(|l| l.window).map(|window| self.window_bias(window));
+        let local = c.local.as_ref().map(|l| l.window).map(|window| Bias::Full(self.window_bias(window)));
         let rotary = match c.positions {
             Positions::Rotary { base, scaling } => Some(self.rotary_table(base, scaling, "rope")),
             _ => None,
@@ -86,15 +102,22 @@ impl Net<'_, '_> {
         self.g.op("Unsqueeze", &[&bias, &axes])
     }
 
-    /// `bias` `[batch, 1, 1, keys]` expanded to `[batch, 1, queries, keys]`, the shape
-    /// MultiHeadAttention takes (`[batch or 1, heads or 1, queries, keys]`).
-    pub(super) fn expand_to_queries(&mut self, bias: &str) -> String {
+    /// `[1, 1, queries, 1]`: what a `[batch, 1, 1, keys]` bias is expanded by to
+    /// `[batch, 1, queries, keys]`, the shape MultiHeadAttention takes (`[batch or 1, heads or 1,
+    /// queries, keys]`).
+    fn queries_target(&mut self) -> String {
         let shape = self.g.op("Shape", &[ATTENTION_MASK]);
         let (one_i, two_i) = (self.g.i64("mask_slice_one", &[1], &[1]), self.g.i64("mask_slice_two", &[1], &[2]));
         let queries = self.g.op("Slice", &[&shape, &one_i, &two_i]);
         let ones = self.g.i64("mask_ones", &[2], &[1, 1]);
-        let target = self.g.node("Concat", "", &[&ones, &queries, &one_i], &[("axis", Attr::Int(0))], None);
-        self.g.op("Expand", &[bias, &target])
+        self.g.node("Concat", "", &[&ones, &queries, &one_i], &[("axis", Attr::Int(0))], None)
+    }
+
+    /// Whether no row of the batch is padded (every attention mask value 1), a bool scalar.
+    fn unpadded(&mut self) -> String {
+        let min = self.g.node("ReduceMin", "", &[ATTENTION_MASK], &[("keepdims", Attr::Int(0))], None);
+        let one = self.g.i64("mask_attended", &[], &[1]);
+        self.g.op("Equal", &[&min, &one])
     }
 
     /// ALiBi's bias `[1, heads, queries, keys]`: `-slope(head) * |i - j|`.

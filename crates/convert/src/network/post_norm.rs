@@ -2,11 +2,11 @@
 //! then `x = norm(x + feed_forward(x))`), as transformers writes BERT's and as the other families
 //! write theirs: the names, positions and feed-forward blocks come from the family's description.
 
-use super::{ATTENTION_MASK, Gate, INPUT_IDS, Masks, Net, TASK_ID, TOKEN_TYPE_IDS};
+use super::{ATTENTION_MASK, Bias, Gate, INPUT_IDS, Masks, Net, TASK_ID, TOKEN_TYPE_IDS};
 use crate::ConvertError;
 use crate::config::names::{Gated, Mlp, Qkv};
 use crate::config::{FeedForward, Positions};
-use crate::graph::{Attr, INT64, MS_DOMAIN};
+use crate::graph::{Attr, INT64};
 
 impl Net<'_, '_> {
     /// Word (+ token-type) (+ absolute position) embeddings, then the family's norm.
@@ -209,11 +209,10 @@ impl Net<'_, '_> {
         &mut self,
         x: &str,
         projections: [&str; 3],
-        mask: &str,
+        bias: &Bias,
         l: &str,
     ) -> Result<String, ConvertError> {
-        let (h, heads) = (self.c.hidden, self.c.heads);
-        let scale = 1.0 / ((h / heads) as f32).sqrt();
+        let h = self.c.hidden;
         let mut projected = Vec::new();
         let mut biases = Vec::new();
         for which in projections {
@@ -223,14 +222,8 @@ impl Net<'_, '_> {
             biases.extend(self.t.get(&format!("{prefix}.bias"), &[h])?);
         }
         let parent = projections[0].rsplit_once('.').map_or("", |(parent, _)| parent);
-        let bias = self.g.f32(&format!("{l}.{parent}.qkv_bias"), &[3 * h], biases);
-        Ok(self.g.node(
-            "MultiHeadAttention",
-            MS_DOMAIN,
-            &[&projected[0], &projected[1], &projected[2], &bias, "", mask],
-            &[("num_heads", Attr::Int(heads as i64)), ("scale", Attr::Float(scale))],
-            None,
-        ))
+        let qkv_bias = self.g.f32(&format!("{l}.{parent}.qkv_bias"), &[3 * h], biases);
+        Ok(self.multi_head_attention([&projected[0], &projected[1], &projected[2], &qkv_bias], bias, l))
     }
 
     /// Layer `l`'s feed-forward as the config says: gated (`mlp.gated`) or plain (`mlp.plain`,
