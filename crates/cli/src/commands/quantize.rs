@@ -88,6 +88,12 @@ fn print_summary(done: &QuantizedFolder, qopts: &QuantizeOptions) {
     }
     if !done.fusions_unmatched.is_empty() {
         let names: Vec<&str> = done.fusions_unmatched.iter().map(|f| f.name()).collect();
-        println!("--fuse {}: matched nothing in this graph, so nothing was fused for it", names.join(","));
+        // The default (gelu,attention) finds nothing in a graph `convert` wrote: it is fused already.
+        let converted = if names.iter().all(|n| ["gelu", "attention"].contains(n)) {
+            " (a graph nornir converted has them fused already)"
+        } else {
+            ""
+        };
+        println!("--fuse {}: matched nothing in this graph{converted}, so nothing was fused for it", names.join(","));
     }
 }

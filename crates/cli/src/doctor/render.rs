@@ -225,6 +225,9 @@ pub(super) fn write_model(out: &mut String, m: &nornir_vector::diagnostics::Mode
     if !m.max_length_reason.is_empty() {
         writeln!(out, "  length: {} tokens: {}", m.max_length, m.max_length_reason)?;
     }
+    if !m.attention.is_empty() {
+        writeln!(out, "  attention: {}", m.attention)?;
+    }
     if let Some(why) = &m.dense_reason {
         let layers: Vec<String> = m
             .folder

@@ -13,7 +13,7 @@ use crate::error::{EmbedError, Result};
 use crate::forward::graph_io::{GraphIo, graph_io};
 use crate::forward::run::{Row, RowSettings};
 use crate::load::dense::load_head;
-use crate::load::graph_scan::one_text_per_run;
+use crate::load::graph_scan::{attention, one_text_per_run};
 use crate::load::kind;
 use crate::load::multi_vector::{SparseHead, TokenModel, TokenRules};
 use crate::load::plan::plan_with;
@@ -46,6 +46,8 @@ struct FirstSession {
     intra_threads: usize,
     session_growth: Mutex<Vec<u64>>,
     one_text_per_run: Option<String>,
+    /// How the graph computes attention ([`attention`]).
+    attention: String,
 }
 
 impl Engine {
@@ -250,12 +252,14 @@ fn build_first_session(folder: &ModelFolder, options: &EmbedderOptions) -> Resul
     let intra_threads = intra_threads(threads, cpu_workers);
     let resident = resident_bytes();
     // ONNX Runtime says what is wrong with a file that cannot be read.
-    let one_text_per_run = std::fs::read(&folder.model_file).ok().as_deref().and_then(one_text_per_run);
+    let graph = std::fs::read(&folder.model_file).unwrap_or_default();
+    let (one_text_per_run, attention) = (one_text_per_run(&graph), attention(&graph));
+    drop(graph);
     let cfg = SessionConfig { model: &folder.model_file, intra_threads, profile_to: None };
     let (session, report) = session::build(&runtime, &plan, &cfg)?;
     let session_growth = Mutex::new(growth_since(resident).into_iter().collect());
     let workers = if report.on_builtin_cpu() { cpu_workers } else { options.workers.unwrap_or(1) };
-    Ok(FirstSession { runtime, session, report, workers, intra_threads, session_growth, one_text_per_run })
+    Ok(FirstSession { runtime, session, report, workers, intra_threads, session_growth, one_text_per_run, attention })
 }
 
 /// The options that the folder's kind refuses: dimensions beyond dense vectors, and a decoder
@@ -326,6 +330,7 @@ fn model_info(
         prompt,
         left_padding,
         one_text_per_run: first.one_text_per_run.clone(),
+        attention: first.attention.clone(),
         dense_reason: None,
         folder,
     };

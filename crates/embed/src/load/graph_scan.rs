@@ -1,7 +1,8 @@
 //! Finds the operators of an ONNX graph that quantize activations with one scale per tensor
-//! ([`per_tensor_activation_ops`]), without ONNX Runtime: a small reader of the protobuf's wire
-//! format, `ModelProto.graph` (field 7), `GraphProto.node` (1), and of each `NodeProto` its
-//! `op_type` (4) and `domain` (7).
+//! ([`per_tensor_activation_ops`]) and how its attention is computed ([`attention`]), without
+//! ONNX Runtime: a small reader of the protobuf's wire format, `ModelProto.graph` (field 7),
+//! `GraphProto.node` (1), and of each `NodeProto` its `input` (1), `op_type` (4), `attribute`
+//! (5) and `domain` (7), of an attribute its subgraph `g` (6).
 
 /// Operators that quantize their float input with one scale for the whole tensor, found at run
 /// time: a text's result then depends on the other texts of its batch and on its padding.
@@ -45,6 +46,75 @@ pub fn per_tensor_activation_ops(model: &[u8]) -> Vec<(String, usize)> {
         }
     }
     found
+}
+
+/// How the graph `model` computes attention, in a phrase for `doctor`: fused
+/// `MultiHeadAttention` layers that leave their mask out of a batch without padding (ONNX
+/// Runtime's memory-efficient path on the CPU: never the queries x keys matrix), fused layers
+/// that always add a mask or bias (the whole matrix), or unfused attention (`Softmax` over the
+/// whole matrix). Empty for a graph with none of these, or a file this reader does not read.
+pub(crate) fn attention(model: &[u8]) -> String {
+    let Some(graph) = message_field(model, 7) else { return String::new() };
+    let (mut mask_free, mut masked, mut softmax) = (0usize, 0usize, 0usize);
+    for node in repeated(graph, 1) {
+        match op(node) {
+            ("com.microsoft", "MultiHeadAttention") => masked += 1,
+            ("", "Softmax") => softmax += 1,
+            ("", "If") => {
+                let branches: Vec<&[u8]> =
+                    repeated(node, 5).filter_map(|a| message_field(a, 6)).flat_map(|g| repeated(g, 1)).collect();
+                let attention: Vec<&&[u8]> =
+                    branches.iter().filter(|n| op(n) == ("com.microsoft", "MultiHeadAttention")).collect();
+                if attention.iter().any(|n| repeated(n, 1).count() < 6) {
+                    mask_free += 1;
+                } else if !attention.is_empty() {
+                    masked += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut parts = Vec::new();
+    if mask_free > 0 {
+        parts.push(format!(
+            "{mask_free} MultiHeadAttention layer{} leave the mask out of a batch without padding (ONNX Runtime's memory-efficient CPU path); a padded batch builds each layer's masked queries x keys matrix",
+            plural(mask_free)
+        ));
+    }
+    if masked > 0 {
+        let s = plural(masked);
+        parts.push(format!(
+            "{masked} MultiHeadAttention layer{s} with a mask or bias on every batch (the whole queries x keys matrix)"
+        ));
+    }
+    if softmax > 0 && mask_free + masked == 0 {
+        parts.push(format!("unfused: Softmax over the whole queries x keys matrix in {softmax} places"));
+    }
+    parts.join("; ")
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// The `(domain, op_type)` of a `NodeProto`, `ai.onnx` as "".
+fn op(node: &[u8]) -> (&str, &str) {
+    let text = |f| message_field(node, f).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or_default();
+    let domain = text(7);
+    (if domain == "ai.onnx" { "" } else { domain }, text(4))
+}
+
+/// The first length-delimited field `number` of a message.
+fn message_field(message: &[u8], number: u64) -> Option<&[u8]> {
+    repeated(message, number).next()
+}
+
+/// Every length-delimited field `number` of a message, in order (up to a malformed one).
+fn repeated(message: &[u8], number: u64) -> impl Iterator<Item = &[u8]> {
+    fields(message).map_while(|f| f).filter_map(move |(n, f)| match f {
+        Field::Bytes(b) if n == number => Some(b),
+        _ => None,
+    })
 }
 
 enum Field<'a> {
@@ -165,5 +235,38 @@ mod tests {
             assert!(per_tensor_activation_ops(&model[..cut]).is_empty(), "cut at {cut}");
         }
         assert!(per_tensor_activation_ops(&[0x3b]).is_empty(), "a group wire type");
+    }
+
+    /// A `NodeProto` of `op` with `inputs` inputs and the subgraphs `branches` (an `If`'s).
+    fn node_with(op: &str, domain: &str, inputs: usize, branches: &[Vec<u8>]) -> Vec<u8> {
+        let mut n = bytes_field(4, op.as_bytes());
+        n.extend(bytes_field(7, domain.as_bytes()));
+        for i in 0..inputs {
+            n.extend(bytes_field(1, format!("x{i}").as_bytes()));
+        }
+        for b in branches {
+            n.extend(bytes_field(5, &bytes_field(6, b)));
+        }
+        bytes_field(1, &n)
+    }
+
+    /// The attention line names what the converter writes: an `If` whose branch leaves the mask
+    /// out (3 inputs), a fused layer with its mask (6 inputs), and unfused attention.
+    #[test]
+    fn says_which_layers_leave_the_mask_out() {
+        let mha = |inputs| node_with("MultiHeadAttention", "com.microsoft", inputs, &[]);
+        let mut expanded = node("Expand", "");
+        expanded.extend(mha(6));
+        let layer = node_with("If", "", 1, &[mha(3), expanded]);
+        let model = bytes_field(7, &[layer.clone(), layer].concat());
+        let said = attention(&model);
+        assert!(said.starts_with("2 MultiHeadAttention layers leave the mask out"), "{said}");
+        let masked = bytes_field(7, &[mha(6), node("Softmax", "")].concat());
+        assert!(attention(&masked).starts_with("1 MultiHeadAttention layer with a mask"), "{}", attention(&masked));
+        let plain = bytes_field(7, &[node("Softmax", ""), node("Softmax", "")].concat());
+        assert_eq!(attention(&plain), "unfused: Softmax over the whole queries x keys matrix in 2 places");
+        for cut in 0..model.len() {
+            let _ = attention(&model[..cut]);
+        }
     }
 }

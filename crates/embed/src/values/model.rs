@@ -25,6 +25,11 @@ pub struct ModelInfo {
     /// positions'), with the folder's other limits.
     #[serde(default)]
     pub max_length_reason: String,
+    /// How the graph computes attention: which layers leave the mask out of a batch without
+    /// padding (ONNX Runtime's memory-efficient CPU path) and which build the whole matrix;
+    /// empty where the graph was not read.
+    #[serde(default)]
+    pub attention: String,
     /// How token vectors become one vector (for a graph that does not pool itself).
     pub pooling: Pooling,
     /// Tokens of the prompt left out of the pooling (`include_prompt: false`).
