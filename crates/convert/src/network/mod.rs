@@ -14,6 +14,7 @@ mod lora;
 mod positions;
 mod post_norm;
 mod pre_norm;
+mod window;
 
 use std::collections::HashMap;
 
@@ -249,6 +250,7 @@ impl Net<'_, '_> {
         };
         match bias {
             Bias::Full(bias) => node(self.g, bias),
+            Bias::Window(blocks) => self.windowed_attention([q, k, v, qkv_bias], blocks),
             Bias::Padding { mask, target, unpadded } => {
                 let without = self.g.branch(&format!("{l}.attention.unpadded"), FLOAT, |g| node(g, ""));
                 let with = self.g.branch(&format!("{l}.attention.padded"), FLOAT, |g| {
@@ -311,8 +313,11 @@ impl Net<'_, '_> {
         if self.fused {
             return self.multi_head_attention([q, k, v, ""], bias, l);
         }
-        // The plain graph's padding mask broadcasts to the scores.
-        let (Bias::Full(bias) | Bias::Padding { mask: bias, .. }) = bias;
+        // The plain graph's padding mask broadcasts to the scores (blocks are a fused graph's).
+        let bias = match bias {
+            Bias::Full(bias) | Bias::Padding { mask: bias, .. } => bias,
+            Bias::Window(blocks) => return self.windowed_attention([q, k, v, ""], blocks),
+        };
         let split = self.g.i64(&format!("{l}.heads_shape"), &[4], &[0, 0, heads as i64, head_dim as i64]);
         let mut per_head = Vec::new();
         for (y, perm) in [(q, [0, 2, 1, 3]), (k, [0, 2, 3, 1]), (v, [0, 2, 1, 3])] {

@@ -1,6 +1,7 @@
 //! What attention adds to its scores and how queries and keys learn where they are: the padding
 //! mask, ALiBi's per-head distance bias, ModernBERT's sliding window, and rotary tables.
 
+use super::window::Blocks;
 use super::{ATTENTION_MASK, INPUT_IDS, Net};
 use crate::config::{Positions, RopeScaling};
 use crate::graph::{Attr, FLOAT};
@@ -19,6 +20,8 @@ pub(crate) enum Bias {
     /// A bias at the shape attention takes it (ALiBi's, a window, or the padding mask of the
     /// plain graph, which broadcasts).
     Full(String),
+    /// ModernBERT's sliding window in a fused graph: attention in blocks (`window.rs`).
+    Window(Blocks),
 }
 
 /// The additive biases and rotary tables every layer shares.
@@ -49,7 +52,10 @@ impl Net<'_, '_> {
             }
             _ => Bias::Full(padding),
         };
-        let local = c.local.as_ref().map(|l| l.window).map(|window| Bias::Full(self.window_bias(window)));
+        let local = c.local.as_ref().map(|l| l.window).map(|window| match self.fused {
+            true => Bias::Window(self.window_blocks(window)),
+            false => Bias::Full(self.window_bias(window)),
+        });
         let rotary = match c.positions {
             Positions::Rotary { base, scaling } => Some(self.rotary_table(base, scaling, "rope")),
             _ => None,
