@@ -149,7 +149,7 @@ fn main() {
         Task::ServeBench(a) => serve_bench::serve_bench(&a),
         Task::CheckFeatures => test::check_features(),
         Task::PublicApi { bless } => public_api::public_api(bless),
-        Task::Docs { only } => docs::docs(&only),
+        Task::Docs { only } => test::docs_alone(&only),
         Task::Cycles => cycles::check(&workspace_root()),
         Task::CodeMap => code_map::check(&workspace_root()),
         Task::Sizes => sizes::check(&workspace_root()),

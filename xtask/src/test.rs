@@ -204,6 +204,13 @@ pub fn print_env() -> Result<()> {
     Ok(())
 }
 
+/// `cargo xtask docs` on its own: fetch, the test environment, build `nornir`, run the docs.
+pub fn docs_alone(only: &[String]) -> Result<()> {
+    let home = fetch::fetch(&all_test_assets())?;
+    let env = test_env(&home)?;
+    crate::docs::run_docs(&env, only)
+}
+
 pub fn test(extra: &[String]) -> Result<()> {
     let started = std::time::Instant::now();
     stage("no machine paths", machine_paths::check)?;

@@ -59,7 +59,7 @@ pub(crate) fn stanford_files(
         { "idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense" },
     ]);
     let json = |v: &serde_json::Value, name: &str| {
-        crate::folder::pretty_json(v, std::path::Path::new(name)).map(String::into_bytes)
+        crate::text_file::pretty_json(v, std::path::Path::new(name)).map(String::into_bytes)
     };
     Ok(vec![
         ("modules.json".to_owned(), json(&modules, "modules.json")?),

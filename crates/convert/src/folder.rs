@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 use crate::config::{Head, StModule};
 use crate::families;
 use crate::graph::{Graph, OPSET, WeightDtype};
+use crate::text_file::pretty_json;
 use crate::text_file::read_text;
 use crate::weights::{SHARD_INDEX, SINGLE, TORCH_INDEX, TORCH_SINGLE, Weights};
 use crate::{Conversion, ConvertError, ConvertOptions, RerankerBy, SourceFile, network};
@@ -253,14 +254,6 @@ fn write_reranker_config(file: &Path, architecture: &str) -> Result<(), ConvertE
     }
     let text = pretty_json(&config, file)?;
     std::fs::write(file, text).map_err(write_err(file))
-}
-
-/// `value` as the pretty JSON text of the file `path`, with a final newline; a value serde
-/// cannot write is that file's write error, never an empty file.
-pub(crate) fn pretty_json(value: &impl serde::Serialize, path: &Path) -> Result<String, ConvertError> {
-    serde_json::to_string_pretty(value)
-        .map(|text| text + "\n")
-        .map_err(|e| ConvertError::Write { path: display(path), source: std::io::Error::other(e) })
 }
 
 /// A source file's record; its sha256 read in slices, not the file whole.

@@ -1,5 +1,6 @@
 //! A model folder's small text files (config.json, modules.json, artifact.metadata, the
-//! tokenizer a reranker's ids come from) read with a size bound checked before reading.
+//! tokenizer a reranker's ids come from) read with a size bound checked before reading, and
+//! the JSON files a conversion writes.
 
 use std::path::Path;
 
@@ -22,4 +23,12 @@ pub(crate) fn read_text(path: &Path) -> std::io::Result<String> {
     let mut text = String::new();
     std::fs::File::open(path)?.take(TEXT_MAX_BYTES).read_to_string(&mut text)?;
     Ok(text)
+}
+
+/// `value` as the pretty JSON text of the file `path`, with a final newline; a value serde
+/// cannot write is that file's write error, never an empty file.
+pub(crate) fn pretty_json(value: &impl serde::Serialize, path: &Path) -> Result<String, crate::ConvertError> {
+    serde_json::to_string_pretty(value)
+        .map(|text| text + "\n")
+        .map_err(|e| crate::ConvertError::Write { path: path.display().to_string(), source: std::io::Error::other(e) })
 }

@@ -15,13 +15,6 @@ use anyhow::{Result, bail};
 
 use crate::process::{cargo, run_checked, workspace_root};
 
-/// `cargo xtask docs` on its own: fetch, the test environment, build `nornir`, run the docs.
-pub fn docs(only: &[String]) -> Result<()> {
-    let home = crate::fetch::fetch(&crate::test::all_test_assets())?;
-    let env = crate::test::test_env(&home)?;
-    run_docs(&env, only)
-}
-
 /// The docs' commands (of the docs named in `only`, or all) with the tests' variables `env`;
 /// fails naming every command that failed.
 pub(crate) fn run_docs(env: &[(&'static str, PathBuf)], only: &[String]) -> Result<()> {
