@@ -108,7 +108,9 @@ architecture, the graph's operators). In a sentence-transformers folder modules.
 head, as sentence-transformers does (its Transformer module: the encoder). A decoder converts as
 an embedder, or as a yes/no reranker with --reranker or where its README.md's front matter says
 `pipeline_tag: text-ranking`. More: docs/convert.md.
-Attention and GELU are written as ONNX Runtime's MultiHeadAttention and Gelu; an encoder is then
+Attention and GELU are written as ONNX Runtime's MultiHeadAttention and Gelu (a batch without
+padding runs attention without a mask, ONNX Runtime's memory-efficient path; a sliding window in
+blocks, never the whole matrix); an encoder is then
 embedded with both that graph and the plain one on the built-in sample, and the plain one is
 written if they differ. OUTPUT is written into a temporary folder and renamed into place only when
 whole; on any error nothing is left there.
