@@ -18,25 +18,9 @@ const PER_TENSOR_ACTIVATION_OPS: [(&str, &str); 3] = [
 /// file this reader does not understand (ONNX Runtime then says what is wrong with it).
 pub fn per_tensor_activation_ops(model: &[u8]) -> Vec<(String, usize)> {
     let mut found: Vec<(String, usize)> = Vec::new();
-    let mut graph = None;
-    for field in fields(model) {
-        match field {
-            Some((7, Field::Bytes(g))) => graph = Some(g),
-            Some(_) => {}
-            None => return found,
-        }
-    }
-    for field in fields(graph.unwrap_or_default()) {
-        let Some((1, Field::Bytes(node))) = field else { continue };
-        let (mut op, mut domain) = ("", "");
-        for f in fields(node) {
-            match f {
-                Some((4, Field::Bytes(o))) => op = std::str::from_utf8(o).unwrap_or_default(),
-                Some((7, Field::Bytes(d))) => domain = std::str::from_utf8(d).unwrap_or_default(),
-                _ => {}
-            }
-        }
-        let domain = if domain == "ai.onnx" { "" } else { domain };
+    let Some(graph) = graph_of(model) else { return found };
+    for node in repeated(graph, 1) {
+        let (domain, op) = op(node);
         if PER_TENSOR_ACTIVATION_OPS.contains(&(domain, op)) {
             let name = if domain.is_empty() { op.to_owned() } else { format!("{domain}.{op}") };
             match found.iter_mut().find(|(n, _)| *n == name) {
@@ -48,13 +32,25 @@ pub fn per_tensor_activation_ops(model: &[u8]) -> Vec<(String, usize)> {
     found
 }
 
+/// `ModelProto.graph` of `model`; `None` for a model with none, or any field this reader cannot
+/// read (then nothing is said of the file).
+fn graph_of(model: &[u8]) -> Option<&[u8]> {
+    let mut graph = None;
+    for field in fields(model) {
+        if let (7, Field::Bytes(g)) = field? {
+            graph = Some(g);
+        }
+    }
+    graph
+}
+
 /// How the graph `model` computes attention, in a phrase for `doctor`: fused
 /// `MultiHeadAttention` layers that leave their mask out of a batch without padding (ONNX
 /// Runtime's memory-efficient path on the CPU: never the queries x keys matrix), fused layers
 /// that always add a mask or bias (the whole matrix), or unfused attention (`Softmax` over the
 /// whole matrix). Empty for a graph with none of these, or a file this reader does not read.
 pub(crate) fn attention(model: &[u8]) -> String {
-    let Some(graph) = message_field(model, 7) else { return String::new() };
+    let Some(graph) = graph_of(model) else { return String::new() };
     let (mut mask_free, mut masked, mut softmax) = (0usize, 0usize, 0usize);
     for node in repeated(graph, 1) {
         match op(node) {
