@@ -39,29 +39,20 @@ pub(crate) fn run_docs(env: &[(&'static str, PathBuf)], only: &[String]) -> Resu
         }
         let work = run_dir.join(name.replace('/', "-").trim_end_matches(".md"));
         workdir::link_fixtures(&fixtures, &work)?;
+        let bin = root.join("target/debug");
         for block in extract::blocks(&text) {
-            let (block_started, failed) = (std::time::Instant::now(), tally.failures.len());
-            run::block(&name, &block, &work, &root.join("target/debug"), env, &mut tally);
-            if block.not_run.is_none() {
-                let state = if tally.failures.len() > failed { "FAILED" } else { "ok" };
-                eprintln!(
-                    "xtask: docs: {name}:{} {state} ({:.1} s)",
-                    block.line,
-                    block_started.elapsed().as_secs_f64()
-                );
+            if block.not_run.is_some() {
+                run::block(&name, &block, &work, &bin, env, &mut tally);
+                continue;
             }
+            let what = format!("{name}:{}", block.line);
+            progress(&what, &mut tally, |tally| run::block(&name, &block, &work, &bin, env, tally));
         }
         let curls = extract::table_curls(&text);
         if !curls.is_empty() {
-            let (table_started, failed) = (std::time::Instant::now(), tally.failures.len());
             tally.blocks += 1;
-            run::table_curls(&name, &curls, &work, &root.join("target/debug"), env, &mut tally);
-            let state = if tally.failures.len() > failed { "FAILED" } else { "ok" };
-            eprintln!(
-                "xtask: docs: {name}: {} curls of its tables {state} ({:.1} s)",
-                curls.len(),
-                table_started.elapsed().as_secs_f64()
-            );
+            let what = format!("{name}: {} curls of its tables", curls.len());
+            progress(&what, &mut tally, |tally| run::table_curls(&name, &curls, &work, &bin, env, tally));
         }
     }
     eprintln!(
@@ -76,6 +67,14 @@ pub(crate) fn run_docs(env: &[(&'static str, PathBuf)], only: &[String]) -> Resu
         bail!("{} doc command(s) failed:\n{}", tally.failures.len(), tally.failures.join("\n"));
     }
     Ok(())
+}
+
+/// Runs `what` with `tally`, then says on one line whether it added failures, and how long it took.
+fn progress(what: &str, tally: &mut run::Tally, run: impl FnOnce(&mut run::Tally)) {
+    let (started, failed) = (std::time::Instant::now(), tally.failures.len());
+    run(tally);
+    let state = if tally.failures.len() > failed { "FAILED" } else { "ok" };
+    eprintln!("xtask: docs: {what} {state} ({:.1} s)", started.elapsed().as_secs_f64());
 }
 
 /// README.md and every docs/*.md, in name order.
