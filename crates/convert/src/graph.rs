@@ -297,6 +297,15 @@ impl Graph {
         self.f32(name, &[], vec![value])
     }
 
+    /// An int64 constant written once under `name` and shared by every later caller (the name
+    /// must say the value, within one graph).
+    pub(crate) fn constant_i64(&mut self, name: &str, dims: &[usize], values: &[i64]) -> String {
+        if self.initializers.contains(name) {
+            return name.to_owned();
+        }
+        self.i64(name, dims, values)
+    }
+
     /// An int64 constant (an initializer); returns its name.
     pub(crate) fn i64(&mut self, name: &str, dims: &[usize], values: &[i64]) -> String {
         self.initializer(name, dims, INT64, values.iter().flat_map(|v| v.to_le_bytes()).collect())

@@ -113,6 +113,16 @@ pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -
     Ok(())
 }
 
+/// A `com.microsoft.MultiHeadAttention` node in `g` with `c`'s heads and scale, over `inputs`:
+/// query, key, value, the projections' biases, key padding mask and attention bias ("" for one
+/// left out; trailing ones are dropped).
+fn attention_node(g: &mut Graph, c: &Config, inputs: [&str; 6]) -> String {
+    let scale = 1.0 / ((c.hidden / c.heads) as f32).sqrt();
+    let used = inputs.iter().rposition(|i| !i.is_empty()).map_or(0, |last| last + 1);
+    let attrs = [("num_heads", Attr::Int(c.heads as i64)), ("scale", Attr::Float(scale))];
+    g.node("MultiHeadAttention", MS_DOMAIN, &inputs[..used], &attrs, None)
+}
+
 struct Net<'a, 'w> {
     g: &'a mut Graph,
     c: &'a Config,
@@ -240,14 +250,8 @@ impl Net<'_, '_> {
     /// which no row is padded runs the operator without a mask (ONNX Runtime's memory-efficient
     /// path on the CPU), any other with the mask expanded to the queries, as before.
     fn multi_head_attention(&mut self, [q, k, v, qkv_bias]: [&str; 4], bias: &Bias, l: &str) -> String {
-        let heads = self.c.heads;
-        let scale = 1.0 / ((self.c.hidden / heads) as f32).sqrt();
-        let node = |g: &mut Graph, mask: &str| {
-            let inputs = [q, k, v, qkv_bias, "", mask];
-            let used = inputs.iter().rposition(|i| !i.is_empty()).map_or(0, |last| last + 1);
-            let attrs = [("num_heads", Attr::Int(heads as i64)), ("scale", Attr::Float(scale))];
-            g.node("MultiHeadAttention", MS_DOMAIN, &inputs[..used], &attrs, None)
-        };
+        let c = self.c;
+        let node = |g: &mut Graph, mask: &str| attention_node(g, c, [q, k, v, qkv_bias, "", mask]);
         match bias {
             Bias::Full(bias) => node(self.g, bias),
             Bias::Window(blocks) => self.windowed_attention([q, k, v, qkv_bias], blocks),

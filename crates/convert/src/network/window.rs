@@ -4,13 +4,14 @@
 //! `MultiHeadAttention` over `batch x blocks` rows of 3 blocks of keys. Cost and memory grow
 //! with the length, not its square; the scores are the whole-matrix ones, masked the same way.
 
-use super::{ATTENTION_MASK, Net};
-use crate::graph::{Attr, MS_DOMAIN};
+use super::{ATTENTION_MASK, Net, attention_node};
+use crate::graph::Attr;
 
 /// Bool, as ONNX numbers its element types.
 const BOOL: i32 = 9;
 
-/// What every windowed layer of one graph shares.
+/// What every windowed layer of one graph shares (its int64 constants are shared by name: one
+/// window per graph).
 pub(crate) struct Blocks {
     /// Queries per block: half the window (at least 1).
     block: usize,
@@ -33,16 +34,16 @@ impl Net<'_, '_> {
         let b = block as i64;
         let len = self.sequence_length();
         // pad = (block - len % block) % block
-        let block_i = self.g.i64("window_block", &[], &[b]);
+        let block_i = self.g.constant_i64("window_block", &[], &[b]);
         let rem = self.g.op("Mod", &[&len, &block_i]);
         let short = self.g.op("Sub", &[&block_i, &rem]);
         let pad = self.g.op("Mod", &[&short, &block_i]);
-        let one_axis = self.g.i64("window_unsqueeze_axis", &[1], &[0]);
+        let one_axis = self.g.constant_i64("window_unsqueeze_axis", &[1], &[0]);
         let pad = self.g.op("Unsqueeze", &[&pad, &one_axis]);
         let sequence_end = self.g.op("Unsqueeze", &[&len, &one_axis]);
-        let zeros2 = self.g.i64("window_pads_zero_2", &[2], &[0, 0]);
-        let zero1 = self.g.i64("window_pads_zero_1", &[1], &[0]);
-        let block1 = self.g.i64("window_pads_block", &[1], &[b]);
+        let zeros2 = self.g.constant_i64("window_pads_zero_2", &[2], &[0, 0]);
+        let zero1 = self.g.constant_i64("window_pads_zero_1", &[1], &[0]);
+        let block1 = self.g.constant_i64("window_pads_block", &[1], &[b]);
         let pad_after_keys = self.g.op("Add", &[&pad, &block1]);
         let concat = |net: &mut Self, parts: &[&str]| net.g.node("Concat", "", parts, &[("axis", Attr::Int(0))], None);
         let pad_queries = concat(self, &[&zeros2, &zero1, &zero1, &pad, &zero1]);
@@ -50,16 +51,16 @@ impl Net<'_, '_> {
         // The keys' mask in the same blocks: [batch x blocks, 1, 1, 3 x block].
         let mask_pads = concat(self, &[&zero1, &block1, &zero1, &pad_after_keys]);
         let mask = self.g.op("Pad", &[ATTENTION_MASK, &mask_pads]);
-        let blocked = self.g.i64("window_mask_blocks", &[3], &[0, -1, b]);
+        let blocked = self.g.constant_i64("window_mask_blocks", &[3], &[0, -1, b]);
         let mask = self.g.op("Reshape", &[&mask, &blocked]);
         let mask = self.three_blocks(&mask, 2);
-        let rows = self.g.i64("window_mask_rows", &[4], &[-1, 1, 1, 3 * b]);
+        let rows = self.g.constant_i64("window_mask_rows", &[4], &[-1, 1, 1, 3 * b]);
         let mask = self.g.op("Reshape", &[&mask, &rows]);
         let valid = self.g.node("Cast", "", &[&mask], &[("to", Attr::Int(BOOL.into()))], None);
         // Query a of a block against key c of its three: |block + a - c| <= half.
         let band: Vec<i64> =
             (0..block).flat_map(|a| (0..3 * block).map(move |c| i64::from((block + a).abs_diff(c) <= half))).collect();
-        let band = self.g.i64("window_band", &[1, 1, block, 3 * block], &band);
+        let band = self.g.constant_i64("window_band", &[1, 1, block, 3 * block], &band);
         let band = self.g.node("Cast", "", &[&band], &[("to", Attr::Int(BOOL.into()))], None);
         let allowed = self.g.op("And", &[&valid, &band]);
         let zero = self.scalar("window_zero", 0.0);
@@ -71,12 +72,12 @@ impl Net<'_, '_> {
     /// `[batch, blocks + 2, ...]` blocks as `[batch, blocks, 3 x ...]`: each block beside the
     /// one before and after it, joined on `axis`.
     fn three_blocks(&mut self, x: &str, axis: i64) -> String {
-        let axis1 = self.g.i64("window_block_axis", &[1], &[1]);
+        let axis1 = self.g.constant_i64("window_block_axis", &[1], &[1]);
         let parts: Vec<String> = [(0, -2), (1, -1), (2, i64::MAX)]
             .into_iter()
             .map(|(start, end)| {
-                let s = self.g.i64(&format!("window_slice_start_{start}"), &[1], &[start]);
-                let e = self.g.i64(&format!("window_slice_end_{start}"), &[1], &[end]);
+                let s = self.g.constant_i64(&format!("window_slice_start_{start}"), &[1], &[start]);
+                let e = self.g.constant_i64(&format!("window_slice_end_{start}"), &[1], &[end]);
                 self.g.op("Slice", &[x, &s, &e, &axis1])
             })
             .collect();
@@ -87,32 +88,24 @@ impl Net<'_, '_> {
     /// Windowed attention of `q`, `k`, `v` (`[batch, sequence, hidden]`) with the projections'
     /// biases `qkv_bias` ("" for none), in `blocks`.
     pub(super) fn windowed_attention(&mut self, [q, k, v, qkv_bias]: [&str; 4], blocks: &Blocks) -> String {
-        let (h, heads) = (self.c.hidden, self.c.heads);
+        let h = self.c.hidden;
         let b = blocks.block as i64;
-        let scale = 1.0 / ((h / heads) as f32).sqrt();
         let padded_q = self.g.op("Pad", &[q, &blocks.pad_queries]);
-        let rows = self.g.i64("window_query_rows", &[3], &[-1, b, h as i64]);
+        let rows = self.g.constant_i64("window_query_rows", &[3], &[-1, b, h as i64]);
         let queries = self.g.op("Reshape", &[&padded_q, &rows]);
-        let per_block = self.g.i64("window_key_blocks", &[4], &[0, -1, b, h as i64]);
-        let key_rows = self.g.i64("window_key_rows", &[3], &[-1, 3 * b, h as i64]);
+        let per_block = self.g.constant_i64("window_key_blocks", &[4], &[0, -1, b, h as i64]);
+        let key_rows = self.g.constant_i64("window_key_rows", &[3], &[-1, 3 * b, h as i64]);
         let [keys, values] = [k, v].map(|x| {
             let x = self.g.op("Pad", &[x, &blocks.pad_keys]);
             let x = self.g.op("Reshape", &[&x, &per_block]);
             let x = self.three_blocks(&x, 2);
             self.g.op("Reshape", &[&x, &key_rows])
         });
-        let attrs = [("num_heads", Attr::Int(heads as i64)), ("scale", Attr::Float(scale))];
-        let y = self.g.node(
-            "MultiHeadAttention",
-            MS_DOMAIN,
-            &[&queries, &keys, &values, qkv_bias, "", &blocks.bias],
-            &attrs,
-            None,
-        );
+        let y = attention_node(self.g, self.c, [&queries, &keys, &values, qkv_bias, "", &blocks.bias]);
         let shape = self.g.op("Shape", &[&padded_q]);
         let y = self.g.op("Reshape", &[&y, &shape]);
-        let start = self.g.i64("window_cut_start", &[1], &[0]);
-        let axis = self.g.i64("window_cut_axis", &[1], &[1]);
+        let start = self.g.constant_i64("window_cut_start", &[1], &[0]);
+        let axis = self.g.constant_i64("window_cut_axis", &[1], &[1]);
         self.g.op("Slice", &[&y, &start, &blocks.sequence_end, &axis])
     }
 }
