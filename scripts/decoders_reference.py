@@ -7,7 +7,9 @@ names), against ONNX Runtime running the converted model.onnx.
   decoders_reference.py selftest               the reference against itself (no nornir)
   decoders_reference.py synthetic NORNIR WORK  every family: embedder graphs (last_hidden_state)
                                                and Qwen3 reranker graphs (logits), left AND right
-                                               padded batches of 17, 5 and 1 tokens
+                                               padded batches of 17, 5 and 1 tokens, and the same
+                                               rows alone (no padding: the fused graph's
+                                               GroupQueryAttention path)
   decoders_reference.py broken NORNIR WORK     the same comparison against a reference that is
                                                wrong in one way at a time: each must differ
 
@@ -48,9 +50,10 @@ The forward, float64 throughout (`forward`):
   last_hidden_state = RMSNorm(x; norm)
   head_dim = config["head_dim"] when the key is there (and not null); without it hidden / heads,
   except for qwen3, whose Qwen3Config (configuration_qwen3.py, read) defaults head_dim to 128.
-  num_key_value_heads absent/null -> num_attention_heads. Sliding windows are not modelled:
-  Qwen2/Qwen3 use one only with use_sliding_window true (false in their configs), Mistral's
-  sliding_window (null here) would not bind below its length anyway.
+  num_key_value_heads absent/null -> num_attention_heads. Mistral's sliding_window: key j is
+  read by query i only where j > i - window (transformers' masking_utils, sliding_window_overlay);
+  the "mistral-window-4" case binds it on its 17-token rows. Qwen2/Qwen3 use a window only with
+  use_sliding_window true (false in their configs; nornir refuses it).
   Reranker: logits[b, 0] = (W[yes] - W[no]) . last_hidden_state[b, last attended position],
   W = lm_head.weight, or embed_tokens.weight when tie_word_embeddings (no lm_head in the file);
   sigmoid(logits) = softmax([logit_no, logit_yes])[1], the card's score.
@@ -227,12 +230,17 @@ def rotary(x, freqs, pos):
     return x * cos + turned * sin
 
 
-def attention_bias(mask, causal=True, padding=True):
-    """[B, 1, L, L]: 0 where query i may read key j, NEG elsewhere."""
+def attention_bias(mask, causal=True, padding=True, window=None):
+    """[B, 1, L, L]: 0 where query i may read key j, NEG elsewhere. With Mistral's sliding
+    window, key j is read only where j > i - window (transformers' masking_utils
+    sliding_window_overlay: kv_idx > q_idx - sliding_window)."""
     b, l = mask.shape
     ok = np.ones((b, 1, l, l), dtype=bool)
     if causal:
         ok &= np.tril(np.ones((l, l), dtype=bool))[None, None]
+    if window is not None:
+        i, j = np.arange(l)[:, None], np.arange(l)[None, :]
+        ok &= (j > i - window)[None, None]
     if padding:
         ok &= (mask[:, None, None, :] == 1)
     return np.where(ok, 0.0, NEG)
@@ -257,7 +265,9 @@ def forward(cfg, w, ids, mask, mistake=None):
     hd = head_dim_of(cfg)
     freqs = freqs_of(cfg, 1.1 if mistake == "rotary-base-x1.1" else 1.0)
     pos = positions_of(mask, shifted=mistake != "positions-unshifted")
-    bias = attention_bias(mask, causal=mistake != "causal-off", padding=mistake != "padding-mask-off")
+    window = cfg.get("sliding_window") if cfg["model_type"] == "mistral" and mistake != "window-off" else None
+    bias = attention_bias(mask, causal=mistake != "causal-off", padding=mistake != "padding-mask-off",
+                          window=window)
     rep = nh // nkv
     kv_of = [(h % nkv) if mistake == "kv-interleaved" else (h // rep) for h in range(nh)]
     b, l = ids.shape
@@ -528,6 +538,8 @@ def embedder_cases(rng):
     out.append(("llama", cfg, weights(cfg, rng), "F32", False))
     cfg = config("mistral", tied=False)
     out.append(("mistral", cfg, weights(cfg, rng), "F32", False))
+    cfg = config("mistral", tied=False, sliding_window=4)
+    out.append(("mistral-window-4", cfg, weights(cfg, rng), "F32", False))
     cfg = config("qwen3", tied=False, dtype="bfloat16")
     out.append(("qwen3-bf16-sharded", cfg, weights(cfg, rng), "BF16", True))
     return out
@@ -554,8 +566,21 @@ def check_embedder(graph, cfg, w, rows):
     case["pooled_vs_reference"] = max(diff(*pools["left"]), diff(*pools["right"]))
     case["pooled_left_vs_right"] = diff(pools["left"][0], pools["right"][0])
     case["largest_value"] = float(np.abs(pools["left"][1]).max())
+    # Batches without padding (each row alone, and two rows of one length) take the fused
+    # graph's other attention path; they must equal the reference and the padded batch's rows.
+    alone, padded_vs_alone = 0.0, 0.0
+    for k, row in enumerate(rows):
+        ids, mask = padded([row], "right")
+        got = graph.run(ids, mask, "last_hidden_state")
+        alone = max(alone, diff_tokens(got, forward(cfg, w, ids, mask), mask))
+        padded_vs_alone = max(padded_vs_alone, diff(pooled(got.astype(np.float64), mask)[0], pools["left"][0][k]))
+    ids, mask = padded([rows[0], rows[0][::-1]], "right")
+    got = graph.run(ids, mask, "last_hidden_state")
+    case["alone_max_abs_diff"] = max(alone, diff_tokens(got, forward(cfg, w, ids, mask), mask))
+    case["padded_vs_alone_pooled"] = padded_vs_alone
     case["max_abs_diff"] = max(case["left_max_abs_diff"], case["right_max_abs_diff"],
-                               case["pooled_vs_reference"], case["pooled_left_vs_right"])
+                               case["pooled_vs_reference"], case["pooled_left_vs_right"],
+                               case["alone_max_abs_diff"], case["padded_vs_alone_pooled"])
     return case
 
 
@@ -571,6 +596,9 @@ def check_reranker(graph, cfg, w, rows, short_rows):
             if batch == "prompts":
                 case[f"{side}_logits"] = got.astype(np.float64).ravel().tolist()
                 case["expected_logits"] = exp.ravel().tolist()
+    # Each prompt alone (no padding: the fused graph's other attention path).
+    alone = [graph.run(*padded([row], "left"), "logits").ravel()[0] for row in rows]
+    case["alone_max_abs_diff"] = diff(np.array(alone), np.array(case["expected_logits"]))
     case["max_abs_diff"] = max(v for k, v in case.items() if k.endswith("_max_abs_diff"))
     return case
 
@@ -737,7 +765,10 @@ MISTAKES = [
     ("padding-mask-off", "qwen3", "left pads attended (causal mask only)", True),
     ("positions-unshifted", "qwen3", "positions = arange, not cumsum(mask) - 1: a constant shift per "
      "row, invisible to rotary (relative) -- expected to MATCH", False),
+    ("window-off", "mistral-window-4", "Mistral's sliding window of 4 not applied", True),
 ]
+# Mistakes a batch without padding cannot show: checked on padded batches only.
+PADDING_ONLY = {"padding-mask-off", "positions-unshifted"}
 
 
 def run_broken(nornir, work):
@@ -748,7 +779,7 @@ def run_broken(nornir, work):
     rr = rerank_rows()
     for mistake, family, what, visible in MISTAKES:
         if family not in graphs:
-            cfg = config(family, tied=False)
+            cfg = config("mistral", tied=False, sliding_window=4) if family == "mistral-window-4" else config(family, tied=False)
             w = weights(cfg, rng)
             source = work / f"broken-{family}"
             write_folder(source, cfg, w)
@@ -769,6 +800,17 @@ def run_broken(nornir, work):
             case[f"{side}_reference_moves_by"] = diff_tokens(wrong, right, mask)
         case["max_abs_diff"] = max(case["left_vs_wrong"], case["right_vs_wrong"])
         case["right_reference_diff"] = max(case["left_vs_right"], case["right_vs_right"])
+        # Each row alone runs the fused graph's unpadded path: it must show the mistake too.
+        alone_wrong, alone_right = 0.0, 0.0
+        for row in rows:
+            ids, mask = padded([row], "right")
+            got = graph.run(ids, mask, "last_hidden_state")
+            alone_wrong = max(alone_wrong, diff_tokens(got, forward(cfg, w, ids, mask, mistake), mask))
+            alone_right = max(alone_right, diff_tokens(got, forward(cfg, w, ids, mask), mask))
+        case["alone_vs_wrong"], case["alone_vs_right"] = alone_wrong, alone_right
+        case["right_reference_diff"] = max(case["right_reference_diff"], alone_right)
+        if mistake not in PADDING_ONLY:
+            case["max_abs_diff"] = min(case["max_abs_diff"], alone_wrong)
         cases.append(case)
     # the reranker head: yes/no swapped must differ too
     cfg = config("qwen3", tied=False)

@@ -166,8 +166,7 @@ fn build_in(
         reranker_by: reranker,
         output: config.head.output_name().to_owned(),
         opset: OPSET,
-        // A decoder is written with ONNX's operators only.
-        fused: options.fused && config.decoder.is_none(),
+        fused: options.fused,
         layers: config.layers,
         hidden: config.hidden,
         vocabulary: config.vocab,

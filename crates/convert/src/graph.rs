@@ -124,14 +124,42 @@ impl Graph {
             Some(name) => name.to_owned(),
             None => self.fresh(&op_type.to_lowercase()),
         };
+        self.node_with_outputs(op_type, domain, inputs, attrs, vec![out.clone()]);
+        out
+    }
+
+    /// [`Graph::node`] with `extra` outputs after the first (an operator whose outputs the schema
+    /// requires though the graph reads only the first); returns the first's name.
+    pub(crate) fn node_with_extra_outputs(
+        &mut self,
+        op_type: &str,
+        domain: &str,
+        inputs: &[&str],
+        attrs: &[(&str, Attr)],
+        extra: usize,
+    ) -> String {
+        let out = self.fresh(&op_type.to_lowercase());
+        let outputs = std::iter::once(out.clone()).chain((1..=extra).map(|i| format!("{out}_{i}"))).collect();
+        self.node_with_outputs(op_type, domain, inputs, attrs, outputs);
+        out
+    }
+
+    fn node_with_outputs(
+        &mut self,
+        op_type: &str,
+        domain: &str,
+        inputs: &[&str],
+        attrs: &[(&str, Attr)],
+        outputs: Vec<String>,
+    ) {
         let mut n = NodeProto::new();
-        n.name = Some(format!("{out}_node"));
+        n.name = Some(format!("{}_node", outputs[0]));
         n.op_type = Some(op_type.to_owned());
         if !domain.is_empty() {
             n.domain = Some(domain.to_owned());
         }
         n.input = inputs.iter().map(|s| (*s).to_owned()).collect();
-        n.output = vec![out.clone()];
+        n.output = outputs;
         for (name, value) in attrs {
             let mut a = AttributeProto::new();
             a.name = Some((*name).to_owned());
@@ -156,7 +184,6 @@ impl Graph {
             n.attribute.push(a);
         }
         self.g.node.push(n);
-        out
     }
 
     /// Whether a node already writes the value `name`.

@@ -5,8 +5,10 @@ use super::{Graph, GraphProto, NodeProto, TypeProto, ValueInfoProto, type_proto}
 
 impl Graph {
     /// A branch named `name`: the nodes `build` adds, whose value (it returns its name) is the
-    /// branch's one output, of `elem_type` and a shape ONNX Runtime infers. `build` adds nodes
-    /// only: an initializer it made would belong to the branch alone.
+    /// branch's one output, of `elem_type` and a shape ONNX Runtime infers. An initializer
+    /// `build` makes goes to the graph around it, where every name is unique, so a constant
+    /// shared by name ([`Graph::constant_i64`]) is readable everywhere; a value `build` reads
+    /// from outside must be made before (inside, [`Graph::has_value`] sees the branch only).
     pub(crate) fn branch(
         &mut self,
         name: &str,
@@ -18,6 +20,7 @@ impl Graph {
         std::mem::swap(&mut self.g, &mut branch);
         let output = build(self);
         std::mem::swap(&mut self.g, &mut branch);
+        self.g.initializer.append(&mut branch.initializer);
         let mut tensor = type_proto::Tensor::new();
         tensor.elem_type = Some(elem_type);
         let mut ty = TypeProto::new();

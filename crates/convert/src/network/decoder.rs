@@ -7,24 +7,45 @@
 //! Positions come from the attention mask (`cumsum(mask) - 1`, at least 0), so a left-padded
 //! text gets the positions it has alone; a key is attended where it is not padding, not after the
 //! query (and within the window); a padded query row attends to nothing and averages the values
-//! (finite, never NaN). Weights are read one at a time: the embedding table in slices of rows, a
-//! linear layer whole.
+//! (finite, never NaN). In a fused graph a batch without padding runs ONNX Runtime's
+//! `GroupQueryAttention` instead (causal, its CPU kernel never holding a layer's queries x keys
+//! matrix), and only a padded batch makes the causal bias. Weights are read one at a time: the
+//! embedding table in slices of rows, a linear layer whole.
 
 use super::{ATTENTION_MASK, Gate, INPUT_IDS, Net, Tensors};
 use crate::ConvertError;
 use crate::config::{Config, Decoder, Head, Positions, RopeScaling};
-use crate::graph::{Attr, FLOAT, Graph, INT64};
+use crate::graph::{Attr, FLOAT, Graph, INT64, MS_DOMAIN};
 use crate::weights::Weights;
 
-/// Bool, as ONNX numbers its element types.
+/// Bool and int32, as ONNX numbers its element types.
 const BOOL: i32 = 9;
+const INT32: i32 = 6;
+
+/// How the layers attend.
+enum Causal {
+    /// The plain graph: every batch adds the causal bias `[batch, 1, queries, keys]`.
+    Bias(String),
+    /// The fused graph: each layer is an `If` on `unpadded`. A batch without padding runs
+    /// `com.microsoft.GroupQueryAttention`, causal, with each row's length (`seqlens_k`, its last
+    /// position, int32 `[batch]`) and the sequence's (`total`, an int32 scalar); a padded batch
+    /// adds `bias`, which is made only for such a batch (a `[1, 1, 1, 1]` zero otherwise).
+    Grouped { unpadded: String, bias: String, seqlens_k: String, total: String },
+}
 
 /// Float32 elements per slice of the embedding table read and written at once.
 const SLICE_ELEMENTS: usize = 1 << 22;
 
 /// Writes the decoder into `g`: inputs `input_ids` and `attention_mask`, and its output
-/// (`last_hidden_state`, or the yes/no `logits` of [`Head::YesNo`]).
-pub(super) fn build(g: &mut Graph, c: &Config, d: &Decoder, weights: &Weights) -> Result<(), ConvertError> {
+/// (`last_hidden_state`, or the yes/no `logits` of [`Head::YesNo`]). `fused` attends through
+/// `GroupQueryAttention` where a batch has no padding.
+pub(super) fn build(
+    g: &mut Graph,
+    c: &Config,
+    d: &Decoder,
+    weights: &Weights,
+    fused: bool,
+) -> Result<(), ConvertError> {
     let base =
         ["", "model."].into_iter().find(|p| weights.contains(&format!("{p}embed_tokens.weight"))).ok_or_else(|| {
             ConvertError::MissingTensor {
@@ -33,15 +54,15 @@ pub(super) fn build(g: &mut Graph, c: &Config, d: &Decoder, weights: &Weights) -
             }
         })?;
     let t = Tensors { weights, base: base.to_owned() };
-    let mut net = Net { g, c, names: None, t, fused: false, lora_low: std::collections::HashMap::new() };
+    let mut net = Net { g, c, names: None, t, fused, lora_low: std::collections::HashMap::new() };
     net.check_decoder_layers()?;
     let ids = net.g.input(INPUT_IDS, INT64, &["batch", "sequence"]);
     net.g.input(ATTENTION_MASK, INT64, &["batch", "sequence"]);
     let mut x = net.token_embeddings(&ids)?;
     let rotary = net.rotary_by_mask(d);
-    let bias = net.causal_bias(d.sliding_window);
+    let causal = net.causal(d);
     for i in 0..c.layers {
-        x = net.decoder_layer(&x, d, &rotary, &bias, i)?;
+        x = net.decoder_layer(&x, d, &rotary, &causal, i)?;
     }
     let norm = net.p("norm.weight");
     let (output, axes): (String, &[&str]) = match (c.head, d.yes_no) {
@@ -143,28 +164,30 @@ impl Net<'_, '_> {
         (cos, sin)
     }
 
-    /// The additive bias `[batch, 1, queries, keys]`: 0 where key `j` is not padding, `j <= i`
-    /// (and `i - j < window`), the float minimum elsewhere. One `Where`, so a row with no key
-    /// allowed is the minimum throughout, whose softmax is uniform, not NaN.
-    fn causal_bias(&mut self, window: Option<usize>) -> String {
-        let r = self.position_range();
-        let (rows, cols) = (self.g.i64("causal_rows", &[1], &[1]), self.g.i64("causal_cols", &[1], &[0]));
-        let i = self.g.op("Unsqueeze", &[&r, &rows]);
-        let j = self.g.op("Unsqueeze", &[&r, &cols]);
-        let mut allowed = self.g.op("LessOrEqual", &[&j, &i]);
-        if let Some(window) = window {
-            let distance = self.g.op("Sub", &[&i, &j]);
-            let w = self.g.i64("sliding_window", &[], &[window as i64]);
-            let inside = self.g.op("Less", &[&distance, &w]);
-            allowed = self.g.op("And", &[&allowed, &inside]);
+    /// How the layers attend: the causal bias of every batch, or in a fused graph
+    /// `GroupQueryAttention`'s inputs and the bias of a padded batch only. ONNX Runtime's
+    /// kernel takes heads whose width is a multiple of 8 only; others keep the bias.
+    fn causal(&mut self, d: &Decoder) -> Causal {
+        let (r, window) = (self.position_range(), d.sliding_window);
+        if !self.fused || d.head_dim % 8 != 0 {
+            return Causal::Bias(causal_bias(self.g, &r, window));
         }
-        let valid = self.g.node("Cast", "", &[ATTENTION_MASK], &[("to", Attr::Int(BOOL.into()))], None);
-        let axes = self.g.i64("causal_mask_axes", &[2], &[1, 2]);
-        let valid = self.g.op("Unsqueeze", &[&valid, &axes]);
-        let allowed = self.g.op("And", &[&valid, &allowed]);
-        let zero = self.g.constant_f32("causal_zero", 0.0);
-        let min = self.g.constant_f32("causal_min", f32::MIN);
-        self.g.node("Where", "", &[&allowed, &zero, &min], &[], Some("causal_bias"))
+        let unpadded = self.unpadded();
+        let unused = self.g.f32("causal_bias_unused", &[1, 1, 1, 1], vec![0.0]);
+        let none = self.g.branch("causal_bias.unpadded", FLOAT, |g| g.op("Identity", &[&unused]));
+        let whole = self.g.branch("causal_bias.padded", FLOAT, |g| causal_bias(g, &r, window));
+        let branches = [("then_branch", Attr::Graph(none)), ("else_branch", Attr::Graph(whole))];
+        let bias = self.g.node("If", "", &[&unpadded], &branches, None);
+        let axis = self.g.constant_i64("sequence_axis_1", &[1], &[1]);
+        let attended =
+            self.g.node("ReduceSum", "", &[ATTENTION_MASK, &axis], &[("keepdims", Attr::Int(0))], None);
+        let one = self.g.constant_i64("position_one", &[], &[1]);
+        let last = self.g.op("Sub", &[&attended, &one]);
+        let seqlens_k = self.g.node("Cast", "", &[&last], &[("to", Attr::Int(INT32.into()))], Some("seqlens_k"));
+        let length = self.sequence_length();
+        let total =
+            self.g.node("Cast", "", &[&length], &[("to", Attr::Int(INT32.into()))], Some("total_sequence_length"));
+        Causal::Grouped { unpadded, bias, seqlens_k, total }
     }
 
     /// `x` `[batch, sequence, heads · head width]` as `[batch, sequence, heads, head width]`.
@@ -190,33 +213,13 @@ impl Net<'_, '_> {
         self.g.op("Add", &[&x_cos, &r_sin])
     }
 
-    /// Grouped-query attention's sharing: `x` `[batch, sequence, kv heads, head width]` with each
-    /// key/value head repeated for its `heads / kv heads` query heads (query head `h` reads key
-    /// head `h / repeats`, as transformers' `repeat_kv`), `[batch, sequence, heads, head width]`.
-    pub(super) fn repeat_kv(&mut self, x: &str, heads: usize, kv_heads: usize, head_dim: usize) -> String {
-        if heads == kv_heads {
-            return x.to_owned();
-        }
-        let repeats = heads / kv_heads;
-        let axis = self.g.i64("kv_repeat_axis", &[1], &[3]);
-        let x = self.g.op("Unsqueeze", &[x, &axis]);
-        let shape = self.g.i64(
-            &format!("kv_repeat_{kv_heads}x{repeats}"),
-            &[5],
-            &[1, 1, kv_heads as i64, repeats as i64, head_dim as i64],
-        );
-        let x = self.g.op("Expand", &[&x, &shape]);
-        let merged = self.g.i64(&format!("kv_merge_{heads}x{head_dim}"), &[4], &[0, 0, heads as i64, head_dim as i64]);
-        self.g.op("Reshape", &[&x, &merged])
-    }
-
     /// Layer `i`: attention and the SwiGLU feed-forward, each after an RMSNorm and added back.
     fn decoder_layer(
         &mut self,
         x: &str,
         d: &Decoder,
         rotary: &(String, String),
-        bias: &str,
+        causal: &Causal,
         i: usize,
     ) -> Result<String, ConvertError> {
         let c = self.c;
@@ -237,20 +240,22 @@ impl Net<'_, '_> {
         }
         let q = self.rotate_heads(&q, rotary, dim);
         let k = self.rotate_heads(&k, rotary, dim);
-        let k = self.repeat_kv(&k, heads, kv, dim);
-        let v = self.repeat_kv(&v, heads, kv, dim);
-        let q = self.g.node("Transpose", "", &[&q], &[("perm", Attr::Ints(vec![0, 2, 1, 3]))], None);
-        let k = self.g.node("Transpose", "", &[&k], &[("perm", Attr::Ints(vec![0, 2, 3, 1]))], None);
-        let v = self.g.node("Transpose", "", &[&v], &[("perm", Attr::Ints(vec![0, 2, 1, 3]))], None);
-        let scores = self.g.op("MatMul", &[&q, &k]);
-        let scale = self.g.constant_f32(&format!("attention_scale_{dim}"), 1.0 / (dim as f32).sqrt());
-        let scores = self.g.op("Mul", &[&scores, &scale]);
-        let scores = self.g.op("Add", &[&scores, bias]);
-        let probs = self.g.node("Softmax", "", &[&scores], &[("axis", Attr::Int(-1))], None);
-        let context = self.g.op("MatMul", &[&probs, &v]);
-        let context = self.g.node("Transpose", "", &[&context], &[("perm", Attr::Ints(vec![0, 2, 1, 3]))], None);
-        let merge = self.g.i64(&format!("heads_merge_{}", heads * dim), &[3], &[0, 0, (heads * dim) as i64]);
-        let context = self.g.op("Reshape", &[&context, &merge]);
+        let shape = Heads { heads, kv, dim };
+        let context = match causal {
+            Causal::Bias(bias) => attention_by_bias(self.g, [&q, &k, &v], bias, shape),
+            Causal::Grouped { unpadded, bias, seqlens_k, total } => {
+                let [merge_q, merge_kv] = [heads, kv].map(|n| merged_heads_shape(self.g, n * dim));
+                let grouped = self.g.branch(&format!("{l}.attention.unpadded"), FLOAT, |g| {
+                    let [q, k, v] = [(&q, &merge_q), (&k, &merge_kv), (&v, &merge_kv)]
+                        .map(|(x, merge)| g.op("Reshape", &[x, merge]));
+                    grouped_query_attention(g, [&q, &k, &v], [seqlens_k.as_str(), total.as_str()], shape, d.sliding_window)
+                });
+                let masked =
+                    self.g.branch(&format!("{l}.attention.padded"), FLOAT, |g| attention_by_bias(g, [&q, &k, &v], bias, shape));
+                let branches = [("then_branch", Attr::Graph(grouped)), ("else_branch", Attr::Graph(masked))];
+                self.g.node("If", "", &[unpadded.as_str()], &branches, None)
+            }
+        };
         let out = self.linear_rows(&context, &format!("{a}.o_proj"), heads * dim, h, 0..h, c.biases.attention_out)?;
         let x = self.g.op("Add", &[x, &out]);
         let normed = self.rms_norm(&x, &format!("{l}.post_attention_layernorm.weight"), h)?;
@@ -299,6 +304,109 @@ impl Net<'_, '_> {
         let diff = self.g.f32("lm_head_yes_minus_no", &[h, 1], diff);
         Ok(self.g.op("MatMul", &[x, &diff]))
     }
+}
+
+
+/// A decoder's attention heads: `heads` query heads and `kv` key/value heads, each `dim` wide.
+#[derive(Clone, Copy)]
+struct Heads {
+    heads: usize,
+    kv: usize,
+    dim: usize,
+}
+
+/// `[0, 0, width]`: heads side by side again, `[batch, sequence, width]`.
+fn merged_heads_shape(g: &mut Graph, width: usize) -> String {
+    g.constant_i64(&format!("heads_merge_{width}"), &[3], &[0, 0, width as i64])
+}
+
+/// The additive bias `[batch, 1, queries, keys]` over positions `r`: 0 where key `j` is not
+/// padding, `j <= i` (and `i - j < window`), the float minimum elsewhere. One `Where`, so a row
+/// with no key allowed is the minimum throughout, whose softmax is uniform, not NaN.
+fn causal_bias(g: &mut Graph, r: &str, window: Option<usize>) -> String {
+    let (rows, cols) = (g.constant_i64("causal_rows", &[1], &[1]), g.constant_i64("causal_cols", &[1], &[0]));
+    let i = g.op("Unsqueeze", &[r, &rows]);
+    let j = g.op("Unsqueeze", &[r, &cols]);
+    let mut allowed = g.op("LessOrEqual", &[&j, &i]);
+    if let Some(window) = window {
+        let distance = g.op("Sub", &[&i, &j]);
+        let w = g.constant_i64("sliding_window", &[], &[window as i64]);
+        let inside = g.op("Less", &[&distance, &w]);
+        allowed = g.op("And", &[&allowed, &inside]);
+    }
+    let valid = g.node("Cast", "", &[ATTENTION_MASK], &[("to", Attr::Int(BOOL.into()))], None);
+    let axes = g.constant_i64("causal_mask_axes", &[2], &[1, 2]);
+    let valid = g.op("Unsqueeze", &[&valid, &axes]);
+    let allowed = g.op("And", &[&valid, &allowed]);
+    let zero = g.constant_f32("causal_zero", 0.0);
+    let min = g.constant_f32("causal_min", f32::MIN);
+    g.node("Where", "", &[&allowed, &zero, &min], &[], Some("causal_bias"))
+}
+
+/// Scaled dot-product attention of rotated `q` `[batch, sequence, heads, head width]` and `k`,
+/// `v` (`kv` heads) with the additive `bias`, written out in ONNX's operators:
+/// `[batch, sequence, heads · head width]`.
+fn attention_by_bias(g: &mut Graph, [q, k, v]: [&str; 3], bias: &str, h: Heads) -> String {
+    let Heads { heads, kv, dim } = h;
+    let k = repeat_kv(g, k, heads, kv, dim);
+    let v = repeat_kv(g, v, heads, kv, dim);
+    let q = g.node("Transpose", "", &[q], &[("perm", Attr::Ints(vec![0, 2, 1, 3]))], None);
+    let k = g.node("Transpose", "", &[&k], &[("perm", Attr::Ints(vec![0, 2, 3, 1]))], None);
+    let v = g.node("Transpose", "", &[&v], &[("perm", Attr::Ints(vec![0, 2, 1, 3]))], None);
+    let scores = g.op("MatMul", &[&q, &k]);
+    let scale = g.constant_f32(&format!("attention_scale_{dim}"), 1.0 / (dim as f32).sqrt());
+    let scores = g.op("Mul", &[&scores, &scale]);
+    let scores = g.op("Add", &[&scores, bias]);
+    let probs = g.node("Softmax", "", &[&scores], &[("axis", Attr::Int(-1))], None);
+    let context = g.op("MatMul", &[&probs, &v]);
+    let context = g.node("Transpose", "", &[&context], &[("perm", Attr::Ints(vec![0, 2, 1, 3]))], None);
+    let merge = merged_heads_shape(g, heads * dim);
+    g.op("Reshape", &[&context, &merge])
+}
+
+/// `com.microsoft.GroupQueryAttention` of `q` `[batch, sequence, heads · head width]`, `k` and
+/// `v` (`kv` heads side by side) for a batch without padding: causal, each query head reading
+/// key head `h / (heads / kv)` as [`repeat_kv`] does, and with a window the keys `i - j <
+/// window`: ONNX Runtime 1.31's `local_window_size` is the number of keys a query reads, itself
+/// included (`scripts/decoders_reference.py` checks it with a window shorter than its rows).
+/// Its present key and value are written, as the schema requires, and not read.
+fn grouped_query_attention(
+    g: &mut Graph,
+    [q, k, v]: [&str; 3],
+    [seqlens_k, total]: [&str; 2],
+    h: Heads,
+    window: Option<usize>,
+) -> String {
+    let scale = 1.0 / (h.dim as f32).sqrt();
+    let mut attrs = vec![
+        ("num_heads", Attr::Int(h.heads as i64)),
+        ("kv_num_heads", Attr::Int(h.kv as i64)),
+        ("scale", Attr::Float(scale)),
+    ];
+    if let Some(window) = window {
+        attrs.push(("local_window_size", Attr::Int(window as i64)));
+    }
+    g.node_with_extra_outputs("GroupQueryAttention", MS_DOMAIN, &[q, k, v, "", "", seqlens_k, total], &attrs, 2)
+}
+
+/// Grouped-query attention's sharing: `x` `[batch, sequence, kv heads, head width]` with each
+/// key/value head repeated for its `heads / kv heads` query heads (query head `h` reads key
+/// head `h / repeats`, as transformers' `repeat_kv`), `[batch, sequence, heads, head width]`.
+fn repeat_kv(g: &mut Graph, x: &str, heads: usize, kv_heads: usize, head_dim: usize) -> String {
+    if heads == kv_heads {
+        return x.to_owned();
+    }
+    let repeats = heads / kv_heads;
+    let axis = g.i64("kv_repeat_axis", &[1], &[3]);
+    let x = g.op("Unsqueeze", &[x, &axis]);
+    let shape = g.i64(
+        &format!("kv_repeat_{kv_heads}x{repeats}"),
+        &[5],
+        &[1, 1, kv_heads as i64, repeats as i64, head_dim as i64],
+    );
+    let x = g.op("Expand", &[&x, &shape]);
+    let merged = g.i64(&format!("kv_merge_{heads}x{head_dim}"), &[4], &[0, 0, heads as i64, head_dim as i64]);
+    g.op("Reshape", &[&x, &merged])
 }
 
 #[cfg(test)]
@@ -356,14 +464,16 @@ mod tests {
     fn the_causal_mask_allows_earlier_attended_keys_in_one_where() {
         let c = qwen3("");
         let g = net_graph(&c, |net| {
-            net.causal_bias(None);
+            let r = net.position_range();
+            causal_bias(net.g, &r, None);
         });
         let written = ops(&g);
         assert_eq!(written.iter().filter(|o| *o == "Where").count(), 1, "one Where: no sum of two minimums (-inf)");
         assert!(written.contains(&"LessOrEqual".to_owned()) && !written.contains(&"Less".to_owned()), "{written:?}");
         assert_eq!(i64s(&g, "causal_mask_axes"), [1, 2], "the padding mask is [batch, 1, 1, keys]");
         let windowed = net_graph(&c, |net| {
-            net.causal_bias(Some(3));
+            let r = net.position_range();
+            causal_bias(net.g, &r, Some(3));
         });
         assert_eq!(i64s(&windowed, "sliding_window"), [3]);
         assert!(ops(&windowed).contains(&"Less".to_owned()));
@@ -373,8 +483,8 @@ mod tests {
     fn grouped_query_attention_repeats_each_kv_head_for_consecutive_query_heads() {
         let c = qwen3("");
         let g = net_graph(&c, |net| {
-            assert_eq!(net.repeat_kv("k", 4, 4, 4), "k", "no repetition where every query head has its own");
-            net.repeat_kv("k", 8, 2, 4);
+            assert_eq!(repeat_kv(net.g, "k", 4, 4, 4), "k", "no repetition where every query head has its own");
+            repeat_kv(net.g, "k", 8, 2, 4);
         });
         assert_eq!(ops(&g), ["Unsqueeze", "Expand", "Reshape"]);
         // [b, s, kv, 1, d] -> [b, s, kv, repeats, d] -> [b, s, kv · repeats, d]: query head h

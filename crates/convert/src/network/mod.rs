@@ -82,7 +82,7 @@ const WORD_EMBEDDINGS: [&str; 3] = [
 /// attention as `com.microsoft.MultiHeadAttention` and GELU as `com.microsoft.Gelu`/`FastGelu`.
 pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -> Result<(), ConvertError> {
     if let Some(d) = &c.decoder {
-        return decoder::build(g, c, d, weights);
+        return decoder::build(g, c, d, weights, fused);
     }
     let base = ["", "bert.", "roberta.", "xlm_roberta.", "model.", "new."]
         .into_iter()

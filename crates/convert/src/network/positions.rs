@@ -120,7 +120,7 @@ impl Net<'_, '_> {
     }
 
     /// Whether no row of the batch is padded (every attention mask value 1), a bool scalar.
-    fn unpadded(&mut self) -> String {
+    pub(super) fn unpadded(&mut self) -> String {
         let min = self.g.node("ReduceMin", "", &[ATTENTION_MASK], &[("keepdims", Attr::Int(0))], None);
         let one = self.g.i64("mask_attended", &[], &[1]);
         self.g.op("Equal", &[&min, &one])

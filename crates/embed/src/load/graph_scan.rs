@@ -47,14 +47,17 @@ fn graph_of(model: &[u8]) -> Option<&[u8]> {
 /// How the graph `model` computes attention, in a phrase for `doctor`: fused
 /// `MultiHeadAttention` layers that leave their mask out of a batch without padding (ONNX
 /// Runtime's memory-efficient path on the CPU: never the queries x keys matrix), fused layers
-/// that always add a mask or bias (the whole matrix), or unfused attention (`Softmax` over the
+/// that always add a mask or bias (the whole matrix), a decoder's layers that run
+/// `GroupQueryAttention` on a batch without padding, or unfused attention (`Softmax` over the
 /// whole matrix). Empty for a graph with none of these, or a file this reader does not read.
 pub(crate) fn attention(model: &[u8]) -> String {
     let Some(graph) = graph_of(model) else { return String::new() };
     let (mut mask_free, mut masked, mut softmax) = (0usize, 0usize, 0usize);
+    let (mut grouped_unpadded, mut grouped) = (0usize, 0usize);
     for node in repeated(graph, 1) {
         match op(node) {
             ("com.microsoft", "MultiHeadAttention") => masked += 1,
+            ("com.microsoft", "GroupQueryAttention") => grouped += 1,
             ("", "Softmax") => softmax += 1,
             ("", "If") => {
                 let branches: Vec<&[u8]> =
@@ -63,6 +66,8 @@ pub(crate) fn attention(model: &[u8]) -> String {
                     branches.iter().filter(|n| op(n) == ("com.microsoft", "MultiHeadAttention")).collect();
                 if attention.iter().any(|n| repeated(n, 1).count() < 6) {
                     mask_free += 1;
+                } else if branches.iter().any(|n| op(n) == ("com.microsoft", "GroupQueryAttention")) {
+                    grouped_unpadded += 1;
                 } else if !attention.is_empty() {
                     masked += 1;
                 }
@@ -71,6 +76,15 @@ pub(crate) fn attention(model: &[u8]) -> String {
         }
     }
     let mut parts = Vec::new();
+    if grouped_unpadded > 0 {
+        parts.push(format!(
+            "{grouped_unpadded} causal layer{} run GroupQueryAttention on a batch without padding (ONNX Runtime's memory-efficient CPU path); a padded batch builds each layer's masked queries x keys matrix",
+            plural(grouped_unpadded)
+        ));
+    }
+    if grouped > 0 {
+        parts.push(format!("{grouped} GroupQueryAttention layer{} on every batch", plural(grouped)));
+    }
     if mask_free > 0 {
         parts.push(format!(
             "{mask_free} MultiHeadAttention layer{} leave the mask out of a batch without padding (ONNX Runtime's memory-efficient CPU path); a padded batch builds each layer's masked queries x keys matrix",
@@ -83,7 +97,7 @@ pub(crate) fn attention(model: &[u8]) -> String {
             "{masked} MultiHeadAttention layer{s} with a mask or bias on every batch (the whole queries x keys matrix)"
         ));
     }
-    if softmax > 0 && mask_free + masked == 0 {
+    if softmax > 0 && mask_free + masked + grouped + grouped_unpadded == 0 {
         parts.push(format!("unfused: Softmax over the whole queries x keys matrix in {softmax} places"));
     }
     parts.join("; ")
@@ -259,6 +273,12 @@ mod tests {
         assert!(said.starts_with("2 MultiHeadAttention layers leave the mask out"), "{said}");
         let masked = bytes_field(7, &[mha(6), node("Softmax", "")].concat());
         assert!(attention(&masked).starts_with("1 MultiHeadAttention layer with a mask"), "{}", attention(&masked));
+        let gqa = node_with("GroupQueryAttention", "com.microsoft", 7, &[]);
+        let decoder_layer = node_with("If", "", 1, &[gqa.clone(), node("Softmax", "")]);
+        let decoder = bytes_field(7, &[decoder_layer.clone(), decoder_layer, gqa].concat());
+        let said = attention(&decoder);
+        assert!(said.starts_with("2 causal layers run GroupQueryAttention on a batch without padding"), "{said}");
+        assert!(said.ends_with("; 1 GroupQueryAttention layer on every batch"), "{said}");
         let plain = bytes_field(7, &[node("Softmax", ""), node("Softmax", "")].concat());
         assert_eq!(attention(&plain), "unfused: Softmax over the whole queries x keys matrix in 2 places");
         for cut in 0..model.len() {
