@@ -1,7 +1,10 @@
-//! `If`'s branches: subgraphs made with the graph's own node builder, reading the values of the
-//! graph around them by name; and the walks that must see their nodes too.
+//! `If`'s branches and `Loop`'s body: subgraphs made with the graph's own node builder, reading
+//! the values of the graph around them by name; and the walks that must see their nodes too.
 
-use super::{Graph, GraphProto, NodeProto, TypeProto, ValueInfoProto, type_proto};
+use super::{Graph, GraphProto, INT64, NodeProto, TensorShapeProto, TypeProto, ValueInfoProto, type_proto};
+
+/// Bool, as ONNX numbers its element types.
+const BOOL: i32 = 9;
 
 impl Graph {
     /// A branch named `name`: the nodes `build` adds, whose value (it returns its name) is the
@@ -21,16 +24,56 @@ impl Graph {
         let output = build(self);
         std::mem::swap(&mut self.g, &mut branch);
         self.g.initializer.append(&mut branch.initializer);
-        let mut tensor = type_proto::Tensor::new();
-        tensor.elem_type = Some(elem_type);
-        let mut ty = TypeProto::new();
-        ty.tensor_type = Some(tensor).into();
-        let mut v = ValueInfoProto::new();
-        v.name = Some(output);
-        v.type_ = Some(ty).into();
-        branch.output.push(v);
+        branch.output.push(typed(&output, elem_type));
         branch
     }
+
+    /// A `Loop`'s body named `name`, for a loop without carried values that stacks one value per
+    /// iteration: `build` gets the iteration number (an int64 scalar) and returns the value of
+    /// `elem_type` to stack; the loop goes on while its trip count lasts. Initializers and values
+    /// from outside behave as in [`Graph::branch`].
+    pub(crate) fn loop_body(
+        &mut self,
+        name: &str,
+        elem_type: i32,
+        build: impl FnOnce(&mut Graph, &str) -> String,
+    ) -> GraphProto {
+        let iteration = format!("{name}.iteration");
+        let condition = format!("{name}.condition");
+        let mut body = self.branch(name, elem_type, |g| {
+            let out = build(g, &iteration);
+            g.node("Identity", "", &[&condition], &[], Some(&format!("{name}.condition_out")));
+            out
+        });
+        body.input = vec![scalar(&iteration, INT64), scalar(&condition, BOOL)];
+        // The condition's output comes first, then the stacked value.
+        body.output.insert(0, typed(&format!("{name}.condition_out"), BOOL));
+        body
+    }
+}
+
+/// A scalar value named `name` of element type `elem_type` (ONNX Runtime wants a `Loop` body's
+/// inputs shaped).
+fn scalar(name: &str, elem_type: i32) -> ValueInfoProto {
+    let mut v = typed(name, elem_type);
+    if let Some(ty) = v.type_.as_mut()
+        && let Some(tensor) = ty.tensor_type.as_mut()
+    {
+        tensor.shape = Some(TensorShapeProto::new()).into();
+    }
+    v
+}
+
+/// A value named `name` of element type `elem_type` (its shape left to inference).
+fn typed(name: &str, elem_type: i32) -> ValueInfoProto {
+    let mut tensor = type_proto::Tensor::new();
+    tensor.elem_type = Some(elem_type);
+    let mut ty = TypeProto::new();
+    ty.tensor_type = Some(tensor).into();
+    let mut v = ValueInfoProto::new();
+    v.name = Some(name.to_owned());
+    v.type_ = Some(ty).into();
+    v
 }
 
 /// The subgraphs of node `n` (an `If`'s two branches).

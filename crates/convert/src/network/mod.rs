@@ -5,9 +5,11 @@
 //! [`Config`] and the tensor names in [`Names`], never a family's name. This file holds the blocks
 //! they share (linear layers, norms, activations, attention, the gated feed-forward);
 //! `post_norm.rs` the embeddings and the post-norm layers, `pre_norm.rs` the pre-norm one,
-//! `positions.rs` ALiBi, rotary tables and masks, `heads.rs` the masked-LM and classification
+//! `positions.rs` ALiBi, rotary tables and masks (`window.rs` and `alibi.rs` the fused graph's
+//! attention in blocks), `heads.rs` the masked-LM and classification
 //! heads, `decoder.rs` the causal decoders and their yes/no reranker head.
 
+mod alibi;
 mod decoder;
 mod heads;
 mod lora;
@@ -255,6 +257,7 @@ impl Net<'_, '_> {
         match bias {
             Bias::Full(bias) => node(self.g, bias),
             Bias::Window(blocks) => self.windowed_attention([q, k, v, qkv_bias], blocks),
+            Bias::Alibi(blocks) => self.alibi_attention([q, k, v, qkv_bias], blocks, l),
             Bias::Padding { mask, target, unpadded } => {
                 let without = self.g.branch(&format!("{l}.attention.unpadded"), FLOAT, |g| node(g, ""));
                 let with = self.g.branch(&format!("{l}.attention.padded"), FLOAT, |g| {
@@ -321,6 +324,7 @@ impl Net<'_, '_> {
         let bias = match bias {
             Bias::Full(bias) | Bias::Padding { mask: bias, .. } => bias,
             Bias::Window(blocks) => return self.windowed_attention([q, k, v, ""], blocks),
+            Bias::Alibi(blocks) => return self.alibi_attention([q, k, v, ""], blocks, l),
         };
         let split = self.g.i64(&format!("{l}.heads_shape"), &[4], &[0, 0, heads as i64, head_dim as i64]);
         let mut per_head = Vec::new();

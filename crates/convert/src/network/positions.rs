@@ -1,6 +1,7 @@
 //! What attention adds to its scores and how queries and keys learn where they are: the padding
 //! mask, ALiBi's per-head distance bias, ModernBERT's sliding window, and rotary tables.
 
+use super::alibi::AlibiBlocks;
 use super::window::Blocks;
 use super::{ATTENTION_MASK, INPUT_IDS, Net};
 use crate::config::{Positions, RopeScaling};
@@ -22,6 +23,8 @@ pub(crate) enum Bias {
     Full(String),
     /// ModernBERT's sliding window in a fused graph: attention in blocks (`window.rs`).
     Window(Blocks),
+    /// ALiBi in a fused graph: blocks of queries, each with its slice of the bias (`alibi.rs`).
+    Alibi(AlibiBlocks),
 }
 
 /// The additive biases and rotary tables every layer shares.
@@ -42,6 +45,7 @@ impl Net<'_, '_> {
         let c = self.c;
         let padding = self.padding_bias();
         let global = match c.positions {
+            Positions::Alibi if self.fused => Bias::Alibi(self.alibi_blocks(padding)),
             Positions::Alibi => {
                 let alibi = self.alibi();
                 Bias::Full(self.g.op("Add", &[&padding, &alibi]))

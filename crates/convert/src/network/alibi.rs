@@ -1,0 +1,86 @@
+//! JinaBERT's ALiBi attention in a fused graph without the queries x keys matrix: the queries in
+//! blocks of [`QUERY_BLOCK`], one block at a time (a `Loop`), each against every key with its
+//! slice of the bias, `-slope(head) x |i - j|` plus the padding mask, made inside the loop. Memory
+//! holds one block's `heads x block x keys` scores, not the whole `heads x queries x keys`;
+//! the arithmetic is the whole-matrix one, row by row.
+
+use super::{Net, attention_node, positions::alibi_slopes};
+use crate::graph::{Attr, FLOAT};
+
+/// Queries per block: 512 x 8,192 keys x 12 heads is 192 MiB of scores.
+const QUERY_BLOCK: i64 = 512;
+
+/// What every ALiBi layer of one graph shares.
+pub(crate) struct AlibiBlocks {
+    /// `Pad`'s pads for the queries `[batch, sequence, hidden]` up to whole blocks.
+    pad_queries: String,
+    /// The number of blocks: the loop's trip count (an int64 scalar).
+    blocks: String,
+    /// The sequence length as a 1-D int64, to cut the padding off the result.
+    sequence_end: String,
+    /// The keys' positions `[keys]`, float32.
+    keys: String,
+    /// The padding mask `[batch, 1, 1, keys]`.
+    padding: String,
+    /// `-slope` per head, `[heads, 1, 1]`.
+    slopes: String,
+}
+
+impl Net<'_, '_> {
+    /// The blocks of queries and what each layer's loop reads, with the padding mask `padding`.
+    pub(super) fn alibi_blocks(&mut self, padding: String) -> AlibiBlocks {
+        let len = self.sequence_length();
+        let block = self.g.constant_i64("alibi_block", &[], &[QUERY_BLOCK]);
+        let less_one = self.g.constant_i64("alibi_block_less_one", &[], &[QUERY_BLOCK - 1]);
+        // blocks = ceil(len / block); the queries are padded to blocks x block.
+        let rounded_up = self.g.op("Add", &[&len, &less_one]);
+        let blocks = self.g.op("Div", &[&rounded_up, &block]);
+        let whole = self.g.op("Mul", &[&blocks, &block]);
+        let pad = self.g.op("Sub", &[&whole, &len]);
+        let axis0 = self.g.constant_i64("alibi_axis_0", &[1], &[0]);
+        let pad = self.g.op("Unsqueeze", &[&pad, &axis0]);
+        let sequence_end = self.g.op("Unsqueeze", &[&len, &axis0]);
+        let zeros = self.g.constant_i64("alibi_pads_before", &[4], &[0, 0, 0, 0]);
+        let zero = self.g.constant_i64("alibi_pads_hidden", &[1], &[0]);
+        let pad_queries = self.g.node("Concat", "", &[&zeros, &pad, &zero], &[("axis", Attr::Int(0))], None);
+        let r = self.position_range();
+        let keys = self.g.node("Cast", "", &[&r], &[("to", Attr::Int(FLOAT.into()))], None);
+        let heads = self.c.heads;
+        let slopes: Vec<f32> = alibi_slopes(heads).into_iter().map(|s| -s as f32).collect();
+        let slopes = self.g.f32("alibi_negative_slopes", &[heads, 1, 1], slopes);
+        AlibiBlocks { pad_queries, blocks, sequence_end, keys, padding, slopes }
+    }
+
+    /// ALiBi attention of `q`, `k`, `v` (`[batch, sequence, hidden]`) with the projections'
+    /// biases `qkv_bias` ("" for none), block of queries by block (layer prefix `l`).
+    pub(super) fn alibi_attention(&mut self, [q, k, v, qkv_bias]: [&str; 4], a: &AlibiBlocks, l: &str) -> String {
+        let (c, h) = (self.c, self.c.hidden as i64);
+        let padded_q = self.g.op("Pad", &[q, &a.pad_queries]);
+        let block = self.g.constant_i64("alibi_block", &[], &[QUERY_BLOCK]);
+        let step = self.g.constant_i64("alibi_step", &[], &[1]);
+        let axis0 = self.g.constant_i64("alibi_axis_0", &[1], &[0]);
+        let axis1 = self.g.constant_i64("alibi_axis_1", &[1], &[1]);
+        let body = self.g.loop_body(&format!("{l}.attention.blocks"), FLOAT, |g, i| {
+            let start = g.op("Mul", &[i, &block]);
+            let end = g.op("Add", &[&start, &block]);
+            let [from, to] = [&start, &end].map(|x| g.op("Unsqueeze", &[x, &axis0]));
+            let queries = g.op("Slice", &[&padded_q, &from, &to, &axis1]);
+            let rows = g.op("Range", &[&start, &end, &step]);
+            let rows = g.node("Cast", "", &[&rows], &[("to", Attr::Int(FLOAT.into()))], None);
+            let rows = g.op("Unsqueeze", &[&rows, &axis1]);
+            let cols = g.op("Unsqueeze", &[&a.keys, &axis0]);
+            let distance = g.op("Sub", &[&rows, &cols]);
+            let distance = g.op("Abs", &[&distance]);
+            let bias = g.op("Mul", &[&a.slopes, &distance]);
+            let bias = g.op("Unsqueeze", &[&bias, &axis0]);
+            let bias = g.op("Add", &[&bias, &a.padding]);
+            attention_node(g, c, [&queries, k, v, qkv_bias, "", &bias])
+        });
+        let stacked = self.g.node("Loop", "", &[&a.blocks, ""], &[("body", Attr::Graph(body))], None);
+        let y = self.g.node("Transpose", "", &[&stacked], &[("perm", Attr::Ints(vec![1, 0, 2, 3]))], None);
+        let rows = self.g.constant_i64("alibi_merge_blocks", &[3], &[0, -1, h]);
+        let y = self.g.op("Reshape", &[&y, &rows]);
+        let start = self.g.constant_i64("alibi_cut_start", &[1], &[0]);
+        self.g.op("Slice", &[&y, &start, &a.sequence_end, &axis1])
+    }
+}
