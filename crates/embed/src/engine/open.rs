@@ -13,7 +13,7 @@ use crate::error::{EmbedError, Result};
 use crate::forward::graph_io::{GraphIo, graph_io};
 use crate::forward::run::{Row, RowSettings};
 use crate::load::dense::load_head;
-use crate::load::graph_scan::{attention, one_text_per_run};
+use crate::load::graph_scan::{Attention, attention, one_text_per_run};
 use crate::load::kind;
 use crate::load::multi_vector::{SparseHead, TokenModel, TokenRules};
 use crate::load::plan::plan_with;
@@ -47,7 +47,7 @@ struct FirstSession {
     session_growth: Mutex<Vec<u64>>,
     one_text_per_run: Option<String>,
     /// How the graph computes attention ([`attention`]).
-    attention: String,
+    attention: Attention,
 }
 
 impl Engine {
@@ -74,8 +74,11 @@ impl Engine {
             .map_err(|e| EmbedError::model(&folder.dir, e))?;
         check_kind_options(&folder, options)?;
         let (info, settings, include_prompt) = model_info(folder, prompt, &tokenizer, &first, &io, output, options)?;
-        let FirstSession { runtime, session, report, workers, intra_threads, session_growth, .. } = first;
-        let policy = if report.gpu_vendor == Vendor::Cpu { BatchPolicy::CPU } else { BatchPolicy::GPU };
+        let FirstSession { runtime, session, report, workers, intra_threads, session_growth, attention, .. } = first;
+        let policy = match report.gpu_vendor {
+            Vendor::Cpu => BatchPolicy::CPU.with_tiled_unpadded_attention(attention.tiled_when_unpadded()),
+            _ => BatchPolicy::GPU,
+        };
         let kind = info.folder.kind.kind;
         let vocab = tokenizer.truncating().get_vocab_size(true);
         let budget =
@@ -330,7 +333,7 @@ fn model_info(
         prompt,
         left_padding,
         one_text_per_run: first.one_text_per_run.clone(),
-        attention: first.attention.clone(),
+        attention: first.attention.phrase(),
         dense_reason: None,
         folder,
     };

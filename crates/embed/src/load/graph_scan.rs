@@ -50,57 +50,86 @@ fn graph_of(model: &[u8]) -> Option<&[u8]> {
 /// that always add a mask or bias (the whole matrix), a decoder's layers that run
 /// `GroupQueryAttention` on a batch without padding, or unfused attention (`Softmax` over the
 /// whole matrix). Empty for a graph with none of these, or a file this reader does not read.
-pub(crate) fn attention(model: &[u8]) -> String {
-    let Some(graph) = graph_of(model) else { return String::new() };
-    let (mut mask_free, mut masked, mut softmax) = (0usize, 0usize, 0usize);
-    let (mut grouped_unpadded, mut grouped) = (0usize, 0usize);
+pub(crate) fn attention(model: &[u8]) -> Attention {
+    let mut a = Attention::default();
+    let Some(graph) = graph_of(model) else { return a };
     for node in repeated(graph, 1) {
         match op(node) {
-            ("com.microsoft", "MultiHeadAttention") => masked += 1,
-            ("com.microsoft", "GroupQueryAttention") => grouped += 1,
-            ("", "Softmax") => softmax += 1,
+            ("com.microsoft", "MultiHeadAttention") => a.masked += 1,
+            ("com.microsoft", "GroupQueryAttention") => a.grouped += 1,
+            ("", "Softmax") => a.softmax += 1,
             ("", "If") => {
                 let branches: Vec<&[u8]> =
                     repeated(node, 5).filter_map(|a| message_field(a, 6)).flat_map(|g| repeated(g, 1)).collect();
                 let attention: Vec<&&[u8]> =
                     branches.iter().filter(|n| op(n) == ("com.microsoft", "MultiHeadAttention")).collect();
                 if attention.iter().any(|n| repeated(n, 1).count() < 6) {
-                    mask_free += 1;
+                    a.mask_free += 1;
                 } else if branches.iter().any(|n| op(n) == ("com.microsoft", "GroupQueryAttention")) {
-                    grouped_unpadded += 1;
+                    a.grouped_unpadded += 1;
                 } else if !attention.is_empty() {
-                    masked += 1;
+                    a.masked += 1;
                 }
             }
             _ => {}
         }
     }
-    let mut parts = Vec::new();
-    if grouped_unpadded > 0 {
-        parts.push(format!(
-            "{grouped_unpadded} causal layer{} run GroupQueryAttention on a batch without padding (ONNX Runtime's memory-efficient CPU path); a padded batch builds each layer's masked queries x keys matrix",
-            plural(grouped_unpadded)
-        ));
+    a
+}
+
+/// How many layers of a graph compute attention each way ([`attention`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub(crate) struct Attention {
+    /// `If`s whose branch runs `MultiHeadAttention` without a mask on a batch without padding.
+    mask_free: usize,
+    /// `If`s whose branch runs `GroupQueryAttention` on a batch without padding.
+    grouped_unpadded: usize,
+    /// `MultiHeadAttention` with a mask or bias on every batch.
+    masked: usize,
+    /// `GroupQueryAttention` on every batch.
+    grouped: usize,
+    /// `Softmax` nodes outside the fused operators.
+    softmax: usize,
+}
+
+impl Attention {
+    /// Whether a batch without padding attends without the queries x keys matrix: the graph's
+    /// layers leave the mask out of such a batch. Its memory then grows with the tokens, not
+    /// their square (the scheduler's attention bound applies to padded batches only).
+    pub(crate) fn tiled_when_unpadded(&self) -> bool {
+        self.mask_free + self.grouped_unpadded > 0
     }
-    if grouped > 0 {
-        parts.push(format!("{grouped} GroupQueryAttention layer{} on every batch", plural(grouped)));
+
+    /// The phrase for `doctor`; empty for a graph with no attention this reader recognises.
+    pub(crate) fn phrase(&self) -> String {
+        let &Attention { mask_free, grouped_unpadded, masked, grouped, softmax } = self;
+        let mut parts = Vec::new();
+        if grouped_unpadded > 0 {
+            parts.push(format!(
+                "{grouped_unpadded} causal layer{} run GroupQueryAttention on a batch without padding (ONNX Runtime's memory-efficient CPU path); a padded batch builds each layer's masked queries x keys matrix",
+                plural(grouped_unpadded)
+            ));
+        }
+        if grouped > 0 {
+            parts.push(format!("{grouped} GroupQueryAttention layer{} on every batch", plural(grouped)));
+        }
+        if mask_free > 0 {
+            parts.push(format!(
+                "{mask_free} MultiHeadAttention layer{} leave the mask out of a batch without padding (ONNX Runtime's memory-efficient CPU path); a padded batch builds each layer's masked queries x keys matrix",
+                plural(mask_free)
+            ));
+        }
+        if masked > 0 {
+            let s = plural(masked);
+            parts.push(format!(
+                "{masked} MultiHeadAttention layer{s} with a mask or bias on every batch (the whole queries x keys matrix)"
+            ));
+        }
+        if softmax > 0 && mask_free + masked + grouped + grouped_unpadded == 0 {
+            parts.push(format!("unfused: Softmax over the whole queries x keys matrix in {softmax} places"));
+        }
+        parts.join("; ")
     }
-    if mask_free > 0 {
-        parts.push(format!(
-            "{mask_free} MultiHeadAttention layer{} leave the mask out of a batch without padding (ONNX Runtime's memory-efficient CPU path); a padded batch builds each layer's masked queries x keys matrix",
-            plural(mask_free)
-        ));
-    }
-    if masked > 0 {
-        let s = plural(masked);
-        parts.push(format!(
-            "{masked} MultiHeadAttention layer{s} with a mask or bias on every batch (the whole queries x keys matrix)"
-        ));
-    }
-    if softmax > 0 && mask_free + masked + grouped + grouped_unpadded == 0 {
-        parts.push(format!("unfused: Softmax over the whole queries x keys matrix in {softmax} places"));
-    }
-    parts.join("; ")
 }
 
 fn plural(n: usize) -> &'static str {
@@ -269,20 +298,22 @@ mod tests {
         expanded.extend(mha(6));
         let layer = node_with("If", "", 1, &[mha(3), expanded]);
         let model = bytes_field(7, &[layer.clone(), layer].concat());
-        let said = attention(&model);
+        let said = attention(&model).phrase();
         assert!(said.starts_with("2 MultiHeadAttention layers leave the mask out"), "{said}");
         let masked = bytes_field(7, &[mha(6), node("Softmax", "")].concat());
-        assert!(attention(&masked).starts_with("1 MultiHeadAttention layer with a mask"), "{}", attention(&masked));
+        assert!(attention(&masked).phrase().starts_with("1 MultiHeadAttention layer with a mask"), "{}", attention(&masked).phrase());
         let gqa = node_with("GroupQueryAttention", "com.microsoft", 7, &[]);
         let decoder_layer = node_with("If", "", 1, &[gqa.clone(), node("Softmax", "")]);
         let decoder = bytes_field(7, &[decoder_layer.clone(), decoder_layer, gqa].concat());
-        let said = attention(&decoder);
+        let said = attention(&decoder).phrase();
         assert!(said.starts_with("2 causal layers run GroupQueryAttention on a batch without padding"), "{said}");
         assert!(said.ends_with("; 1 GroupQueryAttention layer on every batch"), "{said}");
         let plain = bytes_field(7, &[node("Softmax", ""), node("Softmax", "")].concat());
-        assert_eq!(attention(&plain), "unfused: Softmax over the whole queries x keys matrix in 2 places");
+        assert_eq!(attention(&plain).phrase(), "unfused: Softmax over the whole queries x keys matrix in 2 places");
+        assert!(attention(&model).tiled_when_unpadded() && attention(&decoder).tiled_when_unpadded());
+        assert!(!attention(&masked).tiled_when_unpadded() && !attention(&plain).tiled_when_unpadded());
         for cut in 0..model.len() {
-            let _ = attention(&model[..cut]);
+            let _ = attention(&model[..cut]).phrase();
         }
     }
 }

@@ -12,11 +12,14 @@ use crate::schedule::request::Item;
 pub(crate) const ATTENTION_FREE_LENGTH: usize = 512;
 
 /// Whether `texts` texts padded to `longest` tokens may run as one batch: `texts x longest`
-/// within `token_budget`, and the attention scores within what a full budget of
-/// [`ATTENTION_FREE_LENGTH`]-token texts holds.
-pub(crate) fn within_budget(texts: usize, longest: usize, token_budget: usize) -> bool {
+/// within `token_budget`, and, where attention builds the `queries x keys` matrix
+/// (`whole_matrix`), its scores within what a full budget of [`ATTENTION_FREE_LENGTH`]-token
+/// texts holds.
+pub(crate) fn within_budget(texts: usize, longest: usize, token_budget: usize, whole_matrix: bool) -> bool {
     texts.saturating_mul(longest) <= token_budget
-        && texts.saturating_mul(longest.saturating_mul(longest)) <= token_budget.saturating_mul(ATTENTION_FREE_LENGTH)
+        && (!whole_matrix
+            || texts.saturating_mul(longest.saturating_mul(longest))
+                <= token_budget.saturating_mul(ATTENTION_FREE_LENGTH))
 }
 
 /// How batches are cut, by where they run.
@@ -26,6 +29,10 @@ pub(crate) struct BatchPolicy {
     max_padding: f32,
     /// How far past the most due call a batch reaches for company, in runs of a full batch.
     horizon_batches: f64,
+    /// Whether the model attends without the `queries x keys` matrix in a batch without padding
+    /// (`graph_scan::Attention::tiled_when_unpadded`): texts of one length then need the token
+    /// budget only, and the attention bound holds for padded batches.
+    tiled_unpadded_attention: bool,
 }
 
 impl BatchPolicy {
@@ -34,8 +41,13 @@ impl BatchPolicy {
     /// similar lengths (10% padding) and to calls due within half a batch's run, which keeps
     /// latency even (16 one-text callers: p99 under 2x p50). A GPU gains more from large batches
     /// than it loses to padding: no bounds there but the token budget.
-    pub(crate) const CPU: Self = Self { max_padding: 0.1, horizon_batches: 0.5 };
-    pub(crate) const GPU: Self = Self { max_padding: f32::INFINITY, horizon_batches: f64::INFINITY };
+    pub(crate) const CPU: Self = Self { max_padding: 0.1, horizon_batches: 0.5, tiled_unpadded_attention: false };
+    pub(crate) const GPU: Self =
+        Self { max_padding: f32::INFINITY, horizon_batches: f64::INFINITY, tiled_unpadded_attention: false };
+
+    pub(crate) const fn with_tiled_unpadded_attention(self, tiled: bool) -> Self {
+        Self { tiled_unpadded_attention: tiled, ..self }
+    }
 
     fn horizon_micros(self, micros_per_token: f64, token_budget: usize) -> i64 {
         (self.horizon_batches * micros_per_token * token_budget as f64).min(i64::MAX as f64 / 4.0) as i64
@@ -98,6 +110,7 @@ impl Queue {
         let horizon = due.saturating_add(policy.horizon_micros(self.micros_per_token, token_budget));
         let floor = longest.saturating_sub((policy.max_padding * longest as f32).min(longest as f32) as usize + 2);
         let mut chosen = vec![anchor];
+        let mut one_length = true;
         for &(len, key) in self.by_length.range(..=(longest, u64::MAX)).rev() {
             let id = u64::MAX - key;
             if id == anchor {
@@ -107,7 +120,9 @@ impl Queue {
                 continue;
             }
             let n = chosen.len() + 1;
-            if len < floor || !within_budget(n, longest, token_budget) {
+            one_length &= len == longest;
+            let whole_matrix = !(policy.tiled_unpadded_attention && one_length);
+            if len < floor || !within_budget(n, longest, token_budget, whole_matrix) {
                 break;
             }
             chosen.push(id);
@@ -153,17 +168,19 @@ mod tests {
     #[test]
     fn long_texts_are_bounded_by_attention_not_only_tokens() {
         // 512 tokens and under: the token budget alone.
-        assert!(within_budget(8, 512, 4096));
-        assert!(within_budget(128, 128, 16384));
-        assert!(!within_budget(9, 512, 4096));
+        assert!(within_budget(8, 512, 4096, true));
+        assert!(within_budget(128, 128, 16384, true));
+        assert!(!within_budget(9, 512, 4096, true));
         // Four 8,192-token texts fit a 65,536-token budget but would hold 16 times the attention
         // scores of 128 texts of 512 tokens: each runs alone.
         assert!(
-            within_budget(4, 8192, 65536 * 16) && !within_budget(2, 8192, 65536),
+            within_budget(4, 8192, 65536 * 16, true) && !within_budget(2, 8192, 65536, true),
             "the token budget alone would allow 8"
         );
         // 1,024 tokens: half the texts the token budget alone would allow.
-        assert!(within_budget(4, 1024, 8192));
-        assert!(!within_budget(5, 1024, 8192));
+        assert!(within_budget(4, 1024, 8192, true));
+        assert!(!within_budget(5, 1024, 8192, true));
+        // Attention without the matrix: the token budget alone.
+        assert!(within_budget(8, 8192, 65536, false) && !within_budget(9, 8192, 65536, false));
     }
 }

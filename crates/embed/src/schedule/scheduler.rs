@@ -312,6 +312,21 @@ mod tests {
     }
 
     #[test]
+    fn with_tiled_attention_long_texts_of_one_length_share_a_batch_and_padded_ones_are_bounded() {
+        let r = Request::new(6, 1);
+        let mut q = Queue::new(1);
+        q.push(call(&r, &[(0, 1024), (1, 1024), (2, 1024), (3, 1024), (4, 1000), (5, 1000)]));
+        let tiled = BatchPolicy::GPU.with_tiled_unpadded_attention(true);
+        // Four texts of one length run without padding: the token budget alone.
+        assert_eq!(indices(q.next_batch(4096, tiled)), [0, 1, 2, 3]);
+        assert_eq!(indices(q.next_batch(4096, tiled)), [4, 5]);
+        // 1,024 with 1,000 is padded: the attention bound again (2 x 1024² fits 4096 x 512, 3 not).
+        q.push(call(&r, &[(0, 1024), (1, 1000), (2, 1000)]));
+        assert_eq!(indices(q.next_batch(4096, tiled)), [0, 1]);
+        assert_eq!(indices(q.next_batch(4096, tiled)), [2]);
+    }
+
+    #[test]
     fn rows_reach_their_request_and_the_first_error_wins() {
         let r = Request::new(2, 2);
         r.finish_row(1, Ok(&[3.0, 4.0]));
