@@ -23,6 +23,13 @@ base sizes, with random weights (the figures depend on the shapes, not on the va
       peak RSS), ROUNDS interleaved rounds on the first TEXTS corpus lines cut at 128 tokens:
       median texts/s end to end (process start to exit) and after the load (nornir's own
       figure; Python's loop after its session is made), peak RSS, and int8's cosine to float32
+  family_bench.py decoder-long NORNIR WORK LAYERS LENGTH [LENGTH ...]
+      the Qwen3-Embedding-0.6B shape with LAYERS layers, converted twice: fused (layers attend
+      through GroupQueryAttention on a batch without padding) and `--no-fuse` (ONNX's operators
+      only: the whole causal matrix, as every decoder graph was before); texts of each LENGTH
+      (LENGTH tokens in all, 8,192 at least) through `nornir vector embed`, the two graphs in
+      turn: wall time per token and peak RSS. The unfused graph is skipped, and says so, where
+      its scores alone (heads x length² float32, three times) would pass the free memory
   family_bench.py decoder-convert NORNIR WORK SHAPE DTYPE
       a checkpoint of SHAPE (qwen3-0.6b or qwen3-8b: Qwen3-Embedding's sizes, random float16
       weights) converted with `--dtype DTYPE` (float32, float16, bfloat16): seconds and peak RSS
@@ -406,6 +413,44 @@ def decoder(nornir, work, corpus, n, rounds):
     }
 
 
+def decoder_long(nornir, work, layers, lengths):
+    import gpu_check
+
+    shape = f"qwen3-0.6b-{layers}-layers"
+    gpu_check.DECODER_SHAPES[shape] = dict(gpu_check.DECODER_SHAPES["qwen3-0.6b"], num_hidden_layers=layers)
+    heads = gpu_check.DECODER_SHAPES[shape]["num_attention_heads"]
+    source = work / f"{shape}-source"
+    if not (source / "model.safetensors").is_file():
+        with contextlib.redirect_stdout(sys.stderr):  # it prints the width; stdout is the JSON
+            gpu_check.decoder_checkpoint(str(source), shape)
+    tok = json.loads(TOKENIZER.read_text())
+    tok["truncation"], tok["padding"] = None, None
+    (source / "tokenizer.json").write_text(json.dumps(tok))
+    graphs = {"fused": work / f"{shape}-fused", "unfused": work / f"{shape}-unfused"}
+    for name, out in graphs.items():
+        if not (out / "model.onnx").is_file():
+            extra = [] if name == "fused" else ["--no-fuse"]
+            subprocess.run([nornir, "vector", "convert", "--model", str(source), "--output", str(out), "--force",
+                            *extra], check=True, capture_output=True)
+    available = int(re.search(r"MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text()).group(1)) * 1024
+    rows = {}
+    for length in lengths:
+        count = max(1, 8192 // length)
+        f = work / f"decoder-long-{length}.txt"
+        f.write_text("".join(f"{'word ' * (length - 2)}\n" for _ in range(count)))
+        row = {"texts": count}
+        for name, model in graphs.items():
+            if name == "unfused" and 3 * 4 * heads * length * length > available:
+                row[name] = f"skipped: {3 * 4 * heads * length * length / 2**30:.0f} GiB of scores > {available / 2**30:.0f} GiB free"
+                continue
+            seconds, rss = nornir_embed(nornir, model, f, ["--max-length", str(length)])
+            row[name] = {"seconds": round(seconds, 2), "ms_per_token": round(1000 * seconds / (count * length), 3),
+                         "peak_rss_mib": rss}
+        rows[str(length)] = row
+        print(json.dumps({str(length): row}), file=sys.stderr)
+    return {"shape": shape, "layers": layers, "threads": 2, "lengths": rows}
+
+
 def decoder_convert(nornir, work, shape, dtype):
     import shutil
 
@@ -448,6 +493,11 @@ def main():
         work = Path(sys.argv[3])
         work.mkdir(parents=True, exist_ok=True)
         print(json.dumps(decoder(sys.argv[2], work, sys.argv[4], int(sys.argv[5]), int(sys.argv[6])), indent=1))
+        return
+    if len(sys.argv) >= 6 and sys.argv[1] == "decoder-long":
+        work = Path(sys.argv[3])
+        work.mkdir(parents=True, exist_ok=True)
+        print(json.dumps(decoder_long(sys.argv[2], work, int(sys.argv[4]), [int(a) for a in sys.argv[5:]]), indent=1))
         return
     if len(sys.argv) == 6 and sys.argv[1] == "decoder-convert":
         work = Path(sys.argv[3])
