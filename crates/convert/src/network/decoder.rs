@@ -179,8 +179,7 @@ impl Net<'_, '_> {
         let branches = [("then_branch", Attr::Graph(none)), ("else_branch", Attr::Graph(whole))];
         let bias = self.g.node("If", "", &[&unpadded], &branches, None);
         let axis = self.g.constant_i64("sequence_axis_1", &[1], &[1]);
-        let attended =
-            self.g.node("ReduceSum", "", &[ATTENTION_MASK, &axis], &[("keepdims", Attr::Int(0))], None);
+        let attended = self.g.node("ReduceSum", "", &[ATTENTION_MASK, &axis], &[("keepdims", Attr::Int(0))], None);
         let one = self.g.constant_i64("position_one", &[], &[1]);
         let last = self.g.op("Sub", &[&attended, &one]);
         let seqlens_k = self.g.node("Cast", "", &[&last], &[("to", Attr::Int(INT32.into()))], Some("seqlens_k"));
@@ -248,10 +247,17 @@ impl Net<'_, '_> {
                 let grouped = self.g.branch(&format!("{l}.attention.unpadded"), FLOAT, |g| {
                     let [q, k, v] = [(&q, &merge_q), (&k, &merge_kv), (&v, &merge_kv)]
                         .map(|(x, merge)| g.op("Reshape", &[x, merge]));
-                    grouped_query_attention(g, [&q, &k, &v], [seqlens_k.as_str(), total.as_str()], shape, d.sliding_window)
+                    grouped_query_attention(
+                        g,
+                        [&q, &k, &v],
+                        [seqlens_k.as_str(), total.as_str()],
+                        shape,
+                        d.sliding_window,
+                    )
                 });
-                let masked =
-                    self.g.branch(&format!("{l}.attention.padded"), FLOAT, |g| attention_by_bias(g, [&q, &k, &v], bias, shape));
+                let masked = self.g.branch(&format!("{l}.attention.padded"), FLOAT, |g| {
+                    attention_by_bias(g, [&q, &k, &v], bias, shape)
+                });
                 let branches = [("then_branch", Attr::Graph(grouped)), ("else_branch", Attr::Graph(masked))];
                 self.g.node("If", "", &[unpadded.as_str()], &branches, None)
             }
@@ -305,7 +311,6 @@ impl Net<'_, '_> {
         Ok(self.g.op("MatMul", &[x, &diff]))
     }
 }
-
 
 /// A decoder's attention heads: `heads` query heads and `kv` key/value heads, each `dim` wide.
 #[derive(Clone, Copy)]

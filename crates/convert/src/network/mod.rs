@@ -6,8 +6,8 @@
 //! they share (linear layers, norms, activations, attention, the gated feed-forward);
 //! `post_norm.rs` the embeddings and the post-norm layers, `pre_norm.rs` the pre-norm one,
 //! `positions.rs` ALiBi, rotary tables and masks (`window.rs` and `alibi.rs` the fused graph's
-//! attention in blocks), `heads.rs` the masked-LM and classification
-//! heads, `decoder.rs` the causal decoders and their yes/no reranker head.
+//! attention in blocks), `heads.rs` the masked-LM and classification heads, `decoder.rs` the
+//! causal decoders and their yes/no reranker head.
 
 mod alibi;
 mod decoder;
@@ -26,6 +26,10 @@ use crate::graph::{Attr, FLOAT, Graph, MS_DOMAIN};
 use crate::weights::Weights;
 
 pub(crate) use positions::{Bias, Masks};
+
+/// What the output of a windowed layer's `MultiHeadAttention` ends with, so that `doctor` can
+/// tell its blocks from a layer that adds a bias to the whole matrix.
+pub(crate) const WINDOWED_ATTENTION: &str = ".attention.window";
 
 /// The graph's inputs, as nornir and the exporters name them.
 pub(crate) const INPUT_IDS: &str = "input_ids";
@@ -256,7 +260,7 @@ impl Net<'_, '_> {
         let node = |g: &mut Graph, mask: &str| attention_node(g, c, [q, k, v, qkv_bias, "", mask]);
         match bias {
             Bias::Full(bias) => node(self.g, bias),
-            Bias::Window(blocks) => self.windowed_attention([q, k, v, qkv_bias], blocks),
+            Bias::Window(blocks) => self.windowed_attention([q, k, v, qkv_bias], blocks, l),
             Bias::Alibi(blocks) => self.alibi_attention([q, k, v, qkv_bias], blocks, l),
             Bias::Padding { mask, target, unpadded } => {
                 let without = self.g.branch(&format!("{l}.attention.unpadded"), FLOAT, |g| node(g, ""));
@@ -323,7 +327,7 @@ impl Net<'_, '_> {
         // The plain graph's padding mask broadcasts to the scores (blocks are a fused graph's).
         let bias = match bias {
             Bias::Full(bias) | Bias::Padding { mask: bias, .. } => bias,
-            Bias::Window(blocks) => return self.windowed_attention([q, k, v, ""], blocks),
+            Bias::Window(blocks) => return self.windowed_attention([q, k, v, ""], blocks, l),
             Bias::Alibi(blocks) => return self.alibi_attention([q, k, v, ""], blocks, l),
         };
         let split = self.g.i64(&format!("{l}.heads_shape"), &[4], &[0, 0, heads as i64, head_dim as i64]);

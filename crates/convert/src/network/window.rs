@@ -4,7 +4,7 @@
 //! `MultiHeadAttention` over `batch x blocks` rows of 3 blocks of keys. Cost and memory grow
 //! with the length, not its square; the scores are the whole-matrix ones, masked the same way.
 
-use super::{ATTENTION_MASK, Net, attention_node};
+use super::{ATTENTION_MASK, Net, WINDOWED_ATTENTION, attention_node};
 use crate::graph::Attr;
 
 /// Bool, as ONNX numbers its element types.
@@ -86,8 +86,8 @@ impl Net<'_, '_> {
     }
 
     /// Windowed attention of `q`, `k`, `v` (`[batch, sequence, hidden]`) with the projections'
-    /// biases `qkv_bias` ("" for none), in `blocks`.
-    pub(super) fn windowed_attention(&mut self, [q, k, v, qkv_bias]: [&str; 4], blocks: &Blocks) -> String {
+    /// biases `qkv_bias` ("" for none), in `blocks` (layer prefix `l`).
+    pub(super) fn windowed_attention(&mut self, [q, k, v, qkv_bias]: [&str; 4], blocks: &Blocks, l: &str) -> String {
         let h = self.c.hidden;
         let b = blocks.block as i64;
         let padded_q = self.g.op("Pad", &[q, &blocks.pad_queries]);
@@ -102,6 +102,9 @@ impl Net<'_, '_> {
             self.g.op("Reshape", &[&x, &key_rows])
         });
         let y = attention_node(self.g, self.c, [&queries, &keys, &values, qkv_bias, "", &blocks.bias]);
+        let named = format!("{l}{WINDOWED_ATTENTION}");
+        self.g.rename_value(&y, &named);
+        let y = named;
         let shape = self.g.op("Shape", &[&padded_q]);
         let y = self.g.op("Reshape", &[&y, &shape]);
         let start = self.g.constant_i64("window_cut_start", &[1], &[0]);

@@ -55,8 +55,15 @@ pub(crate) fn attention(model: &[u8]) -> Attention {
     let Some(graph) = graph_of(model) else { return a };
     for node in repeated(graph, 1) {
         match op(node) {
+            ("com.microsoft", "MultiHeadAttention") if output_ends_with(node, WINDOWED_ATTENTION) => a.windowed += 1,
             ("com.microsoft", "MultiHeadAttention") => a.masked += 1,
             ("com.microsoft", "GroupQueryAttention") => a.grouped += 1,
+            ("", "Loop") => {
+                let body = repeated(node, 5).filter_map(|a| message_field(a, 6)).flat_map(|g| repeated(g, 1));
+                if body.into_iter().any(|n| op(n) == ("com.microsoft", "MultiHeadAttention")) {
+                    a.blocked += 1;
+                }
+            }
             ("", "Softmax") => a.softmax += 1,
             ("", "If") => {
                 let branches: Vec<&[u8]> =
@@ -90,6 +97,19 @@ pub(crate) struct Attention {
     grouped: usize,
     /// `Softmax` nodes outside the fused operators.
     softmax: usize,
+    /// Sliding-window layers in blocks (their output named as [`WINDOWED_ATTENTION`] says).
+    windowed: usize,
+    /// `Loop`s over blocks of queries with a `MultiHeadAttention` in their body (ALiBi).
+    blocked: usize,
+}
+
+/// What nornir's converter names the output of a sliding-window layer's `MultiHeadAttention`
+/// (its `network::WINDOWED_ATTENTION`): queries in blocks against their band of keys.
+const WINDOWED_ATTENTION: &str = ".attention.window";
+
+/// Whether node `node` has an output (field 2) ending with `suffix`.
+fn output_ends_with(node: &[u8], suffix: &str) -> bool {
+    repeated(node, 2).any(|o| o.ends_with(suffix.as_bytes()))
 }
 
 impl Attention {
@@ -97,12 +117,12 @@ impl Attention {
     /// layers leave the mask out of such a batch. Its memory then grows with the tokens, not
     /// their square (the scheduler's attention bound applies to padded batches only).
     pub(crate) fn tiled_when_unpadded(&self) -> bool {
-        self.mask_free + self.grouped_unpadded > 0
+        self.mask_free + self.grouped_unpadded + self.blocked > 0
     }
 
     /// The phrase for `doctor`; empty for a graph with no attention this reader recognises.
     pub(crate) fn phrase(&self) -> String {
-        let &Attention { mask_free, grouped_unpadded, masked, grouped, softmax } = self;
+        let &Attention { mask_free, grouped_unpadded, masked, grouped, softmax, windowed, blocked } = self;
         let mut parts = Vec::new();
         if grouped_unpadded > 0 {
             parts.push(format!(
@@ -125,7 +145,19 @@ impl Attention {
                 "{masked} MultiHeadAttention layer{s} with a mask or bias on every batch (the whole queries x keys matrix)"
             ));
         }
-        if softmax > 0 && mask_free + masked + grouped + grouped_unpadded == 0 {
+        if windowed > 0 {
+            parts.push(format!(
+                "{windowed} sliding-window layer{} attend in blocks of queries against their band of keys (never the whole matrix)",
+                plural(windowed)
+            ));
+        }
+        if blocked > 0 {
+            parts.push(format!(
+                "{blocked} ALiBi layer{} attend one block of queries at a time with its slice of the bias (never the whole queries x keys matrix)",
+                plural(blocked)
+            ));
+        }
+        if softmax > 0 && mask_free + masked + grouped + grouped_unpadded + windowed + blocked == 0 {
             parts.push(format!("unfused: Softmax over the whole queries x keys matrix in {softmax} places"));
         }
         parts.join("; ")
@@ -301,13 +333,25 @@ mod tests {
         let said = attention(&model).phrase();
         assert!(said.starts_with("2 MultiHeadAttention layers leave the mask out"), "{said}");
         let masked = bytes_field(7, &[mha(6), node("Softmax", "")].concat());
-        assert!(attention(&masked).phrase().starts_with("1 MultiHeadAttention layer with a mask"), "{}", attention(&masked).phrase());
+        assert!(
+            attention(&masked).phrase().starts_with("1 MultiHeadAttention layer with a mask"),
+            "{}",
+            attention(&masked).phrase()
+        );
         let gqa = node_with("GroupQueryAttention", "com.microsoft", 7, &[]);
         let decoder_layer = node_with("If", "", 1, &[gqa.clone(), node("Softmax", "")]);
         let decoder = bytes_field(7, &[decoder_layer.clone(), decoder_layer, gqa].concat());
         let said = attention(&decoder).phrase();
         assert!(said.starts_with("2 causal layers run GroupQueryAttention on a batch without padding"), "{said}");
         assert!(said.ends_with("; 1 GroupQueryAttention layer on every batch"), "{said}");
+        let mut windowed = bytes_field(4, b"MultiHeadAttention");
+        windowed.extend(bytes_field(7, b"com.microsoft"));
+        windowed.extend(bytes_field(2, b"layers.1.attention.window"));
+        let alibi = node_with("Loop", "", 2, &[mha(6)]);
+        let blocks = bytes_field(7, &[bytes_field(1, &windowed), alibi].concat());
+        let said = attention(&blocks).phrase();
+        assert!(said.starts_with("1 sliding-window layer attend in blocks"), "{said}");
+        assert!(said.ends_with("1 ALiBi layer attend one block of queries at a time with its slice of the bias (never the whole queries x keys matrix)"), "{said}");
         let plain = bytes_field(7, &[node("Softmax", ""), node("Softmax", "")].concat());
         assert_eq!(attention(&plain).phrase(), "unfused: Softmax over the whole queries x keys matrix in 2 places");
         assert!(attention(&model).tiled_when_unpadded() && attention(&decoder).tiled_when_unpadded());
