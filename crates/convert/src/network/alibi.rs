@@ -1,11 +1,16 @@
 //! JinaBERT's ALiBi attention in a fused graph without the queries x keys matrix: the queries in
 //! blocks of [`QUERY_BLOCK`], one block at a time (a `Loop`), each against every key with its
-//! slice of the bias, `-slope(head) x |i - j|` plus the padding mask, made inside the loop. Memory
+//! slice of the bias, `-slope(head) x |i - j|`, made inside the loop, and the padding as the
+//! operator's key padding mask (its `mask_filter_value` for a padded key: the softmax gives it
+//! 0 as the float minimum does). Memory
 //! holds one block's `heads x block x keys` scores, not the whole `heads x queries x keys`;
 //! the arithmetic is the whole-matrix one, row by row.
 
-use super::{Net, attention_node, positions::alibi_slopes};
+use super::{ATTENTION_MASK, Net, attention_node, positions::alibi_slopes};
 use crate::graph::{Attr, FLOAT};
+
+/// Int32, as ONNX numbers its element types.
+const INT32: i32 = 6;
 
 /// Queries per block: 512 x 8,192 keys x 12 heads is 192 MiB of scores.
 const QUERY_BLOCK: i64 = 512;
@@ -20,15 +25,16 @@ pub(crate) struct AlibiBlocks {
     sequence_end: String,
     /// The keys' positions `[keys]`, float32.
     keys: String,
-    /// The padding mask `[batch, 1, 1, keys]`.
-    padding: String,
+    /// The padding mask as `MultiHeadAttention`'s key padding mask, int32 `[batch, keys]` (1
+    /// where a key is attended): the bias then stays `[1, heads, block, keys]`, not a copy per row.
+    key_padding: String,
     /// `-slope` per head, `[heads, 1, 1]`.
     slopes: String,
 }
 
 impl Net<'_, '_> {
-    /// The blocks of queries and what each layer's loop reads, with the padding mask `padding`.
-    pub(super) fn alibi_blocks(&mut self, padding: String) -> AlibiBlocks {
+    /// The blocks of queries and what each layer's loop reads.
+    pub(super) fn alibi_blocks(&mut self) -> AlibiBlocks {
         let len = self.sequence_length();
         let block = self.g.constant_i64("alibi_block", &[], &[QUERY_BLOCK]);
         let less_one = self.g.constant_i64("alibi_block_less_one", &[], &[QUERY_BLOCK - 1]);
@@ -48,7 +54,8 @@ impl Net<'_, '_> {
         let heads = self.c.heads;
         let slopes: Vec<f32> = alibi_slopes(heads).into_iter().map(|s| -s as f32).collect();
         let slopes = self.g.f32("alibi_negative_slopes", &[heads, 1, 1], slopes);
-        AlibiBlocks { pad_queries, blocks, sequence_end, keys, padding, slopes }
+        let key_padding = self.g.node("Cast", "", &[ATTENTION_MASK], &[("to", Attr::Int(INT32.into()))], None);
+        AlibiBlocks { pad_queries, blocks, sequence_end, keys, key_padding, slopes }
     }
 
     /// ALiBi attention of `q`, `k`, `v` (`[batch, sequence, hidden]`) with the projections'
@@ -73,8 +80,7 @@ impl Net<'_, '_> {
             let distance = g.op("Abs", &[&distance]);
             let bias = g.op("Mul", &[&a.slopes, &distance]);
             let bias = g.op("Unsqueeze", &[&bias, &axis0]);
-            let bias = g.op("Add", &[&bias, &a.padding]);
-            attention_node(g, c, [&queries, k, v, qkv_bias, "", &bias])
+            attention_node(g, c, [&queries, k, v, qkv_bias, &a.key_padding, &bias])
         });
         let stacked = self.g.node("Loop", "", &[&a.blocks, ""], &[("body", Attr::Graph(body))], None);
         let y = self.g.node("Transpose", "", &[&stacked], &[("perm", Attr::Ints(vec![1, 0, 2, 3]))], None);

@@ -45,7 +45,7 @@ impl Net<'_, '_> {
         let c = self.c;
         let padding = self.padding_bias();
         let global = match c.positions {
-            Positions::Alibi if self.fused => Bias::Alibi(self.alibi_blocks(padding)),
+            Positions::Alibi if self.fused => Bias::Alibi(self.alibi_blocks()),
             Positions::Alibi => {
                 let alibi = self.alibi();
                 Bias::Full(self.g.op("Add", &[&padding, &alibi]))
