@@ -6,7 +6,7 @@
 //! holds one block's `heads x block x keys` scores, not the whole `heads x queries x keys`;
 //! the arithmetic is the whole-matrix one, row by row.
 
-use super::{ATTENTION_MASK, Net, attention_node, positions::alibi_slopes};
+use super::{ATTENTION_MASK, Net, attention_node};
 use crate::graph::{Attr, FLOAT};
 
 /// Int32, as ONNX numbers its element types.
@@ -88,5 +88,40 @@ impl Net<'_, '_> {
         let y = self.g.op("Reshape", &[&y, &rows]);
         let start = self.g.constant_i64("alibi_cut_start", &[1], &[0]);
         self.g.op("Slice", &[&y, &start, &a.sequence_end, &axis1])
+    }
+}
+
+/// ALiBi's slopes as the published code computes them: for `n` a power of two,
+/// `start^1 .. start^n` with `start = 2^(-8/n)`; otherwise the closest lower power of two's
+/// slopes, then every other slope of twice that power, up to `n`.
+pub(crate) fn alibi_slopes(n: usize) -> Vec<f64> {
+    fn power_of_two(n: usize) -> Vec<f64> {
+        let start = 2f64.powf(-(2f64.powf(-((n as f64).log2() - 3.0))));
+        (0..n).map(|i| start * start.powi(i as i32)).collect()
+    }
+    if n.is_power_of_two() {
+        return power_of_two(n);
+    }
+    let closest = 1usize << n.ilog2();
+    let mut slopes = power_of_two(closest);
+    slopes.extend(alibi_slopes(2 * closest).into_iter().step_by(2).take(n - closest));
+    slopes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::alibi_slopes;
+
+    #[test]
+    fn alibi_slopes_follow_the_published_rule_for_any_head_count() {
+        // 8 heads: 1/2, 1/4, ..., 1/256.
+        let eight = alibi_slopes(8);
+        assert!(eight.iter().enumerate().all(|(i, s)| (s - 0.5f64.powi(i as i32 + 1)).abs() < 1e-15), "{eight:?}");
+        // 12 heads (jina-embeddings-v2-base): the 8 above, then 16 heads' slopes 1, 3, 5, 7 (0-based).
+        let twelve = alibi_slopes(12);
+        let sixteen = alibi_slopes(16);
+        assert_eq!(&twelve[..8], &eight[..]);
+        assert_eq!(&twelve[8..], &[sixteen[0], sixteen[2], sixteen[4], sixteen[6]]);
+        assert_eq!(alibi_slopes(6).len(), 6);
     }
 }

@@ -169,7 +169,7 @@ impl Net<'_, '_> {
     /// kernel takes heads whose width is a multiple of 8 only; others keep the bias.
     fn causal(&mut self, d: &Decoder) -> Causal {
         let (r, window) = (self.position_range(), d.sliding_window);
-        if !self.fused || d.head_dim % 8 != 0 {
+        if !self.fused || !d.head_dim.is_multiple_of(8) {
             return Causal::Bias(causal_bias(self.g, &r, window));
         }
         let unpadded = self.unpadded();

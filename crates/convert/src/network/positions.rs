@@ -1,7 +1,7 @@
 //! What attention adds to its scores and how queries and keys learn where they are: the padding
 //! mask, ALiBi's per-head distance bias, ModernBERT's sliding window, and rotary tables.
 
-use super::alibi::AlibiBlocks;
+use super::alibi::{AlibiBlocks, alibi_slopes};
 use super::window::Blocks;
 use super::{ATTENTION_MASK, INPUT_IDS, Net};
 use crate::config::{Positions, RopeScaling};
@@ -279,26 +279,9 @@ pub(crate) fn inverse_frequencies(base: f64, scaling: RopeScaling, dim: usize) -
         .collect()
 }
 
-/// ALiBi's slopes as the published code computes them: for `n` a power of two,
-/// `start^1 .. start^n` with `start = 2^(-8/n)`; otherwise the closest lower power of two's
-/// slopes, then every other slope of twice that power, up to `n`.
-pub(crate) fn alibi_slopes(n: usize) -> Vec<f64> {
-    fn power_of_two(n: usize) -> Vec<f64> {
-        let start = 2f64.powf(-(2f64.powf(-((n as f64).log2() - 3.0))));
-        (0..n).map(|i| start * start.powi(i as i32)).collect()
-    }
-    if n.is_power_of_two() {
-        return power_of_two(n);
-    }
-    let closest = 1usize << n.ilog2();
-    let mut slopes = power_of_two(closest);
-    slopes.extend(alibi_slopes(2 * closest).into_iter().step_by(2).take(n - closest));
-    slopes
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{alibi_slopes, inverse_frequencies};
+    use super::inverse_frequencies;
     use crate::config::RopeScaling;
 
     #[test]
@@ -324,18 +307,5 @@ mod tests {
                 assert!(*f < p && *f > p / 8.0);
             }
         }
-    }
-
-    #[test]
-    fn alibi_slopes_follow_the_published_rule_for_any_head_count() {
-        // 8 heads: 1/2, 1/4, ..., 1/256.
-        let eight = alibi_slopes(8);
-        assert!(eight.iter().enumerate().all(|(i, s)| (s - 0.5f64.powi(i as i32 + 1)).abs() < 1e-15), "{eight:?}");
-        // 12 heads (jina-embeddings-v2-base): the 8 above, then 16 heads' slopes 1, 3, 5, 7 (0-based).
-        let twelve = alibi_slopes(12);
-        let sixteen = alibi_slopes(16);
-        assert_eq!(&twelve[..8], &eight[..]);
-        assert_eq!(&twelve[8..], &[sixteen[0], sixteen[2], sixteen[4], sixteen[6]]);
-        assert_eq!(alibi_slopes(6).len(), 6);
     }
 }
