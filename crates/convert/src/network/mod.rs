@@ -10,6 +10,7 @@
 //! causal decoders and their yes/no reranker head.
 
 mod alibi;
+mod causal;
 mod decoder;
 mod heads;
 mod lora;
