@@ -58,16 +58,12 @@ pub(crate) fn attention(model: &[u8]) -> Attention {
             ("com.microsoft", "MultiHeadAttention") if output_ends_with(node, WINDOWED_ATTENTION) => a.windowed += 1,
             ("com.microsoft", "MultiHeadAttention") => a.masked += 1,
             ("com.microsoft", "GroupQueryAttention") => a.grouped += 1,
-            ("", "Loop") => {
-                let body = repeated(node, 5).filter_map(|a| message_field(a, 6)).flat_map(|g| repeated(g, 1));
-                if body.into_iter().any(|n| op(n) == ("com.microsoft", "MultiHeadAttention")) {
-                    a.blocked += 1;
-                }
+            ("", "Loop") if subgraph_nodes(node).any(|n| op(n) == ("com.microsoft", "MultiHeadAttention")) => {
+                a.blocked += 1
             }
             ("", "Softmax") => a.softmax += 1,
             ("", "If") => {
-                let branches: Vec<&[u8]> =
-                    repeated(node, 5).filter_map(|a| message_field(a, 6)).flat_map(|g| repeated(g, 1)).collect();
+                let branches: Vec<&[u8]> = subgraph_nodes(node).collect();
                 let attention: Vec<&&[u8]> =
                     branches.iter().filter(|n| op(n) == ("com.microsoft", "MultiHeadAttention")).collect();
                 if attention.iter().any(|n| repeated(n, 1).count() < 6) {
@@ -106,6 +102,12 @@ pub(crate) struct Attention {
 /// What nornir's converter names the output of a sliding-window layer's `MultiHeadAttention`
 /// (its `network::WINDOWED_ATTENTION`): queries in blocks against their band of keys.
 const WINDOWED_ATTENTION: &str = ".attention.window";
+
+/// The nodes of `node`'s subgraphs (an `If`'s branches, a `Loop`'s body): each attribute's
+/// `g` (5, then 6), its nodes (1).
+fn subgraph_nodes(node: &[u8]) -> impl Iterator<Item = &[u8]> {
+    repeated(node, 5).filter_map(|a| message_field(a, 6)).flat_map(|g| repeated(g, 1))
+}
 
 /// Whether node `node` has an output (field 2) ending with `suffix`.
 fn output_ends_with(node: &[u8], suffix: &str) -> bool {
