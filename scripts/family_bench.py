@@ -364,6 +364,13 @@ def timed(argv):
 
 def timed_output(argv):
     """`timed`, and what the command printed."""
+    elapsed, rss, done = timed_run(argv)
+    return elapsed, rss, done.stdout
+
+
+def timed_run(argv):
+    """Runs `argv`: its seconds, peak RSS (MiB) as `/usr/bin/time -v` reports it, and the
+    finished process (stdout and stderr); a failure stops the bench with its message."""
     import tempfile
 
     with tempfile.NamedTemporaryFile("r") as report:
@@ -375,7 +382,7 @@ def timed_output(argv):
     if done.returncode != 0:
         raise SystemExit(f"{argv[:3]} failed: {done.stderr.strip()[-500:]}")
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", measured)
-    return elapsed, int(rss.group(1)) / 1024 if rss else None, done.stdout
+    return elapsed, int(rss.group(1)) / 1024 if rss else None, done
 
 
 def decoder(nornir, work, corpus, n, rounds):

@@ -28,7 +28,6 @@ import re
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -213,20 +212,11 @@ def run(nornir, build_dir, work, corpus, n, rounds):
 def llama_run(binary, gguf_file, texts_file):
     """`llama-embedding` on the texts: wall seconds, peak RSS (MiB), its stdout (the vectors)
     and its log (stderr, with the perf report, which it prints only with `--perf -v`)."""
-    import tempfile
-
     argv = [str(binary), "-m", str(gguf_file), "-f", str(texts_file), "--pooling", "last", "--embd-normalize", "2",
             "-t", "2", "-tb", "2", "-c", "4096", "-b", "4096", "-ub", "512", "-ngl", "0",
             "--embd-output-format", "array", "--perf", "-v"]
-    with tempfile.NamedTemporaryFile("r") as report:
-        start = time.perf_counter()
-        done = subprocess.run(["/usr/bin/time", "-v", "-o", report.name, *argv], capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        measured = report.read()
-    if done.returncode != 0:
-        raise SystemExit(f"llama-embedding failed: {done.stderr.strip()[-1500:]}")
-    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", measured)
-    return wall, int(rss.group(1)) / 1024 if rss else None, done.stdout, done.stderr
+    wall, rss, done = fb.timed_run(argv)
+    return wall, rss, done.stdout, done.stderr
 
 
 def after_load(log):
