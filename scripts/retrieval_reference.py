@@ -8,10 +8,12 @@ Nothing here uses nornir's code, except `nornir vector convert` to make the ONNX
       tokens), one JSON line per text {"indices", "values"} into OUT; prints the top terms of a
       few sentences and the reference's own throughput (batches of 32, sorted by length).
   retrieval_reference.py cross NORNIR WORK
-      four cross-encoders with random weights (BERT and XLM-RoBERTa, one label and three), each
-      with a tokenizer of its family built here, converted by NORNIR; for each, a list of
-      (query, document) pairs, some longer than the model reads, and their scores: raw and
-      activated (sigmoid for one label, softmax for three). Prints one JSON object.
+      five cross-encoders with random weights (BERT and XLM-RoBERTa, one label and three, and a
+      BERT whose config.json says problem_type "multi_label_classification"), each with a
+      tokenizer of its family built here, converted by NORNIR; for each, a list of (query,
+      document) pairs, some longer than the model reads, and their scores: raw and activated as
+      transformers' text-classification pipeline does (a sigmoid for one label or a multi-label
+      head, each label alone; else a softmax over the labels). Prints one JSON object.
 """
 
 import json
@@ -153,47 +155,53 @@ def run_cross(nornir, work):
     work = Path(work)
     rng = np.random.default_rng(45)
     cases = []
-    for arch, build in (("BertForSequenceClassification", bert_tokenizer), ("XLMRobertaForSequenceClassification", xlmr_tokenizer)):
-        for dtype, labels in (("F32", 1), ("F16", 3)):
-            cfg, weights = convert_reference.synthetic(arch, dtype, rng)
-            tokenizer, vocab = build(cfg["vocab_size"])
-            if vocab != cfg["vocab_size"]:
-                raise SystemExit(f"the {arch} tokenizer has {vocab} tokens, the checkpoint {cfg['vocab_size']}")
-            name = f"{arch}-{labels}"
-            source = work / f"{name}-st"
-            source.mkdir(parents=True, exist_ok=True)
-            (source / "config.json").write_text(json.dumps(cfg))
-            convert_reference.write_safetensors(source / "model.safetensors", weights, dtype)
-            tokenizer.enable_truncation(MAX_LENGTH)
-            tokenizer.save(str(source / "tokenizer.json"))
-            out = work / name
-            convert_reference.convert(nornir, source, out)
-            sess = session(out)
-            encodings = []
-            for query, document in PAIRS:
-                tokenizer.enable_truncation(MAX_LENGTH, strategy="only_second")
-                try:
-                    encodings.append(tokenizer.encode(query, document))
-                except Exception:
-                    tokenizer.enable_truncation(MAX_LENGTH, strategy="longest_first")
-                    encodings.append(tokenizer.encode(query, document))
-            raw = sess.run(None, feed_for(sess, encodings))[0].astype(np.float64)
-            if labels == 1:
-                scores = 1.0 / (1.0 + np.exp(-raw))
-            else:
-                e = np.exp(raw - raw.max(axis=1, keepdims=True))
-                scores = e / e.sum(axis=1, keepdims=True)
-            cases.append(
-                {
-                    "name": name,
-                    "folder": str(out),
-                    "labels": labels,
-                    "pairs": PAIRS,
-                    "tokens": [len(e.ids) for e in encodings],
-                    "raw": raw.tolist(),
-                    "scores": scores.tolist(),
-                }
-            )
+    bert, xlmr = ("BertForSequenceClassification", bert_tokenizer), ("XLMRobertaForSequenceClassification", xlmr_tokenizer)
+    models = [(bert, "F32", 1, False), (bert, "F16", 3, False), (xlmr, "F32", 1, False), (xlmr, "F16", 3, False)]
+    models.append((bert, "F16", 3, True))
+    for (arch, build), dtype, labels, multi_label in models:
+        cfg, weights = convert_reference.synthetic(arch, dtype, rng)
+        if multi_label:
+            cfg["problem_type"] = "multi_label_classification"
+            cfg["id2label"] = {"0": "toxic", "1": "insult", "2": "threat"}
+        tokenizer, vocab = build(cfg["vocab_size"])
+        if vocab != cfg["vocab_size"]:
+            raise SystemExit(f"the {arch} tokenizer has {vocab} tokens, the checkpoint {cfg['vocab_size']}")
+        name = f"{arch}-{labels}" + ("-multi-label" if multi_label else "")
+        source = work / f"{name}-st"
+        source.mkdir(parents=True, exist_ok=True)
+        (source / "config.json").write_text(json.dumps(cfg))
+        convert_reference.write_safetensors(source / "model.safetensors", weights, dtype)
+        tokenizer.enable_truncation(MAX_LENGTH)
+        tokenizer.save(str(source / "tokenizer.json"))
+        out = work / name
+        convert_reference.convert(nornir, source, out)
+        sess = session(out)
+        encodings = []
+        for query, document in PAIRS:
+            tokenizer.enable_truncation(MAX_LENGTH, strategy="only_second")
+            try:
+                encodings.append(tokenizer.encode(query, document))
+            except Exception:
+                tokenizer.enable_truncation(MAX_LENGTH, strategy="longest_first")
+                encodings.append(tokenizer.encode(query, document))
+        raw = sess.run(None, feed_for(sess, encodings))[0].astype(np.float64)
+        if labels == 1 or multi_label:
+            scores = 1.0 / (1.0 + np.exp(-raw))
+        else:
+            e = np.exp(raw - raw.max(axis=1, keepdims=True))
+            scores = e / e.sum(axis=1, keepdims=True)
+        cases.append(
+            {
+                "name": name,
+                "folder": str(out),
+                "labels": labels,
+                "multi_label": multi_label,
+                "pairs": PAIRS,
+                "tokens": [len(e.ids) for e in encodings],
+                "raw": raw.tolist(),
+                "scores": scores.tolist(),
+            }
+        )
     return {"cases": cases, "max_length": MAX_LENGTH}
 
 

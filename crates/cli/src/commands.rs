@@ -28,7 +28,7 @@ pub use load::load;
 #[cfg(feature = "embed-ort")]
 pub use ort::{listed_devices, offer_plugin_probe, ort_choice, ort_pick, plan, probe_plugin};
 #[cfg(feature = "embed-ort")]
-pub use retrieval::rerank;
+pub use retrieval::{predict, rerank};
 #[cfg(feature = "embed-ort")]
 mod concurrency;
 #[cfg(feature = "embed-ort")]

@@ -10,6 +10,8 @@ use anyhow::{Context, Result, bail};
 pub struct Record {
     pub text: String,
     pub id: Option<serde_json::Value>,
+    /// A JSON line's `text_pair`: the second text of a pair (`predict` scores it with `text`).
+    pub pair: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -59,7 +61,7 @@ impl<R: BufRead> Records<R> {
             );
         };
         match self.format {
-            InputFormat::Lines => Ok(Some(Record { text: text.to_owned(), id: None })),
+            InputFormat::Lines => Ok(Some(Record { text: text.to_owned(), id: None, pair: None })),
             InputFormat::Jsonl => {
                 parse_json_line(text).map(Some).with_context(|| format!("{source}: line {}", self.line))
             }
@@ -67,12 +69,17 @@ impl<R: BufRead> Records<R> {
     }
 }
 
-/// Parses one JSON line: an object with a string `text` and any `id`.
+/// Parses one JSON line: an object with a string `text`, any `id` and, as transformers'
+/// text-classification pipeline takes a pair, an optional string `text_pair`.
 pub fn parse_json_line(line: &str) -> Result<Record> {
     let value: serde_json::Value = serde_json::from_str(line).context("not valid JSON")?;
     let obj = value.as_object().context("expected a JSON object with a \"text\" field")?;
     let text = obj.get("text").and_then(|t| t.as_str()).context("expected a string field \"text\"")?;
-    Ok(Record { text: text.to_owned(), id: obj.get("id").cloned() })
+    let pair = match obj.get("text_pair") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(p) => Some(p.as_str().context("expected \"text_pair\" to be a string")?.to_owned()),
+    };
+    Ok(Record { text: text.to_owned(), id: obj.get("id").cloned(), pair })
 }
 
 #[cfg(test)]
@@ -105,9 +112,13 @@ mod tests {
     #[test]
     fn jsonl_text_and_id() {
         let recs = all(b"{\"id\": 7, \"text\": \"hi\"}\n{\"text\": \"\"}\n", InputFormat::Jsonl).expect("read");
-        assert_eq!(recs[0], Record { text: "hi".into(), id: Some(serde_json::json!(7)) });
+        assert_eq!(recs[0], Record { text: "hi".into(), id: Some(serde_json::json!(7)), pair: None });
         assert_eq!(recs[1].id, None);
         let e = format!("{:#}", all(b"{\"text\": 1}\n", InputFormat::Jsonl).unwrap_err());
         assert!(e.contains("line 1") && e.contains("\"text\""), "{e}");
+        let recs = all(b"{\"text\": \"q\", \"text_pair\": \"d\"}\n", InputFormat::Jsonl).expect("a pair");
+        assert_eq!(recs[0].pair.as_deref(), Some("d"));
+        let e = format!("{:#}", all(b"{\"text\": \"q\", \"text_pair\": 2}\n", InputFormat::Jsonl).unwrap_err());
+        assert!(e.contains("\"text_pair\" to be a string"), "{e}");
     }
 }

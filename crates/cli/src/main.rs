@@ -90,6 +90,10 @@ fn main() -> ExitCode {
             init_tracing(0);
             commands::rerank(&a).map(|()| ExitCode::SUCCESS)
         }
+        Top::Vector(VectorCommand::Predict(a)) => {
+            init_tracing(0);
+            commands::predict(&a).map(|()| ExitCode::SUCCESS)
+        }
         Top::Vector(VectorCommand::Serve(a)) => {
             init_tracing(1);
             commands::serve(&a).map(|()| ExitCode::SUCCESS)

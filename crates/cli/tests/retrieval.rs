@@ -2,8 +2,8 @@
 //! (scripts/retrieval_reference.py: ONNX Runtime, the tokenizers library and NumPy in Python):
 //! the real splade-tiny, converted by the test command's set-up, on the corpus's first 500
 //! texts; and cross-encoders with random weights in both families (BERT and XLM-RoBERTa, one
-//! label and three), each with a tokenizer of its family, for pairs that fit and pairs that must
-//! be cut. No real cross-encoder weights ship in any package the registries here serve.
+//! label and three, and a multi-label BERT), each with a tokenizer of its family, for pairs that
+//! fit and pairs that must be cut. No real cross-encoder weights ship in any package the registries here serve.
 
 #![cfg(feature = "embed-ort")]
 
@@ -149,7 +149,7 @@ fn cross_encoders_of_both_families_score_as_the_reference() {
     let r = reference(&["cross", env!("CARGO_BIN_EXE_nornir"), s(t.path())]);
     let max_length = r["max_length"].as_u64().expect("max_length") as usize;
     let cases = r["cases"].as_array().expect("cases");
-    assert_eq!(cases.len(), 4);
+    assert_eq!(cases.len(), 5);
     let options = EmbedderOptions::default()
         .with_device(Device::Cpu)
         .with_threads(2)
@@ -183,6 +183,9 @@ fn cross_encoders_of_both_families_score_as_the_reference() {
             close(scores.row(i), &case["scores"][i], &format!("{name}, pair {i}"));
             close(raw.row(i), &case["raw"][i], &format!("{name}, pair {i}, raw"));
             assert_eq!(scores.token_count(i), Some(tokens[i] as usize), "{name}, pair {i}: its tokens");
+        }
+        if case["multi_label"].as_bool() == Some(true) {
+            multi_label_is_scored_per_label(case, &scores);
         }
         let refused = e.embed(&["a text"]).expect_err("embed on a cross-encoder");
         assert!(matches!(refused, EmbedError::WrongKind { kind: ModelKind::CrossEncoder, .. }), "{refused}");
@@ -231,5 +234,44 @@ fn cross_encoders_of_both_families_score_as_the_reference() {
             assert_eq!(line["text"].as_str(), Some(documents[*index]), "{line}");
         }
     }
-    eprintln!("cross-encoders: 4 models x 10 pairs, largest score difference {:e}", worst.get());
+    eprintln!("cross-encoders: 5 models x 10 pairs, largest score difference {:e}", worst.get());
+}
+
+/// A multi-label head: each label's sigmoid, which a softmax over the labels would not give (the
+/// reference's scores do not sum to 1), and `nornir vector predict` writes them per pair in TEI's
+/// `/predict` shape, best first, from JSON lines with `text_pair`.
+fn multi_label_is_scored_per_label(case: &Value, library: &nornir_vector::Embeddings) {
+    let sums: Vec<f64> = (0..library.len()).map(|i| library.row(i).iter().map(|&s| f64::from(s)).sum()).collect();
+    assert!(sums.iter().any(|s| (s - 1.0).abs() > 0.05), "sigmoid scores that a softmax could give: {sums:?}");
+    let t = tempfile::tempdir().expect("tempdir");
+    let input = t.path().join("pairs.jsonl");
+    let pairs = case["pairs"].as_array().expect("pairs");
+    let lines: Vec<String> =
+        pairs.iter().map(|p| serde_json::json!({"text": p[0], "text_pair": p[1]}).to_string()).collect();
+    std::fs::write(&input, lines.join("\n") + "\n").expect("write input");
+    let folder = case["folder"].as_str().expect("folder");
+    let args = ["vector", "predict", "--model", folder, "--input-format", "jsonl", "--input", s(&input)];
+    let o = nornir(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = json_lines(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(got.len(), pairs.len());
+    let labels = ["toxic", "insult", "threat"];
+    for (i, line) in got.iter().enumerate() {
+        let scores = line.as_array().expect("a list per pair");
+        assert_eq!(scores.len(), 3, "{line}");
+        assert!(scores.windows(2).all(|p| p[0]["score"].as_f64() >= p[1]["score"].as_f64()), "{line}");
+        for entry in scores {
+            let label = labels.iter().position(|l| entry["label"] == *l).expect("a label");
+            let want = case["scores"][i][label].as_f64().expect("score");
+            assert!((entry["score"].as_f64().expect("score") - want).abs() <= 1e-5, "pair {i}: {line}");
+        }
+    }
+    // A text alone is classified as one text; a text_pair on `embed` is refused in one line.
+    let o = nornir(&["vector", "predict", "--model", folder, "a text alone"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(json_lines(&String::from_utf8_lossy(&o.stdout)).len(), 1);
+    let embedder = common::model();
+    let o = common::Run::new(&["vector", "embed", "--model", s(&embedder), "--input-format", "jsonl", "--input", s(&input)])
+        .output();
+    common::assert_one_line_error(&o, "a pair of texts is scored by `nornir vector predict`");
 }

@@ -40,8 +40,13 @@ fn cross_encoders(dir: &Path) -> (PathBuf, PathBuf) {
 fn start(dir: &Path, extra: &[&str]) -> (Server, PathBuf, PathBuf) {
     let (ce, nli) = cross_encoders(dir);
     let splade = env_path("NORNIR_TEST_SPLADE_MODEL");
-    let models =
-        [format!("ce={}", ce.display()), format!("nli={}", nli.display()), format!("splade={}", splade.display())];
+    let multi = dir.join("BertForSequenceClassification-3-multi-label");
+    let models = [
+        format!("ce={}", ce.display()),
+        format!("nli={}", nli.display()),
+        format!("multi={}", multi.display()),
+        format!("splade={}", splade.display()),
+    ];
     let mut args: Vec<&str> = models.iter().flat_map(|m| ["--model", m.as_str()]).collect();
     args.extend_from_slice(extra);
     (Server::start_with(&common::model(), &args), ce, nli)
@@ -112,6 +117,15 @@ fn rerank_predict_and_sparse_routes_answer_as_the_library() {
     let top = second.iter().map(|p| p["score"].as_f64().unwrap_or(0.0)).fold(0.0, f64::max);
     let want_top = alone.row(0).iter().copied().fold(0.0f32, f32::max);
     assert!((top - f64::from(want_top)).abs() <= 1e-5, "{got}");
+    // A multi-label head (problem_type in config.json): a sigmoid per label, as the library's.
+    let multi = library(&t.path().join("BertForSequenceClassification-3-multi-label"));
+    let want = multi.predict(&[(QUERY, DOCUMENTS[0])], &PairOptions::new()).expect("multi-label predict");
+    let (status, got) = server.post("/models/multi/predict", &json!({ "inputs": [QUERY, DOCUMENTS[0]] }));
+    assert_eq!(status, 200, "{got}");
+    for p in got.as_array().expect("predictions") {
+        let label = ["toxic", "insult", "threat"].iter().position(|l| p["label"] == *l).expect("a label");
+        close(&p["score"], want.row(0)[label], "/predict, multi-label");
+    }
 
     // /embed_sparse: TEI's [{"index", "value"}] per text, as the library's.
     let splade = library(&env_path("NORNIR_TEST_SPLADE_MODEL"));

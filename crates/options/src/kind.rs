@@ -67,7 +67,11 @@ impl ModelKind {
             Self::Embedder => ("embed", "/embed or /v1/embeddings", "nornir vector embed"),
             Self::SparseEncoder => ("embed_sparse", "/embed_sparse", "nornir vector embed"),
             Self::CrossEncoder => {
-                ("rerank or predict", "/rerank, /predict, /v1/rerank or /v2/rerank", "nornir vector rerank")
+                (
+                "rerank or predict",
+                "/rerank, /predict, /v1/rerank or /v2/rerank",
+                "nornir vector rerank or nornir vector predict",
+            )
             }
             Self::MultiVector => (
                 "embed_multi_vector or rerank",

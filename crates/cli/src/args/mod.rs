@@ -14,7 +14,7 @@ mod retrieval;
 pub use compact::CompactArgs;
 #[cfg(feature = "embed-ort")]
 pub use retrieval::OutputKind;
-pub use retrieval::{MultiVectorArgs, RerankArgs, SparseArgs};
+pub use retrieval::{MultiVectorArgs, PredictArgs, RerankArgs, SparseArgs};
 
 use std::path::PathBuf;
 
@@ -119,6 +119,19 @@ Examples:
   nornir vector rerank --model ms-marco-MiniLM --query \"what is a fjord?\" --input docs.txt --top-n 3
   nornir vector rerank --model DIR --query \"capital of France\" \"Paris is in France.\" \"Berlin is big.\"")]
     Rerank(RerankArgs),
+    /// Score each text (or pair of texts) with a classifier: every label's score, best first.
+    #[command(after_help = "Each input's scores are one JSON line in the shape of text-embeddings-inference's /predict:
+[{\"label\": ..., \"score\": ...}, ...], every label, best first; line i is input i. A text is
+encoded alone; a JSON line {\"text\": a, \"text_pair\": b} (with --input-format jsonl) is
+encoded as a pair, as an NLI cross-encoder reads one. Scores are the model's activation as
+transformers' text-classification pipeline applies it: a sigmoid per label for one label or when
+config.json says problem_type \"multi_label_classification\", else a softmax over the labels (a
+sentence-transformers activation_fn in config.json wins); --raw-scores gives the logits.
+
+Examples:
+  nornir vector predict --model emotion-classifier \"I love this\" \"This is awful\"
+  nornir vector predict --model nli-deberta --input pairs.jsonl --input-format jsonl --output scores.jsonl")]
+    Predict(PredictArgs),
     /// Serve one or several models over HTTP with OpenAI's, TEI's, Cohere's and Jina's APIs (the
     /// routes: --help).
     #[command(

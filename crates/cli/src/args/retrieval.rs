@@ -1,5 +1,5 @@
-//! The arguments of the other two kinds of model: a sparse encoder's (with `embed`) and a
-//! cross-encoder's (`rerank`).
+//! The arguments of the other kinds of model: a sparse encoder's (with `embed`) and a
+//! cross-encoder's (`rerank`, `predict`).
 
 use std::path::PathBuf;
 
@@ -83,6 +83,30 @@ pub struct RerankArgs {
     /// Write to FILE (created only when the run succeeds) instead of standard output.
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct PredictArgs {
+    /// Texts to classify (else --input, else standard input).
+    pub texts: Vec<String>,
+    /// Read texts from FILE ('-' for standard input): one per line, or with --input-format jsonl
+    /// one JSON object per line, {"text": ...} or a pair {"text": ..., "text_pair": ...}.
+    #[arg(long, short, value_name = "FILE", conflicts_with = "texts")]
+    pub input: Option<PathBuf>,
+    /// How --input is laid out.
+    #[arg(long, value_enum, default_value = "lines", value_name = "FORMAT")]
+    pub input_format: nornir_cli::input::InputFormat,
+    /// The model's raw scores (logits) instead of its activation's.
+    #[arg(long)]
+    pub raw_scores: bool,
+    /// Write to FILE (created only when the run succeeds) instead of standard output.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
     #[command(flatten)]
     pub model: ModelArgs,
 }

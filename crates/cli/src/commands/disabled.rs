@@ -5,7 +5,7 @@ use anyhow::{Result, bail};
 use nornir_vector::diagnostics::EpDevice;
 
 use super::{EmbedJob, OrtChoice};
-use crate::args::{BenchArgs, ModelArgs, QuantizeArgs, RerankArgs, ServeArgs};
+use crate::args::{BenchArgs, ModelArgs, PredictArgs, QuantizeArgs, RerankArgs, ServeArgs};
 
 pub const NOT_COMPILED: &str =
     "this nornir was built without the ONNX Runtime embedder; rebuild with `--features embed-ort` (the default)";
@@ -25,6 +25,10 @@ pub fn embed(_: &EmbedJob) -> Result<()> {
 }
 
 pub fn rerank(_: &RerankArgs) -> Result<()> {
+    bail!(NOT_COMPILED)
+}
+
+pub fn predict(_: &PredictArgs) -> Result<()> {
     bail!(NOT_COMPILED)
 }
 

@@ -1,5 +1,6 @@
-//! The other two kinds of model on the command line: `embed` on a sparse encoder (JSON lines of
-//! term ids and weights) and `rerank` with a cross-encoder (the documents best first).
+//! The other kinds of model on the command line: `embed` on a sparse encoder (JSON lines of
+//! term ids and weights), `rerank` with a cross-encoder (the documents best first) and `predict`
+//! with a classifier (every label's score per text or pair, TEI's `/predict` shape).
 
 use std::io::Write;
 
@@ -9,9 +10,9 @@ use nornir_vector::{CallOptions, Embedder, PairOptions, SparseOptions, SparseVec
 
 use super::EmbedJob;
 use super::load::load;
-use super::source::{Source, input_error, next_chunk, open_source, progress, show_progress};
+use super::source::{Source, input_error, next_chunk, next_records, open_source, progress, show_progress};
 use super::summary::RunSummary;
-use crate::args::RerankArgs;
+use crate::args::{PredictArgs, RerankArgs};
 use crate::output::{JsonLine, OutputFormat, Sink};
 
 /// `embed` on a sparse encoder: a JSON line per text, its terms ascending.
@@ -99,6 +100,46 @@ pub fn rerank(args: &RerankArgs) -> Result<()> {
         serde_json::to_writer(sink.writer(), &RankedLine { index: r.index, score: r.score, text })
             .context("write output")?;
         sink.writer().write_all(b"\n").context("write output")?;
+    }
+    sink.finish()
+}
+
+/// One label's score as TEI's `/predict` writes it.
+#[derive(serde::Serialize)]
+struct LabelScore<'a> {
+    label: &'a str,
+    score: f32,
+}
+
+/// `nornir vector predict`: a JSON line per input, every label's score, best first.
+pub fn predict(args: &PredictArgs) -> Result<()> {
+    let (mut source, size) = open_source(&args.texts, args.input.as_ref(), args.input_format)?;
+    let mut sink = Sink::open(args.output.as_deref())?;
+    let embedder = load(&args.model)?;
+    let labels = &embedder.model_info().folder.kind.labels;
+    let options = PairOptions::new().with_raw_scores(args.raw_scores);
+    let bar = progress(!args.quiet && args.texts.is_empty(), size);
+    let (mut done, started) = (0, std::time::Instant::now());
+    loop {
+        let chunk = next_records(&mut source)?;
+        if chunk.is_empty() {
+            break;
+        }
+        let inputs: Vec<(&str, Option<&str>)> = chunk.iter().map(|r| (r.text.as_str(), r.pair.as_deref())).collect();
+        let scores = embedder.score(&inputs, &options).map_err(|e| input_error(e, done))?;
+        for row in scores.rows() {
+            let mut line: Vec<LabelScore<'_>> =
+                row.iter().zip(labels).map(|(&score, label)| LabelScore { label, score }).collect();
+            line.sort_by(|a, b| b.score.total_cmp(&a.score));
+            serde_json::to_writer(sink.writer(), &line).context("write output")?;
+            sink.writer().write_all(b"\n").context("write output")?;
+        }
+        done += chunk.len();
+        show_progress(&bar, &source, done, started);
+    }
+    bar.finish_and_clear();
+    if done == 0 {
+        bail!("no texts to classify: give them as arguments, with --input FILE, or on standard input");
     }
     sink.finish()
 }

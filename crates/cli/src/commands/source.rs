@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader, IsTerminal};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use nornir_vector::EmbedError;
 
@@ -21,7 +21,7 @@ pub(super) enum Source {
 impl Source {
     fn next(&mut self) -> Result<Option<Record>> {
         match self {
-            Source::Args(it) => Ok(it.next().map(|text| Record { text, id: None })),
+            Source::Args(it) => Ok(it.next().map(|text| Record { text, id: None, pair: None })),
             Source::Reader { records, name } => records.next_record(name),
         }
     }
@@ -66,8 +66,18 @@ pub(super) fn progress(enabled: bool, total: Option<u64>) -> ProgressBar {
     }
 }
 
-/// The next `CHUNK` records of `source` (empty at its end).
+/// The next `CHUNK` records of `source` (empty at its end), each a text alone: a record with a
+/// `text_pair` is refused (only `predict` scores pairs).
 pub(super) fn next_chunk(source: &mut Source) -> Result<Vec<Record>> {
+    let chunk = next_records(source)?;
+    if chunk.iter().any(|r| r.pair.is_some()) {
+        bail!("the input has a \"text_pair\": a pair of texts is scored by `nornir vector predict`; give texts alone here");
+    }
+    Ok(chunk)
+}
+
+/// The next `CHUNK` records of `source`, texts alone or pairs (empty at its end).
+pub(super) fn next_records(source: &mut Source) -> Result<Vec<Record>> {
     let mut chunk: Vec<Record> = Vec::with_capacity(CHUNK);
     while chunk.len() < CHUNK {
         match source.next()? {

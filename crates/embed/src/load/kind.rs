@@ -23,6 +23,8 @@ pub(crate) struct HeadConfig {
     sentence_transformers: Option<StConfig>,
     /// sentence-transformers before 4.
     sbert_ce_default_activation_function: Option<String>,
+    /// transformers' `problem_type`: "multi_label_classification" scores each label alone.
+    problem_type: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -83,6 +85,15 @@ pub(crate) fn choose_kind(head: &HeadConfig, splade: Option<Pooling>, pooled: bo
             pooling: Some(Pooling::Splade),
         });
     }
+    let multi_label = match head.problem_type.as_deref() {
+        None | Some("single_label_classification" | "regression") => false,
+        Some("multi_label_classification") => true,
+        Some(other) => {
+            return Err(format!(
+                "problem_type {other:?} is not one transformers knows (regression, single_label_classification, multi_label_classification)"
+            ));
+        }
+    };
     let mut ids: Vec<(usize, &String)> = Vec::with_capacity(head.id2label.len());
     for (id, label) in &head.id2label {
         let id = id.parse().map_err(|_| format!("id2label has the key {id:?}, not a label number"))?;
@@ -90,6 +101,9 @@ pub(crate) fn choose_kind(head: &HeadConfig, splade: Option<Pooling>, pooled: bo
     }
     ids.sort();
     let num_labels = maybe_in("num_labels", head.num_labels, 0..=MAX_WIDTH, "the classifier's outputs")?;
+    if multi_label && ids.is_empty() && num_labels.unwrap_or(0) == 0 {
+        return Err("problem_type is \"multi_label_classification\" but config.json names no labels: give id2label (or num_labels)".to_owned());
+    }
     let count = num_labels.unwrap_or(ids.len()).max(ids.len()).max(1);
     let labels =
         (0..count).map(|i| ids.iter().find(|(id, _)| *id == i).map_or(format!("LABEL_{i}"), |(_, l)| (*l).clone()));
@@ -98,8 +112,10 @@ pub(crate) fn choose_kind(head: &HeadConfig, splade: Option<Pooling>, pooled: bo
         .as_ref()
         .and_then(|s| s.activation_fn.as_deref())
         .or(head.sbert_ce_default_activation_function.as_deref());
+    // As transformers' text-classification pipeline: a sigmoid for one label or a multi-label
+    // head (each label scored alone), else a softmax over the labels.
     let activation = match named {
-        None if count == 1 => ScoreActivation::Sigmoid,
+        None if count == 1 || multi_label => ScoreActivation::Sigmoid,
         None => ScoreActivation::Softmax,
         Some(f) => match f.rsplit('.').next().unwrap_or(f) {
             "Sigmoid" => ScoreActivation::Sigmoid,
@@ -112,9 +128,10 @@ pub(crate) fn choose_kind(head: &HeadConfig, splade: Option<Pooling>, pooled: bo
             }
         },
     };
+    let head_kind = if multi_label { "a multi-label classification head" } else { "a classification head" };
     Ok(KindChoice {
         kind: ModelKind::CrossEncoder,
-        reason: format!("config.json's architectures lists {arch}, a classification head ({count} label(s))"),
+        reason: format!("config.json's architectures lists {arch}, {head_kind} ({count} label(s))"),
         labels: labels.collect(),
         activation: Some(activation),
         pooling: None,
@@ -219,6 +236,29 @@ mod tests {
             choose_kind(&head(r#"{"architectures":["BertModel"]}"#), None, false).expect("kind").kind,
             ModelKind::Embedder
         );
+    }
+
+    #[test]
+    fn a_multi_label_head_scores_each_label_with_a_sigmoid() {
+        let multi = head(
+            r#"{"architectures":["BertForSequenceClassification"],"problem_type":"multi_label_classification",
+                "id2label":{"0":"toxic","1":"insult","2":"threat"}}"#,
+        );
+        let k = choose_kind(&multi, None, false).expect("kind");
+        assert_eq!((k.labels.len(), k.activation), (3, Some(ScoreActivation::Sigmoid)));
+        assert!(k.reason.contains("multi-label"), "{}", k.reason);
+        let single = head(
+            r#"{"architectures":["BertForSequenceClassification"],"problem_type":"single_label_classification",
+                "id2label":{"0":"a","1":"b"}}"#,
+        );
+        assert_eq!(choose_kind(&single, None, false).expect("kind").activation, Some(ScoreActivation::Softmax));
+        let no_labels = head(
+            r#"{"architectures":["BertForSequenceClassification"],"problem_type":"multi_label_classification","num_labels":0}"#,
+        );
+        let e = choose_kind(&no_labels, None, false).expect_err("no labels");
+        assert!(e.contains("names no labels"), "{e}");
+        let unknown = head(r#"{"architectures":["BertForSequenceClassification"],"problem_type":"ranking"}"#);
+        assert!(choose_kind(&unknown, None, false).expect_err("unknown").contains("\"ranking\""));
     }
 
     #[test]
