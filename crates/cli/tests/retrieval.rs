@@ -271,7 +271,16 @@ fn multi_label_is_scored_per_label(case: &Value, library: &nornir_vector::Embedd
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(json_lines(&String::from_utf8_lossy(&o.stdout)).len(), 1);
     let embedder = common::model();
-    let o = common::Run::new(&["vector", "embed", "--model", s(&embedder), "--input-format", "jsonl", "--input", s(&input)])
-        .output();
+    let o = common::Run::new(&[
+        "vector",
+        "embed",
+        "--model",
+        s(&embedder),
+        "--input-format",
+        "jsonl",
+        "--input",
+        s(&input),
+    ])
+    .output();
     common::assert_one_line_error(&o, "a pair of texts is scored by `nornir vector predict`");
 }

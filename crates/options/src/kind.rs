@@ -66,13 +66,11 @@ impl ModelKind {
         let (library, routes, commands) = match self {
             Self::Embedder => ("embed", "/embed or /v1/embeddings", "nornir vector embed"),
             Self::SparseEncoder => ("embed_sparse", "/embed_sparse", "nornir vector embed"),
-            Self::CrossEncoder => {
-                (
+            Self::CrossEncoder => (
                 "rerank or predict",
                 "/rerank, /predict, /v1/rerank or /v2/rerank",
                 "nornir vector rerank or nornir vector predict",
-            )
-            }
+            ),
             Self::MultiVector => (
                 "embed_multi_vector or rerank",
                 "/v1/multi-vector, /embed_all or /rerank",

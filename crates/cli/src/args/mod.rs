@@ -120,7 +120,8 @@ Examples:
   nornir vector rerank --model DIR --query \"capital of France\" \"Paris is in France.\" \"Berlin is big.\"")]
     Rerank(RerankArgs),
     /// Score each text (or pair of texts) with a classifier: every label's score, best first.
-    #[command(after_help = "Each input's scores are one JSON line in the shape of text-embeddings-inference's /predict:
+    #[command(
+        after_help = "Each input's scores are one JSON line in the shape of text-embeddings-inference's /predict:
 [{\"label\": ..., \"score\": ...}, ...], every label, best first; line i is input i. A text is
 encoded alone; a JSON line {\"text\": a, \"text_pair\": b} (with --input-format jsonl) is
 encoded as a pair, as an NLI cross-encoder reads one. Scores are the model's activation as
@@ -130,7 +131,8 @@ sentence-transformers activation_fn in config.json wins); --raw-scores gives the
 
 Examples:
   nornir vector predict --model emotion-classifier \"I love this\" \"This is awful\"
-  nornir vector predict --model nli-deberta --input pairs.jsonl --input-format jsonl --output scores.jsonl")]
+  nornir vector predict --model nli-deberta --input pairs.jsonl --input-format jsonl --output scores.jsonl"
+    )]
     Predict(PredictArgs),
     /// Serve one or several models over HTTP with OpenAI's, TEI's, Cohere's and Jina's APIs (the
     /// routes: --help).

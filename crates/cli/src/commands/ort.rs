@@ -13,11 +13,8 @@ use crate::args::ModelArgs;
 /// The plan for these arguments, with ONNX Runtime's `devices` once listed (empty before).
 pub fn plan(m: &ModelArgs, devices: &[EpDevice]) -> Result<Option<Plan>> {
     // The model's own constraint (an int8 model for the CPU) is part of the plan when it can be read.
-    let cpu_only = model_dir(m)
-        .ok()
-        .and_then(|d| ModelFolder::open(&d, m.model_file.as_deref()).ok())
-        .and_then(|f| f.quantization)
-        .and_then(|q| q.cpu_only());
+    let cpu_only =
+        model_dir(m).ok().and_then(|d| ModelFolder::open(&d, m.model_file.as_deref()).ok()).and_then(|f| f.cpu_only());
     let providers = options(m)?.providers;
     Ok(Some(plan_with(m.device, cpu_only, devices, &providers)))
 }

@@ -71,7 +71,9 @@ pub(super) fn progress(enabled: bool, total: Option<u64>) -> ProgressBar {
 pub(super) fn next_chunk(source: &mut Source) -> Result<Vec<Record>> {
     let chunk = next_records(source)?;
     if chunk.iter().any(|r| r.pair.is_some()) {
-        bail!("the input has a \"text_pair\": a pair of texts is scored by `nornir vector predict`; give texts alone here");
+        bail!(
+            "the input has a \"text_pair\": a pair of texts is scored by `nornir vector predict`; give texts alone here"
+        );
     }
     Ok(chunk)
 }

@@ -4,11 +4,12 @@
 //! which provider ran each node `placement.rs`.
 
 mod open;
+mod open_static;
 pub(crate) mod placement;
 pub(crate) mod worker;
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use nornir_ep_select::{Plan, Planned, Provider, Vendor};
 use ort::session::Session;
@@ -20,20 +21,37 @@ use crate::load::runtime::OrtRuntime;
 use crate::load::session::{self, SessionConfig, Slot, growth_since, resident_bytes};
 use crate::load::tokenize::ModelTokenizer;
 use crate::math::dense::DenseHead;
+use crate::math::static_table::StaticTable;
 use crate::schedule::scheduler::Scheduler;
 use crate::schedule::stats::{Counters, EmbedStats};
 use crate::values::{ModelInfo, SessionReport};
 use nornir_options::ModelKind;
 use nornir_options::QueueFull;
 
-/// Everything the callers and the workers share. On the CPU every worker runs the one
-/// session; on a GPU worker k runs session k (see `slot_for`).
+/// What runs a batch: ONNX Runtime's sessions of the graph, or a static model's table.
 #[derive(Debug)]
-pub(crate) struct Engine {
-    pub(crate) session: RwLock<Slot>,
+pub(crate) enum Backend {
+    Onnx(Box<Sessions>),
+    /// A static model (Model2Vec): a mean of table rows, without ONNX Runtime.
+    Static(StaticTable),
+}
+
+/// The graph's sessions. On the CPU every worker runs the first; on a GPU worker k runs session
+/// k (see `slot_for`).
+#[derive(Debug)]
+pub(crate) struct Sessions {
+    pub(crate) first: RwLock<Slot>,
     /// More sessions like the first for the other workers, built on first need; only on a GPU,
     /// whose sessions run one batch at a time.
-    pub(crate) extra_sessions: std::sync::OnceLock<Vec<RwLock<Slot>>>,
+    pub(crate) extra: OnceLock<Vec<RwLock<Slot>>>,
+    pub(crate) runtime: Arc<OrtRuntime>,
+    pub(crate) intra_threads: usize,
+}
+
+/// Everything the callers and the workers share.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) backend: Backend,
     /// Set once a GPU session failed at run time and was replaced by a CPU session.
     pub(crate) run_fallback: Mutex<Option<String>>,
     /// Workers running batches side by side (`EmbedderOptions::workers`).
@@ -54,8 +72,6 @@ pub(crate) struct Engine {
     pub(crate) head: DenseHead,
     pub(crate) info: ModelInfo,
     pub(crate) report: SessionReport,
-    pub(crate) runtime: Arc<OrtRuntime>,
-    pub(crate) intra_threads: usize,
     pub(crate) counters: Counters,
     pub(crate) scheduler: Scheduler,
     pub(crate) queue_full: QueueFull,
@@ -155,33 +171,42 @@ impl Engine {
     /// it; otherwise (a GPU, a plugin provider) each worker has a session of its own, which
     /// falls back to the CPU on its own.
     fn workers_share_session(&self) -> bool {
-        self.report.on_builtin_cpu()
+        matches!(self.backend, Backend::Static(_)) || self.report.on_builtin_cpu()
     }
 
-    /// The worker `k` runs: on the CPU the first, for every worker at once; on a GPU
-    /// session `k`, or the first when the others could not be built.
-    pub(crate) fn slot_for(&self, k: usize) -> &RwLock<Slot> {
-        if k == 0 || self.workers_share_session() {
-            return &self.session;
+    /// The graph's sessions; `None` for a static model.
+    pub(crate) fn sessions(&self) -> Option<&Sessions> {
+        match &self.backend {
+            Backend::Onnx(s) => Some(s),
+            Backend::Static(_) => None,
         }
-        self.extra_sessions().get(k - 1).unwrap_or(&self.session)
+    }
+
+    /// The session worker `k` runs: on the CPU the first, for every worker at once; on a GPU
+    /// session `k`, or the first when the others could not be built.
+    fn slot_for<'s>(&'s self, sessions: &'s Sessions, k: usize) -> &'s RwLock<Slot> {
+        if k == 0 || self.workers_share_session() {
+            return &sessions.first;
+        }
+        self.extra_sessions().get(k - 1).unwrap_or(&sessions.first)
     }
 
     /// The sessions beyond the first, for the other workers on a GPU, built on first use with
-    /// the plan that is really running. None on the CPU, where the workers share the first. A
-    /// failure to build them leaves one session.
+    /// the plan that is really running. None on the CPU, where the workers share the first, or
+    /// for a static model. A failure to build them leaves one session.
     pub(crate) fn extra_sessions(&self) -> &[RwLock<Slot>] {
-        self.extra_sessions.get_or_init(|| {
+        let Some(sessions) = self.sessions() else { return &[] };
+        sessions.extra.get_or_init(|| {
             if self.workers_share_session() {
                 return Vec::new();
             }
             let plan = self.running_plan();
-            let cfg = self.pooled_config();
+            let cfg = self.pooled_config(sessions);
             let mut extra = Vec::new();
             for _ in 1..self.workers {
                 crate::forward::fault::hit(crate::forward::fault::Stage::Build);
                 let resident = resident_bytes();
-                match session::build(&self.runtime, &plan, &cfg) {
+                match session::build(&sessions.runtime, &plan, &cfg) {
                     Ok((session, r)) => {
                         if let Some(grew) = growth_since(resident) {
                             self.session_growth.lock().unwrap_or_else(PoisonError::into_inner).push(grew);
@@ -218,66 +243,81 @@ impl Engine {
     }
 
     /// How every session of the model is built.
-    pub(crate) fn pooled_config(&self) -> SessionConfig<'_> {
-        SessionConfig { model: &self.info.folder.model_file, intra_threads: self.intra_threads, profile_to: None }
+    pub(crate) fn pooled_config<'s>(&'s self, sessions: &Sessions) -> SessionConfig<'s> {
+        SessionConfig { model: &self.info.folder.model_file, intra_threads: sessions.intra_threads, profile_to: None }
     }
 
     /// A CPU session like the others, to replace a GPU session that failed at run time.
-    pub(crate) fn cpu_session(&self) -> Result<Session> {
-        Ok(session::build(&self.runtime, &self.cpu_plan(), &self.pooled_config())?.0)
+    pub(crate) fn cpu_session(&self, sessions: &Sessions) -> Result<Session> {
+        Ok(session::build(&sessions.runtime, &self.cpu_plan(), &self.pooled_config(sessions))?.0)
     }
 
-    /// Runs one batch on `slot`. When a GPU session fails, and the device was not forced, the
-    /// slot's session is replaced by a CPU session and the same batch runs again: `emit` sees
-    /// each text once, from the run that succeeded.
-    pub(crate) fn run_batch(
-        &self,
-        slot: &RwLock<Slot>,
-        rows: &[Row<'_>],
-        mut emit: impl FnMut(usize, &[f32]),
-    ) -> Result<usize> {
-        let (settings, nanos) = (self.settings, &self.counters.ort_nanos);
+    /// Runs one batch as worker `k`: on its session, or a static model's table. When a GPU
+    /// session fails, and the device was not forced, the slot's session is replaced by a CPU
+    /// session and the same batch runs again: `emit` sees each text once, from the run that
+    /// succeeded.
+    pub(crate) fn run_batch(&self, k: usize, rows: &[Row<'_>], mut emit: impl FnMut(usize, &[f32])) -> Result<usize> {
         if self.head.is_empty() {
-            return self
-                .run_on(slot, rows, |session| run_and_pool(session, &self.io, settings, rows, nanos, &mut emit));
+            return self.run_rows(k, rows, &mut emit);
         }
         // Pooled rows go through the Dense modules before anything else sees them; their width
         // was checked against the graph's at load. Raw token rows do not.
         let mut scratch = Default::default();
         let mut apply =
             |k: usize, v: &[f32]| if rows[k].raw { emit(k, v) } else { emit(k, self.head.apply(v, &mut scratch)) };
-        self.run_on(slot, rows, |session| run_and_pool(session, &self.io, settings, rows, nanos, &mut apply))?;
+        self.run_rows(k, rows, &mut apply)?;
         Ok(self.head.out_features().unwrap_or_default())
     }
 
-    /// Runs `run` on the slot's session, then counts the batch of `rows`. Pooled rows and token
-    /// vectors both go this way. A CPU session runs under the read lock, beside the other
-    /// workers' runs; a GPU session under the write lock (see `run_exclusive`).
-    pub(crate) fn run_on(
+    /// Each row's pooled vectors (or a raw row's token vectors) at the model's width, then the
+    /// batch counted.
+    fn run_rows(&self, k: usize, rows: &[Row<'_>], emit: &mut impl FnMut(usize, &[f32])) -> Result<usize> {
+        let (settings, nanos) = (self.settings, &self.counters.ort_nanos);
+        let dim = match &self.backend {
+            Backend::Static(table) => pool_static(table, rows, emit),
+            Backend::Onnx(sessions) => self.run_on(self.slot_for(sessions, k), sessions, |session| {
+                run_and_pool(session, &self.io, settings, rows, nanos, &mut *emit)
+            })?,
+        };
+        self.count_batch(rows, matches!(self.backend, Backend::Onnx(_)));
+        Ok(dim)
+    }
+
+    /// Runs `run` on the slot's session. A CPU session runs under the read lock, beside the
+    /// other workers' runs; a GPU session under the write lock (see `run_exclusive`).
+    fn run_on(
         &self,
         slot: &RwLock<Slot>,
-        rows: &[Row<'_>],
+        sessions: &Sessions,
         mut run: impl FnMut(&Session) -> Result<usize>,
     ) -> Result<usize> {
         let shared = slot.read().unwrap_or_else(PoisonError::into_inner);
-        let dim = if shared.builtin_cpu {
-            run(&shared.session)?
-        } else {
-            drop(shared);
-            self.run_exclusive(slot, &mut run)?
-        };
+        if shared.builtin_cpu {
+            return run(&shared.session);
+        }
+        drop(shared);
+        self.run_exclusive(slot, sessions, &mut run)
+    }
+
+    /// Counts a batch of `rows` in the stats, `padded` to its longest (a static model's are not).
+    fn count_batch(&self, rows: &[Row<'_>], padded: bool) {
         let c = &self.counters;
         let longest = rows.iter().map(|r| r.ids.len()).max().unwrap_or(0).max(1);
         c.batches.fetch_add(1, Ordering::Relaxed);
         c.count_batch(rows.len());
         c.tokens.fetch_add(rows.iter().map(|r| r.ids.len() as u64).sum(), Ordering::Relaxed);
-        c.padded_tokens.fetch_add((rows.len() * longest) as u64, Ordering::Relaxed);
-        Ok(dim)
+        let fed = if padded { rows.len() * longest } else { rows.iter().map(|r| r.ids.len()).sum() };
+        c.padded_tokens.fetch_add(fed as u64, Ordering::Relaxed);
     }
 
     /// Runs `run` on the slot's session alone, and when a GPU session fails (and the device was
     /// not forced), replaces it with a CPU session under the same lock and runs again there.
-    fn run_exclusive(&self, slot: &RwLock<Slot>, run: &mut impl FnMut(&Session) -> Result<usize>) -> Result<usize> {
+    fn run_exclusive(
+        &self,
+        slot: &RwLock<Slot>,
+        sessions: &Sessions,
+        run: &mut impl FnMut(&Session) -> Result<usize>,
+    ) -> Result<usize> {
         let mut slot = slot.write().unwrap_or_else(PoisonError::into_inner);
         match run(&slot.session) {
             Err(e) if !slot.builtin_cpu => {
@@ -293,7 +333,7 @@ impl Engine {
                     });
                 }
                 tracing::warn!("{why}; running it and the rest on CPU");
-                slot.session = self.cpu_session()?;
+                slot.session = self.cpu_session(sessions)?;
                 slot.builtin_cpu = true;
                 self.run_fallback()
                     .get_or_insert_with(|| format!("{why}; rebuilt on CPUExecutionProvider and ran that batch again"));
@@ -302,4 +342,26 @@ impl Engine {
             other => other,
         }
     }
+}
+
+/// A static model's batch: each row's mean of table rows (one per span when it has spans), or a
+/// raw row's token rows one by one. Returns the table's width.
+fn pool_static(table: &StaticTable, rows: &[Row<'_>], emit: &mut impl FnMut(usize, &[f32])) -> usize {
+    let mut v = vec![0.0; table.width];
+    for (k, row) in rows.iter().enumerate() {
+        let ids = &row.ids[row.skip.min(row.ids.len())..];
+        if row.raw {
+            let tokens = table.token_rows(row.ids);
+            row.spans.iter().for_each(|&(from, to)| emit(k, &tokens[from * table.width..to * table.width]));
+        } else if row.spans.is_empty() {
+            table.mean(ids, &mut v);
+            emit(k, &v);
+        } else {
+            for &(from, to) in row.spans {
+                table.mean(&row.ids[from..to], &mut v);
+                emit(k, &v);
+            }
+        }
+    }
+    table.width
 }

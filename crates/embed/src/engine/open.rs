@@ -3,14 +3,14 @@
 //! kind, then one short text run to check the output's width.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use nornir_ep_select::{Planned, Vendor};
 use ort::session::Session;
 
-use crate::engine::Engine;
+use crate::engine::{Backend, Engine, Sessions};
 use crate::error::{EmbedError, Result};
-use crate::forward::graph_io::{GraphIo, graph_io};
+use crate::forward::graph_io::graph_io;
 use crate::forward::run::{Row, RowSettings};
 use crate::load::dense::load_head;
 use crate::load::graph_scan::{Attention, attention, one_text_per_run};
@@ -56,6 +56,9 @@ impl Engine {
     /// Returns the engine and what a model that makes token vectors adds, which its calls hold.
     pub(crate) fn new(dir: &Path, options: &EmbedderOptions) -> Result<(Self, TokenModel)> {
         options.validate()?;
+        if let Some(layout) = crate::load::static_model::find(dir)? {
+            return Self::open_static(dir, layout, options);
+        }
         let FolderParts { mut folder, head, prompt, tokenizer, tokens } = read_folder(dir, options)?;
         let first = build_first_session(&folder, options)?;
         let mut io = graph_io(&first.session, &folder, options.output_name.as_deref())?;
@@ -73,7 +76,14 @@ impl Engine {
         folder.kind = kind::with_graph(std::mem::take(&mut folder.kind), &output, io.pooled)
             .map_err(|e| EmbedError::model(&folder.dir, e))?;
         check_kind_options(&folder, options)?;
-        let (info, settings, include_prompt) = model_info(folder, prompt, &tokenizer, &first, &io, output, options)?;
+        let facts = GraphFacts {
+            inputs: first.session.inputs().iter().map(|i| i.name().to_owned()).collect(),
+            pooled: io.pooled,
+            output_reason: io.output_reason.clone(),
+            one_text_per_run: first.one_text_per_run.clone(),
+            attention: first.attention.phrase(),
+        };
+        let (info, settings, include_prompt) = model_info(folder, prompt, &tokenizer, facts, output, options)?;
         let FirstSession { runtime, session, report, workers, intra_threads, session_growth, attention, .. } = first;
         let policy = match report.gpu_vendor {
             Vendor::Cpu => BatchPolicy::CPU.with_tiled_unpadded_attention(attention.tiled_when_unpadded()),
@@ -83,9 +93,14 @@ impl Engine {
         let vocab = tokenizer.truncating().get_vocab_size(true);
         let budget =
             if info.one_text_per_run.is_some() { 1 } else { kind::token_budget(kind, vocab, options.token_budget) };
+        let sessions = Sessions {
+            first: RwLock::new(Slot::new(session, &report)),
+            extra: OnceLock::new(),
+            runtime,
+            intra_threads,
+        };
         let mut engine = Self {
-            session: RwLock::new(Slot::new(session, &report)),
-            extra_sessions: std::sync::OnceLock::new(),
+            backend: Backend::Onnx(Box::new(sessions)),
             run_fallback: Mutex::new(None),
             workers,
             session_growth,
@@ -97,8 +112,6 @@ impl Engine {
             head: DenseHead::default(),
             info,
             report,
-            runtime,
-            intra_threads,
             counters: Counters::default(),
             scheduler: Scheduler::new(workers, budget, policy, options.max_queued_texts, options.batch_wait),
             queue_full: options.queue_full,
@@ -123,7 +136,7 @@ impl Engine {
         let mut ids = enc.get_ids().to_vec();
         let last = u32::try_from(vocab.saturating_sub(1)).unwrap_or(u32::MAX);
         ids.insert(ids.len().saturating_sub(1), last);
-        let dim = self.run_batch(&self.session, &[Row::text(&ids)], |_, _| {}).map_err(|e| match e {
+        let dim = self.run_batch(0, &[Row::text(&ids)], |_, _| {}).map_err(|e| match e {
             EmbedError::ForcedDeviceFailed { .. } => e,
             e => EmbedError::Model {
                 dir: self.info.folder.dir.clone(),
@@ -239,7 +252,7 @@ fn read_folder(dir: &Path, options: &EmbedderOptions) -> Result<FolderParts> {
 /// ONNX Runtime loaded for the plan, its device list joined to the plan, and the first session
 /// built on it with the workers and threads the plan implies.
 fn build_first_session(folder: &ModelFolder, options: &EmbedderOptions) -> Result<FirstSession> {
-    let cpu_only = folder.quantization.as_ref().and_then(|q| q.cpu_only());
+    let cpu_only = folder.cpu_only();
     let first = plan_with(options.device, cpu_only.clone(), &[], &options.providers);
     if let Some(why) = &first.refusal {
         return Err(EmbedError::DeviceRefused { reason: why.clone() });
@@ -288,14 +301,24 @@ fn check_kind_options(folder: &ModelFolder, options: &EmbedderOptions) -> Result
     Ok(())
 }
 
+/// What the graph (or a static model's table) tells the model's report.
+pub(super) struct GraphFacts {
+    pub(super) inputs: Vec<String>,
+    /// The output is one vector per text.
+    pub(super) pooled: bool,
+    pub(super) output_reason: String,
+    pub(super) one_text_per_run: Option<String>,
+    /// How attention is computed, in words.
+    pub(super) attention: String,
+}
+
 /// What the engine reports about the model, how its rows are pooled, and whether a call's
 /// prompt tokens are pooled.
-fn model_info(
+pub(super) fn model_info(
     folder: ModelFolder,
     prompt: PromptChoice,
     tokenizer: &ModelTokenizer,
-    first: &FirstSession,
-    io: &GraphIo,
+    graph: GraphFacts,
     output: String,
     options: &EmbedderOptions,
 ) -> Result<(ModelInfo, RowSettings, bool)> {
@@ -318,10 +341,10 @@ fn model_info(
     };
     let settings = RowSettings { pooling, left_padding };
     let info = ModelInfo {
-        inputs: first.session.inputs().iter().map(|i| i.name().to_owned()).collect(),
+        inputs: graph.inputs,
         output,
-        output_is_pooled: io.pooled,
-        output_reason: io.output_reason.clone(),
+        output_is_pooled: graph.pooled,
+        output_reason: graph.output_reason,
         dimension: 0,
         model_dimension: 0,
         max_length,
@@ -332,8 +355,8 @@ fn model_info(
         normalize_reason,
         prompt,
         left_padding,
-        one_text_per_run: first.one_text_per_run.clone(),
-        attention: first.attention.phrase(),
+        one_text_per_run: graph.one_text_per_run,
+        attention: graph.attention,
         dense_reason: None,
         folder,
     };

@@ -52,16 +52,21 @@ pub fn parse_profile(text: &str) -> Placement {
 /// Which provider ran each node, from ONNX Runtime's profiling output of one run of a fresh
 /// session built the same way. Costs a session build; call it on demand (`doctor`).
 pub(crate) fn profile(engine: &Engine) -> Placement {
+    let Some(sessions) = engine.sessions() else {
+        return Placement::Unknown {
+            reason: "a static model runs no ONNX graph: nornir sums its table's rows".to_owned(),
+        };
+    };
     // A private folder with an unpredictable name, removed when `dir` drops.
     let dir = match tempfile::Builder::new().prefix("nornir-placement-").tempdir() {
         Ok(d) => d,
         Err(e) => return Placement::Unknown { reason: format!("no temporary folder for the profile: {e}") },
     };
     let prefix = dir.path().join("nornir-placement");
-    let cfg = SessionConfig { profile_to: Some(&prefix), ..engine.pooled_config() };
+    let cfg = SessionConfig { profile_to: Some(&prefix), ..engine.pooled_config(sessions) };
     let plan = engine.running_plan();
     let result = (|| -> Result<Placement> {
-        let (mut session, _) = session::build(&engine.runtime, &plan, &cfg)?;
+        let (mut session, _) = session::build(&sessions.runtime, &plan, &cfg)?;
         let ids = engine
             .tokenizer
             .truncating()

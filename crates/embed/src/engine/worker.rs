@@ -2,12 +2,9 @@
 //! the one session all workers share, on a GPU on session `k`, with the GPU-to-CPU fallback), and
 //! hands each row to its call's request.
 
-use std::sync::RwLock;
-
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result, error_chain};
 use crate::forward::run::Row;
-use crate::load::session::Slot;
 use crate::schedule::request::Item;
 
 /// Worker `k`: runs batches until the embedder is dropped. A panic anywhere in
@@ -24,19 +21,18 @@ pub(crate) fn work(engine: &Engine, k: usize) {
 
 fn run_batches(engine: &Engine, k: usize) {
     while let Some(mut items) = engine.scheduler.next_batch_for(k) {
-        let slot = engine.slot_for(k);
         let fed = items.len() * items.iter().map(|i| i.ids.len()).max().unwrap_or(0);
         let started = std::time::Instant::now();
-        run_items(engine, k, slot, &mut items);
+        run_items(engine, k, &mut items);
         engine.scheduler.done(k, fed, started.elapsed());
     }
 }
 
-/// Runs a batch of queue items on `slot` and hands each row to its request, after the
+/// Runs a batch of queue items as worker `k` and hands each row to its request, after the
 /// batch is counted in the stats. When the batch fails, each text runs again alone, so one
 /// text (one caller's bad input) fails only its own call; a panic while running fails the
 /// batch's texts, and a panic anywhere else fails them as they drop (see `Item`).
-fn run_items(engine: &Engine, k: usize, slot: &RwLock<Slot>, items: &mut [Item]) {
+fn run_items(engine: &Engine, k: usize, items: &mut [Item]) {
     // The batch's vectors in order, each item's rows one after another, and how many floats are
     // each item's (a raw item's token rows are narrower than the Dense modules' pooled rows).
     let run = |batch: &[Item]| -> Result<(Vec<f32>, Vec<usize>)> {
@@ -57,9 +53,9 @@ fn run_items(engine: &Engine, k: usize, slot: &RwLock<Slot>, items: &mut [Item])
         let mut floats = vec![0; batch.len()];
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             crate::forward::fault::hit(crate::forward::fault::Stage::Run);
-            engine.run_batch(slot, &rows, |k, v| {
+            engine.run_batch(k, &rows, |i, v| {
                 out.extend_from_slice(v);
-                floats[k] += v.len();
+                floats[i] += v.len();
             })
         }))
         .unwrap_or_else(|_| {

@@ -1,5 +1,6 @@
 //! Loading, below everything that runs: the model folder read as sentence-transformers reads it
-//! (its kind, prompts, Dense modules, token rules), its tokenizer, the ONNX Runtime library and
+//! (its kind, prompts, Dense modules, token rules) or a static model's table, its tokenizer, the
+//! ONNX Runtime library and
 //! its plugins, the plan, and one session built one provider at a time.
 
 pub(crate) mod checks;
@@ -17,5 +18,6 @@ pub(crate) mod prompt;
 pub(crate) mod runtime;
 pub(crate) mod session;
 pub(crate) mod st_configs;
+pub(crate) mod static_model;
 pub(crate) mod template;
 pub(crate) mod tokenize;

@@ -145,8 +145,22 @@ impl ModelFolder {
         }
     }
 
-    /// Reads and checks the folder. `model_file` overrides the model's file name (relative to `dir`).
+    /// Why this model runs only on the CPU, if it does: a static model, or an int8 model for the
+    /// CPU.
+    pub fn cpu_only(&self) -> Option<String> {
+        if self.is_static {
+            return Some(crate::load::static_model::ON_THE_CPU.to_owned());
+        }
+        self.quantization.as_ref().and_then(Quantization::cpu_only)
+    }
+
+    /// Reads and checks the folder. `model_file` overrides the model's file name (relative to
+    /// `dir`). A static model's folder (Model2Vec) is described without its table read.
     pub fn open(dir: &Path, model_file: Option<&Path>) -> Result<Self> {
+        if let Some(layout) = crate::load::static_model::find(dir)? {
+            let settings = crate::load::static_model::settings(dir, &layout)?;
+            return Ok(crate::load::static_model::folder(dir, &layout, settings.max_length));
+        }
         let err = |reason: String| EmbedError::model(dir, reason);
         let (model_file, tokenizer_file) = model_and_tokenizer(dir, model_file)?;
         let read_json = |name: &str| read_json(dir, name);
@@ -237,6 +251,7 @@ impl ModelFolder {
             multi_vector,
             sparse_head,
             pair_template,
+            is_static: false,
         })
     }
 }

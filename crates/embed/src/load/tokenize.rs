@@ -45,6 +45,9 @@ pub(crate) struct ModelTokenizer {
     /// Which limit `max_length` is, in words.
     max_length_reason: String,
     left_padding: bool,
+    /// A static model's texts are cut to this many characters before tokenizing, as
+    /// model2vec's `encode` cuts them (`max_length` x the vocabulary's median token length).
+    char_limit: Option<usize>,
 }
 
 impl ModelTokenizer {
@@ -102,7 +105,46 @@ impl ModelTokenizer {
             max_length,
             max_length_reason,
             left_padding,
+            char_limit: None,
         })
+    }
+
+    /// The tokenizer as model2vec's `StaticModel` uses it: no special tokens (its post-processor
+    /// removed, as `add_special_tokens=False` leaves them out), each text first cut to
+    /// `max_length` times the vocabulary's median token length in characters (none without a
+    /// `max_length`).
+    pub(crate) fn for_static_model(mut self, max_length: Option<usize>) -> Self {
+        self.right.with_post_processor(None::<tokenizers::PostProcessorWrapper>);
+        let mut lengths: Vec<usize> = self.right.get_vocab(true).keys().map(|t| t.chars().count()).collect();
+        lengths.sort_unstable();
+        let n = lengths.len();
+        // NumPy's median, truncated to a whole number as model2vec's int() does.
+        let median = match n {
+            0 => 0,
+            _ if n % 2 == 1 => lengths[n / 2],
+            _ => (lengths[n / 2 - 1] + lengths[n / 2]) / 2,
+        };
+        self.char_limit = max_length.map(|m| m.saturating_mul(median));
+        self
+    }
+
+    /// The unknown token's id, as model2vec finds it: the model's `unk_token` (WordPiece, BPE,
+    /// WordLevel) or `unk_id` (Unigram); `None` where it has none.
+    pub(crate) fn unknown_id(&self) -> Option<u32> {
+        let model = serde_json::to_value(self.right.get_model()).ok()?;
+        match (model.get("unk_token").and_then(|t| t.as_str()), model.get("unk_id").and_then(|i| i.as_u64())) {
+            (Some(token), _) => self.right.token_to_id(token),
+            (None, Some(id)) => u32::try_from(id).ok(),
+            (None, None) => None,
+        }
+    }
+
+    /// `text` as it is tokenized: a static model's cut to its character limit.
+    fn cut<'a>(&self, text: &'a str) -> &'a str {
+        match self.char_limit {
+            Some(limit) => text.char_indices().nth(limit).map_or(text, |(i, _)| &text[..i]),
+            None => text,
+        }
     }
 
     /// Which limit [`max_length`](Self::max_length) is, and the others, in words.
@@ -218,6 +260,7 @@ impl ModelTokenizer {
     /// the whole text is tokenized instead, so the ids are always those of the whole text.
     pub(crate) fn encode(&self, texts: &[&str], prompt: &str, truncation: Truncation) -> Result<Vec<Encoding>> {
         let max_length = self.max_length;
+        let texts: Vec<&str> = texts.iter().map(|t| self.cut(t)).collect();
         let (tokenizer, part): (&Tokenizer, fn(&str, usize) -> &str) = match truncation {
             Truncation::Left => (self.left(), suffix_for_tokens),
             Truncation::Right | Truncation::Refuse => (&self.right, prefix_for_tokens),

@@ -3,3 +3,4 @@
 
 pub(crate) mod dense;
 pub(crate) mod pooling;
+pub(crate) mod static_table;

@@ -117,6 +117,10 @@ pub struct ModelFolder {
     /// written by `nornir vector convert`); `None`: the tokenizer's own pair encoding.
     #[serde(default)]
     pub pair_template: Option<PairTemplate>,
+    /// A static model (Model2Vec): `model_file` is its table of token vectors, and no ONNX
+    /// Runtime runs it.
+    #[serde(default)]
+    pub is_static: bool,
 }
 
 /// A reranker's prompt around a pair: `prefix`, then `body` with `{instruction}`, `{query}` and
