@@ -191,6 +191,9 @@ fn cross_encoders_of_both_families_score_as_the_reference() {
         assert!(matches!(refused, EmbedError::WrongKind { kind: ModelKind::CrossEncoder, .. }), "{refused}");
         let query = "what is a fjord?";
         let documents: Vec<&str> = pairs.iter().filter(|p| p.0 == query).map(|p| p.1.as_str()).collect();
+        if name == "BertForSequenceClassification-1" {
+            long_documents_score_by_their_best_chunk(&e, case["folder"].as_str().expect("folder"));
+        }
         if labels != 1 {
             let e = e.rerank(query, &documents, None, &PairOptions::new()).expect_err("rerank on three labels");
             assert!(e.to_string().contains("call predict"), "{e}");
@@ -235,6 +238,96 @@ fn cross_encoders_of_both_families_score_as_the_reference() {
         }
     }
     eprintln!("cross-encoders: 5 models x 10 pairs, largest score difference {:e}", worst.get());
+}
+
+/// Reranking with chunking on the reference's BERT reranker (32 tokens, a word per token): each
+/// long document's score is the best of its chunks, each scored alone as a short document (the
+/// chunks enumerated here from the rule: windows of what the query and the pair's 3 special
+/// tokens leave, overlapping by 5 words); the command line says which chunk scored; a window
+/// longer than the model's is refused in one line.
+fn long_documents_score_by_their_best_chunk(e: &nornir_vector::Embedder, folder: &str) {
+    use nornir_vector::{CallOptions, Chunking, PairOptions};
+    const WORDS: &str = "the is of and to in what where why fjord capital paris france city river sea water long narrow \
+                         inlet glacier valley ice cut deep coast norway made food man eating horse riding";
+    let words: Vec<&str> = WORDS.split_whitespace().collect();
+    let query = "how fjords form?"; // 4 tokens: how, fjords, form, ?
+    let room = 32 - 3 - 4;
+    let overlap = 5;
+    // Documents of 60, 25 and 3 words in a seeded order: three chunks, one, one.
+    let mut state = 7u64;
+    let mut next = || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        words[(state >> 33) as usize % words.len()]
+    };
+    let documents: Vec<Vec<&str>> = [60, 25, 3].iter().map(|&n| (0..n).map(|_| next()).collect()).collect();
+    let texts: Vec<String> = documents.iter().map(|d| d.join(" ")).collect();
+    let chunking = Chunking::new().with_overlap(overlap);
+    let options = PairOptions::new().with_call(CallOptions::new().with_chunking(chunking));
+    let ranked = e.rerank(query, &texts, None, &options).expect("rerank with chunking");
+    assert_eq!(ranked.ranked.len(), 3);
+    for r in &ranked.ranked {
+        let words = &documents[r.index];
+        let mut chunks = Vec::new();
+        let mut start = 0;
+        loop {
+            let end = (start + room).min(words.len());
+            chunks.push(words[start..end].join(" "));
+            if end == words.len() {
+                break;
+            }
+            start = end - overlap;
+        }
+        let pairs: Vec<(&str, &str)> = chunks.iter().map(|c| (query, c.as_str())).collect();
+        let alone = e.predict(&pairs, &PairOptions::new()).expect("each chunk alone");
+        let best = (0..alone.len()).map(|i| alone.row(i)[0]).fold(f32::MIN, f32::max);
+        assert!((r.score - best).abs() <= 1e-4, "document {}: {} against its best chunk's {best}", r.index, r.score);
+        let span = r.chunk.expect("the chunk that scored");
+        assert_eq!(&texts[r.index][span.start..span.end], chunks[span.index], "document {}", r.index);
+        assert!((alone.row(span.index)[0] - r.score).abs() <= 1e-4);
+        assert_eq!(chunks.len(), [3, 1, 1][r.index], "document {}'s chunks", r.index);
+    }
+    eprintln!("rerank with chunking: {:?}", ranked.ranked);
+    let input = tempfile::NamedTempFile::new().expect("temp");
+    std::fs::write(input.path(), texts.join("\n") + "\n").expect("write documents");
+    let args = [
+        "vector",
+        "rerank",
+        "--model",
+        folder,
+        "--query",
+        query,
+        "--input",
+        s(input.path()),
+        "--long",
+        "chunk",
+        "--overlap",
+        "5",
+    ];
+    let lines = json_lines(&String::from_utf8_lossy(&o_ranked(&args)));
+    for (line, r) in lines.iter().zip(&ranked.ranked) {
+        assert_eq!(line["index"].as_u64(), Some(r.index as u64), "{line}");
+        let span = r.chunk.expect("a chunk");
+        assert_eq!(
+            line["chunk"],
+            serde_json::json!({"index": span.index, "start": span.start, "end": span.end}),
+            "{line}"
+        );
+    }
+    let o = common::Run::new(&[
+        "vector",
+        "rerank",
+        "--model",
+        folder,
+        "--query",
+        query,
+        "--long",
+        "chunk",
+        "--window",
+        "64",
+        "a document",
+    ])
+    .output();
+    common::assert_one_line_error(&o, "a window of 64 tokens is longer than the 32 the model reads");
 }
 
 /// A multi-label head: each label's sigmoid, which a softmax over the labels would not give (the

@@ -292,3 +292,30 @@ fn the_cohere_client_gets_every_embedding_type_in_one_call() {
         server.post("/v2/embed", &json!({ "model": name, "texts": ["x"], "embedding_types": ["int4"] }));
     assert_eq!(status, 400, "{answer}");
 }
+
+#[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
+fn a_server_started_with_long_chunk_ranks_long_documents_by_their_best_chunk() {
+    use nornir_vector::{CallOptions, Chunking};
+    nornir_test_support::needs_assets!();
+    let t = tempfile::tempdir().expect("tempdir");
+    let (server, ce, _) = start(t.path(), &["--long", "chunk", "--overlap", "4"]);
+    let long = ["a fjord is a long narrow inlet of the sea"; 8].join(" and ");
+    let documents = [long.as_str(), DOCUMENTS[1], DOCUMENTS[3]];
+    let chunked = PairOptions::new().with_call(CallOptions::new().with_chunking(Chunking::new().with_overlap(4)));
+    let want = library(&ce).rerank(QUERY, &documents, None, &chunked).expect("library").ranked;
+    let (status, got) = server.post("/models/ce/rerank", &json!({ "query": QUERY, "texts": documents }));
+    assert_eq!(status, 200, "{got}");
+    for (g, w) in got.as_array().expect("a list").iter().zip(&want) {
+        assert_eq!(g["index"].as_u64(), Some(w.index as u64), "{g}");
+        close(&g["score"], w.score, "/rerank with --long chunk");
+        assert_eq!(g["chunk"], json!(w.chunk.expect("a chunk")), "{g}");
+    }
+    let whole = |c: nornir_vector::ChunkSpan| (c.start, c.end) == (0, long.len());
+    assert!(want.iter().any(|w| w.index == 0 && w.chunk.is_some_and(|c| !whole(c))), "the long one was cut: {want:?}");
+    // A request that says how to cut its documents is cut so, as without --long chunk.
+    let (status, got) =
+        server.post("/v2/rerank", &json!({ "model": "ce", "query": QUERY, "documents": documents, "truncate": true }));
+    assert_eq!(status, 200, "{got}");
+    assert!(got["results"].as_array().expect("results").iter().all(|r| r.get("chunk").is_none()), "{got}");
+}

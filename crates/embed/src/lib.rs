@@ -28,7 +28,7 @@ mod schedule;
 mod values;
 
 pub use call::future::EmbedFuture;
-pub use call::pairs::{PairOptions, Ranked, Ranking, rank};
+pub use call::pairs::{ChunkSpan, PairOptions, Ranked, Ranking, rank};
 pub use call::tokens::{MultiVectorOptions, ROWS_PER_PART};
 #[cfg(feature = "convert")]
 pub use converted::{CheckedConversion, ConvertCheckError, FUSED_MIN_COSINE, convert_checked};

@@ -14,7 +14,7 @@ use nornir_vector::{
 
 use crate::calls::{default_model, run_cancellable};
 use crate::errors::*;
-use crate::options::{call_options, one_prompt, pair_of, pair_options};
+use crate::options::{call_options, one_prompt, pair_of, pair_options, rerank_options};
 use crate::values::{compact_array, json_to_py, ranges_of, texts_of, to_array};
 
 /// One loaded model. `Embedder(model=None, *, device="auto", ...)`: see the package's docstrings.
@@ -29,6 +29,10 @@ impl Embedder {
         guard.clone().ok_or_else(|| EmbedderClosed::new_err("this Embedder was closed; make a new one"))
     }
 }
+
+/// One ranked document as Python gets it: `(index, score, chunk)`, `chunk` the `(number,
+/// start, end)` of the chunk that scored, or None without chunking.
+type RankedTuple = (usize, f32, Option<(usize, usize, usize)>);
 
 #[pymethods]
 impl Embedder {
@@ -234,9 +238,11 @@ impl Embedder {
         to_array(py, rows, false)
     }
 
-    /// `documents` ranked against `query`, best first: `(index, score)` pairs (`Reranker.rerank`
-    /// wraps it).
-    #[pyo3(signature = (query, documents, *, top_n=None, raw_scores=false, truncation="right"))]
+    /// `documents` ranked against `query`, best first: [`RankedTuple`]s `(index, score, chunk)`, `chunk` the
+    /// `(number, start, end)` of the chunk that scored under `long="chunk"`, else None
+    /// (`Reranker.rerank` wraps it).
+    #[pyo3(signature = (query, documents, *, top_n=None, raw_scores=false, truncation="right", long=None, window=None, overlap=None))]
+    #[allow(clippy::too_many_arguments)]
     fn rerank(
         &self,
         py: Python<'_>,
@@ -245,12 +251,15 @@ impl Embedder {
         top_n: Option<usize>,
         raw_scores: bool,
         truncation: &str,
-    ) -> PyResult<Vec<(usize, f32)>> {
+        long: Option<&str>,
+        window: Option<usize>,
+        overlap: Option<usize>,
+    ) -> PyResult<Vec<RankedTuple>> {
         let cancel = CancelHandle::new();
-        let options = pair_options(raw_scores, truncation, &cancel)?;
+        let options = rerank_options(raw_scores, truncation, (long, window, overlap), &cancel)?;
         let embedder = self.get()?;
         let ranked = run_cancellable(py, &cancel, || embedder.rerank(&query, &documents, top_n, &options))?;
-        Ok(ranked.ranked.into_iter().map(|r| (r.index, r.score)).collect())
+        Ok(ranked.ranked.into_iter().map(|r| (r.index, r.score, r.chunk.map(|c| (c.index, c.start, c.end)))).collect())
     }
 
     /// A late-interaction model's token vectors: per text, a float32 array of shape (tokens,

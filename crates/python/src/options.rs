@@ -59,6 +59,30 @@ pub(crate) fn pair_options(raw_scores: bool, truncation: &str, cancel: &CancelHa
     Ok(PairOptions::new().with_raw_scores(raw_scores).with_call(call))
 }
 
+/// A rerank's options: `pair_options` and, with `long="chunk"`, chunks of `window` tokens
+/// overlapping by `overlap` (a long document scored by its best chunk).
+pub(crate) fn rerank_options(
+    raw_scores: bool,
+    truncation: &str,
+    chunk: (Option<&str>, Option<usize>, Option<usize>),
+    cancel: &CancelHandle,
+) -> PyResult<PairOptions> {
+    let mut options = pair_options(raw_scores, truncation, cancel)?;
+    let (long, window, overlap) = chunk;
+    match long.map(|l| l.parse::<LongInputs>().and_then(|p| p.with_window(window, overlap))) {
+        None | Some(Ok(LongInputs::Truncate)) if window.is_none() && overlap.is_none() => {}
+        Some(Ok(LongInputs::Chunk(c))) if !c.late => options.call.chunking = Some(c),
+        Some(Err(e)) => return Err(invalid("long", e)),
+        _ => {
+            return Err(invalid(
+                "long",
+                "a reranker takes long=\"chunk\" (with window and overlap) or \"truncate\"".to_owned(),
+            ));
+        }
+    }
+    Ok(options)
+}
+
 /// One input of `predict`: a `(query, document)` pair (a tuple or list of two str) or a str alone.
 pub(crate) fn pair_of(input: &Bound<'_, PyAny>) -> PyResult<(String, Option<String>)> {
     if let Ok(text) = input.extract::<String>() {

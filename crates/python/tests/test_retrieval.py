@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from nornir_vector import Embedder, Reranker, SparseEncoder, TooLong, WrongKind
+from nornir_vector import Embedder, InvalidOption, Reranker, SparseEncoder, TooLong, WrongKind
 
 TEXTS = ["The capital of France is Paris.", "A man is eating food.", "How do fjords form?"]
 
@@ -199,3 +199,20 @@ def test_multi_vector_encoder_refuses_a_model_without_token_vectors(model):
 
     with pytest.raises(WrongKind, match="makes no token vectors"):
         MultiVectorEncoder(model, device="cpu", threads=2)
+
+
+def test_a_long_document_is_ranked_by_its_best_chunk(cross):
+    folder = cross["BertForSequenceClassification-1"]["folder"]
+    query = "how fjords form?"
+    long = " and ".join(["a fjord is a long narrow inlet of the sea"] * 8)
+    with Reranker(folder, device="cpu") as reranker:
+        ranked = reranker.rerank(query, [long, "paris is the capital of france"], long="chunk", overlap=4)
+        assert all(len(r) == 3 for r in ranked)
+        for index, score, (chunk, start, end) in ranked:
+            text = [long, "paris is the capital of france"][index].encode("utf-8")[start:end].decode("utf-8")
+            alone = reranker.predict([(query, text)])[0][0]
+            assert abs(alone - score) <= 1e-4
+        assert any(r[0] == 0 and r[2] != (0, 0, len(long)) for r in ranked), ranked  # the long one was cut
+        assert [len(r) for r in reranker.rerank(query, [long])] == [2]
+        with pytest.raises(InvalidOption, match="long"):
+            reranker.rerank(query, [long], long="late")

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{CallOptions, Embedder, ModelKind, PairOptions, Ranked, SparseOptions, Truncation};
+use nornir_vector::{CallOptions, Embedder, LongInputs, ModelKind, PairOptions, Ranked, SparseOptions, Truncation};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -101,6 +101,9 @@ struct TeiRank<'a> {
     score: f32,
     #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<&'a str>,
+    /// Under `--long chunk`, the chunk that scored (its number and bytes in the document).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chunk: Option<nornir_vector::ChunkSpan>,
 }
 
 /// Ranks a parsed request; `cohere_route`: asked on `/v1/rerank` or `/v2/rerank`.
@@ -117,7 +120,16 @@ async fn rerank_parsed(
         return Err(ApiError::bad("top_n is 0: give at least 1, or leave it out for every document"));
     }
     let (entry, embedder) = app.model(model.or(req.model.as_deref()))?;
-    let options = pair_options(app, req.truncate, req.truncation_direction, req.raw_scores.unwrap_or(false));
+    let mut options = pair_options(app, req.truncate, req.truncation_direction, req.raw_scores.unwrap_or(false));
+    // A server started with --long chunk scores a cross-encoder's long documents by their best
+    // chunk, unless the request says how to cut them.
+    if let LongInputs::Chunk(c) = app.long
+        && !c.late
+        && req.truncate.is_none()
+        && embedder.model_info().folder.kind.kind == ModelKind::CrossEncoder
+    {
+        options.call.chunking = Some(c);
+    }
     let ranking = app.in_time(embedder.rerank_async(&query, &docs, req.top_n, &options)).await?;
     app.metrics.count_texts(entry, docs.len(), ranking.usage.tokens, ranking.usage.truncated);
     let ranked: Vec<Ranked> = ranking.ranked;
@@ -129,6 +141,9 @@ async fn rerank_parsed(
                 let mut v = json!({ "index": r.index, "relevance_score": r.score });
                 if with_text {
                     v["document"] = json!({ "text": docs[r.index] });
+                }
+                if let Some(chunk) = r.chunk {
+                    v["chunk"] = json!(chunk);
                 }
                 v
             })
@@ -145,7 +160,12 @@ async fn rerank_parsed(
     let with_text = req.return_text.unwrap_or(false);
     let answer: Vec<TeiRank<'_>> = ranked
         .iter()
-        .map(|r| TeiRank { index: r.index, score: r.score, text: with_text.then_some(docs[r.index].as_str()) })
+        .map(|r| TeiRank {
+            index: r.index,
+            score: r.score,
+            text: with_text.then_some(docs[r.index].as_str()),
+            chunk: r.chunk,
+        })
         .collect();
     Ok(axum::Json(answer).into_response())
 }

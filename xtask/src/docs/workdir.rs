@@ -4,7 +4,9 @@
 //! `all-MiniLM-L6-v2` and `splade-tiny`: transformers folders of safetensors to convert;
 //! `splade-onnx`: splade-tiny converted; `models/...`: the cache's folders; `reranker` (and
 //! `my-reranker`): a cross-encoder of all-MiniLM-L6-v2's encoder under a seeded classifier
-//! head, made by scripts/minilm_reranker.py and converted by the `nornir` under test).
+//! head, made by scripts/minilm_reranker.py and converted by the `nornir` under test;
+//! `m2v-model`: a static model saved by model2vec itself with a random table, made by
+//! scripts/static_reference.py).
 
 use std::path::{Path, PathBuf};
 
@@ -54,7 +56,25 @@ pub(super) fn prepare(work: &Path, bin: &Path, env: &[(&'static str, PathBuf)]) 
         std::os::unix::fs::symlink(&target, work.join(name))
             .with_context(|| format!("link {name} to {}", target.display()))?;
     }
-    reranker(work, bin, &var("NORNIR_TEST_REFERENCE_PYTHON")?, &var("NORNIR_TEST_MINILM_SAFETENSORS")?)
+    let python = var("NORNIR_TEST_REFERENCE_PYTHON")?;
+    reranker(work, bin, &python, &var("NORNIR_TEST_MINILM_SAFETENSORS")?)?;
+    static_model(work, &python, &var("NORNIR_TEST_MODEL")?.join("tokenizer.json"))
+}
+
+/// `work/m2v-model`: the float32 static model of scripts/static_reference.py's cases.
+fn static_model(work: &Path, python: &Path, tokenizer: &Path) -> Result<()> {
+    let script = crate::process::workspace_root().join("scripts/static_reference.py");
+    let cases = work.join(".static");
+    crate::process::run_checked(
+        std::process::Command::new(python)
+            .arg(script)
+            .arg("cases")
+            .arg(tokenizer)
+            .arg(work.join("corpus.txt"))
+            .arg(&cases)
+            .stdout(std::process::Stdio::null()),
+    )?;
+    std::os::unix::fs::symlink(cases.join("wordpiece-f32"), work.join("m2v-model")).context("link m2v-model")
 }
 
 /// `work/reranker` (and the link `my-reranker`), from all-MiniLM-L6-v2's safetensors folder.

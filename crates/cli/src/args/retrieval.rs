@@ -80,6 +80,18 @@ pub struct RerankArgs {
     /// Leave the documents' text out of the output.
     #[arg(long)]
     pub no_text: bool,
+    /// What to do with a document longer than the model reads: truncate (its end is cut, the
+    /// default), refuse (an error naming it) or chunk (scored by the best of its overlapping
+    /// chunks, each read with the query in one window; the line says which chunk).
+    #[arg(long, value_name = "POLICY", default_value = "truncate", value_parser = super::parse_with_library::<nornir_vector::LongInputs>)]
+    pub long: nornir_vector::LongInputs,
+    /// Tokens per pair with --long chunk: the query, the chunk and the special tokens (default:
+    /// the model's length).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub window: Option<u32>,
+    /// Tokens shared by neighbouring chunks with --long chunk (default 32).
+    #[arg(long, value_name = "N")]
+    pub overlap: Option<u32>,
     /// Write to FILE (created only when the run succeeds) instead of standard output.
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,

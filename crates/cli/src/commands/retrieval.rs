@@ -6,10 +6,10 @@ use std::io::Write;
 
 use anyhow::{Context, Result, bail};
 use nornir_cli::input::InputFormat;
-use nornir_vector::{CallOptions, Embedder, PairOptions, SparseOptions, SparseVector};
+use nornir_vector::{CallOptions, Embedder, LongInputs, PairOptions, SparseOptions, SparseVector};
 
 use super::EmbedJob;
-use super::load::load;
+use super::load::{load, long_policy};
 use super::source::{Source, input_error, next_chunk, next_records, open_source, progress, show_progress};
 use super::summary::RunSummary;
 use crate::args::{PredictArgs, RerankArgs};
@@ -74,6 +74,9 @@ struct RankedLine<'a> {
     score: f32,
     #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<&'a str>,
+    /// With --long chunk, the chunk that scored: its number and bytes in the document.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chunk: Option<nornir_vector::ChunkSpan>,
 }
 
 /// `nornir vector rerank`: the documents scored against the query, best first.
@@ -92,13 +95,17 @@ pub fn rerank(args: &RerankArgs) -> Result<()> {
     }
     let mut sink = Sink::open(args.output.as_deref())?;
     let embedder = load(&args.model)?;
-    let options = PairOptions::new().with_raw_scores(args.raw_scores);
+    let long = long_policy(args.long, args.window.map(|w| w as usize), args.overlap.map(|o| o as usize))?;
+    if matches!(long, LongInputs::Chunk(c) if c.late) {
+        bail!("--long late pools token vectors; a reranker scores each chunk with the query: use --long chunk");
+    }
+    let options = PairOptions::new().with_raw_scores(args.raw_scores).with_call(long.call_options());
     let top_n = args.top_n.map(|n| n as usize);
     let ranked = embedder.rerank(&args.query, &documents, top_n, &options).map_err(|e| input_error(e, 0))?;
     for r in ranked.ranked {
         let text = (!args.no_text).then_some(documents[r.index].as_str());
-        serde_json::to_writer(sink.writer(), &RankedLine { index: r.index, score: r.score, text })
-            .context("write output")?;
+        let line = RankedLine { index: r.index, score: r.score, text, chunk: r.chunk };
+        serde_json::to_writer(sink.writer(), &line).context("write output")?;
         sink.writer().write_all(b"\n").context("write output")?;
     }
     sink.finish()

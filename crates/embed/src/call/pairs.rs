@@ -4,14 +4,16 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::call::chunk::windows;
 use crate::call::prepare::Call;
 use crate::engine::Engine;
 use crate::error::{EmbedError, Result};
 use crate::load::template::fill_body;
+use crate::load::tokenize::tokenizer_failed;
 use crate::schedule::request::{Item, Request};
 use crate::values::PairTemplate;
 use crate::values::embeddings::{Embeddings, TextTokens, Usage};
-use nornir_options::{CallOptions, Truncation};
+use nornir_options::{CallOptions, Chunking, Truncation};
 use nornir_options::{ModelKind, ScoreActivation};
 
 /// How a call scores its pairs: a [`CallOptions`]' truncation (a pair longer than the model
@@ -72,8 +74,24 @@ impl PairOptions {
 pub struct Ranked {
     /// The document's index among the call's documents.
     pub index: usize,
-    /// Its score: the model's one label, activated unless raw scores were asked for.
+    /// Its score: the model's one label, activated unless raw scores were asked for; with
+    /// chunking, its best chunk's.
     pub score: f32,
+    /// With chunking, the chunk that scored (`None` without).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<ChunkSpan>,
+}
+
+/// One chunk of a document reranked with chunking: its number among the document's chunks and
+/// its bytes in the document, `[start, end)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkSpan {
+    /// From 0, in the document's order.
+    pub index: usize,
+    /// The chunk's first byte in the document.
+    pub start: usize,
+    /// Past its last byte.
+    pub end: usize,
 }
 
 /// One query's documents best first, with what scoring them read.
@@ -90,10 +108,96 @@ pub struct Ranking {
 /// `scores` (one row of one score per document) as documents best first, ties in input order,
 /// the first `top_n` when given.
 pub fn rank(scores: &Embeddings, top_n: Option<usize>) -> Ranking {
-    let mut ranked: Vec<Ranked> = scores.rows().enumerate().map(|(index, r)| Ranked { index, score: r[0] }).collect();
+    let ranked = scores.rows().enumerate().map(|(index, r)| Ranked { index, score: r[0], chunk: None }).collect();
+    best_first(ranked, scores, top_n)
+}
+
+fn best_first(mut ranked: Vec<Ranked>, scores: &Embeddings, top_n: Option<usize>) -> Ranking {
     ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
     ranked.truncate(top_n.unwrap_or(usize::MAX));
     Ranking { ranked, usage: scores.usage() }
+}
+
+/// A reranked chunk's document (its index among the call's) and span.
+pub(crate) type ChunkOf = (usize, ChunkSpan);
+
+/// A rerank's (query, chunk) pairs, each with its [`ChunkOf`].
+pub(crate) struct ChunkedPairs {
+    pub(crate) pairs: Vec<(String, Option<String>)>,
+    pub(crate) owners: Vec<ChunkOf>,
+}
+
+/// The (query, chunk) pairs of a rerank with chunking, each with its document and span: every
+/// document cut into chunks of what `chunking`'s window leaves after the query and the pair's
+/// special tokens, overlapping and starting on a word as `embed`'s chunks do; a document that
+/// fits is one chunk, itself.
+pub(crate) fn chunk_pairs<S: AsRef<str>>(
+    engine: &Engine,
+    query: &str,
+    documents: &[S],
+    chunking: &Chunking,
+) -> Result<ChunkedPairs> {
+    let max = engine.info.max_length;
+    let window = chunking.window.unwrap_or(max);
+    if chunking.late || window > max || engine.info.folder.pair_template.is_some() {
+        let why = if chunking.late {
+            "late chunking pools token vectors; a reranker scores each chunk with the query: use chunk".to_owned()
+        } else if window > max {
+            format!("a window of {window} tokens is longer than the {max} the model reads; give at most {max}")
+        } else {
+            "a decoder reranker reads each pair in its prompt template, which nornir does not cut into chunks"
+                .to_owned()
+        };
+        return Err(EmbedError::invalid("chunking", why));
+    }
+    let tok = engine.tokenizer.whole();
+    let count = |e: tokenizers::Result<tokenizers::Encoding>| e.map(|e| e.len()).map_err(tokenizer_failed);
+    let room = window.saturating_sub(count(tok.encode(("", ""), true))? + count(tok.encode(query, false))?);
+    if room <= chunking.overlap {
+        return Err(EmbedError::invalid(
+            "chunking",
+            format!(
+                "a window of {window} tokens leaves {room} for a document's tokens after the query and the special tokens, no more than the overlap of {}: give a longer window, a shorter query or a shorter overlap",
+                chunking.overlap
+            ),
+        ));
+    }
+    let (mut pairs, mut owners) = (Vec::new(), Vec::new());
+    for (document, text) in documents.iter().map(AsRef::as_ref).enumerate() {
+        let enc = tok.encode(text, false).map_err(tokenizer_failed)?;
+        let spans: Vec<(usize, usize)> = if enc.len() <= room {
+            vec![(0, text.len())]
+        } else {
+            let offsets = enc.get_offsets();
+            windows(enc.get_word_ids(), room, chunking.overlap)
+                .into_iter()
+                .map(|(a, b)| (offsets[a].0, offsets[b - 1].1))
+                .collect()
+        };
+        for (index, (start, end)) in spans.into_iter().enumerate() {
+            pairs.push((query.to_owned(), Some(text.get(start..end).unwrap_or(text).to_owned())));
+            owners.push((document, ChunkSpan { index, start, end }));
+        }
+    }
+    Ok(ChunkedPairs { pairs, owners })
+}
+
+/// The documents best first by their best chunk's score (the first chunk wins a tie); `scores`
+/// has a row per pair of `owners` (see [`chunk_pairs`]).
+pub(crate) fn rank_chunks(
+    scores: &Embeddings,
+    owners: &[ChunkOf],
+    documents: usize,
+    top_n: Option<usize>,
+) -> Ranking {
+    let mut best: Vec<Option<Ranked>> = vec![None; documents];
+    for (row, &(index, span)) in scores.rows().zip(owners) {
+        let score = row[0];
+        if best[index].is_none_or(|b| score > b.score) {
+            best[index] = Some(Ranked { index, score, chunk: Some(span) });
+        }
+    }
+    best_first(best.into_iter().flatten().collect(), scores, top_n)
 }
 
 /// A call's inputs, each a pair or a text alone, as queue items with the request they fill.

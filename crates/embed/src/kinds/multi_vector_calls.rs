@@ -329,7 +329,7 @@ impl Scorer {
 
     fn ranking(self, top_n: Option<usize>) -> Ranking {
         let mut ranked: Vec<Ranked> =
-            self.scores.iter().enumerate().map(|(index, &score)| Ranked { index, score }).collect();
+            self.scores.iter().enumerate().map(|(index, &score)| Ranked { index, score, chunk: None }).collect();
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
         ranked.truncate(top_n.unwrap_or(usize::MAX));
         Ranking { ranked, usage: self.usage }

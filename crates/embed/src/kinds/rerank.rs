@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use crate::call::future::{EmbedFuture, Work};
-use crate::call::pairs::{PairOptions, Ranking, prepare_pairs, rank};
+use crate::call::pairs::{ChunkOf, ChunkedPairs, PairOptions, Ranking, chunk_pairs, prepare_pairs, rank, rank_chunks};
 use crate::call::runner::{Runner, block_on};
 use crate::embedder::Embedder;
 use crate::error::{EmbedError, Result};
@@ -18,6 +18,8 @@ enum RerankPlan {
     MaxSim(Box<(Planned, Planned)>),
     /// Each (query, document) pair.
     Pairs(Work),
+    /// Each (query, chunk) pair, with the chunk's document and span, of how many documents.
+    Chunked(Work, Vec<ChunkOf>, usize),
 }
 
 impl Embedder {
@@ -63,8 +65,11 @@ impl Embedder {
     }
 
     /// `documents` ranked by their score against `query`, best first (ties in input order), the
-    /// first `top_n` when given, with the tokens every pair read. An error for an empty query, or unless the model is a
-    /// cross-encoder with one label (use [`predict`](Self::predict) for several).
+    /// first `top_n` when given, with the tokens every pair read. With chunking (the call's, or
+    /// the embedder's default), a document longer than the model reads is scored by the best of
+    /// its chunks, each the pair (query, chunk) in one window, and each result says which chunk
+    /// scored. An error for an empty query, or unless the model is a cross-encoder with one
+    /// label (use [`predict`](Self::predict) for several).
     pub fn rerank<S: AsRef<str>>(
         &self,
         query: &str,
@@ -89,10 +94,25 @@ impl Embedder {
     /// A rerank checked: a model that makes token vectors ranks by MaxSim, a cross-encoder by
     /// the score of each (query, document) pair.
     fn plan_rerank<S: AsRef<str>>(&self, query: &str, documents: &[S], options: &PairOptions) -> Result<RerankPlan> {
+        let chunking = self.engine.long_choice(&options.call).1;
         if self.ranks_by_max_sim() {
+            if chunking.is_some() {
+                return Err(EmbedError::invalid(
+                    "chunking",
+                    "a late-interaction model ranks a document by MaxSim over its token vectors, which it cuts to its length: leave chunking out",
+                ));
+            }
             return Ok(RerankPlan::MaxSim(Box::new(self.plan_max_sim(query, documents, options)?)));
         }
         self.can_rerank(query)?;
+        if let Some(chunking) = chunking {
+            let ChunkedPairs { pairs, owners } = chunk_pairs(&self.engine, query, documents, &chunking)?;
+            // Every chunk fits its window; the pairs themselves are cut as a call cuts them.
+            let mut call = options.call.clone();
+            call.chunking = None;
+            let work = Work::Pairs(pairs, options.clone().with_call(call));
+            return Ok(RerankPlan::Chunked(work, owners, documents.len()));
+        }
         let pairs = documents.iter().map(|d| (query.to_owned(), Some(d.as_ref().to_owned()))).collect();
         Ok(RerankPlan::Pairs(Work::Pairs(pairs, options.clone())))
     }
@@ -102,6 +122,9 @@ impl Embedder {
         match plan? {
             RerankPlan::MaxSim(planned) => self.rerank_by_max_sim(runner, *planned, top_n).await,
             RerankPlan::Pairs(work) => Ok(rank(&runner.run(work).await?, top_n)),
+            RerankPlan::Chunked(work, owners, documents) => {
+                Ok(rank_chunks(&runner.run(work).await?, &owners, documents, top_n))
+            }
         }
     }
 

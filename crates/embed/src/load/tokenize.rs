@@ -125,6 +125,14 @@ impl ModelTokenizer {
             _ => (lengths[n / 2 - 1] + lengths[n / 2]) / 2,
         };
         self.char_limit = max_length.map(|m| m.saturating_mul(median));
+        // The folder's limit is model2vec's config key, not sentence-transformers'.
+        let st = "sentence-transformers' max_seq_length";
+        self.max_length_reason = match max_length {
+            None if !self.max_length_reason.starts_with("asked for") => {
+                "config.json's max_length is null: model2vec keeps every token (nornir's bound)".to_owned()
+            }
+            _ => self.max_length_reason.replace(st, "config.json's max_length (model2vec's)"),
+        };
         self
     }
 

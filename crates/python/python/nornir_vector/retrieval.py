@@ -114,12 +114,20 @@ class Reranker(_Model):
         """The model's labels, in the order of `predict`'s columns."""
         return self._embedder.labels
 
-    def rerank(self, query, documents, *, top_n=None, raw_scores=False, truncation="right") -> list:
+    def rerank(self, query, documents, *, top_n=None, raw_scores=False, truncation="right", long=None, window=None,
+               overlap=None) -> list:
         """`documents` ranked against `query`: `(index, score)` best first, the first `top_n`.
         Scores are the model's activation (sigmoid for one label) unless `raw_scores`. A pair
         longer than the model loses its document's end first (`truncation="refuse"` raises
-        `TooLong` instead)."""
-        return self._embedder.rerank(query, list(documents), top_n=top_n, raw_scores=raw_scores, truncation=truncation)
+        `TooLong` instead). With `long="chunk"` a long document is scored by the best of its
+        chunks (`window` tokens per pair, `overlap` shared), and each result is
+        `(index, score, (chunk, start, end))`: the chunk that scored and its characters' byte
+        span in the UTF-8 document."""
+        ranked = self._embedder.rerank(query, list(documents), top_n=top_n, raw_scores=raw_scores,
+                                       truncation=truncation, long=long, window=window, overlap=overlap)
+        if long == "chunk":
+            return ranked
+        return [(index, score) for index, score, _ in ranked]
 
     def predict(self, inputs, *, raw_scores=False, truncation="right"):
         """Scores of each input, a `(query, document)` pair or a text alone: float32 of shape
@@ -201,7 +209,7 @@ class MultiVectorEncoder(_Model):
     def rerank(self, query, documents, *, top_n=None, truncation="right") -> list:
         """`documents` ranked against `query` by MaxSim: `(index, score)` best first, the first
         `top_n`; the query's token vectors are made once."""
-        return self._embedder.rerank(query, list(documents), top_n=top_n, truncation=truncation)
+        return [(i, s) for i, s, _ in self._embedder.rerank(query, list(documents), top_n=top_n, truncation=truncation)]
 
     def __repr__(self) -> str:
         return f"MultiVectorEncoder(kind={self._embedder.kind!r}, provider={self.report()['active_provider']!r})"
