@@ -99,7 +99,8 @@ pub(crate) fn test_env(home: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
 const DRY_RUN_BUNDLE: &str = "target/gpu-bundle-dry-run";
 
 /// The client libraries the server's compatibility tests drive: OpenAI's own, huggingface_hub's
-/// InferenceClient (numpy for its answers) and LangChain's OpenAIEmbeddings (with tiktoken).
+/// InferenceClient (numpy for its answers), LangChain's OpenAIEmbeddings (with tiktoken), Cohere's,
+/// and grpcio with grpcio-tools (the gRPC stubs generated from TEI's proto at test time).
 const TEST_PYTHON_PACKAGES: &[&str] = &[
     "openai==3.57.0",
     "huggingface_hub==2.4.0",
@@ -107,6 +108,8 @@ const TEST_PYTHON_PACKAGES: &[&str] = &[
     "langchain-openai==1.7.4",
     "tiktoken==0.14.0",
     "cohere==7.3.1",
+    "grpcio==1.85.1",
+    "grpcio-tools==1.85.1",
 ];
 
 /// The Python package's venv: the wheel's builder, the onnxruntime it loads, pytest, Ray Data

@@ -27,7 +27,7 @@ pub(crate) struct App {
     api_key: Option<[u8; 32]>,
     pub(crate) max_inputs: usize,
     pub(crate) max_body_bytes: usize,
-    request_timeout: Duration,
+    pub(crate) request_timeout: Duration,
     pub(crate) read_timeout: Duration,
     pub(crate) token_ids: TokenIds,
     pub(crate) long: LongInputs,

@@ -41,6 +41,7 @@ mod api;
 mod body;
 mod cohere;
 mod error;
+mod grpc;
 mod metrics;
 mod models;
 mod multi_vector;
@@ -235,12 +236,37 @@ impl std::error::Error for InvalidConfig {}
 /// embedding routes 503 "loading" until [`Models::set_loaded`] is called for each. A config that
 /// [`ServerConfig::validate`] refuses is refused here.
 pub fn router(models: Arc<Models>, config: ServerConfig) -> Result<Router, InvalidConfig> {
+    Ok(router_and_grpc(models, config)?.0)
+}
+
+/// [`router`], and text-embeddings-inference's gRPC services (`tei.v1`) over the same app: the
+/// same models and queues, limits, API key (gRPC's `authorization: Bearer` metadata) and
+/// metrics. Serve them with [`serve_grpc`] on a port of their own.
+pub fn router_and_grpc(
+    models: Arc<Models>,
+    config: ServerConfig,
+) -> Result<(Router, tonic::service::Routes), InvalidConfig> {
     config.validate()?;
     if let Some(Err(unknown)) = config.default_model.as_deref().map(|n| models.entry(n)) {
         return Err(InvalidConfig { option: "default_model", reason: unknown.to_string() });
     }
     let app = Arc::new(api::App::new(models, config));
-    Ok(routes::table().layer(axum::middleware::from_fn_with_state(app.clone(), api::guard)).with_state(app))
+    let grpc = grpc::services(Arc::clone(&app));
+    let router = routes::table().layer(axum::middleware::from_fn_with_state(app.clone(), api::guard)).with_state(app);
+    Ok((router, grpc))
+}
+
+/// Serves the gRPC services of [`router_and_grpc`] on `listener` (HTTP/2) until `shutdown`
+/// resolves, then finishes the calls in flight.
+pub async fn serve_grpc(
+    listener: tokio::net::TcpListener,
+    services: tonic::service::Routes,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    tonic::transport::Server::builder()
+        .add_routes(services)
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
+        .await
 }
 
 #[cfg(test)]

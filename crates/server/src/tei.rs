@@ -218,23 +218,37 @@ pub(crate) async fn embed_all(
     JsonBody(req): JsonBody<EmbedRequest>,
 ) -> Result<Response, ApiError> {
     let (entry, embedder, texts, options) = embed_request(&app, &model, req, false, true)?;
-    // A late-interaction model's token vectors are its documents' (projected, normalised).
+    let answer = all_token_vectors(&app, entry, embedder, &texts, options).await?;
+    Ok(axum::Json(answer).into_response())
+}
+
+/// Each text's token vectors (`/embed_all`, gRPC's `EmbedAll`), counted in the metrics: a
+/// late-interaction model's are its documents' (projected, normalised), any other model's the
+/// graph's raw token output.
+pub(crate) async fn all_token_vectors(
+    app: &App,
+    entry: &Entry,
+    embedder: &Embedder,
+    texts: &[String],
+    options: CallOptions,
+) -> Result<Vec<Vec<Vec<f32>>>, ApiError> {
+    let options = options.with_max_wait(app.max_wait());
     if embedder.model_info().folder.multi_vector.is_some() {
-        let options = nornir_vector::MultiVectorOptions::new().with_call(options.with_max_wait(app.max_wait()));
-        let vectors = app.in_time(embedder.embed_multi_vector_async(&texts, &options)).await?;
+        let options = nornir_vector::MultiVectorOptions::new().with_call(options);
+        let vectors = app.in_time(embedder.embed_multi_vector_async(texts, &options)).await?;
         let usage = vectors.usage();
         app.metrics.count_texts(entry, texts.len(), usage.tokens, usage.truncated);
-        let answer: Vec<Vec<&[f32]>> =
-            vectors.iter().map(|rows| rows.chunks_exact(vectors.dim().max(1)).collect()).collect();
-        return Ok(axum::Json(answer).into_response());
+        return Ok(vectors
+            .iter()
+            .map(|rows| rows.chunks_exact(vectors.dim().max(1)).map(<[f32]>::to_vec).collect())
+            .collect());
     }
     // Each text's call queues as every route's texts do: refused when the queue is full or too
     // slow, cut off past the request timeout, cancelled when the client goes away.
-    let options = options.with_max_wait(app.max_wait());
     let vectors = app
         .in_time(async {
             let mut vectors = Vec::with_capacity(texts.len());
-            for text in &texts {
+            for text in texts {
                 vectors.push(embedder.token_vectors_async(text, &options).await?);
             }
             Ok(vectors)
@@ -243,8 +257,7 @@ pub(crate) async fn embed_all(
     let tokens = vectors.iter().map(Embeddings::total_tokens).sum();
     let truncated = vectors.iter().map(Embeddings::truncated_count).sum();
     app.metrics.count_texts(entry, texts.len(), tokens, truncated);
-    let answer: Vec<Vec<&[f32]>> = vectors.iter().map(|rows| rows.rows().collect()).collect();
-    Ok(axum::Json(answer).into_response())
+    Ok(vectors.iter().map(|rows| rows.rows().map(<[f32]>::to_vec).collect()).collect())
 }
 
 #[derive(Deserialize)]

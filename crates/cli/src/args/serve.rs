@@ -14,6 +14,11 @@ pub struct ServeArgs {
     /// The port to listen on (0: any free port; the chosen one is printed).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
+    /// Also serve text-embeddings-inference's gRPC API (tei.v1: Info, Embed, Predict, Rerank,
+    /// Tokenize, with their streams) on this port of --host, on the same models, queues, limits,
+    /// API key and metrics (0: any free port; the chosen one is printed).
+    #[arg(long, value_name = "PORT")]
+    pub grpc_port: Option<u16>,
     /// Require `Authorization: Bearer KEY` on every endpoint but /health.
     #[arg(long, env = "NORNIR_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,

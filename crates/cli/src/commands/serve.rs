@@ -226,8 +226,20 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
             Ok(())
         });
         let read_timeout = config.read_timeout;
-        let router = nornir_server::router(models, config)
+        let (router, grpc) = nornir_server::router_and_grpc(models, config)
             .map_err(|c| anyhow::anyhow!(super::errors::invalid_flag(c.option, &c.reason)))?;
+        if let Some(port) = a.grpc_port {
+            let addr = SocketAddr::new(addr.ip(), port);
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} for gRPC: choose another --grpc-port"))?;
+            eprintln!("nornir: gRPC (tei.v1) on {}", listener.local_addr()?);
+            tokio::spawn(async move {
+                if let Err(e) = nornir_server::serve_grpc(listener, grpc, shutdown_signal()).await {
+                    tracing::error!("the gRPC server failed: {e}");
+                }
+            });
+        }
         let server = tokio::spawn(nornir_server::serve(listener, router, read_timeout, shutdown_signal()));
         match load.await {
             Ok(Ok(())) => {}

@@ -15,6 +15,8 @@ pub const KEY: &str = "test-key-0123456789";
 pub struct Server {
     pub child: Child,
     pub url: String,
+    /// The gRPC address (`host:port`) when started with `--grpc-port`.
+    pub grpc: Option<String>,
 }
 
 impl Server {
@@ -40,9 +42,17 @@ impl Server {
                 break rest.split_whitespace().next().expect("an address").to_owned();
             }
         };
+        let grpc = extra.contains(&"--grpc-port").then(|| {
+            loop {
+                let line = lines.next().expect("the server ended before serving gRPC").expect("read stderr");
+                if let Some(rest) = line.split("gRPC (tei.v1) on ").nth(1) {
+                    break rest.trim().to_owned();
+                }
+            }
+        });
         // Keep draining its log so that it never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
-        let server = Self { child, url };
+        let server = Self { child, url, grpc };
         let started = Instant::now();
         while server.get("/health").0 != 200 {
             assert!(started.elapsed() < Duration::from_secs(120), "not ready after 2 minutes");

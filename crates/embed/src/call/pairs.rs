@@ -184,12 +184,7 @@ pub(crate) fn chunk_pairs<S: AsRef<str>>(
 
 /// The documents best first by their best chunk's score (the first chunk wins a tie); `scores`
 /// has a row per pair of `owners` (see [`chunk_pairs`]).
-pub(crate) fn rank_chunks(
-    scores: &Embeddings,
-    owners: &[ChunkOf],
-    documents: usize,
-    top_n: Option<usize>,
-) -> Ranking {
+pub(crate) fn rank_chunks(scores: &Embeddings, owners: &[ChunkOf], documents: usize, top_n: Option<usize>) -> Ranking {
     let mut best: Vec<Option<Ranked>> = vec![None; documents];
     for (row, &(index, span)) in scores.rows().zip(owners) {
         let score = row[0];
