@@ -1,7 +1,8 @@
-//! The engine behind an [`Embedder`](crate::Embedder): the sessions, the queue and the model's
-//! facts that the callers and the workers share, and running one batch with its GPU-to-CPU
-//! fallback. Opening it is `open.rs`; the worker threads `worker.rs`; the on-demand profile of
-//! which provider ran each node `placement.rs`.
+//! The engine behind an [`Embedder`](crate::Embedder): its backend (ONNX Runtime's sessions, or
+//! a static model's table), the queue and the model's facts that the callers and the workers
+//! share, and running one batch with its GPU-to-CPU fallback. Opening it is `open.rs` (a static
+//! model's `open_static.rs`); the worker threads `worker.rs`; the on-demand profile of which
+//! provider ran each node `placement.rs`.
 
 mod open;
 mod open_static;
@@ -274,7 +275,7 @@ impl Engine {
     fn run_rows(&self, k: usize, rows: &[Row<'_>], emit: &mut impl FnMut(usize, &[f32])) -> Result<usize> {
         let (settings, nanos) = (self.settings, &self.counters.ort_nanos);
         let dim = match &self.backend {
-            Backend::Static(table) => pool_static(table, rows, emit),
+            Backend::Static(table) => crate::forward::static_run::pool(table, rows, emit),
             Backend::Onnx(sessions) => self.run_on(self.slot_for(sessions, k), sessions, |session| {
                 run_and_pool(session, &self.io, settings, rows, nanos, &mut *emit)
             })?,
@@ -342,26 +343,4 @@ impl Engine {
             other => other,
         }
     }
-}
-
-/// A static model's batch: each row's mean of table rows (one per span when it has spans), or a
-/// raw row's token rows one by one. Returns the table's width.
-fn pool_static(table: &StaticTable, rows: &[Row<'_>], emit: &mut impl FnMut(usize, &[f32])) -> usize {
-    let mut v = vec![0.0; table.width];
-    for (k, row) in rows.iter().enumerate() {
-        let ids = &row.ids[row.skip.min(row.ids.len())..];
-        if row.raw {
-            let tokens = table.token_rows(row.ids);
-            row.spans.iter().for_each(|&(from, to)| emit(k, &tokens[from * table.width..to * table.width]));
-        } else if row.spans.is_empty() {
-            table.mean(ids, &mut v);
-            emit(k, &v);
-        } else {
-            for &(from, to) in row.spans {
-                table.mean(&row.ids[from..to], &mut v);
-                emit(k, &v);
-            }
-        }
-    }
-    table.width
 }
