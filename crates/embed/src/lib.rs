@@ -73,6 +73,7 @@ pub mod internals {
         parse_quantization, parse_sentence_bert_config,
     };
     pub use crate::load::runtime::load_runtime;
+    pub use crate::load::static_model::check_table as check_static_table;
     pub use crate::load::template::parse_pair_template;
     pub use crate::math::pooling::pool_tokens;
     /// Fault injection at a worker's stages, for this crate's tests (feature `test-hooks`).

@@ -131,41 +131,56 @@ pub(crate) fn read(dir: &Path, layout: &StaticLayout, vocab: usize, unknown: Opt
         return Err(err(format!("{file} is {size} bytes, more than the {TABLE_MAX_BYTES} a static table may be")));
     }
     let bytes = std::fs::read(&layout.table).map_err(|e| EmbedError::model_because(dir, &file, e))?;
-    let st = SafeTensors::deserialize(&bytes)
-        .map_err(|e| err(format!("{file} is not a readable safetensors file ({e})")))?;
+    parse_table(&bytes, &file, vocab, unknown).map_err(err)
+}
+
+/// The table in `bytes` (the safetensors file named `file` in errors) for a tokenizer of `vocab`
+/// tokens: every size checked against the tokenizer, every value finite.
+pub(crate) fn parse_table(
+    bytes: &[u8],
+    file: &str,
+    vocab: usize,
+    unknown: Option<u32>,
+) -> std::result::Result<StaticTable, String> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| format!("{file} is not a readable safetensors file ({e})"))?;
     let Some((name, tensor)) = TABLE_TENSORS.iter().find_map(|n| st.tensor(n).ok().map(|t| (*n, t))) else {
-        return Err(err(format!(
+        return Err(format!(
             "{file} has no tensor \"embeddings\" (nor \"embedding.weight\"): it is not a static model's table"
-        )));
+        ));
     };
     let [rows, width] = tensor.shape()[..] else {
-        return Err(err(format!("{file}: {name} has shape {:?}, not [tokens, width]", tensor.shape())));
+        return Err(format!("{file}: {name} has shape {:?}, not [tokens, width]", tensor.shape()));
     };
     if width == 0 || width > MAX_WIDTH || rows == 0 {
-        return Err(err(format!("{file}: {name} has shape [{rows}, {width}]: an empty table")));
+        return Err(format!("{file}: {name} has shape [{rows}, {width}]: an empty table"));
     }
-    let table = floats(&tensor).map_err(|e| err(format!("{file}: {name}: {e}")))?;
+    let table = floats(&tensor).map_err(|e| format!("{file}: {name}: {e}"))?;
     let mapping = match st.tensor("mapping") {
-        Ok(t) => Some(ids(&t, rows).map_err(|e| err(format!("{file}: mapping: {e}")))?),
+        Ok(t) => Some(ids(&t, rows).map_err(|e| format!("{file}: mapping: {e}"))?),
         Err(_) => None,
     };
     let weights = match st.tensor("weights") {
-        Ok(t) => Some(floats(&t).map_err(|e| err(format!("{file}: weights: {e}")))?),
+        Ok(t) => Some(floats(&t).map_err(|e| format!("{file}: weights: {e}"))?),
         Err(_) => None,
     };
     // As model2vec's StaticModel: one row per token unless a mapping says which.
     let per_token = [("mapping", mapping.as_ref().map(Vec::len)), ("weights", weights.as_ref().map(Vec::len))];
     for (name, len) in per_token {
         if let Some(len) = len.filter(|&n| n != vocab) {
-            return Err(err(format!("{file}: {name} has {len} entries but the tokenizer has {vocab} tokens")));
+            return Err(format!("{file}: {name} has {len} entries but the tokenizer has {vocab} tokens"));
         }
     }
     if mapping.is_none() && rows != vocab {
-        return Err(err(format!(
+        return Err(format!(
             "{file}: the table has {rows} rows but the tokenizer has {vocab} tokens: is tokenizer.json the model's own?"
-        )));
+        ));
     }
     Ok(StaticTable { rows: table, width, mapping, weights, unknown })
+}
+
+/// [`parse_table`] for the fuzz target: the table's width, or why it is refused.
+pub fn check_table(bytes: &[u8], vocab: usize) -> std::result::Result<usize, String> {
+    parse_table(bytes, "model.safetensors", vocab, None).map(|t| t.width)
 }
 
 /// The folder's facts as every surface reports them.
