@@ -56,6 +56,8 @@ pub fn fuzz(seconds: u64, only: &[String]) -> Result<()> {
         eprintln!("xtask: fuzzing {target} for {seconds} s ({count} real seeds)");
         let log = workspace_root().join("target/fuzz-logs").join(format!("{target}.log"));
         std::fs::create_dir_all(log.parent().context("log folder")?)?;
+        // cargo reads a regular-file /dev/null as source when it probes the compiler.
+        crate::dev_null::empty_if_regular_file();
         let status = Command::new("cargo")
             .current_dir(&fuzz_dir)
             .args(["+nightly", "fuzz", "run", "-O", target])
@@ -74,6 +76,9 @@ pub fn fuzz(seconds: u64, only: &[String]) -> Result<()> {
         let line = stats_line(target, &log)?;
         eprintln!("xtask: {line}");
         summary.push(line);
+        if !status.success() && std::fs::read_to_string(&log)?.contains("failed to build fuzz script") {
+            bail!("{target} did not build (log {}): nothing was fuzzed", log.display());
+        }
         if !status.success() {
             bail!(
                 "{target} found a crash (log {}), saved under {}: fix it and keep the input as a regression test",
