@@ -178,7 +178,7 @@ pub(crate) fn parse_table(
     Ok(StaticTable { rows: table, width, mapping, weights, unknown })
 }
 
-/// [`parse_table`] for the fuzz target: the table's width, or why it is refused.
+/// `parse_table` for the fuzz target: the table's width, or why it is refused.
 pub fn check_table(bytes: &[u8], vocab: usize) -> std::result::Result<usize, String> {
     parse_table(bytes, "model.safetensors", vocab, None).map(|t| t.width)
 }
