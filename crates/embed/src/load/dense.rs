@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use safetensors::SafeTensors;
-use safetensors::tensor::Dtype;
+use safetensors::tensor::{Dtype, TensorView};
 
 use crate::error::{EmbedError, Result};
 use crate::load::checks::{MAX_WIDTH, count_in};
@@ -88,6 +88,12 @@ fn tensor(
             t.shape()
         ));
     }
+    let values = float_values(&t).map_err(|e| format!("{file}: {name} {e}"))?;
+    Ok((t.shape().to_vec(), values))
+}
+
+/// A tensor's values widened to f32 (float32, float16, bfloat16 or float64), each finite.
+pub(crate) fn float_values(t: &TensorView<'_>) -> std::result::Result<Vec<f32>, String> {
     let data = t.data();
     let values: Vec<f32> = match t.dtype() {
         Dtype::F32 => data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
@@ -97,12 +103,12 @@ fn tensor(
             .chunks_exact(8)
             .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32)
             .collect(),
-        other => return Err(format!("{file}: {name} is {other:?}, not a float type")),
+        other => return Err(format!("is {other:?}, not a float type")),
     };
     if values.iter().any(|v| !v.is_finite()) {
-        return Err(format!("{file}: {name} holds a value that is not finite"));
+        return Err("holds a value that is not finite".to_owned());
     }
-    Ok((t.shape().to_vec(), values))
+    Ok(values)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use crate::error::{EmbedError, Result};
 use crate::load::checks::{MAX_TOKENS, MAX_WIDTH, from_json};
+use crate::load::dense::float_values;
 use crate::load::files::{CONFIG_MAX_BYTES, read_bounded};
 use crate::math::static_table::StaticTable;
 use crate::values::{KindChoice, ModelFolder, Prompts};
@@ -211,25 +212,14 @@ pub(crate) fn folder(dir: &Path, layout: &StaticLayout, max_length: Option<usize
     }
 }
 
-/// A tensor's values as float32, each finite.
+/// A tensor's values as float32, each finite: the float types as a Dense module's are read, and
+/// model2vec's int8 tables as they are (it saves no scale).
 fn floats(t: &TensorView<'_>) -> std::result::Result<Vec<f32>, String> {
-    let data = t.data();
-    let values: Vec<f32> = match t.dtype() {
-        Dtype::F32 => data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-        Dtype::F16 => data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-        Dtype::BF16 => data.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-        Dtype::F64 => data
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32)
-            .collect(),
-        // model2vec's int8 tables are used as they are (no scale is saved).
-        Dtype::I8 => data.iter().map(|&b| f32::from(b as i8)).collect(),
-        other => return Err(format!("is {other:?}, not float32, float16, bfloat16, float64 or int8")),
-    };
-    if values.iter().any(|v| !v.is_finite()) {
-        return Err("holds a value that is not finite".to_owned());
+    match t.dtype() {
+        Dtype::I8 => Ok(t.data().iter().map(|&b| f32::from(b as i8)).collect()),
+        Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F64 => float_values(t),
+        other => Err(format!("is {other:?}, not float32, float16, bfloat16, float64 or int8")),
     }
-    Ok(values)
 }
 
 /// A mapping's row numbers, each below `rows`.
