@@ -7,6 +7,7 @@ use crate::ConvertError;
 
 pub(crate) mod checks;
 pub(crate) mod decoder;
+pub(crate) mod dual;
 pub(crate) mod encoder;
 pub(crate) mod names;
 mod raw;
@@ -27,6 +28,9 @@ pub enum Head {
     /// The classifier on the first token (or the mean, as ModernBERT's config says): `logits`
     /// `[batch, labels]` (cross-encoders).
     SequenceClassification,
+    /// An image-and-text dual encoder's text tower (CLIP, SigLIP): `text_embeds` `[batch, dim]`,
+    /// pooled and projected into the space the vision tower's `image_embeds` share.
+    TextTower,
     /// A decoder asked "yes or no" (Qwen3-Reranker): `logits` `[batch, 1]`, the difference of the
     /// language-model head's "yes" and "no" logits at each row's last attended token, so its
     /// sigmoid is the softmax of the two logits' "yes" entry.
@@ -38,6 +42,7 @@ impl Head {
     pub fn output_name(self) -> &'static str {
         match self {
             Head::Encoder => "last_hidden_state",
+            Head::TextTower => "text_embeds",
             Head::MaskedLm | Head::SequenceClassification | Head::YesNo => "logits",
         }
     }
@@ -53,10 +58,12 @@ pub(crate) enum Activation {
     Relu,
     /// `x * sigmoid(x)` (`silu`, `swish`).
     Silu,
+    /// `x * sigmoid(1.702 x)` (CLIP's `quick_gelu`).
+    QuickGelu,
 }
 
 impl Activation {
-    const NAMES: &str = "gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu, silu, swish";
+    const NAMES: &str = "gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, quick_gelu, relu, silu, swish";
 
     fn parse(name: &str) -> Option<Activation> {
         Some(match name {
@@ -64,6 +71,7 @@ impl Activation {
             "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Activation::GeluTanh,
             "relu" => Activation::Relu,
             "silu" | "swish" => Activation::Silu,
+            "quick_gelu" => Activation::QuickGelu,
             _ => return None,
         })
     }
@@ -213,6 +221,9 @@ pub(crate) struct Config {
     pub(crate) decoder_bias: bool,
     /// The decoder families' own choices.
     pub(crate) decoder: Option<Decoder>,
+    /// An image-and-text dual encoder's pooling, projections and vision tower (this config is
+    /// its text tower's).
+    pub(crate) dual: Option<Box<dual::Dual>>,
 }
 
 /// The activation `name` (read under `key`).

@@ -65,21 +65,14 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
     let _ = std::fs::remove_dir_all(&tmp);
     let written = (|| {
         std::fs::create_dir(&tmp).map_err(write_err(&tmp))?;
-        let (mut g, mut conversion, positions) = build_in(source, options, Some(&tmp))?;
-        if g.streams_weights() {
-            g.finish_weights().map_err(|(path, source)| ConvertError::Write { path: display(&path), source })?;
-            conversion.external_data = Some(EXTERNAL_DATA.to_owned());
-        } else if g.weight_bytes() > options.external_data_over {
-            let mut data = Vec::new();
-            g.move_weights_out(EXTERNAL_DATA, &mut data);
-            let file = tmp.join(EXTERNAL_DATA);
-            std::fs::write(&file, data).map_err(write_err(&file))?;
-            conversion.external_data = Some(EXTERNAL_DATA.to_owned());
+        let (g, mut conversion, positions) = build_in(source, options, Some(&tmp))?;
+        if let Some(vision) = build_vision(source, options)? {
+            conversion.graphs = vec![TEXT_MODEL.to_owned(), VISION_MODEL.to_owned()];
+            write_graph(vision, &tmp, VISION_MODEL, "vision_model.onnx_data", options)?;
+            conversion.external_data = write_graph(g, &tmp, TEXT_MODEL, "text_model.onnx_data", options)?;
+        } else {
+            conversion.external_data = write_graph(g, &tmp, "model.onnx", EXTERNAL_DATA, options)?;
         }
-        let model = g.into_model(env!("CARGO_PKG_VERSION"));
-        let bytes = protobuf::Message::write_to_bytes(&model).map_err(ConvertError::Encode)?;
-        let file = tmp.join("model.onnx");
-        std::fs::write(&file, bytes).map_err(write_err(&file))?;
         conversion.copied = copy_folder(source, &tmp, Path::new(""), output)?;
         if conversion.head == Head::YesNo {
             write_reranker_config(&tmp.join("config.json"), &conversion.architecture)?;
@@ -110,6 +103,50 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
         let _ = std::fs::remove_dir_all(&tmp);
     }
     written
+}
+
+/// A dual encoder's graph files.
+const TEXT_MODEL: &str = "text_model.onnx";
+const VISION_MODEL: &str = "vision_model.onnx";
+
+/// Writes `g` as `file` in `dir`, its weights in `data` beside it where they were streamed there
+/// or pass `options.external_data_over`; the external data file's name where there is one.
+fn write_graph(
+    mut g: Graph,
+    dir: &Path,
+    file: &str,
+    data: &str,
+    options: &ConvertOptions,
+) -> Result<Option<String>, ConvertError> {
+    let mut external = None;
+    if g.streams_weights() {
+        g.finish_weights().map_err(|(path, source)| ConvertError::Write { path: display(&path), source })?;
+        external = Some(EXTERNAL_DATA.to_owned());
+    } else if g.weight_bytes() > options.external_data_over {
+        let mut bytes = Vec::new();
+        g.move_weights_out(data, &mut bytes);
+        let path = dir.join(data);
+        std::fs::write(&path, bytes).map_err(write_err(&path))?;
+        external = Some(data.to_owned());
+    }
+    let model = g.into_model(env!("CARGO_PKG_VERSION"));
+    let bytes = protobuf::Message::write_to_bytes(&model).map_err(ConvertError::Encode)?;
+    let path = dir.join(file);
+    std::fs::write(&path, bytes).map_err(write_err(&path))?;
+    Ok(external)
+}
+
+/// A dual encoder's vision graph (`None` for every other model), its weights inline unless they
+/// pass `options.external_data_over` when written.
+fn build_vision(dir: &Path, options: &ConvertOptions) -> Result<Option<Graph>, ConvertError> {
+    let config_file = dir.join("config.json");
+    let text = read_text(&config_file).map_err(|e| ConvertError::Read { file: display(&config_file), source: e })?;
+    let config = families::parse(&text, &display(&config_file), None)?;
+    let Some(dual) = &config.dual else { return Ok(None) };
+    let weights = Weights::open(dir)?;
+    let mut g = Graph::new(&config.architecture);
+    network::dual::build_vision(&mut g, dual, &weights, options.fused)?;
+    Ok(Some(g))
 }
 
 /// The graph of the model in `dir` and its record (without the copied files and the folder).
@@ -176,6 +213,7 @@ fn build_in(
         weight_bytes: g.weight_bytes(),
         dtype: options.dtype,
         external_data: None,
+        graphs: vec!["model.onnx".to_owned()],
         sources,
         copied: Vec::new(),
         nornir_version: env!("CARGO_PKG_VERSION").to_owned(),

@@ -148,6 +148,10 @@ pub struct Conversion {
     pub dtype: WeightDtype,
     /// The file beside `model.onnx` holding the weights where they pass protobuf's 2 GB limit.
     pub external_data: Option<String>,
+    /// The graphs written: `model.onnx`, or a dual encoder's `text_model.onnx` (`output`
+    /// `text_embeds`) and `vision_model.onnx` (`pixel_values` -> `image_embeds`), each runnable
+    /// alone.
+    pub graphs: Vec<String>,
     pub sources: Vec<SourceFile>,
     /// Files copied from the source folder (tokenizer, configs), relative to it.
     pub copied: Vec<String>,

@@ -33,13 +33,14 @@ pub fn convert(a: &ConvertArgs) -> Result<()> {
 fn summary(c: &Conversion) -> String {
     let ops: Vec<String> = c.operators.iter().map(|(op, n)| format!("{n} {op}")).collect();
     let line = format!(
-        "{}: {} ({} layers, hidden {}, vocabulary {}{}) -> model.onnx, output {:?}; {} nodes ({}); {:.1} MB of {} weights{}; copied {} files",
+        "{}: {} ({} layers, hidden {}, vocabulary {}{}) -> {}, output {:?}; {} nodes ({}); {:.1} MB of {} weights{}; copied {} files",
         c.folder.display(),
         c.architecture,
         c.layers,
         c.hidden,
         c.vocabulary,
         if c.labels > 0 { format!(", {} labels", c.labels) } else { String::new() },
+        c.graphs.join(" and "),
         c.output,
         c.nodes,
         ops.join(", "),

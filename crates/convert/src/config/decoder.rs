@@ -120,6 +120,7 @@ pub(crate) fn decoder(claim: Claim<'_>, family: &DecoderFamily) -> Result<Config
             tied: raw.tie_word_embeddings.unwrap_or(false),
             yes_no: None,
         }),
+        dual: None,
     })
 }
 

@@ -162,6 +162,7 @@ pub(crate) fn encoder(claim: Claim<'_>, family: &Encoder) -> Result<Config, Conv
         classifier_activation: activation,
         decoder_bias: layout.decoder_bias,
         decoder: None,
+        dual: None,
     };
     with_head_and_norms(config, claim, family.eps, layout.classifier_pooling)
 }

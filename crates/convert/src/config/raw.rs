@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// The keys of every family: BERT's, XLM-RoBERTa's, JinaBERT v2's, jina-embeddings-v3's,
-/// NomicBERT's (GPT-2's names), GTE's, ModernBERT's and the decoders'.
+/// NomicBERT's (GPT-2's names), GTE's, ModernBERT's, the decoders' and the dual encoders'.
 #[derive(Deserialize, Default)]
 #[serde(default)]
 pub(crate) struct Raw {
@@ -77,4 +77,13 @@ pub(crate) struct Raw {
     pub(crate) use_sliding_window: Option<bool>,
     pub(crate) sliding_window: Option<usize>,
     pub(crate) tie_word_embeddings: Option<bool>,
+    // Image-and-text dual encoders (CLIP, SigLIP): each tower's keys, read as a `Raw` of its own.
+    pub(crate) text_config: Option<Value>,
+    pub(crate) vision_config: Option<Value>,
+    pub(crate) projection_dim: Option<usize>,
+    pub(crate) projection_size: Option<usize>,
+    pub(crate) image_size: Option<usize>,
+    pub(crate) patch_size: Option<usize>,
+    pub(crate) num_channels: Option<usize>,
+    pub(crate) eos_token_id: Option<i64>,
 }

@@ -9,6 +9,7 @@ use crate::config::checks::Check;
 use crate::config::{Claim, Config, Head, Raw, StModule};
 
 mod bert;
+mod clip;
 mod gte;
 mod jina_bert;
 mod jina_v3;
@@ -17,6 +18,7 @@ mod modernbert;
 mod nomic_bert;
 mod qwen2;
 mod qwen3;
+mod siglip;
 mod xlm_roberta;
 
 #[cfg(test)]
@@ -55,6 +57,8 @@ const FAMILIES: &[&Family] = &[
     &qwen3::FAMILY,
     &qwen2::FAMILY,
     &llama::FAMILY,
+    &clip::FAMILY,
+    &siglip::FAMILY,
 ];
 
 /// Every architecture name `config.json` may give, in the families' order.

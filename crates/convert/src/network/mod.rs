@@ -12,6 +12,7 @@
 mod alibi;
 mod causal;
 mod decoder;
+pub(crate) mod dual;
 mod heads;
 mod lora;
 mod positions;
@@ -91,6 +92,9 @@ pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -
     if let Some(d) = &c.decoder {
         return decoder::build(g, c, d, weights, fused);
     }
+    if let Some(d) = &c.dual {
+        return dual::build_text(g, c, d, weights, fused);
+    }
     let base = ["", "bert.", "roberta.", "xlm_roberta.", "model.", "new."]
         .into_iter()
         .find(|p| WORD_EMBEDDINGS.iter().any(|w| weights.contains(&format!("{p}{w}"))))
@@ -113,6 +117,8 @@ pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -
         Head::Encoder => (x, &["batch", "sequence", "hidden"]),
         Head::MaskedLm => (net.masked_lm(&x)?, &["batch", "sequence", "vocabulary"]),
         Head::SequenceClassification | Head::YesNo => (net.classifier(&x)?, &["batch", "labels"]),
+        // A dual encoder's text tower is built by `dual.rs`.
+        Head::TextTower => (x, &["batch", "sequence", "hidden"]),
     };
     let name = c.head.output_name();
     net.g.rename_value(&output, name);
@@ -284,6 +290,12 @@ impl Net<'_, '_> {
             (Activation::Relu, _) => self.g.op("Relu", &[x]),
             (Activation::Silu, _) => {
                 let s = self.g.op("Sigmoid", &[x]);
+                self.g.op("Mul", &[x, &s])
+            }
+            (Activation::QuickGelu, _) => {
+                let k = self.scalar("quick_gelu_scale", 1.702);
+                let s = self.g.op("Mul", &[x, &k]);
+                let s = self.g.op("Sigmoid", &[&s]);
                 self.g.op("Mul", &[x, &s])
             }
             (Activation::Gelu, true) => self.g.node("Gelu", MS_DOMAIN, &[x], &[], None),

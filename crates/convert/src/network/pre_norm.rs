@@ -1,6 +1,7 @@
-//! The pre-norm layer (transformers' `modeling_modernbert.py`): `x + attention(norm(x))` then
-//! `x + feed_forward(norm(x))`, no norm before the first layer's attention (the embeddings are
-//! normalised), global or sliding-window attention with its own rotary base.
+//! The pre-norm layer (transformers' `modeling_modernbert.py`, `modeling_clip.py`,
+//! `modeling_siglip.py`): `x + attention(norm(x))` then `x + feed_forward(norm(x))`, global or
+//! sliding-window attention with its own rotary base. The first layer's attention norm is left
+//! out where the checkpoint has none (ModernBERT's embeddings are normalised already).
 
 use super::{Masks, Net};
 use crate::ConvertError;
@@ -12,7 +13,9 @@ impl Net<'_, '_> {
         let h = c.hidden;
         let names = self.names();
         let l = self.layer_prefix(i);
-        let normed = if i == 0 { x.to_owned() } else { self.layer_norm(x, &format!("{l}.{}", names.attention.norm))? };
+        let norm = format!("{l}.{}", names.attention.norm);
+        let has_norm = self.t.has(&format!("{norm}.weight")) || self.t.has(&format!("{norm}.gamma"));
+        let normed = if i == 0 && !has_norm { x.to_owned() } else { self.layer_norm(x, &norm)? };
         let (mut q, mut k, v) = self.project_qkv(&normed, &l)?;
         let local = c.local.as_ref().is_some_and(|local| local.layers[i]);
         let (mask, rotary) = match (local, &masks.local, &masks.local_rotary) {
