@@ -1,0 +1,109 @@
+//! Image bytes to 8-bit RGB as Pillow's `Image.open(...).convert("RGB")` gives them: the format
+//! found from its magic bytes, the size read from its header and checked against the limits
+//! before any pixel is decoded, then each mode Pillow would open the file in turned to RGB as
+//! `libImaging/Convert.c` does (alpha dropped, palette looked up, 16-bit gray clipped).
+
+use std::io::Cursor;
+
+use image::{DynamicImage, ImageDecoder};
+
+use crate::error::ImageError;
+use crate::limits::ImageLimits;
+use crate::{gif, jpeg, png};
+
+/// Decoded pixels, 3 bytes each, row after row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Rgb8 {
+    pub width: u32,
+    pub height: u32,
+    pub data: Vec<u8>,
+}
+
+/// The formats read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Png,
+    Jpeg,
+    WebP,
+    Gif,
+}
+
+/// `bytes` decoded to RGB. With `convert_rgb` false an image that Pillow opens in any mode but
+/// RGB is refused (before decoding), as the processor's numpy steps would refuse it.
+pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Rgb8, ImageError> {
+    if bytes.len() > limits.max_bytes {
+        return Err(ImageError::TooManyBytes { len: bytes.len(), max: limits.max_bytes });
+    }
+    let rgb = match sniff(bytes).ok_or(ImageError::UnknownFormat)? {
+        Format::Png => png::decode(bytes, limits, convert_rgb)?,
+        Format::Jpeg => jpeg::decode(bytes, limits, convert_rgb)?,
+        Format::WebP => webp(bytes, limits, convert_rgb)?,
+        Format::Gif => gif::decode(bytes, limits, convert_rgb)?,
+    };
+    Ok(rgb)
+}
+
+/// The format its first bytes name.
+fn sniff(bytes: &[u8]) -> Option<Format> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some(Format::Png)
+    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some(Format::Jpeg)
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some(Format::Gif)
+    } else if bytes.len() >= 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
+        Some(Format::WebP)
+    } else {
+        None
+    }
+}
+
+/// The `image` crate's limits for an image the header says is `width` x `height`.
+pub(crate) fn image_limits(limits: &ImageLimits, width: u32, height: u32) -> image::Limits {
+    let mut out = image::Limits::default();
+    out.max_image_width = Some(width);
+    out.max_image_height = Some(height);
+    out.max_alloc = Some(limits.max_alloc());
+    out
+}
+
+/// Refuses a non-RGB mode when the processor does not convert.
+pub(crate) fn require_rgb(mode: &'static str, convert_rgb: bool) -> Result<(), ImageError> {
+    if convert_rgb || mode == "RGB" { Ok(()) } else { Err(ImageError::NotRgb { mode }) }
+}
+
+/// WebP, lossy or lossless, its alpha dropped. Pillow opens it as RGBA when the header says it
+/// has alpha, else RGB.
+fn webp(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Rgb8, ImageError> {
+    let err = |e: image::ImageError| ImageError::decode("WebP", e);
+    let mut decoder = image::codecs::webp::WebPDecoder::new(Cursor::new(bytes)).map_err(err)?;
+    let (width, height) = decoder.dimensions();
+    limits.check_pixels("WebP", width.into(), height.into())?;
+    let mode = if decoder.color_type().has_alpha() { "RGBA" } else { "RGB" };
+    require_rgb(mode, convert_rgb)?;
+    decoder.set_limits(image_limits(limits, width, height)).map_err(err)?;
+    let data = match DynamicImage::from_decoder(decoder).map_err(err)? {
+        DynamicImage::ImageRgb8(img) => img.into_raw(),
+        DynamicImage::ImageRgba8(img) => drop_alpha(img.as_raw()),
+        other => return Err(ImageError::decode("WebP", format!("unexpected pixel type {:?}", other.color()))),
+    };
+    Ok(Rgb8 { width, height, data })
+}
+
+/// RGBA bytes to RGB: Convert.c's `rgba2rgb` keeps the colour and drops the alpha.
+pub(crate) fn drop_alpha(rgba: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(rgba.len() / 4 * 3);
+    for px in rgba.chunks_exact(4) {
+        out.extend_from_slice(&px[..3]);
+    }
+    out
+}
+
+/// One gray byte per pixel to RGB (`l2rgb`).
+pub(crate) fn gray_to_rgb(gray: impl Iterator<Item = u8>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(gray.size_hint().0 * 3);
+    for v in gray {
+        out.extend_from_slice(&[v, v, v]);
+    }
+    out
+}
