@@ -163,6 +163,17 @@ pub enum EmbedError {
         source: Option<Cause>,
     },
 
+    /// Image `index` of an image call could not be read or prepared (not an image, truncated,
+    /// over a bound): `reason` says what to do.
+    #[error("image {index}: {reason}")]
+    #[non_exhaustive]
+    BadImage {
+        /// The image's place in the call.
+        index: usize,
+        /// What is wrong with it, and what to do.
+        reason: String,
+    },
+
     /// An option of the embedder or of the call (`option`, as the field is named) is out of
     /// range or does not fit the model.
     #[error("invalid `{option}`: {reason}")]

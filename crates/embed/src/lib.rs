@@ -36,6 +36,7 @@ pub use embedder::Embedder;
 pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use kinds::compact::{CompactVectors, to_precision};
 pub use kinds::compact_calls::SAMPLE_TEXTS;
+pub use kinds::image::ImageInput;
 pub use kinds::multi_vector::{Encoded, MultiVectors, Outputs, max_sim};
 pub use kinds::sparse::{SparseOptions, SparseVector, SparseVectors};
 pub use load::plan::{plan_for, plan_with};

@@ -42,7 +42,7 @@ pub use nornir_options::{
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
     BATCH_SIZE_BOUNDS, Cause, CharChunk, Chunk, ChunkSpan, CompactVectors, EmbedError, EmbedFuture, EmbedStats,
-    Embedder, EmbedderReport, Embeddings, Encoded, InferenceKind, KindChoice, MultiVectorOptions, MultiVectors,
+    Embedder, EmbedderReport, Embeddings, Encoded, ImageInput, InferenceKind, KindChoice, MultiVectorOptions, MultiVectors,
     Outputs, PairOptions, ROWS_PER_PART, RangesReport, RangesUse, Ranked, Ranking, Result, SAMPLE_TEXTS, SparseOptions,
     SparseVector, SparseVectors, Token, Usage, error_chain, max_sim, normalize, rank, to_precision,
 };

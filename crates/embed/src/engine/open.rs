@@ -12,6 +12,7 @@ use crate::engine::{Backend, Engine, Sessions};
 use crate::error::{EmbedError, Result};
 use crate::forward::graph_io::graph_io;
 use crate::forward::run::{Row, RowSettings};
+use crate::kinds::image::ImageTower;
 use crate::load::dense::load_head;
 use crate::load::graph_scan::{Attention, attention, one_text_per_run};
 use crate::load::kind;
@@ -48,16 +49,20 @@ struct FirstSession {
     one_text_per_run: Option<String>,
     /// How the graph computes attention ([`attention`]).
     attention: Attention,
+    /// The plan the session was built on (a dual encoder's vision graph is built on it too).
+    plan: nornir_ep_select::Plan,
 }
 
 impl Engine {
     /// Loads the model folder `dir`: probe -> plan -> ONNX Runtime -> session -> checks.
     /// Every mismatch between the folder and the graph is an error here, not at the first embed.
-    /// Returns the engine and what a model that makes token vectors adds, which its calls hold.
-    pub(crate) fn new(dir: &Path, options: &EmbedderOptions) -> Result<(Self, TokenModel)> {
+    /// Returns the engine, what a model that makes token vectors adds, and a dual encoder's image
+    /// tower, which their calls hold.
+    pub(crate) fn new(dir: &Path, options: &EmbedderOptions) -> Result<(Self, TokenModel, Option<ImageTower>)> {
         options.validate()?;
         if let Some(layout) = crate::load::static_model::find(dir)? {
-            return Self::open_static(dir, layout, options);
+            let (engine, tokens) = Self::open_static(dir, layout, options)?;
+            return Ok((engine, tokens, None));
         }
         let FolderParts { mut folder, head, prompt, tokenizer, tokens } = read_folder(dir, options)?;
         let first = build_first_session(&folder, options)?;
@@ -84,7 +89,8 @@ impl Engine {
             attention: first.attention.phrase(),
         };
         let (info, settings, include_prompt) = model_info(folder, prompt, &tokenizer, facts, output, options)?;
-        let FirstSession { runtime, session, report, workers, intra_threads, session_growth, attention, .. } = first;
+        let FirstSession { runtime, session, report, workers, intra_threads, session_growth, attention, plan, .. } =
+            first;
         let policy = match report.gpu_vendor {
             Vendor::Cpu => BatchPolicy::CPU.with_tiled_unpadded_attention(attention.tiled_when_unpadded()),
             _ => BatchPolicy::GPU,
@@ -117,8 +123,19 @@ impl Engine {
             queue_full: options.queue_full,
         };
         engine.check_with_a_first_run(head)?;
+        let images = match (&engine.info.folder.vision_file, &engine.backend) {
+            (Some(file), Backend::Onnx(sessions)) => Some(ImageTower::open(
+                &engine.info.folder.dir,
+                file,
+                &sessions.runtime,
+                &plan,
+                intra_threads,
+                engine.info.model_dimension,
+            )?),
+            _ => None,
+        };
         tracing::info!(provider = %engine.report.active_provider, vendor = %engine.report.gpu_vendor, "embedder ready");
-        Ok((engine, tokens))
+        Ok((engine, tokens, images))
     }
 
     /// Runs one short text: finds the output width, checks it against the configs, and makes a
@@ -275,7 +292,17 @@ fn build_first_session(folder: &ModelFolder, options: &EmbedderOptions) -> Resul
     let (session, report) = session::build(&runtime, &plan, &cfg)?;
     let session_growth = Mutex::new(growth_since(resident).into_iter().collect());
     let workers = if report.on_builtin_cpu() { cpu_workers } else { options.workers.unwrap_or(1) };
-    Ok(FirstSession { runtime, session, report, workers, intra_threads, session_growth, one_text_per_run, attention })
+    Ok(FirstSession {
+        runtime,
+        session,
+        report,
+        workers,
+        intra_threads,
+        session_growth,
+        one_text_per_run,
+        attention,
+        plan,
+    })
 }
 
 /// The options that the folder's kind refuses: dimensions beyond dense vectors, and a decoder

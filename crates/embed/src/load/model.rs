@@ -63,9 +63,34 @@ pub struct HfConfig {
     pub task_instructions: BTreeMap<String, String>,
 }
 
-/// Parses a Hugging Face `config.json` (other keys are ignored); its sizes checked.
+/// A dual encoder's text tower keys (CLIP's and SigLIP's `text_config`).
+#[derive(Deserialize, Default)]
+struct TextTower {
+    max_position_embeddings: Option<usize>,
+    vocab_size: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+struct Towers {
+    text_config: Option<TextTower>,
+}
+
+/// Parses a Hugging Face `config.json` (other keys are ignored); its sizes checked. A dual
+/// encoder's (CLIP, SigLIP) positions and vocabulary are its text tower's, the defaults of its
+/// config class where `text_config` leaves them out.
 pub fn parse_hf_config(text: &str) -> Result<HfConfig, String> {
-    let c: HfConfig = from_json(text)?;
+    let mut c: HfConfig = from_json(text)?;
+    let tower_positions = match c.model_type.as_deref() {
+        Some("clip") => Some(77),
+        Some("siglip") => Some(64),
+        _ => None,
+    };
+    if let Some(default_positions) = tower_positions {
+        let tower = from_json::<Towers>(text)?.text_config.unwrap_or_default();
+        c.max_position_embeddings =
+            c.max_position_embeddings.or(tower.max_position_embeddings).or(Some(default_positions));
+        c.vocab_size = c.vocab_size.or(tower.vocab_size);
+    }
     maybe_in("hidden_size", c.hidden_size, 1..=MAX_WIDTH, "the width of the token vectors")?;
     maybe_in("vocab_size", c.vocab_size, 1..=MAX_WIDTH, "the embedding table's rows")?;
     let positions = "the positions the model places, its longest input";
@@ -232,7 +257,6 @@ impl ModelFolder {
         let (pair_template, quantization) = template_and_quantization(dir)?;
         Ok(Self {
             dir: dir.to_path_buf(),
-            model_file,
             tokenizer_file,
             max_seq_length,
             max_position_embeddings: hf.usable_positions(),
@@ -252,6 +276,8 @@ impl ModelFolder {
             sparse_head,
             pair_template,
             is_static: false,
+            vision_file: vision_beside(&model_file),
+            model_file,
         })
     }
 }
@@ -271,7 +297,7 @@ fn model_and_tokenizer(dir: &Path, model_file: Option<&Path>) -> Result<(PathBuf
             }
             p
         }
-        None => ["model.onnx", "onnx/model.onnx"]
+        None => ["model.onnx", "onnx/model.onnx", TEXT_MODEL, "onnx/text_model.onnx"]
             .iter()
             .map(|n| dir.join(n))
             .find(|p| p.is_file())
@@ -284,6 +310,17 @@ fn model_and_tokenizer(dir: &Path, model_file: Option<&Path>) -> Result<(PathBuf
         ));
     }
     Ok((model_file, tokenizer_file))
+}
+
+/// A dual encoder's text graph, as `nornir vector convert` and the common exporters name it.
+const TEXT_MODEL: &str = "text_model.onnx";
+
+/// A dual encoder's vision graph: `vision_model.onnx` beside a text graph named
+/// `text_model.onnx` (CLIP and SigLIP, converted or exported).
+fn vision_beside(model_file: &Path) -> Option<PathBuf> {
+    let name = model_file.file_name()?.to_str()?;
+    let vision = name.strip_prefix("text_model").map(|rest| model_file.with_file_name(format!("vision_model{rest}")))?;
+    vision.is_file().then_some(vision)
 }
 
 /// The text of the folder's file `name`; `None` where it is absent.

@@ -209,6 +209,7 @@ pub(crate) fn folder(dir: &Path, layout: &StaticLayout, max_length: Option<usize
         sparse_head: None,
         pair_template: None,
         is_static: true,
+        vision_file: None,
     }
 }
 

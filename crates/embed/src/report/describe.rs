@@ -32,6 +32,9 @@ pub struct EmbedderReport {
     pub placement: Option<Placement>,
     /// The int8 and uint8 ranges in use: given, and calibrated so far.
     pub ranges: RangesReport,
+    /// An image-and-text model's image processor settings and vision graph, one line; `None`
+    /// for a text-only model.
+    pub images: Option<String>,
 }
 
 /// The int8 and uint8 ranges an embedder calibrated, by vector width and normalisation, kept for
@@ -40,7 +43,7 @@ pub(crate) type Calibrations =
     std::sync::Mutex<std::collections::BTreeMap<(usize, bool), std::sync::Arc<nornir_options::Ranges>>>;
 
 impl EmbedderReport {
-    pub(crate) fn of(engine: &Engine, calibrated: &Calibrations) -> Self {
+    pub(crate) fn of(engine: &Engine, calibrated: &Calibrations, images: Option<String>) -> Self {
         Self {
             session: engine.report(),
             model: engine.model_info().clone(),
@@ -50,6 +53,7 @@ impl EmbedderReport {
             unclaimed: None,
             placement: None,
             ranges: RangesReport::of(engine, calibrated),
+            images,
         }
     }
 

@@ -121,6 +121,9 @@ pub struct ModelFolder {
     /// Runtime runs it.
     #[serde(default)]
     pub is_static: bool,
+    /// A dual encoder's vision graph (`vision_model.onnx` beside `text_model.onnx`, CLIP and
+    /// SigLIP): the model embeds images into its text vectors' space. `None`: text only.
+    pub vision_file: Option<PathBuf>,
 }
 
 /// A reranker's prompt around a pair: `prefix`, then `body` with `{instruction}`, `{query}` and
