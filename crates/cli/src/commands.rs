@@ -16,6 +16,8 @@ pub use embed::embed;
 #[cfg(feature = "embed-ort")]
 mod compact;
 #[cfg(feature = "embed-ort")]
+mod images;
+#[cfg(feature = "embed-ort")]
 mod multi_vector;
 #[cfg(feature = "embed-ort")]
 mod retrieval;
@@ -66,6 +68,8 @@ use nornir_cli::input::InputFormat;
 #[cfg_attr(not(feature = "embed-ort"), allow(dead_code))]
 pub struct EmbedJob {
     pub texts: Vec<String>,
+    /// A file of image paths, one a line (a dual encoder's image vectors).
+    pub images: Option<PathBuf>,
     pub input: Option<PathBuf>,
     pub input_format: InputFormat,
     pub format: OutputFormat,

@@ -53,6 +53,7 @@ fn main() -> ExitCode {
             init_tracing(if a.verbose >= 2 { 2 } else { 0 }); // -v: the report; -vv: debug logs
             commands::embed(&commands::EmbedJob {
                 texts: a.texts,
+                images: a.images,
                 input: a.input,
                 input_format: a.input_format,
                 format: a.format,

@@ -261,6 +261,11 @@ pub struct EmbedArgs {
     /// Read texts from FILE ('-' for standard input).
     #[arg(long, short, value_name = "FILE", conflicts_with = "texts")]
     pub input: Option<PathBuf>,
+    /// Embed the images listed in FILE, one path a line ('-' for standard input), with an
+    /// image-and-text model (CLIP, SigLIP): row i is line i's image, in the same space as the
+    /// model's text vectors. JPEG, PNG, WebP and a GIF's first frame.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["texts", "input"])]
+    pub images: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "lines")]
     pub input_format: InputFormat,
     #[arg(long, short, value_enum, default_value = "jsonl")]

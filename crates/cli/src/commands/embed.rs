@@ -11,6 +11,14 @@ use crate::output::{ChunkOut, RowWriter, Sink};
 
 pub fn embed(job: &EmbedJob) -> Result<()> {
     let options = long_policy(job.long, job.window, job.overlap)?.call_options();
+    if let Some(list) = &job.images {
+        let sink = Sink::open(job.output.as_deref())?;
+        let embedder = load(&job.model)?;
+        if job.verbose {
+            eprintln!("nornir: {}", provider_line(&embedder));
+        }
+        return super::images::embed_images(job, list, &embedder, sink);
+    }
     let (mut source, size) = open_source(&job.texts, job.input.as_ref(), job.input_format)?;
     let sink = Sink::open(job.output.as_deref())?;
     let embedder = load(&job.model)?;

@@ -23,6 +23,7 @@ fn flag_for(option: &str) -> String {
         "pooling" => "--pooling",
         "prompt_name" => "--prompt-name",
         "prompt" => "--prompt",
+        "images" => "--images",
         "workers" => "--workers",
         "task" => "--task",
         "precision" => "--precision",

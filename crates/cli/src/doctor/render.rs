@@ -108,6 +108,9 @@ fn write_running(out: &mut String, r: &nornir_vector::EmbedderReport) -> std::fm
     writeln!(out, "  graph optimisation: {} (ONNX Runtime's level for this session)", session.graph_optimization)?;
     writeln!(out, "  model precision: {}", r.precision)?;
     write_model(out, &r.model)?;
+    if let Some(images) = &r.images {
+        writeln!(out, "  images: embedded into the text vectors' space; {images}")?;
+    }
     write_memory(out, &session.memory)?;
     match &r.placement {
         Some(nornir_vector::diagnostics::Placement::Known { nodes }) => {
