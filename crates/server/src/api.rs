@@ -58,7 +58,7 @@ pub(crate) fn truncated_header(mut response: Response, rows: &Embeddings) -> Res
     response
 }
 
-/// A string or a list of strings, or (OpenAI only) token ids.
+/// A string or a list of strings, or (OpenAI only) token ids, or (Jina's) texts and images.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub(crate) enum Input {
@@ -66,6 +66,7 @@ pub(crate) enum Input {
     Many(Vec<String>),
     Ids(Vec<u32>),
     ManyIds(Vec<Vec<u32>>),
+    Items(Vec<crate::images::Item>),
 }
 
 impl App {

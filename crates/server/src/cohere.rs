@@ -9,12 +9,13 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{CallOptions, Embedder, Embeddings, Precision, Ranges, Truncation, to_precision};
+use nornir_vector::{CallOptions, Embedder, Embeddings, ImageInput, Precision, Ranges, Truncation, to_precision};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, App, response_id};
 use crate::body::JsonBody;
+use crate::images::image_bytes;
 
 #[derive(Deserialize)]
 pub(crate) struct EmbedRequest {
@@ -31,6 +32,9 @@ pub(crate) struct EmbedRequest {
     truncate: Option<String>,
     #[serde(default)]
     output_dimension: Option<usize>,
+    /// Images as data URIs (`input_type` "image"), for an image-and-text model.
+    #[serde(default)]
+    images: Option<Vec<String>>,
 }
 
 /// Cohere's embedding types this server gives, as a message lists them.
@@ -71,7 +75,7 @@ fn prompt_names(input_type: Option<&str>) -> Result<&'static [&'static str], Api
         Some("clustering") => &["clustering"],
         Some("image") => {
             return Err(ApiError::bad(format!(
-                "input_type \"image\": this server embeds text only; give {INPUT_TYPES}"
+                "input_type \"image\" is for `images`: send the images as data URIs in `images`, or give a text input type ({INPUT_TYPES})"
             )));
         }
         Some(other) => {
@@ -111,9 +115,12 @@ fn typed(rows: &Embeddings, precision: Precision, ranges: Option<&Ranges>) -> Re
 /// Cohere's `POST /v2/embed` and `/v1/embed`.
 pub(crate) async fn embed(
     State(app): State<Arc<App>>,
-    JsonBody(req): JsonBody<EmbedRequest>,
+    JsonBody(mut req): JsonBody<EmbedRequest>,
 ) -> Result<Response, ApiError> {
     // The request's own fields first: a body no model could answer is 400 whatever the model.
+    if let Some(images) = req.images.take() {
+        return embed_images(&app, req, images).await;
+    }
     let texts = req.texts.ok_or_else(|| ApiError::bad("no `texts`: send the texts to embed"))?;
     if texts.is_empty() {
         return Err(ApiError::bad("texts is empty: send one or more texts to embed"));
@@ -147,6 +154,51 @@ pub(crate) async fn embed(
         "embeddings": embeddings,
         "texts": texts,
         "meta": { "api_version": { "version": "2" }, "billed_units": { "input_tokens": rows.total_tokens() } },
+    });
+    if let Some(r) = &ranges {
+        answer["ranges"] = json!(r.source());
+    }
+    Ok(axum::Json(answer).into_response())
+}
+
+/// Cohere's `images` (data URIs; `input_type` "image" or none): the same answer, without `texts`.
+async fn embed_images(app: &App, req: EmbedRequest, images: Vec<String>) -> Result<Response, ApiError> {
+    if req.texts.is_some() {
+        return Err(ApiError::bad("send `texts` or `images`, not both (as Cohere takes them)"));
+    }
+    if !matches!(req.input_type.as_deref(), None | Some("image")) {
+        return Err(ApiError::bad("`images` go with input_type \"image\""));
+    }
+    if images.is_empty() {
+        return Err(ApiError::bad("images is empty: send one or more images as data URIs"));
+    }
+    app.check_inputs(images.len())?;
+    let types = embedding_types(req.embedding_types)?;
+    let inputs = images
+        .iter()
+        .enumerate()
+        .map(|(i, uri)| image_bytes(uri, &format!("images[{i}]")).map(ImageInput::bytes))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (entry, embedder) = app.model(req.model.as_deref())?;
+    let mut options = CallOptions::new();
+    if let Some(d) = req.output_dimension {
+        options = options.with_dimensions(d);
+    }
+    let ranges = match types.iter().any(|(_, p)| p.needs_ranges()) {
+        true => Some(app.in_time(embedder.ranges_for_async(&options)).await?),
+        false => None,
+    };
+    let rows = app.embed_images(entry, embedder, inputs, options, |i| format!("images[{i}]")).await?;
+    let mut embeddings = BTreeMap::new();
+    for (name, p) in &types {
+        let key = if *p == Precision::Float32 { "float".to_owned() } else { name.clone() };
+        embeddings.insert(key, typed(&rows, *p, ranges.as_deref())?);
+    }
+    let mut answer = json!({
+        "id": response_id("embed"),
+        "response_type": "embeddings_by_type",
+        "embeddings": embeddings,
+        "meta": { "api_version": { "version": "2" }, "billed_units": { "images": images.len() } },
     });
     if let Some(r) = &ranges {
         answer["ranges"] = json!(r.source());

@@ -86,7 +86,9 @@ pub(crate) enum Flavour {
 fn status_of(e: &EmbedError) -> StatusCode {
     match e {
         EmbedError::Overloaded { .. } | EmbedError::WaitTooLong { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        EmbedError::InvalidOption { .. } | EmbedError::WrongKind { .. } => StatusCode::BAD_REQUEST,
+        EmbedError::InvalidOption { .. } | EmbedError::WrongKind { .. } | EmbedError::BadImage { .. } => {
+            StatusCode::BAD_REQUEST
+        }
         EmbedError::TooLong { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         EmbedError::Inference { kind: InferenceKind::Tokenizer, .. } => StatusCode::UNPROCESSABLE_ENTITY,
         EmbedError::Inference { kind: InferenceKind::EmbedderDropped, .. } => StatusCode::SERVICE_UNAVAILABLE,

@@ -42,6 +42,7 @@ mod body;
 mod cohere;
 mod error;
 mod grpc;
+mod images;
 mod metrics;
 mod models;
 mod multi_vector;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::TokenIds;
 use crate::api::{ApiError, App, Input, dimensions, truncated_header};
 use crate::body::JsonBody;
+use crate::images::Item as InputItem;
 
 #[derive(Deserialize)]
 pub(crate) struct Request {
@@ -92,6 +93,16 @@ impl App {
             Input::Many(v) => return Ok(v),
             Input::Ids(ids) => vec![ids],
             Input::ManyIds(lists) => lists,
+            // Texts alone: an item with an image goes to `embed_items` first.
+            Input::Items(items) => {
+                return Ok(items
+                    .into_iter()
+                    .map(|item| match item {
+                        InputItem::Text(text) | InputItem::TextObject { text } => text,
+                        InputItem::Image { image } => image,
+                    })
+                    .collect());
+            }
         };
         self.check_inputs(ids.len())?;
         match self.token_ids {
@@ -116,11 +127,6 @@ pub(crate) async fn embeddings(
             return Err(ApiError::bad(format!("encoding_format must be \"float\" or \"base64\", not {other:?}")));
         }
     };
-    let texts = app.openai_texts(req.input).await?;
-    app.check_inputs(texts.len())?;
-    if let Some(i) = texts.iter().position(String::is_empty) {
-        return Err(ApiError::bad(format!("input[{i}] is an empty string; send text")));
-    }
     // OpenAI's requests never say what to do with a long text: the server's --long does.
     let mut options = app.long.call_options();
     if let Some(d) = req.dimensions {
@@ -129,10 +135,32 @@ pub(crate) async fn embeddings(
     if let Some(name) = req.prompt_name {
         options = options.with_prompt_name(name);
     }
+    let input = match req.input {
+        Input::Items(items) if items.iter().any(|i| matches!(i, InputItem::Image { .. })) => {
+            app.check_inputs(items.len())?;
+            let (rows, tokens, cut) = app.embed_items(entry, embedder, items, options).await?;
+            let list = List { object: "list", data: items_of(rows.iter().map(Vec::as_slice), base64), model: &entry.name, usage: Usage { prompt_tokens: tokens, total_tokens: tokens } };
+            let mut response = axum::Json(list).into_response();
+            response.headers_mut().insert("x-truncated-inputs", axum::http::HeaderValue::from(cut));
+            return Ok(response);
+        }
+        input => input,
+    };
+    let texts = app.openai_texts(input).await?;
+    app.check_inputs(texts.len())?;
+    if let Some(i) = texts.iter().position(String::is_empty) {
+        return Err(ApiError::bad(format!("input[{i}] is an empty string; send text")));
+    }
     let rows = app.embed(entry, embedder, &texts, options).await?;
-    let data = rows
-        .rows()
-        .enumerate()
+    let data = items_of(rows.rows(), base64);
+    let tokens = rows.total_tokens();
+    let usage = Usage { prompt_tokens: tokens, total_tokens: tokens };
+    Ok(truncated_header(axum::Json(List { object: "list", data, model: &entry.name, usage }).into_response(), &rows))
+}
+
+/// Each row as OpenAI's `data` item, floats or little-endian float32 bytes in base64.
+fn items_of<'a>(rows: impl Iterator<Item = &'a [f32]>, base64: bool) -> Vec<Item> {
+    rows.enumerate()
         .map(|(index, v)| {
             let embedding = if base64 {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -142,10 +170,7 @@ pub(crate) async fn embeddings(
             };
             Item { object: "embedding", index, embedding }
         })
-        .collect();
-    let tokens = rows.total_tokens();
-    let usage = Usage { prompt_tokens: tokens, total_tokens: tokens };
-    Ok(truncated_header(axum::Json(List { object: "list", data, model: &entry.name, usage }).into_response(), &rows))
+        .collect()
 }
 
 #[derive(Serialize)]

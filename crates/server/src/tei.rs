@@ -128,9 +128,9 @@ fn tei_texts(inputs: Input) -> Result<Vec<String>, ApiError> {
     match inputs {
         Input::One(s) => Ok(vec![s]),
         Input::Many(v) => Ok(v),
-        Input::Ids(_) | Input::ManyIds(_) => {
-            Err(ApiError::bad("inputs must be a string or a list of strings (token ids are not taken here)"))
-        }
+        Input::Ids(_) | Input::ManyIds(_) | Input::Items(_) => Err(ApiError::bad(
+            "inputs must be a string or a list of strings (token ids and images are not taken here; images go to /v1/embeddings or /v2/embed)",
+        )),
     }
 }
 
