@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use numpy::{PyArray1, PyArrayMethods};
+use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -15,7 +15,7 @@ use nornir_vector::{
 use crate::calls::{default_model, run_cancellable};
 use crate::errors::*;
 use crate::options::{call_options, one_prompt, pair_of, pair_options, rerank_options};
-use crate::values::{compact_array, json_to_py, ranges_of, texts_of, to_array};
+use crate::values::{compact_array, encoded_dict, json_to_py, ranges_of, texts_of, to_array};
 
 /// One loaded model. `Embedder(model=None, *, device="auto", ...)`: see the package's docstrings.
 #[pyclass(module = "nornir_vector._nornir", frozen)]
@@ -24,7 +24,7 @@ pub(crate) struct Embedder {
 }
 
 impl Embedder {
-    fn get(&self) -> PyResult<Arc<RustEmbedder>> {
+    pub(crate) fn get(&self) -> PyResult<Arc<RustEmbedder>> {
         let guard = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         guard.clone().ok_or_else(|| EmbedderClosed::new_err("this Embedder was closed; make a new one"))
     }
@@ -311,26 +311,33 @@ impl Embedder {
         let embedder = self.get()?;
         let outputs = Outputs::new(dense, sparse, multi_vector);
         let encoded = run_cancellable(py, &cancel, || embedder.encode(&texts, outputs, &options))?;
-        let out = PyDict::new(py);
-        if let Some(rows) = encoded.dense {
-            out.set_item("dense", to_array(py, rows, false)?)?;
-        }
-        if let Some(vectors) = encoded.sparse {
-            let list = PyList::empty(py);
-            for v in vectors {
-                list.append((PyArray1::from_vec(py, v.indices), PyArray1::from_vec(py, v.values)))?;
-            }
-            out.set_item("sparse", list)?;
-        }
-        if let Some(mv) = encoded.multi_vector {
-            let list = PyList::empty(py);
-            for rows in mv.iter() {
-                let n = rows.len() / mv.dim().max(1);
-                list.append(PyArray1::from_slice(py, rows).reshape([n, mv.dim()])?)?;
-            }
-            out.set_item("multi_vector", list)?;
-        }
-        Ok(out)
+        encoded_dict(py, encoded)
+    }
+
+    /// Vectors of `images` in the space of the model's text vectors (an image-and-text model:
+    /// CLIP, SigLIP): each a path, the bytes of an encoded image (JPEG, PNG, WebP, GIF) or a
+    /// NumPy uint8 array (height, width, 3). One image gives shape (d,), a list or tuple (n, d).
+    #[pyo3(signature = (images, *, normalize=None, dimensions=None))]
+    fn embed_images<'py>(
+        &self,
+        py: Python<'py>,
+        images: &Bound<'py, PyAny>,
+        normalize: Option<bool>,
+        dimensions: Option<usize>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::images::embed_images(py, &self.get()?, images, normalize, dimensions)
+    }
+
+    /// Whether the model embeds images too (an image-and-text model).
+    #[getter]
+    fn takes_images(&self) -> PyResult<bool> {
+        Ok(self.get()?.takes_images())
+    }
+
+    /// The image processor's settings in one line; None for a text-only model.
+    #[getter]
+    fn image_settings(&self) -> PyResult<Option<String>> {
+        Ok(self.get()?.image_settings())
     }
 
     /// Whether the model makes token vectors (a ColBERT model, BGE-M3).

@@ -59,6 +59,12 @@ pyo3::create_exception!(
 pyo3::create_exception!(_nornir, EmbedderClosed, EmbedErrorPy, "The embedder was closed.");
 pyo3::create_exception!(
     _nornir,
+    BadImage,
+    EmbedErrorPy,
+    "An image of the call could not be read or prepared; `.index` is its place in the call."
+);
+pyo3::create_exception!(
+    _nornir,
     WrongKind,
     EmbedErrorPy,
     "The call is for another kind of model (embedder, sparse-encoder, cross-encoder); `.kind` names the model's."
@@ -82,6 +88,7 @@ pub(crate) fn to_py(py: Python<'_>, e: &EmbedError) -> PyErr {
         EmbedError::Cancelled => Cancelled::new_err(text),
         EmbedError::Internal { .. } => InternalError::new_err(text),
         EmbedError::WrongKind { .. } => WrongKind::new_err(text),
+        EmbedError::BadImage { .. } => BadImage::new_err(text),
         _ => InferenceError::new_err(text),
     };
     let value = err.value(py);
@@ -92,6 +99,7 @@ pub(crate) fn to_py(py: Python<'_>, e: &EmbedError) -> PyErr {
             .and_then(|()| value.setattr("tokens", *tokens))
             .and_then(|()| value.setattr("max_length", *max_length)),
         EmbedError::WrongKind { kind, .. } => value.setattr("kind", kind.label()),
+        EmbedError::BadImage { index, .. } => value.setattr("index", *index),
         _ => Ok(()),
     };
     err
@@ -121,5 +129,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InternalError", py.get_type::<InternalError>())?;
     m.add("EmbedderClosed", py.get_type::<EmbedderClosed>())?;
     m.add("WrongKind", py.get_type::<WrongKind>())?;
+    m.add("BadImage", py.get_type::<BadImage>())?;
     Ok(())
 }

@@ -11,6 +11,7 @@ mod convert;
 mod quantize;
 
 mod embedder;
+mod images;
 mod errors;
 mod options;
 mod values;

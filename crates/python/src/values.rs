@@ -3,8 +3,9 @@
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
 
-use nornir_vector::{CompactVectors, Embeddings, Ranges};
+use nornir_vector::{CompactVectors, Embeddings, Encoded, Ranges};
 
 /// `str` or a sequence of `str`; whether it was one string.
 pub(crate) fn texts_of(texts: &Bound<'_, PyAny>) -> PyResult<(Vec<String>, bool)> {
@@ -57,4 +58,30 @@ pub(crate) fn ranges_of(obj: &Bound<'_, PyAny>) -> PyResult<Ranges> {
         Err(e) => return Err(invalid(format!("min and max must be lists of finite numbers ({e})"))),
     };
     Ranges::from_json(&text).map_err(|e| invalid(e.reason))
+}
+
+/// BGE-M3's outputs as `encode` returns them: a dict with "dense" (float32 (n, dim)), "sparse"
+/// (per text `(indices, values)`) and "multi_vector" (per text float32 (tokens, dim)), for those
+/// computed.
+pub(crate) fn encoded_dict<'py>(py: Python<'py>, encoded: Encoded) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    if let Some(rows) = encoded.dense {
+        out.set_item("dense", to_array(py, rows, false)?)?;
+    }
+    if let Some(vectors) = encoded.sparse {
+        let list = PyList::empty(py);
+        for v in vectors {
+            list.append((PyArray1::from_vec(py, v.indices), PyArray1::from_vec(py, v.values)))?;
+        }
+        out.set_item("sparse", list)?;
+    }
+    if let Some(mv) = encoded.multi_vector {
+        let list = PyList::empty(py);
+        for rows in mv.iter() {
+            let n = rows.len() / mv.dim().max(1);
+            list.append(PyArray1::from_slice(py, rows).reshape([n, mv.dim()])?)?;
+        }
+        out.set_item("multi_vector", list)?;
+    }
+    Ok(out)
 }

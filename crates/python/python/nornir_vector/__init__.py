@@ -25,6 +25,7 @@ import sys as _sys
 _os.environ.setdefault("NORNIR_PYTHON_PREFIX", _sys.prefix)
 
 from ._nornir import (  # noqa: E402
+    BadImage,
     Cancelled,
     InternalError,
     ConvertError,
@@ -51,6 +52,7 @@ from ._fetch import DEFAULT_MODEL, fetch_default_model  # noqa: E402
 from .retrieval import MultiVectorEncoder, Reranker, SparseEncoder, max_sim  # noqa: E402
 
 __all__ = [
+    "BadImage",
     "Cancelled",
     "InternalError",
     "ConvertError",

@@ -30,6 +30,9 @@ class InternalError(EmbedError): ...
 class InferenceError(EmbedError): ...
 class EmbedderClosed(EmbedError): ...
 
+class BadImage(EmbedError):
+    index: int
+
 class WrongKind(EmbedError):
     kind: Literal["embedder", "sparse-encoder", "cross-encoder", "multi-vector"]
 
@@ -85,6 +88,26 @@ class Embedder:
         precision: Literal["float32", "int8", "uint8", "binary", "ubinary"] | None = None,
         ranges: dict[str, Any] | str | PathLike[str] | None = None,
     ) -> npt.NDArray[Any]: ...
+    @overload
+    def embed_images(
+        self,
+        images: str | PathLike[str] | bytes | npt.NDArray[np.uint8],
+        *,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+    ) -> npt.NDArray[np.float32]: ...
+    @overload
+    def embed_images(
+        self,
+        images: Sequence[str | PathLike[str] | bytes | npt.NDArray[np.uint8]],
+        *,
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+    ) -> npt.NDArray[np.float32]: ...
+    @property
+    def takes_images(self) -> bool: ...
+    @property
+    def image_settings(self) -> str | None: ...
     def embed_chunks(
         self,
         texts: str | Sequence[str],
