@@ -12,14 +12,15 @@ use crate::embedder::Embedder;
 
 /// The largest magnitude of each channel of the activations smoothing divides, measured by
 /// running the calibration graph (nornir-quantize's `calibration_model`) on `texts` with max
-/// pooling, so that padding never counts, in a hidden folder next to the output, removed after.
+/// pooling, so that padding never counts, cut at the model's `max_length`, in a hidden folder next
+/// to the output, removed after.
 pub(super) fn calibrate(
     model_file: &Path,
     parent: &Path,
     model: &[u8],
     qopts: &QuantizeOptions,
     opts: &EmbedderOptions,
-    texts: &[&str],
+    (texts, max_length): (&[&str], usize),
 ) -> Result<std::collections::HashMap<String, Vec<f32>>, Error> {
     let source_dir = model_file.parent().unwrap_or(Path::new("."));
     let calibration = match calibration_model(model, Some(&mut read_beside(model_file)), qopts) {
@@ -50,8 +51,10 @@ pub(super) fn calibrate(
         }
         let mut o = opts.clone().with_output_name(CALIBRATION_OUTPUT).with_pooling(Pooling::Max);
         o.call.normalize = Some(false);
-        // Every channel of the output, whatever --dim asks of the model's vectors.
+        // Every channel of the output, whatever --dim asks of the model's vectors; texts cut where
+        // the model cuts them (the limit may come from config.json, which is not copied).
         o.model_file = None;
+        o.max_length = Some(max_length);
         o.call.dimensions = None;
         let stage = |source| Error::Stage { what: "the calibration graph", source };
         let e = Embedder::new(&dir, &o).map_err(stage)?;

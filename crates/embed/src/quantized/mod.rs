@@ -7,6 +7,7 @@
 mod calibrate;
 mod check;
 mod files;
+mod vision;
 
 use std::path::{Path, PathBuf};
 
@@ -174,22 +175,32 @@ pub fn quantize_folder(
     let stage = |what| move |source| Error::Stage { what, source };
     let fp32 = Embedder::new(source, &opts).map_err(stage("the float32 model"))?;
     let model_file = fp32.model_info().folder.model_file.clone();
+    // A dual encoder's text graph keeps its name, which puts the vision graph beside it.
+    let (graph, data_file) = match fp32.takes_images() {
+        true => ("text_model.onnx", "text_model.onnx_data"),
+        false => ("model.onnx", DATA_FILE),
+    };
     let bytes = std::fs::read(&model_file).map_err(at(&model_file))?;
-    let (calibration_texts, calibration_name) = match &options.calibration {
+    let (calibration_texts, mut calibration_name) = match &options.calibration {
         Some((texts, name)) => (texts.iter().map(String::as_str).collect::<Vec<_>>(), name.clone()),
         None => (SAMPLE_TEXTS.lines().collect(), "built-in sample (99 texts)".to_owned()),
     };
     let mut qopts = options.rewrite.clone();
-    if qopts.smoothing.is_some() && qopts.activations == Activations::PerToken {
+    if fp32.takes_images() {
+        // SigLIP's text graph pads every text inside itself, so its activations are not one row
+        // per token given; each channel is estimated from its norm's weights instead.
+        calibration_name = "none: a dual encoder's smoothing estimates each channel from its norm's weights".to_owned();
+    } else if qopts.smoothing.is_some() && qopts.activations == Activations::PerToken {
         let lines: Vec<&str> = calibration_texts.into_iter().filter(|l| !l.trim().is_empty()).collect();
         if lines.is_empty() {
             return Err(Error::NoCalibrationTexts { source_name: calibration_name });
         }
-        let channel_max = calibrate::calibrate(&model_file, &parent, &bytes, &qopts, &opts, &lines)?;
+        let max_length = fp32.model_info().max_length;
+        let channel_max = calibrate::calibrate(&model_file, &parent, &bytes, &qopts, &opts, (&lines, max_length))?;
         qopts = qopts.with_channel_max(channel_max);
     }
     let rewrite = |qopts: &QuantizeOptions| -> Result<(Int8Files, QuantizeReport), Error> {
-        let (files, report) = quantize_external(&bytes, &mut read_beside(&model_file), DATA_FILE, qopts)
+        let (files, report) = quantize_external(&bytes, &mut read_beside(&model_file), data_file, qopts)
             .map_err(|source| Error::Rewrite { file: model_file.clone(), source })?;
         Ok((files.into(), report))
     };
@@ -204,15 +215,22 @@ pub fn quantize_folder(
         std::fs::create_dir(&tmp).map_err(at(&tmp))?;
         copy_folder(source, &tmp)?;
         let a32 = check::run(&fp32, &sample).map_err(stage("the float32 model"))?;
-        let (report, a8, fallback) =
-            checked_fusions(&tmp, &int8_opts, &sample, fused, || rewrite(&qopts.clone().with_fusions(Vec::new())))?;
-        let (cost, summary) = check::cost(&a32, &a8, &sample, kind);
+        let unfused = || rewrite(&qopts.clone().with_fusions(Vec::new()));
+        let (report, a8, fallback) = checked_fusions(&tmp, [graph, data_file], &int8_opts, &sample, fused, unfused)?;
+        let vision = vision::quantize_vision(&fp32, &tmp, &int8_opts, &qopts)?;
+        let (cost, mut summary) = check::cost(&a32, &a8, &sample, kind);
+        if let Some(v) = &vision {
+            summary = format!("{summary}\n{}", vision::summary(v));
+        }
         let unmatched: Vec<Fusion> =
             qopts.fusions.iter().copied().filter(|f| !report.fused.iter().any(|done| done.fusion == *f)).collect();
         let mut record = record(&model_file, &bytes, &report, &qopts, &calibration_name, cost);
         record["fusion_fallback"] = fallback.clone().into();
         record["fusions_unmatched"] = unmatched.iter().map(|f| f.name()).collect::<Vec<_>>().into();
         record["summary"] = summary.clone().into();
+        if let Some(vision) = vision {
+            record["vision"] = vision;
+        }
         let text = serde_json::to_string_pretty(&record).map_err(std::io::Error::other)? + "\n";
         let file = tmp.join("quantization.json");
         std::fs::write(&file, text).map_err(at(&file))?;
@@ -249,18 +267,20 @@ fn output_parent(source: &Path, output: &Path, replace: bool) -> Result<PathBuf,
     Ok(parent)
 }
 
-/// Writes `fused` into `dir` and runs the sample with it, as its kind runs. Where fusions were
+/// Writes `fused` into `dir` (as `graph`, its weights in `data_file` where large) and runs the
+/// sample with it, as its kind runs. Where fusions were
 /// applied, the unfused graph (`unfused()`) runs too: if the fused one does not load or run, or
 /// its output is not the unfused one's, the unfused graph is written instead and the reason
 /// returned.
 fn checked_fusions(
     dir: &Path,
+    [graph, data_file]: [&str; 2],
     opts: &EmbedderOptions,
     sample: &check::Sample<'_>,
     (fused, report): (Int8Files, QuantizeReport),
     unfused: impl FnOnce() -> Result<(Int8Files, QuantizeReport), Error>,
 ) -> Result<(QuantizeReport, check::Outputs, Option<String>), Error> {
-    let (file, data_file) = (dir.join("model.onnx"), dir.join(DATA_FILE));
+    let (file, data_file) = (dir.join(graph), dir.join(data_file));
     let write = |files: &Int8Files| -> Result<(), Error> {
         std::fs::write(&file, &files.model).map_err(at(&file))?;
         if files.data.is_empty() {
@@ -375,7 +395,7 @@ mod tests {
         let on_disk = || std::fs::read(dir.path().join("model.onnx")).expect("model.onnx written");
         let check = |candidate: &[u8]| {
             let files = |model: Vec<u8>| Int8Files { model, data: Vec::new() };
-            checked_fusions(dir.path(), &opts, &sample, (files(candidate.to_vec()), report.clone()), || {
+            checked_fusions(dir.path(), ["model.onnx", DATA_FILE], &opts, &sample, (files(candidate.to_vec()), report.clone()), || {
                 let (m, r) = rewrite(&qopts.clone().with_fusions(Vec::new())).expect("unfused");
                 Ok((files(m), r))
             })
