@@ -13,9 +13,17 @@ use crate::process::{cargo, run_checked, workspace_root};
 use crate::{assets, fetch, int8};
 
 /// Pinned so every machine compares against the same Python stack (model2vec: the static
-/// models' reference, scripts/static_reference.py).
-const PYTHON_PACKAGES: &[&str] =
-    &["onnxruntime==1.31.1", "tokenizers==0.23.3", "numpy==2.4.6", "onnx==1.23.2", "model2vec==0.10.0"];
+/// models' reference, scripts/static_reference.py; pillow: the image processors' reference,
+/// scripts/image_reference.py).
+const PYTHON_PACKAGES: &[&str] = &[
+    "onnxruntime==1.31.1",
+    "tokenizers==0.23.3",
+    "numpy==2.4.6",
+    "onnx==1.23.2",
+    "model2vec==0.10.0",
+    "pillow==13.0.0",
+    "safetensors==0.8.0",
+];
 
 /// `cargo xtask bench-compare`'s options.
 #[derive(clap::Args, Debug)]

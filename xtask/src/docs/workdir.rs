@@ -6,7 +6,9 @@
 //! `my-reranker`): a cross-encoder of all-MiniLM-L6-v2's encoder under a seeded classifier
 //! head, made by scripts/minilm_reranker.py and converted by the `nornir` under test;
 //! `m2v-model`: a static model saved by model2vec itself with a random table, made by
-//! scripts/static_reference.py).
+//! scripts/static_reference.py; `clip-weights` and `clip-model`: a random CLIP checkpoint laid out
+//! as OpenAI's, made by scripts/image_reference.py, and its conversion; `images/` and
+//! `images.txt`: that script's image set and a list of six of them).
 
 use std::path::{Path, PathBuf};
 
@@ -58,7 +60,31 @@ pub(super) fn prepare(work: &Path, bin: &Path, env: &[(&'static str, PathBuf)]) 
     }
     let python = var("NORNIR_TEST_REFERENCE_PYTHON")?;
     reranker(work, bin, &python, &var("NORNIR_TEST_MINILM_SAFETENSORS")?)?;
+    clip_model(work, bin, &python)?;
     static_model(work, &python, &var("NORNIR_TEST_MODEL")?.join("tokenizer.json"))
+}
+
+/// `work/clip-weights` (a random CLIP checkpoint), `work/clip-model` (it converted), `work/images`
+/// and `work/images.txt`.
+fn clip_model(work: &Path, bin: &Path, python: &Path) -> Result<()> {
+    let script = crate::process::workspace_root().join("scripts/image_reference.py");
+    let run = |args: &[&std::ffi::OsStr]| {
+        crate::process::run_checked(
+            std::process::Command::new(python).arg(&script).args(args).stdout(std::process::Stdio::null()),
+        )
+    };
+    run(&["make".as_ref(), "clip".as_ref(), work.join("clip-weights").as_os_str()])?;
+    run(&["images".as_ref(), work.join("images").as_os_str()])?;
+    let names = ["landscape_97x41.jpg", "portrait_40x113.png", "rgba_alpha_45x30.png", "palette_P_50x33.png", "lossy_64x48.webp", "animated_3frames_30x22.gif"];
+    let list: Vec<String> = names.iter().map(|n| format!("images/{n}")).collect();
+    write(work, "images.txt", &list.join("\n"))?;
+    crate::process::run_checked(
+        std::process::Command::new(bin.join("nornir"))
+            .args(["vector", "convert", "--quiet", "--model"])
+            .arg(work.join("clip-weights"))
+            .arg("--output")
+            .arg(work.join("clip-model")),
+    )
 }
 
 /// `work/m2v-model`: the float32 static model of scripts/static_reference.py's cases.
