@@ -123,13 +123,15 @@ impl Engine {
             queue_full: options.queue_full,
         };
         engine.check_with_a_first_run(head)?;
+        // An image call runs its batches on its own thread, not the workers': every thread computes.
+        let threads = options.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
         let images = match (&engine.info.folder.vision_file, &engine.backend) {
             (Some(file), Backend::Onnx(sessions)) => Some(ImageTower::open(
                 &engine.info.folder.dir,
                 file,
                 &sessions.runtime,
                 &plan,
-                intra_threads,
+                nornir_options::intra_threads(threads, 1),
                 engine.info.model_dimension,
             )?),
             _ => None,
