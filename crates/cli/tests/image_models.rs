@@ -58,7 +58,8 @@ fn lossless(name: &str) -> bool {
     name.ends_with(".png") || name.ends_with(".gif") || name.starts_with("lossless")
 }
 
-const TEXTS: [&str; 4] = ["a photo of a cat", "two dogs", "", "the quick brown fox jumps over the lazy dog again and again"];
+const TEXTS: [&str; 4] =
+    ["a photo of a cat", "two dogs", "", "the quick brown fox jumps over the lazy dog again and again"];
 
 fn cpu() -> EmbedderOptions {
     EmbedderOptions::default().with_device(Device::Cpu).with_ort_library(env_path("NORNIR_TEST_ORT_CPU"))
@@ -105,7 +106,8 @@ fn clip_and_siglip_match_the_reference_through_the_library_and_the_command_line(
     let set = reference(&["images", s(&t.path().join("images"))]);
     let names: Vec<String> = serde_json::from_value(set["images"].clone()).expect("names");
     let all: Vec<PathBuf> = names.iter().map(|n| t.path().join("images").join(n)).collect();
-    let exact: Vec<PathBuf> = all.iter().filter(|p| lossless(&p.file_name().unwrap_or_default().to_string_lossy())).cloned().collect();
+    let exact: Vec<PathBuf> =
+        all.iter().filter(|p| lossless(&p.file_name().unwrap_or_default().to_string_lossy())).cloned().collect();
     let decoded: Vec<PathBuf> = all.iter().filter(|p| !exact.contains(p)).cloned().collect();
     assert!(exact.len() >= 10 && decoded.len() >= 4, "{names:?}");
     let mut report = Vec::new();
@@ -116,16 +118,20 @@ fn clip_and_siglip_match_the_reference_through_the_library_and_the_command_line(
         assert!(e.takes_images() && e.image_settings().is_some(), "{name}");
         let raw = CallOptions::new().with_normalize(false);
         let inputs: Vec<ImageInput> = exact.iter().map(ImageInput::path).collect();
-        let got_images: Vec<Vec<f32>> = e.embed_images_with(&inputs, &raw).expect("images").rows().map(<[f32]>::to_vec).collect();
+        let got_images: Vec<Vec<f32>> =
+            e.embed_images_with(&inputs, &raw).expect("images").rows().map(<[f32]>::to_vec).collect();
         let got_texts: Vec<Vec<f32>> = e.embed_with(&TEXTS, &raw).expect("texts").rows().map(<[f32]>::to_vec).collect();
         let (di, dt) = (largest_difference(&got_images, &want_images), largest_difference(&got_texts, &want_texts));
         assert!(di < 1e-5 && dt < 1e-5, "{name}: images {di:e}, texts {dt:e}");
         // The same images as bytes, and one as decoded pixels, give the same rows.
         let bytes: Vec<ImageInput> = exact.iter().map(|p| ImageInput::bytes(std::fs::read(p).expect("read"))).collect();
-        let again: Vec<Vec<f32>> = e.embed_images_with(&bytes, &raw).expect("bytes").rows().map(<[f32]>::to_vec).collect();
+        let again: Vec<Vec<f32>> =
+            e.embed_images_with(&bytes, &raw).expect("bytes").rows().map(<[f32]>::to_vec).collect();
         assert_eq!(again, got_images, "{name}: bytes and paths");
         // Each mistake of the reference is far from nornir's vectors.
-        for mistake in ["mean-std-swapped", "bilinear", "no-post-norm", "no-final-norm", "wrong-pooled-token", "no-causal-mask"] {
+        for mistake in
+            ["mean-std-swapped", "bilinear", "no-post-norm", "no-final-norm", "wrong-pooled-token", "no-causal-mask"]
+        {
             if (name == "siglip") && matches!(mistake, "mean-std-swapped" | "no-causal-mask") {
                 continue; // SigLIP's mean and std are both 0.5, and its text tower is not causal.
             }
@@ -136,7 +142,8 @@ fn clip_and_siglip_match_the_reference_through_the_library_and_the_command_line(
         // JPEG and lossy WebP: the decoders' own differences, measured.
         let (want_decoded, _) = reference_vectors(&f, &decoded, None);
         let inputs: Vec<ImageInput> = decoded.iter().map(ImageInput::path).collect();
-        let got: Vec<Vec<f32>> = e.embed_images_with(&inputs, &raw).expect("jpeg").rows().map(<[f32]>::to_vec).collect();
+        let got: Vec<Vec<f32>> =
+            e.embed_images_with(&inputs, &raw).expect("jpeg").rows().map(<[f32]>::to_vec).collect();
         let cos = got.iter().zip(&want_decoded).map(|(g, w)| {
             let g: Vec<f64> = g.iter().map(|x| f64::from(*x)).collect();
             unit(&g).iter().zip(unit(w)).map(|(a, b)| a * b).sum::<f64>()
@@ -146,7 +153,8 @@ fn clip_and_siglip_match_the_reference_through_the_library_and_the_command_line(
         report.push(format!("{name}: lossless images {di:.1e}, texts {dt:.1e}, JPEG/WebP cosine >= {worst_cos:.6}"));
         // The command line: normalised rows, row i for line i.
         let list = t.path().join(format!("{name}.txt"));
-        std::fs::write(&list, exact.iter().map(|p| s(p).to_owned()).collect::<Vec<_>>().join("\n") + "\n").expect("list");
+        std::fs::write(&list, exact.iter().map(|p| s(p).to_owned()).collect::<Vec<_>>().join("\n") + "\n")
+            .expect("list");
         let o = nornir(&["vector", "embed", "--model", s(&f.converted), "--images", s(&list), "--quiet"]);
         assert!(o.status.success(), "{name}: {}", common::stderr(&o));
         let lines: Vec<Vec<f32>> = String::from_utf8_lossy(&o.stdout).lines().map(common::embedding_of_line).collect();
@@ -164,7 +172,8 @@ fn the_server_answers_jina_and_cohere_image_requests_in_order() {
     let t = tempfile::tempdir().expect("tempdir");
     let set = reference(&["images", s(&t.path().join("images"))]);
     let names: Vec<String> = serde_json::from_value(set["images"].clone()).expect("names");
-    let pngs: Vec<PathBuf> = names.iter().filter(|n| n.ends_with(".png")).take(3).map(|n| t.path().join("images").join(n)).collect();
+    let pngs: Vec<PathBuf> =
+        names.iter().filter(|n| n.ends_with(".png")).take(3).map(|n| t.path().join("images").join(n)).collect();
     let f = make(t.path(), "clip");
     let (want_images, want_texts) = reference_vectors(&f, &pngs, None);
     let server = Server::start_with(&f.converted, &[]);
@@ -178,8 +187,12 @@ fn the_server_answers_jina_and_cohere_image_requests_in_order() {
     ]);
     let (status, body) = server.post("/v1/embeddings", &json!({"model": "clip", "input": input}));
     assert_eq!(status, 200, "{body}");
-    let got: Vec<Vec<f32>> =
-        body["data"].as_array().expect("data").iter().map(|d| serde_json::from_value(d["embedding"].clone()).expect("row")).collect();
+    let got: Vec<Vec<f32>> = body["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|d| serde_json::from_value(d["embedding"].clone()).expect("row"))
+        .collect();
     let want = vec![unit(&want_images[0]), unit(&want_texts[0]), unit(&want_images[1]), unit(&want_texts[1])];
     assert!(largest_difference(&got, &want) < 1e-5, "{body}");
     // Cohere: images as data URIs, input_type "image", float and int8 types.
@@ -249,16 +262,21 @@ fn quantize_makes_both_towers_int8_and_measures_the_images() {
     let o = nornir(&["vector", "quantize", "--model", s(&f.converted), "--output", s(&int8)]);
     assert!(o.status.success(), "{}", common::stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("vision graph:"), "{}", String::from_utf8_lossy(&o.stdout));
-    let record: Value = serde_json::from_slice(&std::fs::read(int8.join("quantization.json")).expect("record")).expect("json");
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(int8.join("quantization.json")).expect("record")).expect("json");
     let vision = &record["vision"];
-    assert!(vision["rewritten"].as_u64().unwrap_or_default() > 0 && vision["cosine_min"].as_f64() > Some(0.9), "{vision}");
+    assert!(
+        vision["rewritten"].as_u64().unwrap_or_default() > 0 && vision["cosine_min"].as_f64() > Some(0.9),
+        "{vision}"
+    );
     let set = reference(&["images", s(&t.path().join("images"))]);
     let names: Vec<String> = serde_json::from_value(set["images"].clone()).expect("names");
     let images: Vec<ImageInput> = names.iter().map(|n| ImageInput::path(t.path().join("images").join(n))).collect();
     let (a, b) = (Embedder::new(&f.converted, &cpu()).expect("float32"), Embedder::new(&int8, &cpu()).expect("int8"));
     assert!(b.takes_images(), "the int8 folder keeps its vision graph");
     let (a, b) = (a.embed_images(&images).expect("float32"), b.embed_images(&images).expect("int8"));
-    let worst = a.rows().zip(b.rows()).map(|(x, y)| x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>()).fold(1.0, f32::min);
+    let worst =
+        a.rows().zip(b.rows()).map(|(x, y)| x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>()).fold(1.0, f32::min);
     eprintln!("int8 vision graph: min cosine to float32 {worst:.5} on {} reference images", names.len());
     assert!(worst > 0.99, "{worst}");
 }

@@ -11,7 +11,8 @@ use std::process::Command;
 use nornir_image::{ImageLimits, ImageProcessor};
 
 fn reference(args: &[&std::ffi::OsStr]) -> String {
-    let python = std::env::var_os("NORNIR_TEST_REFERENCE_PYTHON").expect("NORNIR_TEST_REFERENCE_PYTHON: run `cargo xtask test`");
+    let python =
+        std::env::var_os("NORNIR_TEST_REFERENCE_PYTHON").expect("NORNIR_TEST_REFERENCE_PYTHON: run `cargo xtask test`");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/image_reference.py");
     let o = Command::new(python).arg(script).args(args).output().expect("run the reference");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
@@ -23,7 +24,8 @@ fn reference(args: &[&std::ffi::OsStr]) -> String {
 fn every_image_of_the_set_is_prepared_exactly_as_pillow_and_transformers_prepare_it() {
     let t = tempfile::tempdir().expect("tempdir");
     let images = t.path().join("images");
-    let set: serde_json::Value = serde_json::from_str(&reference(&["images".as_ref(), images.as_os_str()])).expect("json");
+    let set: serde_json::Value =
+        serde_json::from_str(&reference(&["images".as_ref(), images.as_os_str()])).expect("json");
     let names: Vec<String> = serde_json::from_value(set["images"].clone()).expect("names");
     for family in ["clip", "siglip"] {
         let folder = t.path().join(family);

@@ -11,8 +11,8 @@ mod convert;
 mod quantize;
 
 mod embedder;
-mod images;
 mod errors;
+mod images;
 mod options;
 mod values;
 

@@ -139,7 +139,12 @@ pub(crate) async fn embeddings(
         Input::Items(items) if items.iter().any(|i| matches!(i, InputItem::Image { .. })) => {
             app.check_inputs(items.len())?;
             let (rows, tokens, cut) = app.embed_items(entry, embedder, items, options).await?;
-            let list = List { object: "list", data: items_of(rows.iter().map(Vec::as_slice), base64), model: &entry.name, usage: Usage { prompt_tokens: tokens, total_tokens: tokens } };
+            let list = List {
+                object: "list",
+                data: items_of(rows.iter().map(Vec::as_slice), base64),
+                model: &entry.name,
+                usage: Usage { prompt_tokens: tokens, total_tokens: tokens },
+            };
             let mut response = axum::Json(list).into_response();
             response.headers_mut().insert("x-truncated-inputs", axum::http::HeaderValue::from(cut));
             return Ok(response);

@@ -75,7 +75,14 @@ fn clip_model(work: &Path, bin: &Path, python: &Path) -> Result<()> {
     };
     run(&["make".as_ref(), "clip".as_ref(), work.join("clip-weights").as_os_str()])?;
     run(&["images".as_ref(), work.join("images").as_os_str()])?;
-    let names = ["landscape_97x41.jpg", "portrait_40x113.png", "rgba_alpha_45x30.png", "palette_P_50x33.png", "lossy_64x48.webp", "animated_3frames_30x22.gif"];
+    let names = [
+        "landscape_97x41.jpg",
+        "portrait_40x113.png",
+        "rgba_alpha_45x30.png",
+        "palette_P_50x33.png",
+        "lossy_64x48.webp",
+        "animated_3frames_30x22.gif",
+    ];
     let list: Vec<String> = names.iter().map(|n| format!("images/{n}")).collect();
     write(work, "images.txt", &list.join("\n"))?;
     crate::process::run_checked(

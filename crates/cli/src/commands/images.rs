@@ -14,7 +14,11 @@ use crate::output::{RowWriter, Sink};
 const IMAGES_PER_CALL: usize = 64;
 
 pub(super) fn embed_images(job: &EmbedJob, list: &Path, embedder: &Embedder, sink: Sink) -> Result<()> {
-    if job.compact.compacts() || job.sparse.any() || job.multi_vector.any() || matches!(job.long, nornir_vector::LongInputs::Chunk(_)) {
+    if job.compact.compacts()
+        || job.sparse.any()
+        || job.multi_vector.any()
+        || matches!(job.long, nornir_vector::LongInputs::Chunk(_))
+    {
         bail!("--images makes dense float vectors: leave out --precision, --tokens, --query, --outputs and --long");
     }
     let paths = read_list(list)?;

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use super::{ATTENTION_MASK, Bias, INPUT_IDS, Masks, Net, Tensors};
 use crate::ConvertError;
-use crate::config::dual::{Dual, Linear, TextPool, VisionHead};
 use crate::config::Config;
+use crate::config::dual::{Dual, Linear, TextPool, VisionHead};
 use crate::config::names::{Gated, Mlp};
 use crate::graph::{Attr, FLOAT, Graph, INT64};
 use crate::weights::Weights;
@@ -26,7 +26,13 @@ fn tower<'a, 'w>(g: &'a mut Graph, c: &'a Config, weights: &'w Weights, base: &s
 
 /// The text tower: embeddings, layers (causal where it pools at the end-of-text token), final
 /// norm, the pooled token, the projection.
-pub(crate) fn build_text(g: &mut Graph, c: &Config, d: &Dual, weights: &Weights, fused: bool) -> Result<(), ConvertError> {
+pub(crate) fn build_text(
+    g: &mut Graph,
+    c: &Config,
+    d: &Dual,
+    weights: &Weights,
+    fused: bool,
+) -> Result<(), ConvertError> {
     let n = d.names;
     let mut net = tower(g, c, weights, n.text, fused);
     net.check_layer_count()?;
@@ -255,5 +261,9 @@ impl Net<'_, '_> {
 }
 
 /// The attention-pooling head's MLP (after its prefix).
-const HEAD_MLP: Mlp =
-    Mlp { plain: "mlp.fc1", gated: Gated::Fused { weight: "mlp.fc1", activated_first: None }, down: "mlp.fc2", norm: "" };
+const HEAD_MLP: Mlp = Mlp {
+    plain: "mlp.fc1",
+    gated: Gated::Fused { weight: "mlp.fc1", activated_first: None },
+    down: "mlp.fc2",
+    norm: "",
+};

@@ -140,9 +140,7 @@ impl ImageTower {
 /// The vision graph's pixel input (`pixel_values`, else its one float input of rank 4) and its
 /// vector output (`image_embeds`, else its first float output of rank 2).
 fn vision_io(session: &Session) -> std::result::Result<(String, usize), String> {
-    let float_of_rank = |ty: &ValueType, rank: usize| {
-        matches!(ty, ValueType::Tensor { ty: TensorElementType::Float32, shape, .. } if shape.len() == rank)
-    };
+    let float_of_rank = |ty: &ValueType, rank: usize| matches!(ty, ValueType::Tensor { ty: TensorElementType::Float32, shape, .. } if shape.len() == rank);
     let inputs = session.inputs();
     let input = inputs
         .iter()

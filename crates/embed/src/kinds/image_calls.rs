@@ -130,7 +130,10 @@ fn read_bounded(path: &Path, limits: &ImageLimits) -> std::result::Result<Vec<u8
     let file = std::fs::File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
     if len > limits.max_bytes as u64 {
-        return Err(ImageError::TooManyBytes { len: usize::try_from(len).unwrap_or(usize::MAX), max: limits.max_bytes });
+        return Err(ImageError::TooManyBytes {
+            len: usize::try_from(len).unwrap_or(usize::MAX),
+            max: limits.max_bytes,
+        });
     }
     let mut bytes = Vec::with_capacity(len as usize);
     file.take(limits.max_bytes as u64 + 1).read_to_end(&mut bytes).map_err(io)?;

@@ -319,7 +319,8 @@ const TEXT_MODEL: &str = "text_model.onnx";
 /// `text_model.onnx` (CLIP and SigLIP, converted or exported).
 fn vision_beside(model_file: &Path) -> Option<PathBuf> {
     let name = model_file.file_name()?.to_str()?;
-    let vision = name.strip_prefix("text_model").map(|rest| model_file.with_file_name(format!("vision_model{rest}")))?;
+    let vision =
+        name.strip_prefix("text_model").map(|rest| model_file.with_file_name(format!("vision_model{rest}")))?;
     vision.is_file().then_some(vision)
 }
 

@@ -395,10 +395,17 @@ mod tests {
         let on_disk = || std::fs::read(dir.path().join("model.onnx")).expect("model.onnx written");
         let check = |candidate: &[u8]| {
             let files = |model: Vec<u8>| Int8Files { model, data: Vec::new() };
-            checked_fusions(dir.path(), ["model.onnx", DATA_FILE], &opts, &sample, (files(candidate.to_vec()), report.clone()), || {
-                let (m, r) = rewrite(&qopts.clone().with_fusions(Vec::new())).expect("unfused");
-                Ok((files(m), r))
-            })
+            checked_fusions(
+                dir.path(),
+                ["model.onnx", DATA_FILE],
+                &opts,
+                &sample,
+                (files(candidate.to_vec()), report.clone()),
+                || {
+                    let (m, r) = rewrite(&qopts.clone().with_fusions(Vec::new())).expect("unfused");
+                    Ok((files(m), r))
+                },
+            )
             .expect("checked")
         };
 

@@ -63,7 +63,10 @@ pub(super) fn quantize_vision(
 pub(super) fn summary(v: &Value) -> String {
     format!(
         "vision graph: {} MatMul/Gemm nodes int8; cosine to the float32 graph on {}: min {:.4}, mean {:.4}",
-        v["rewritten"], v["images"].as_str().unwrap_or_default(), v["cosine_min"].as_f64().unwrap_or_default(), v["cosine_mean"].as_f64().unwrap_or_default()
+        v["rewritten"],
+        v["images"].as_str().unwrap_or_default(),
+        v["cosine_min"].as_f64().unwrap_or_default(),
+        v["cosine_mean"].as_f64().unwrap_or_default()
     )
 }
 
