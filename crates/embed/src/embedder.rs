@@ -55,7 +55,7 @@ pub struct Embedder {
     /// The int8 and uint8 ranges its compact calls calibrated.
     pub(crate) calibrated: Calibrations,
     /// A dual encoder's vision graph and image processor (`None`: text only).
-    pub(crate) images: Option<crate::kinds::image::ImageTower>,
+    pub(crate) images: Option<crate::forward::vision::ImageTower>,
     workers: Vec<JoinHandle<()>>,
     /// Texts of async calls for the tokenizing threads; `None` once the embedder is dropped.
     pub(crate) tokenize_jobs: Option<Sender<TokenizeJob>>,

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::error::ImageError;
+use crate::error::{ImageError, short};
 use crate::resample::Resample;
 use crate::size::{SizeSpec, read_size};
 
@@ -251,12 +251,4 @@ fn flag(map: &Map<String, Value>, key: &'static str, default: bool) -> Result<bo
 /// mean or std by their default.
 fn present<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     map.get(key).filter(|v| !v.is_null())
-}
-
-/// `text` cut short for an error message.
-pub(crate) fn short(text: &str) -> String {
-    match text.char_indices().nth(60) {
-        Some((cut, _)) => format!("{}...", &text[..cut]),
-        None => text.to_owned(),
-    }
 }

@@ -9,15 +9,8 @@ use image::{DynamicImage, ImageDecoder};
 
 use crate::error::ImageError;
 use crate::limits::ImageLimits;
+use crate::pixels::{Rgb8, drop_alpha, image_limits, require_rgb};
 use crate::{gif, jpeg, png};
-
-/// Decoded pixels, 3 bytes each, row after row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Rgb8 {
-    pub width: u32,
-    pub height: u32,
-    pub data: Vec<u8>,
-}
 
 /// The formats read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,20 +51,6 @@ fn sniff(bytes: &[u8]) -> Option<Format> {
     }
 }
 
-/// The `image` crate's limits for an image the header says is `width` x `height`.
-pub(crate) fn image_limits(limits: &ImageLimits, width: u32, height: u32) -> image::Limits {
-    let mut out = image::Limits::default();
-    out.max_image_width = Some(width);
-    out.max_image_height = Some(height);
-    out.max_alloc = Some(limits.max_alloc());
-    out
-}
-
-/// Refuses a non-RGB mode when the processor does not convert.
-pub(crate) fn require_rgb(mode: &'static str, convert_rgb: bool) -> Result<(), ImageError> {
-    if convert_rgb || mode == "RGB" { Ok(()) } else { Err(ImageError::NotRgb { mode }) }
-}
-
 /// WebP, lossy or lossless, its alpha dropped. Pillow opens it as RGBA when the header says it
 /// has alpha, else RGB.
 fn webp(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Rgb8, ImageError> {
@@ -88,22 +67,4 @@ fn webp(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Rgb8, I
         other => return Err(ImageError::decode("WebP", format!("unexpected pixel type {:?}", other.color()))),
     };
     Ok(Rgb8 { width, height, data })
-}
-
-/// RGBA bytes to RGB: Convert.c's `rgba2rgb` keeps the colour and drops the alpha.
-pub(crate) fn drop_alpha(rgba: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(rgba.len() / 4 * 3);
-    for px in rgba.chunks_exact(4) {
-        out.extend_from_slice(&px[..3]);
-    }
-    out
-}
-
-/// One gray byte per pixel to RGB (`l2rgb`).
-pub(crate) fn gray_to_rgb(gray: impl Iterator<Item = u8>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(gray.size_hint().0 * 3);
-    for v in gray {
-        out.extend_from_slice(&[v, v, v]);
-    }
-    out
 }

@@ -109,3 +109,11 @@ fn one_line(text: &str) -> String {
         None => line,
     }
 }
+
+/// `text` cut short for an error message.
+pub(crate) fn short(text: &str) -> String {
+    match text.char_indices().nth(60) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_owned(),
+    }
+}

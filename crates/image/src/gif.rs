@@ -6,9 +6,9 @@
 
 use std::num::NonZeroU64;
 
-use crate::decode::{Rgb8, require_rgb};
 use crate::error::ImageError;
 use crate::limits::ImageLimits;
+use crate::pixels::{Rgb8, require_rgb};
 
 /// The first frame of a GIF, converted to RGB.
 pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Rgb8, ImageError> {

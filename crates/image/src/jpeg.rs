@@ -7,9 +7,9 @@
 use std::io::{BufRead, Read};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::decode::{Rgb8, gray_to_rgb, require_rgb};
 use crate::error::ImageError;
 use crate::limits::ImageLimits;
+use crate::pixels::{Rgb8, gray_to_rgb, require_rgb};
 
 /// More scans than any real progressive JPEG has (they have about ten); each costs a pass over
 /// the image, so a file of thousands of tiny scans is refused before decoding.

@@ -29,6 +29,7 @@ mod gif;
 mod jpeg;
 mod limits;
 mod nearest;
+mod pixels;
 mod png;
 mod processor;
 mod resample;

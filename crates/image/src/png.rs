@@ -7,9 +7,9 @@ use std::io::Cursor;
 
 use image::DynamicImage;
 
-use crate::decode::{Rgb8, drop_alpha, gray_to_rgb, image_limits, require_rgb};
 use crate::error::ImageError;
 use crate::limits::ImageLimits;
+use crate::pixels::{Rgb8, drop_alpha, gray_to_rgb, image_limits, require_rgb};
 
 /// What the IHDR chunk declares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

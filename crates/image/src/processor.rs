@@ -7,9 +7,10 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::config::{self, Config, Kind, ResizeTo};
-use crate::decode::{self, Rgb8};
+use crate::decode;
 use crate::error::ImageError;
 use crate::limits::ImageLimits;
+use crate::pixels::Rgb8;
 use crate::resample::resize_rgb8;
 
 /// The most bytes of `preprocessor_config.json` read; real ones are under 2 KiB.

@@ -3,8 +3,7 @@
 
 use serde_json::Value;
 
-use crate::config::short;
-use crate::error::ImageError;
+use crate::error::{ImageError, short};
 
 /// The largest side a config may ask for.
 pub(crate) const MAX_SIDE: u64 = 8192;

@@ -66,7 +66,16 @@ pub(crate) enum Input {
     Many(Vec<String>),
     Ids(Vec<u32>),
     ManyIds(Vec<Vec<u32>>),
-    Items(Vec<crate::images::Item>),
+    Items(Vec<Item>),
+}
+
+/// One of Jina's `input` items: a text (alone or as `{"text": ...}`) or an image.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Item {
+    Text(String),
+    TextObject { text: String },
+    Image { image: String },
 }
 
 impl App {

@@ -6,19 +6,9 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use nornir_vector::{CallOptions, EmbedError, Embedder, Embeddings, ImageInput};
-use serde::Deserialize;
 
-use crate::api::{ApiError, App};
+use crate::api::{ApiError, App, Item};
 use crate::models::Entry;
-
-/// One of Jina's `input` items: a text (alone or as `{"text": ...}`) or an image.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub(crate) enum Item {
-    Text(String),
-    TextObject { text: String },
-    Image { image: String },
-}
 
 /// The bytes of an image sent as a data URI (`data:image/png;base64,...`) or as base64 alone;
 /// `at` names it in errors (`images[2]`, `input[0].image`).

@@ -8,9 +8,9 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use crate::TokenIds;
+use crate::api::Item as InputItem;
 use crate::api::{ApiError, App, Input, dimensions, truncated_header};
 use crate::body::JsonBody;
-use crate::images::Item as InputItem;
 
 #[derive(Deserialize)]
 pub(crate) struct Request {

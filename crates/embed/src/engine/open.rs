@@ -12,7 +12,7 @@ use crate::engine::{Backend, Engine, Sessions};
 use crate::error::{EmbedError, Result};
 use crate::forward::graph_io::graph_io;
 use crate::forward::run::{Row, RowSettings};
-use crate::kinds::image::ImageTower;
+use crate::forward::vision::ImageTower;
 use crate::load::dense::load_head;
 use crate::load::graph_scan::{Attention, attention, one_text_per_run};
 use crate::load::kind;
