@@ -11,7 +11,7 @@ use crate::fuzz_seeds;
 use crate::process::workspace_root;
 
 /// Each target and the longest input it is given.
-pub(crate) const FUZZ_TARGETS: [(&str, u32); 12] = [
+pub(crate) const FUZZ_TARGETS: [(&str, u32); 13] = [
     ("elf_deps", 65536),
     ("model_configs", 4096),
     ("input_records", 4096),
@@ -24,6 +24,7 @@ pub(crate) const FUZZ_TARGETS: [(&str, u32); 12] = [
     ("request_bodies", 16384),
     ("onnx_graph_scan", 65536),
     ("static_table", 16384),
+    ("image_preprocess", 65536),
 ];
 
 /// One allocation larger than this is a finding (libFuzzer's `-malloc_limit_mb`): no input of
