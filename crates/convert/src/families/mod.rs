@@ -24,6 +24,8 @@ mod xlm_roberta;
 #[cfg(test)]
 mod decoder_tests;
 #[cfg(test)]
+mod dual_tests;
+#[cfg(test)]
 mod hostile_tests;
 #[cfg(test)]
 mod tests;
