@@ -3,14 +3,15 @@
 people write (Pillow and NumPy as transformers' slow CLIPImageProcessor computes them, then ONNX
 Runtime on the same vision_model.onnx, 16 images a batch), side by side, rounds interleaved.
 
-  image_bench.py NORNIR WORK [--images N] [--rounds R] [--threads T]
+  image_bench.py NORNIR WORK [--images N] [--rounds R] [--threads T] [--tiny]
   image_bench.py python-side FOLDER LIST THREADS OUT.npy   (the baseline, run as a child)
 
 The model is a CLIP ViT-B/32 (OpenAI's sizes: vision 768 wide, 12 layers, 224 pixels in 32-pixel
 patches; text 512 wide, 12 layers) with random weights, made by scripts/image_reference.py's
 writer and converted by the `nornir` under test; the images are N 640 x 480 JPEGs (gradients,
 waves and noise, quality 90). Each side is a fresh process; its peak RSS is the kernel's
-(wait4). Both sides' vectors are compared (cosine), so they did the same work. Prints one JSON
+(VmHWM). With --tiny the towers are one layer 32 wide (still 224 pixels in, as OpenAI's
+processor): the preprocessing is then most of the work. Both sides' vectors are compared (cosine), so they did the same work. Prints one JSON
 object.
 """
 
@@ -30,15 +31,18 @@ import image_reference as ref  # noqa: E402
 BATCH = 16
 
 
-def make_model(nornir, work):
-    src, out = work / "clip-b32-weights", work / "clip-b32"
+def make_model(nornir, work, tiny):
+    name = "clip-tiny-224" if tiny else "clip-b32"
+    src, out = work / f"{name}-weights", work / name
     if not (out / "vision_model.onnx").is_file():
-        ref.SPECS["clip"] = dict(
-            text=dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8,
-                      max_position_embeddings=77),
-            vision=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                        image_size=224, patch_size=32),
-            projection_dim=512, shortest_edge=224)
+        text = dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=8,
+                    max_position_embeddings=77)
+        vision = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                      image_size=224, patch_size=32)
+        if tiny:
+            text.update(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
+            vision.update(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
+        ref.SPECS["clip"] = dict(text=text, vision=vision, projection_dim=32 if tiny else 512, shortest_edge=224)
         ref.cmd_make("clip", src, 0)
         subprocess.run([nornir, "vector", "convert", "-q", "--force", "--model", str(src), "--output", str(out)],
                        check=True)
@@ -113,10 +117,11 @@ def main():
     p.add_argument("--images", type=int, default=256)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--tiny", action="store_true")
     a = p.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    model = make_model(a.nornir, work)
+    model = make_model(a.nornir, work, a.tiny)
     listing = make_images(work, a.images)
     ours, theirs = work / "nornir.f32", work / "python.npy"
     runs = {"nornir": [], "python": []}
@@ -129,7 +134,7 @@ def main():
     a_rows = np.fromfile(ours, dtype="<f4").reshape(a.images, -1)
     b_rows = np.load(theirs)
     cosine = float((a_rows * b_rows).sum(1).min())
-    result = {"images": a.images, "threads": a.threads, "min_cosine_nornir_vs_python": cosine}
+    result = {"model": model.name, "images": a.images, "threads": a.threads, "min_cosine_nornir_vs_python": cosine}
     for side, values in runs.items():
         seconds = sorted(s for s, _ in values)[len(values) // 2]
         result[side] = {"images_per_second": round(a.images / seconds, 2), "seconds": round(seconds, 3),
