@@ -140,7 +140,7 @@ async fn cohere_bodies_no_model_could_answer_are_400_saying_what_to_give() {
             (json!({ "texts": [] }), "texts is empty"),
             (json!({ "embedding_types": ["float"] }), "no `texts`"),
             (json!({ "texts": ["a"], "input_type": "query" }), "\"search_document\", \"search_query\""),
-            (json!({ "texts": ["a"], "input_type": "image" }), "text only"),
+            (json!({ "texts": ["a"], "input_type": "image" }), "is for `images`"),
             (json!({ "texts": ["a"], "truncate": "MIDDLE" }), "NONE, START or END"),
         ] {
             let (status, answer) = post(&app, path, body.clone()).await;
