@@ -99,7 +99,7 @@ fn reference_vectors(f: &Family, images: &[PathBuf], mistake: Option<&str>) -> (
 }
 
 #[test]
-#[ignore = "needs the ONNX Runtime builds and the reference venv that `cargo xtask test` fetches"]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn clip_and_siglip_match_the_reference_through_the_library_and_the_command_line() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -166,7 +166,7 @@ fn clip_and_siglip_match_the_reference_through_the_library_and_the_command_line(
 }
 
 #[test]
-#[ignore = "needs the ONNX Runtime builds and the reference venv that `cargo xtask test` fetches"]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn the_server_answers_jina_and_cohere_image_requests_in_order() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
@@ -253,7 +253,7 @@ fn bad_images_and_text_only_models_are_refused_in_one_line() {
 }
 
 #[test]
-#[ignore = "needs the ONNX Runtime builds and the reference venv that `cargo xtask test` fetches"]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn quantize_makes_both_towers_int8_and_measures_the_images() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");

@@ -3,7 +3,8 @@
 //! venv) makes its varied image set (landscape, portrait, tiny, huge, grayscale, RGBA, palette
 //! with and without transparency, 16-bit PNGs, progressive and grayscale JPEG, lossy and lossless
 //! WebP, an animated GIF, an EXIF-rotated JPEG) and the pixel values of each, which this crate
-//! must give exactly. Needs the venv `cargo xtask test` makes (NORNIR_TEST_REFERENCE_PYTHON).
+//! must give exactly. Needs the reference venv `cargo xtask test` makes (NORNIR_TEST_REFERENCE_PYTHON),
+//! ignored with the wording every asset-needing test shares.
 
 use std::path::Path;
 use std::process::Command;
@@ -20,7 +21,7 @@ fn reference(args: &[&std::ffi::OsStr]) -> String {
 }
 
 #[test]
-#[ignore = "needs the reference venv that `cargo xtask test` makes"]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn every_image_of_the_set_is_prepared_exactly_as_pillow_and_transformers_prepare_it() {
     let t = tempfile::tempdir().expect("tempdir");
     let images = t.path().join("images");
