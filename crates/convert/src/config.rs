@@ -153,6 +153,9 @@ pub(crate) struct Lora {
     pub(crate) tasks: Vec<String>,
     pub(crate) rank: usize,
     pub(crate) alpha: f64,
+    /// The task every input takes, written into the graph (jina-clip's text tower and its
+    /// `default_lora_task`); `None`: the graph's `task_id` input chooses.
+    pub(crate) fixed_task: Option<usize>,
 }
 
 /// How ModernBERT's classifier reduces the tokens: the first one or the mean.

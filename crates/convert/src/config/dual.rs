@@ -1,4 +1,4 @@
-//! An image-and-text dual encoder (CLIP, SigLIP) as its family describes it: each tower's keys
+//! An image-and-text dual encoder (CLIP, SigLIP, jina-clip) as its family describes it: each tower's keys
 //! (`text_config`, `vision_config`) laid over the family's published defaults, the text tower read
 //! as an encoder, the vision tower's sizes, and how each tower pools and projects. The text tower
 //! is the [`Config`] itself; [`Dual`] holds the rest.
@@ -17,8 +17,8 @@ const MAX_IMAGE_SIDE: usize = 8192;
 #[derive(Debug, Clone)]
 pub(crate) struct Dual {
     pub(crate) text_pool: TextPool,
-    /// The text tower's pooled row into the shared space.
-    pub(crate) text_projection: Linear,
+    /// The text tower's pooled row into the shared space, one layer after the other.
+    pub(crate) text_projections: Vec<Projection>,
     /// The vision tower's sizes, names and activation (no vocabulary; its positions are its
     /// patches, and the class token where it has one).
     pub(crate) vision: Config,
@@ -36,6 +36,13 @@ pub(crate) struct Linear {
     pub(crate) bias: bool,
 }
 
+/// A linear layer and the width it gives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Projection {
+    pub(crate) layer: Linear,
+    pub(crate) outputs: usize,
+}
+
 /// Which token a text is pooled at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TextPool {
@@ -47,6 +54,9 @@ pub(crate) enum TextPool {
     /// The ids padded with `pad` to `length` tokens, then the last position (SigLIP, trained on
     /// texts padded to `max_position_embeddings` and attending to the padding).
     LastOfPadded { length: usize, pad: i64 },
+    /// The mean of the real tokens' rows (jina-clip's `mean_pooler`), the tower being an encoder
+    /// of its own family (its embeddings, layers and positions) under `TowerNames::text`.
+    Mean,
 }
 
 /// The pixels a vision tower takes: `channels` x `size` x `size`, cut in `patch`-wide squares.
@@ -73,6 +83,36 @@ pub(crate) enum VisionHead {
     /// SigLIP: patches only (the patch embedding has a bias); after the post norm a learned probe
     /// attends over them (`nn.MultiheadAttention`), then a norm and an MLP added to it.
     AttentionPool,
+    /// EVA02 (jina-clip): a class token and absolute positions, layers with 2D rotary positions,
+    /// then a norm, the class token's row and its projections.
+    Eva(Eva),
+}
+
+/// An EVA02 vision tower's choices (jina's `eva_model.py`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Eva {
+    /// `VisionRotaryEmbeddingFast` on the patches' queries and keys: the grid side it was trained
+    /// on (`pt_hw_seq_len`), and whether the image's grid is spread over it (`intp_freq`).
+    pub(crate) rotary: Option<EvaRotary>,
+    /// A norm inside each block before its output projection (`attn.inner_attn_ln`) and in the
+    /// feed-forward before its last layer (`mlp.ffn_ln`).
+    pub(crate) sub_norms: bool,
+    /// The feed-forward is SwiGLU (`w3(silu(w1 x) * w2 x)`) rather than `fc2(gelu(fc1 x))`.
+    pub(crate) swiglu: bool,
+    /// The query and value projections' biases (`attn.q_bias`, `attn.v_bias`; the key has none).
+    pub(crate) qkv_bias: bool,
+    /// Each block's residual branches scaled by `gamma_1` and `gamma_2` (`ls_init_value`).
+    pub(crate) layer_scale: bool,
+    /// After the class token: `vision_model.head` and then `visual_projection`, where present.
+    pub(crate) head: Option<Projection>,
+    pub(crate) projection: Option<Projection>,
+}
+
+/// See [`Eva::rotary`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EvaRotary {
+    pub(crate) trained_side: usize,
+    pub(crate) interpolate: bool,
 }
 
 /// Where each tower's tensors are, beside the layers' names in the tower's [`Config`].
@@ -134,7 +174,7 @@ pub(crate) fn read(claim: Claim<'_>, family: &DualFamily) -> Result<Config, Conv
     let text_pool = (family.text_pool)(&text_raw, &text);
     text.dual = Some(Box::new(Dual {
         text_pool,
-        text_projection: family.text_projection,
+        text_projections: vec![Projection { layer: family.text_projection, outputs: dim }],
         vision,
         image,
         vision_head: family.vision_head,
@@ -145,7 +185,12 @@ pub(crate) fn read(claim: Claim<'_>, family: &DualFamily) -> Result<Config, Conv
 }
 
 /// A tower's keys: `defaults` overlaid by the config's object `key` (absent: the defaults alone).
-fn tower_raw(check: Check<'_>, tower: Option<&Value>, key: &str, defaults: &str) -> Result<Raw, ConvertError> {
+pub(crate) fn tower_raw(
+    check: Check<'_>,
+    tower: Option<&Value>,
+    key: &str,
+    defaults: &str,
+) -> Result<Raw, ConvertError> {
     let mut merged: serde_json::Map<String, Value> = serde_json::from_str(defaults).unwrap_or_default();
     match tower {
         None | Some(Value::Null) => {}
@@ -158,7 +203,7 @@ fn tower_raw(check: Check<'_>, tower: Option<&Value>, key: &str, defaults: &str)
 }
 
 /// The vision tower's input: `image_size`, `patch_size` (at most the image) and 3 channels.
-fn image_input(check: Check<'_>, raw: &Raw) -> Result<ImageInput, ConvertError> {
+pub(crate) fn image_input(check: Check<'_>, raw: &Raw) -> Result<ImageInput, ConvertError> {
     let size = check.need(("vision_config.image_size", raw.image_size), 1..=MAX_IMAGE_SIDE)?;
     let patch = check.need(("vision_config.patch_size", raw.patch_size), 1..=size)?;
     let channels = check.count("vision_config.num_channels", raw.num_channels.unwrap_or(3), 3..=3)?;

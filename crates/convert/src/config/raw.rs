@@ -81,6 +81,8 @@ pub(crate) struct Raw {
     pub(crate) text_config: Option<Value>,
     pub(crate) vision_config: Option<Value>,
     pub(crate) projection_dim: Option<usize>,
+    /// jina-clip: `text_projection` and `visual_projection` into `projection_dim`.
+    pub(crate) add_projections: Option<bool>,
     pub(crate) projection_size: Option<usize>,
     pub(crate) image_size: Option<usize>,
     pub(crate) patch_size: Option<usize>,

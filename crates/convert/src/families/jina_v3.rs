@@ -19,7 +19,7 @@ pub(super) const FAMILY: Family = Family {
     read: |claim| encoder(claim, &ENCODER),
 };
 
-const ENCODER: Encoder = Encoder {
+pub(super) const ENCODER: Encoder = Encoder {
     family: "jina-xlm-roberta",
     names: &Names {
         embeddings_norm: "emb_ln",
@@ -56,6 +56,7 @@ fn layout(sizes: &Sizes<'_>) -> Result<Layout, ConvertError> {
             tasks,
             rank: check.need(("lora_rank", raw.lora_rank), 1..=MAX_WIDTH)?,
             alpha: check.real("lora_alpha", raw.lora_alpha.unwrap_or(1.0), Real::Positive)?,
+            fixed_task: None,
         });
     }
     Ok(layout)

@@ -12,6 +12,7 @@ mod bert;
 mod clip;
 mod gte;
 mod jina_bert;
+mod jina_clip;
 mod jina_v3;
 mod llama;
 mod modernbert;
@@ -61,6 +62,7 @@ const FAMILIES: &[&Family] = &[
     &llama::FAMILY,
     &clip::FAMILY,
     &siglip::FAMILY,
+    &jina_clip::FAMILY,
 ];
 
 /// Every architecture name `config.json` may give, in the families' order.

@@ -71,11 +71,9 @@ pub(crate) fn build_text(
             let hits = net.g.node("Cast", "", &[&hits], &[("to", Attr::Int(FLOAT.into()))], None);
             net.row_at_max(&x, &hits)
         }
+        TextPool::Mean => net.mean_of_real_tokens(&x),
     };
-    let out = net.project(&pooled, d.text_projection, c.hidden, d.dim)?;
-    net.g.rename_value(&out, TEXT_EMBEDS);
-    net.g.output(TEXT_EMBEDS, FLOAT, &["batch", "dim"]);
-    Ok(())
+    net.text_embeds(&pooled, d)
 }
 
 /// The vision tower: patches (and a class token), positions, layers, the pooled row, the
@@ -84,6 +82,9 @@ pub(crate) fn build_vision(g: &mut Graph, d: &Dual, weights: &Weights, fused: bo
     let (c, n, image) = (&d.vision, d.names, d.image);
     let h = c.hidden;
     let mut net = tower(g, c, weights, n.vision, fused);
+    if let VisionHead::Eva(eva) = d.vision_head {
+        return net.eva_vision(d, &eva);
+    }
     net.check_layer_count()?;
     let pixels = net.g.input(PIXEL_VALUES, FLOAT, &["batch", "channels", "height", "width"]);
     let conv = net.p(n.patch_embedding);
@@ -127,22 +128,53 @@ pub(crate) fn build_vision(g: &mut Graph, d: &Dual, weights: &Weights, fused: bo
             let x = net.layer_norm(&x, &net.p(n.post_norm))?;
             net.attention_pool(&x, &net.p(n.pool_head))?
         }
+        VisionHead::Eva(_) => unreachable!("built by eva_vision"),
     };
-    net.g.rename_value(&out, IMAGE_EMBEDS);
-    net.g.output(IMAGE_EMBEDS, FLOAT, &["batch", "dim"]);
-    Ok(())
+    net.image_embeds(&out)
 }
 
 impl Net<'_, '_> {
+    /// `pooled` through the text projections, as the graph's `text_embeds` output.
+    pub(super) fn text_embeds(&mut self, pooled: &str, d: &Dual) -> Result<(), ConvertError> {
+        let mut out = pooled.to_owned();
+        let mut width = self.c.hidden;
+        for p in &d.text_projections {
+            out = self.project(&out, p.layer, width, p.outputs)?;
+            width = p.outputs;
+        }
+        self.g.rename_value(&out, TEXT_EMBEDS);
+        self.g.output(TEXT_EMBEDS, FLOAT, &["batch", "dim"]);
+        Ok(())
+    }
+
+    /// `pooled` as the graph's `image_embeds` output.
+    pub(super) fn image_embeds(&mut self, pooled: &str) -> Result<(), ConvertError> {
+        self.g.rename_value(pooled, IMAGE_EMBEDS);
+        self.g.output(IMAGE_EMBEDS, FLOAT, &["batch", "dim"]);
+        Ok(())
+    }
+
+    /// The mean of `x`'s rows (`[batch, sequence, hidden]`) where the attention mask is 1.
+    pub(super) fn mean_of_real_tokens(&mut self, x: &str) -> String {
+        let mask = self.g.node("Cast", "", &[ATTENTION_MASK], &[("to", Attr::Int(FLOAT.into()))], None);
+        let axis = self.g.i64("mean_pool.axis", &[1], &[-1]);
+        let weights = self.g.op("Unsqueeze", &[&mask, &axis]);
+        let kept = self.g.op("Mul", &[x, &weights]);
+        let sum_axis = self.g.i64("mean_pool.sum_axis", &[1], &[1]);
+        let sum = self.g.node("ReduceSum", "", &[&kept, &sum_axis], &[("keepdims", Attr::Int(0))], None);
+        let count = self.g.node("ReduceSum", "", &[&weights, &sum_axis], &[("keepdims", Attr::Int(0))], None);
+        self.g.op("Div", &[&sum, &count])
+    }
+
     /// The table `name` (after the tower's prefix), `[rows, width]`.
-    fn table(&mut self, name: &str, rows: usize, width: usize) -> Result<String, ConvertError> {
+    pub(super) fn table(&mut self, name: &str, rows: usize, width: usize) -> Result<String, ConvertError> {
         let name = format!("{}.weight", self.p(name));
         let values = self.t.get(&name, &[rows, width])?;
         Ok(self.g.f32(&name, &[rows, width], values))
     }
 
     /// No bias: nothing in a fused graph, a zero the plain graph's scores broadcast.
-    fn no_bias(&mut self) -> Bias {
+    pub(super) fn no_bias(&mut self) -> Bias {
         Bias::Full(if self.fused { String::new() } else { self.scalar("attention.no_bias", 0.0) })
     }
 
@@ -169,7 +201,7 @@ impl Net<'_, '_> {
     }
 
     /// `row` (`[1, ...]`, of `rank` axes) repeated once per row of `like` (`[batch, ...]`).
-    fn repeat_per_row(&mut self, row: &str, like: &str, rank: usize) -> String {
+    pub(super) fn repeat_per_row(&mut self, row: &str, like: &str, rank: usize) -> String {
         let shape = self.g.op("Shape", &[like]);
         let (zero, one) = (self.g.i64("repeat.start", &[1], &[0]), self.g.i64("repeat.end", &[1], &[1]));
         let batch = self.g.op("Slice", &[&shape, &zero, &one]);
@@ -210,7 +242,7 @@ impl Net<'_, '_> {
     }
 
     /// Position `i` of every row of `x` (`[batch, sequence, width]`): `[batch, width]`.
-    fn row_at(&mut self, x: &str, i: i64) -> String {
+    pub(super) fn row_at(&mut self, x: &str, i: i64) -> String {
         let i = self.g.i64(&format!("row_at_{i}"), &[], &[i]);
         self.g.node("Gather", "", &[x, &i], &[("axis", Attr::Int(1))], None)
     }
@@ -221,7 +253,13 @@ impl Net<'_, '_> {
         self.g.node("GatherND", "", &[x, &at], &[("batch_dims", Attr::Int(1))], None)
     }
 
-    fn project(&mut self, x: &str, layer: Linear, inputs: usize, outputs: usize) -> Result<String, ConvertError> {
+    pub(super) fn project(
+        &mut self,
+        x: &str,
+        layer: Linear,
+        inputs: usize,
+        outputs: usize,
+    ) -> Result<String, ConvertError> {
         self.linear_rows(x, layer.name, inputs, outputs, 0..outputs, layer.bias)
     }
 

@@ -13,6 +13,7 @@ mod alibi;
 mod causal;
 mod decoder;
 pub(crate) mod dual;
+mod eva;
 mod heads;
 mod lora;
 mod positions;
@@ -23,6 +24,7 @@ mod window;
 use std::collections::HashMap;
 
 use crate::ConvertError;
+use crate::config::dual::TextPool;
 use crate::config::{Activation, Config, Head, Names};
 use crate::graph::{Attr, FLOAT, Graph, MS_DOMAIN};
 use crate::weights::Weights;
@@ -92,17 +94,21 @@ pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -
     if let Some(d) = &c.decoder {
         return decoder::build(g, c, d, weights, fused);
     }
-    if let Some(d) = &c.dual {
+    if let Some(d) = c.dual.as_deref().filter(|d| d.text_pool != TextPool::Mean) {
         return dual::build_text(g, c, d, weights, fused);
     }
-    let base = ["", "bert.", "roberta.", "xlm_roberta.", "model.", "new."]
-        .into_iter()
-        .find(|p| WORD_EMBEDDINGS.iter().any(|w| weights.contains(&format!("{p}{w}"))))
-        .ok_or_else(|| ConvertError::MissingTensor {
+    // A dual encoder's text tower that is an encoder of its own is under the tower's prefix.
+    let bases: Vec<String> = match c.dual.as_deref() {
+        Some(d) => vec![format!("{}roberta.", d.names.text), d.names.text.to_owned()],
+        None => ["", "bert.", "roberta.", "xlm_roberta.", "model.", "new."].map(String::from).to_vec(),
+    };
+    let base = bases.iter().find(|p| WORD_EMBEDDINGS.iter().any(|w| weights.contains(&format!("{p}{w}")))).ok_or_else(
+        || ConvertError::MissingTensor {
             tensor: WORD_EMBEDDINGS[0].to_owned(),
             files: weights.files().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
-        })?;
-    let t = Tensors { weights, base: base.to_owned() };
+        },
+    )?;
+    let t = Tensors { weights, base: base.clone() };
     let mut net = Net { g, c, names: c.names, t, fused, lora_low: HashMap::new() };
     net.check_layer_count()?;
     let mut x = net.embeddings()?;
@@ -117,8 +123,11 @@ pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -
         Head::Encoder => (x, &["batch", "sequence", "hidden"]),
         Head::MaskedLm => (net.masked_lm(&x)?, &["batch", "sequence", "vocabulary"]),
         Head::SequenceClassification | Head::YesNo => (net.classifier(&x)?, &["batch", "labels"]),
-        // A dual encoder's text tower is built by `dual.rs`.
-        Head::TextTower => (x, &["batch", "sequence", "hidden"]),
+        Head::TextTower => {
+            let d = c.dual.as_deref().expect("a text tower's config is a dual encoder's");
+            let pooled = net.mean_of_real_tokens(&x);
+            return net.text_embeds(&pooled, d);
+        }
     };
     let name = c.head.output_name();
     net.g.rename_value(&output, name);
@@ -245,7 +254,11 @@ impl Net<'_, '_> {
 
     /// LayerNorm over the hidden width, with the family's bias choice.
     fn layer_norm(&mut self, x: &str, prefix: &str) -> Result<String, ConvertError> {
-        let h = self.c.hidden;
+        self.layer_norm_of(x, prefix, self.c.hidden)
+    }
+
+    /// LayerNorm over the last axis, `width` wide.
+    fn layer_norm_of(&mut self, x: &str, prefix: &str, h: usize) -> Result<String, ConvertError> {
         let (scale, shift) = self.t.norm(prefix, h, self.c.biases.norm)?;
         let scale = self.g.f32(&format!("{prefix}.scale"), &[h], scale);
         let shift = self.g.f32(&format!("{prefix}.shift"), &[h], shift);

@@ -16,8 +16,10 @@ impl Net<'_, '_> {
         let e = self.p("embeddings");
         let ids = self.g.input(INPUT_IDS, INT64, &["batch", "sequence"]);
         self.g.input(ATTENTION_MASK, INT64, &["batch", "sequence"]);
-        if c.lora.is_some() {
-            self.g.input(TASK_ID, INT64, &[]);
+        match c.lora.as_ref().map(|lora| lora.fixed_task) {
+            Some(None) => _ = self.g.input(TASK_ID, INT64, &[]),
+            Some(Some(task)) => _ = self.g.i64(TASK_ID, &[], &[task as i64]),
+            None => {}
         }
         let names = self.names();
         let (word_prefix, norm) = (self.p(names.word_embeddings), self.p(names.embeddings_norm));

@@ -63,11 +63,13 @@ pub struct HfConfig {
     pub task_instructions: BTreeMap<String, String>,
 }
 
-/// A dual encoder's text tower keys (CLIP's and SigLIP's `text_config`).
+/// A dual encoder's text tower keys (CLIP's and SigLIP's `text_config`; jina-clip's are in its
+/// `hf_model_config_kwargs`).
 #[derive(Deserialize, Default)]
 struct TextTower {
     max_position_embeddings: Option<usize>,
     vocab_size: Option<usize>,
+    hf_model_config_kwargs: Option<Box<TextTower>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -83,10 +85,15 @@ pub fn parse_hf_config(text: &str) -> Result<HfConfig, String> {
     let tower_positions = match c.model_type.as_deref() {
         Some("clip") => Some(77),
         Some("siglip") => Some(64),
+        // XLMRobertaFlashConfig's default.
+        Some("jina_clip") => Some(8194),
         _ => None,
     };
     if let Some(default_positions) = tower_positions {
-        let tower = from_json::<Towers>(text)?.text_config.unwrap_or_default();
+        let mut tower = from_json::<Towers>(text)?.text_config.unwrap_or_default();
+        if let Some(inner) = tower.hf_model_config_kwargs.take() {
+            tower = *inner;
+        }
         c.max_position_embeddings =
             c.max_position_embeddings.or(tower.max_position_embeddings).or(Some(default_positions));
         c.vocab_size = c.vocab_size.or(tower.vocab_size);
