@@ -65,8 +65,8 @@ pub fn convert(source: &Path, output: &Path, options: &ConvertOptions) -> Result
     let _ = std::fs::remove_dir_all(&tmp);
     let written = (|| {
         std::fs::create_dir(&tmp).map_err(write_err(&tmp))?;
-        let (g, mut conversion, positions) = build_in(source, options, Some(&tmp))?;
-        if let Some(vision) = build_vision(source, options)? {
+        let Built { graph: g, vision, mut conversion, positions } = build_in(source, options, Some(&tmp))?;
+        if let Some(vision) = vision {
             conversion.graphs = vec![TEXT_MODEL.to_owned(), VISION_MODEL.to_owned()];
             write_graph(vision, &tmp, VISION_MODEL, "vision_model.onnx_data", options)?;
             conversion.external_data = write_graph(g, &tmp, TEXT_MODEL, "text_model.onnx_data", options)?;
@@ -136,33 +136,26 @@ fn write_graph(
     Ok(external)
 }
 
-/// A dual encoder's vision graph (`None` for every other model), its weights inline unless they
-/// pass `options.external_data_over` when written.
-fn build_vision(dir: &Path, options: &ConvertOptions) -> Result<Option<Graph>, ConvertError> {
-    let config_file = dir.join("config.json");
-    let text = read_text(&config_file).map_err(|e| ConvertError::Read { file: display(&config_file), source: e })?;
-    let config = families::parse(&text, &display(&config_file), None)?;
-    let Some(dual) = &config.dual else { return Ok(None) };
-    let weights = Weights::open(dir)?;
-    let mut g = Graph::new(&config.architecture);
-    network::dual::build_vision(&mut g, dual, &weights, options.fused)?;
-    Ok(Some(g))
+/// What [`build_in`] makes: the graph, a dual encoder's vision graph (its weights inline unless
+/// they pass `options.external_data_over` when written), the record, and the model's positions.
+struct Built {
+    graph: Graph,
+    vision: Option<Graph>,
+    conversion: Conversion,
+    positions: usize,
 }
 
 /// The graph of the model in `dir` and its record (without the copied files and the folder).
 #[cfg(test)]
 pub(crate) fn build(dir: &Path, options: &ConvertOptions) -> Result<(Graph, Conversion), ConvertError> {
-    build_in(dir, options, None).map(|(g, conversion, _)| (g, conversion))
+    build_in(dir, options, None).map(|built| (built.graph, built.conversion))
 }
 
 /// [`build`], with the weights written to `out`'s external data file as they are converted where
-/// `out` is given and they are larger than `options.external_data_over`; with the model's
-/// positions (`max_position_embeddings`, 0 for a decoder without them).
-fn build_in(
-    dir: &Path,
-    options: &ConvertOptions,
-    out: Option<&Path>,
-) -> Result<(Graph, Conversion, usize), ConvertError> {
+/// `out` is given and they are larger than `options.external_data_over`; with a dual encoder's
+/// vision graph and the model's positions (`max_position_embeddings`, 0 for a decoder without
+/// them).
+fn build_in(dir: &Path, options: &ConvertOptions, out: Option<&Path>) -> Result<Built, ConvertError> {
     let config_file = dir.join("config.json");
     if !config_file.is_file() {
         return Err(ConvertError::NoConfig { dir: display(dir) });
@@ -192,6 +185,14 @@ fn build_in(
         g.stream_weights_to(&file, EXTERNAL_DATA).map_err(write_err(&file))?;
     }
     network::build(&mut g, &config, &weights, options.fused)?;
+    let vision = match &config.dual {
+        Some(dual) => {
+            let mut vision = Graph::new(&config.architecture);
+            network::dual::build_vision(&mut vision, dual, &weights, options.fused)?;
+            Some(vision)
+        }
+        None => None,
+    };
     let mut sources = vec![source_file(dir, &config_file)?];
     for path in weights.files() {
         sources.push(source_file(dir, path)?);
@@ -219,7 +220,7 @@ fn build_in(
         nornir_version: env!("CARGO_PKG_VERSION").to_owned(),
         folder: PathBuf::new(),
     };
-    Ok((g, conversion, config.max_positions))
+    Ok(Built { graph: g, vision, conversion, positions: config.max_positions })
 }
 
 /// Why a decoder converts as the yes/no reranker, if it does: asked for (`--reranker`), or the
