@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use common::server::Server;
-use common::{assert_one_line_error, nornir, s};
+use common::{assert_one_line_error, largest_difference, nornir, rows, s};
 use nornir_test_support::env_path;
 use nornir_vector::{CallOptions, Device, Embedder, EmbedderOptions, ImageInput};
 use serde_json::{Value, json};
@@ -30,26 +30,12 @@ fn reference(args: &[&str]) -> Value {
     serde_json::from_slice(&o.stdout).expect("the reference's JSON")
 }
 
-fn rows(v: &Value) -> Vec<Vec<f64>> {
-    serde_json::from_value(v.clone()).expect("rows of numbers")
-}
 
 fn unit(v: &[f64]) -> Vec<f64> {
     let n = v.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
     v.iter().map(|x| x / n).collect()
 }
 
-/// The largest difference between `got` and `want`, row by row.
-fn largest_difference(got: &[Vec<f32>], want: &[Vec<f64>]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    got.iter()
-        .zip(want)
-        .flat_map(|(g, w)| {
-            assert_eq!(g.len(), w.len());
-            g.iter().zip(w).map(|(a, b)| (f64::from(*a) - b).abs())
-        })
-        .fold(0.0, f64::max)
-}
 
 /// The images whose bytes every decoder reads alike (PNG, lossless WebP, GIF): their vectors
 /// must equal the reference's. JPEG and lossy WebP decoders differ by a unit here and there

@@ -11,7 +11,7 @@ mod common;
 use std::path::Path;
 
 use common::server::Server;
-use common::{nornir, s};
+use common::{largest_difference, nornir, rows, s};
 use nornir_test_support::env_path;
 use nornir_vector::{CallOptions, Device, Embedder, EmbedderOptions, Precision};
 use serde_json::{Value, json};
@@ -30,25 +30,7 @@ fn reference(work: &Path) -> Value {
     serde_json::from_slice(&o.stdout).expect("the reference's JSON")
 }
 
-fn rows(v: &Value) -> Vec<Vec<f64>> {
-    v.as_array()
-        .expect("rows")
-        .iter()
-        .map(|r| r.as_array().expect("row").iter().filter_map(Value::as_f64).collect())
-        .collect()
-}
 
-/// The largest difference between `got` (one row per text) and `want`.
-fn largest_difference(got: &[Vec<f32>], want: &[Vec<f64>]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    got.iter()
-        .zip(want)
-        .flat_map(|(g, w)| {
-            assert_eq!(g.len(), w.len());
-            g.iter().zip(w).map(|(a, b)| (f64::from(*a) - b).abs())
-        })
-        .fold(0.0, f64::max)
-}
 
 /// No ONNX Runtime at all: a library path that does not exist is never opened.
 fn options() -> EmbedderOptions {

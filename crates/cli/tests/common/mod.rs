@@ -170,3 +170,20 @@ pub fn embedding_of_line(line: &str) -> Vec<f32> {
     let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
     serde_json::from_value(v["embedding"].clone()).unwrap_or_else(|e| panic!("no \"embedding\" in {line}: {e}"))
 }
+
+/// A reference script's rows of numbers (a JSON array of arrays).
+pub fn rows(v: &serde_json::Value) -> Vec<Vec<f64>> {
+    serde_json::from_value(v.clone()).expect("rows of numbers")
+}
+
+/// The largest difference between `got` and `want`, row by row (equal shapes asserted).
+pub fn largest_difference(got: &[Vec<f32>], want: &[Vec<f64>]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .flat_map(|(g, w)| {
+            assert_eq!(g.len(), w.len());
+            g.iter().zip(w).map(|(a, b)| (f64::from(*a) - b).abs())
+        })
+        .fold(0.0, f64::max)
+}
