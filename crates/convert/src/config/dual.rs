@@ -36,11 +36,13 @@ pub(crate) struct Linear {
     pub(crate) bias: bool,
 }
 
-/// A linear layer and the width it gives.
+/// A linear layer, the width it gives, and the activation after it (jina-clip's `mlp`
+/// projection).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Projection {
     pub(crate) layer: Linear,
     pub(crate) outputs: usize,
+    pub(crate) then: Option<super::Activation>,
 }
 
 /// Which token a text is pooled at.
@@ -174,7 +176,7 @@ pub(crate) fn read(claim: Claim<'_>, family: &DualFamily) -> Result<Config, Conv
     let text_pool = (family.text_pool)(&text_raw, &text);
     text.dual = Some(Box::new(Dual {
         text_pool,
-        text_projections: vec![Projection { layer: family.text_projection, outputs: dim }],
+        text_projections: vec![Projection { layer: family.text_projection, outputs: dim, then: None }],
         vision,
         image,
         vision_head: family.vision_head,

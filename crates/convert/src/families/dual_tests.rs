@@ -102,7 +102,10 @@ fn a_jina_clip_config_that_cannot_be_converted_is_refused_in_one_line() {
     };
     for (config, needle) in [
         (with("jinaai/jina-embeddings-v3", "jinaai/jina-bert-flash-implementation"), "JinaBERT"),
-        (with(r#""proj_type":null,"proj_bias""#, r#""proj_type":"mlp","proj_bias""#), "text_config.proj_type \"mlp\""),
+        (
+            with(r#""proj_type":null,"proj_bias""#, r#""proj_type":"conv","proj_bias""#),
+            "text_config.proj_type \"conv\"",
+        ),
         (with(r#""post_norm":false"#, r#""post_norm":true"#), "post_norm"),
         (with(r#""head_width":64"#, r#""head_width":2"#), "multiple of 4"),
         (with(r#""intp_freq":true"#, r#""intp_freq":false"#), "pt_hw_seq_len 16 without intp_freq"),

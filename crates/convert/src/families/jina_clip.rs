@@ -6,7 +6,8 @@
 //! width is not `embed_dim` or `proj_type` is `linear`. The vision tower is EVA02
 //! (`network/eva.rs`) from `JinaCLIPVisionConfig`'s keys, then `vision_model.head` where
 //! `proj_type` is `linear`. `add_projections` adds `text_projection` and `visual_projection` into
-//! `projection_dim`. jina-clip-v1's JinaBERT text tower and the `mlp` projections are refused.
+//! `projection_dim`. jina-clip-v1's JinaBERT text tower and the vision tower's `mlp` head are
+//! refused.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -17,7 +18,7 @@ use crate::config::checks::{Check, MAX_LAYERS, MAX_WIDTH};
 use crate::config::dual::{Dual, Eva, EvaRotary, Linear, Projection, TextPool, TowerNames, image_input, tower_raw};
 use crate::config::encoder::{Encoder, Layout, Sizes, encoder};
 use crate::config::names::Names;
-use crate::config::{Claim, Config, FeedForward, Head, Positions, Raw};
+use crate::config::{Activation, Claim, Config, FeedForward, Head, Positions, Raw};
 
 pub(super) const FAMILY: Family = Family {
     display: None,
@@ -147,23 +148,26 @@ fn read(claim: Claim<'_>) -> Result<Config, ConvertError> {
     let (vision, image, eva) = vision_tower(claim, &vision_keys)?;
     let embed_dim = check.count("text_config.embed_dim", text_keys.embed_dim, 1..=MAX_WIDTH)?;
     let vision_dim = check.count("vision_config.embed_dim", vision_keys.embed_dim, 1..=MAX_WIDTH)?;
-    let mut text_projections = Vec::new();
-    let (width, proj_type) = (text.hidden, text_keys.proj_type.as_deref());
-    match proj_type {
-        None if width == embed_dim => {}
-        None | Some("linear") => text_projections.push(Projection {
-            layer: Linear { name: "text_model.proj", bias: text_keys.proj_bias },
-            outputs: embed_dim,
-        }),
-        Some(other) => {
-            return Err(check.bad(format!("has text_config.proj_type {other:?}; converted: null, \"linear\"")));
+    // HFTextEncoder: no projection where the width is embed_dim and proj_type is null, a linear
+    // one where they differ or it is "linear", else "mlp": linear, GELU, linear, half-way wide.
+    let linear = |name, outputs, then| Projection { layer: Linear { name, bias: text_keys.proj_bias }, outputs, then };
+    let width = text.hidden;
+    let mut text_projections = match (text_keys.proj_type.as_deref(), width == embed_dim) {
+        (None, true) => Vec::new(),
+        (_, false) | (Some("linear"), true) => vec![linear("text_model.proj", embed_dim, None)],
+        (Some("mlp"), true) => vec![
+            linear("text_model.proj.0", (width + embed_dim) / 2, Some(Activation::Gelu)),
+            linear("text_model.proj.2", embed_dim, None),
+        ],
+        (Some(other), true) => {
+            return Err(check.bad(format!("has text_config.proj_type {other:?}; converted: null, \"linear\", \"mlp\"")));
         }
-    }
+    };
     let mut eva = eva;
     // JinaCLIPConfig's defaults: no projections, projection_dim 768.
     let dim = if raw.add_projections.unwrap_or(false) {
         let dim = check.count("projection_dim", raw.projection_dim.unwrap_or(768), 1..=MAX_WIDTH)?;
-        let layer = |name| Projection { layer: Linear { name, bias: false }, outputs: dim };
+        let layer = |name| Projection { layer: Linear { name, bias: false }, outputs: dim, then: None };
         text_projections.push(layer("text_projection"));
         eva.projection = Some(layer("visual_projection"));
         dim
@@ -296,9 +300,11 @@ fn vision_tower(
     }
     let embed_dim = keys.embed_dim;
     let head = match keys.proj_type.as_deref() {
-        Some(_) => {
-            Some(Projection { layer: Linear { name: "vision_model.head", bias: keys.qkv_bias }, outputs: embed_dim })
-        }
+        Some(_) => Some(Projection {
+            layer: Linear { name: "vision_model.head", bias: keys.qkv_bias },
+            outputs: embed_dim,
+            then: None,
+        }),
         None if embed_dim == width => None,
         None => {
             return Err(check.bad(format!(

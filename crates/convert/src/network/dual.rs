@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::{ATTENTION_MASK, Bias, INPUT_IDS, Masks, Net, Tensors};
 use crate::ConvertError;
 use crate::config::Config;
-use crate::config::dual::{Dual, Linear, TextPool, VisionHead};
+use crate::config::dual::{Dual, Linear, Projection, TextPool, VisionHead};
 use crate::config::names::{Gated, Mlp};
 use crate::graph::{Attr, FLOAT, Graph, INT64};
 use crate::weights::Weights;
@@ -139,7 +139,7 @@ impl Net<'_, '_> {
         let mut out = pooled.to_owned();
         let mut width = self.c.hidden;
         for p in &d.text_projections {
-            out = self.project(&out, p.layer, width, p.outputs)?;
+            out = self.projected(&out, p, width)?;
             width = p.outputs;
         }
         self.g.rename_value(&out, TEXT_EMBEDS);
@@ -251,6 +251,15 @@ impl Net<'_, '_> {
     fn row_at_max(&mut self, x: &str, scores: &str) -> String {
         let at = self.g.node("ArgMax", "", &[scores], &[("axis", Attr::Int(1)), ("keepdims", Attr::Int(1))], None);
         self.g.node("GatherND", "", &[x, &at], &[("batch_dims", Attr::Int(1))], None)
+    }
+
+    /// `x` (`inputs` wide) through `p`'s layer and its activation.
+    pub(super) fn projected(&mut self, x: &str, p: &Projection, inputs: usize) -> Result<String, ConvertError> {
+        let y = self.project(x, p.layer, inputs, p.outputs)?;
+        Ok(match p.then {
+            Some(activation) => self.activation(&y, activation),
+            None => y,
+        })
     }
 
     pub(super) fn project(

@@ -58,7 +58,7 @@ impl Net<'_, '_> {
         let mut out = self.layer_norm(&class, &self.p(n.post_norm))?;
         let mut width = h;
         for projection in [eva.head, eva.projection].into_iter().flatten() {
-            out = self.project(&out, projection.layer, width, projection.outputs)?;
+            out = self.projected(&out, &projection, width)?;
             width = projection.outputs;
         }
         self.image_embeds(&out)
