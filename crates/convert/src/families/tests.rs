@@ -26,7 +26,7 @@ fn an_unknown_or_missing_architecture_is_named() {
          JinaBertModel, JinaBertForMaskedLM, XLMRobertaLoRA, NomicBertModel, NewModel, NewForSequenceClassification, \
          ModernBertModel, ModernBertForMaskedLM, ModernBertForSequenceClassification, HF_ColBERT, Qwen3Model, \
          Qwen3ForCausalLM, Qwen2Model, Qwen2ForCausalLM, LlamaModel, LlamaForCausalLM, MistralModel, MistralForCausalLM, \
-         CLIPModel, SiglipModel"
+         CLIPModel, SiglipModel, JinaCLIPModel"
     );
     let e = parse(r#"{"model_type":"bert"}"#, "m/config.json", None).expect_err("refused");
     assert!(e.to_string().starts_with("m/config.json has no `architectures` (model_type \"bert\")"), "{e}");
