@@ -22,6 +22,7 @@
 //! | serve: a --host that is not an address | `--host "nowhere" is not an IP address` |
 //! | serve: --ranges with a min above its max | `invalid --ranges: ...: dimension 0: min 1 is above max -1` before anything listens |
 //! | serve: --ranges of another width than the model's | `the ranges cover 1 dimensions and the vectors have 384`, at load |
+//! | serve: --image-url-host that is not a host | `invalid --image-url-host: "http://a.example" is not a host: give a name or an address as a URL writes it` |
 //! | embed --precision int8: --ranges of two lengths, upside down, another width, not an object | one line each, no output (`compact.rs`) |
 //! | --output-name that the graph lacks | `invalid --output-name: the model has no output "pooled"; its outputs are "last_hidden_state" ...` |
 //! | invalid UTF-8 on line 3 | `line 3 is not valid UTF-8; convert the file to UTF-8` |
@@ -227,6 +228,22 @@ fn model_contract_mistakes() {
         &nornir(&["vector", "serve", "--port", "0", "--ranges", s(&upside_down), "--model", s(&m)]),
         "dimension 0: min 1 is above max -1",
     );
+    // An allow-list entry that is not a host, refused by the server's config check.
+    let o = nornir(&[
+        "vector",
+        "serve",
+        "--port",
+        "0",
+        "--allow-image-urls",
+        "--image-url-host",
+        "http://a.example",
+        "--model",
+        s(&m),
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    let last = e.trim_end().lines().last().unwrap_or_default();
+    assert!(last.contains("invalid --image-url-host: \"http://a.example\" is not a host"), "{e}");
     let narrow = t.path().join("narrow.json");
     std::fs::write(&narrow, r#"{"min": [-1.0], "max": [1.0]}"#).expect("write ranges");
     // Found when the model loads, after the server has said where it listens: exit 2, the

@@ -246,6 +246,21 @@ fn options_accept_the_library_words() {
     assert!(stderr(&o).contains("--expect needs a device"), "{}", stderr(&o));
 }
 
+/// The image-URL limits mean nothing without the flag that allows URLs: refused before any model
+/// is looked for.
+#[test]
+fn image_url_limits_need_allow_image_urls() {
+    for flags in
+        [&["--image-url-timeout", "5"][..], &["--image-url-max-bytes", "100"], &["--image-url-host", "a.example"]]
+    {
+        let mut args = vec!["vector", "serve", "--port", "0"];
+        args.extend(flags);
+        let o = nornir(&args);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--allow-image-urls"), "{flags:?}: {}", stderr(&o));
+    }
+}
+
 /// `--dim` reaches every output format's shape, and the vectors are the full ones cut and
 /// normalised again.
 #[test]

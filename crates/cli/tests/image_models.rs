@@ -2,7 +2,8 @@
 //! checkpoints laid out as the published ones, against an independent NumPy reference
 //! (scripts/image_reference.py: Pillow's preprocessing as transformers' slow processors call it,
 //! float64 towers written from modeling_clip.py and modeling_siglip.py): image and text vectors
-//! through the library, the command line and the server's Jina and Cohere routes; each of the
+//! through the library, the command line and the server's Jina and Cohere routes (sent, and
+//! fetched from a local http server with `--allow-image-urls`); each of the
 //! reference's deliberate mistakes caught; bad images and wrong routes refused in one line.
 
 #![cfg(feature = "embed-ort")]
@@ -15,6 +16,7 @@ use base64::Engine as _;
 use common::server::Server;
 use common::{assert_one_line_error, largest_difference, nornir, rows, s};
 use nornir_test_support::env_path;
+use nornir_test_support::http::ImageHost;
 use nornir_vector::{CallOptions, Device, Embedder, EmbedderOptions, ImageInput};
 use serde_json::{Value, json};
 
@@ -30,12 +32,10 @@ fn reference(args: &[&str]) -> Value {
     serde_json::from_slice(&o.stdout).expect("the reference's JSON")
 }
 
-
 fn unit(v: &[f64]) -> Vec<f64> {
     let n = v.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
     v.iter().map(|x| x / n).collect()
 }
-
 
 /// The images whose bytes every decoder reads alike (PNG, lossless WebP, GIF): their vectors
 /// must equal the reference's. JPEG and lossy WebP decoders differ by a unit here and there
@@ -205,6 +205,30 @@ fn the_server_answers_jina_and_cohere_image_requests_in_order() {
         let message = answer.to_string();
         assert!(message.contains(needle), "{route}: {message}");
     }
+    // With --allow-image-urls, the first PNG fetched over http (a redirect followed): the same
+    // rows as its bytes sent, on both routes.
+    let host = ImageHost::start(std::fs::read(&pngs[0]).expect("read"));
+    let fetching = Server::start_with(&f.converted, &["--allow-image-urls", "--image-url-host", "127.0.0.1"]);
+    let input = json!([{"image": host.url("/image.png")}, {"text": TEXTS[0]}]);
+    let (status, body) = fetching.post("/v1/embeddings", &json!({"model": "clip", "input": input}));
+    assert_eq!(status, 200, "{body}");
+    let got: Vec<Vec<f32>> = body["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|d| serde_json::from_value(d["embedding"].clone()).expect("row"))
+        .collect();
+    assert!(largest_difference(&got, &[unit(&want_images[0]), unit(&want_texts[0])]) < 1e-5, "{body}");
+    let req = json!({"model": "clip", "input_type": "image", "images": [host.url("/redirect"), uris[1].clone()]});
+    let (status, body) = fetching.post("/v2/embed", &req);
+    assert_eq!(status, 200, "{body}");
+    let got: Vec<Vec<f32>> = serde_json::from_value(body["embeddings"]["float"].clone()).expect("float rows");
+    assert!(largest_difference(&got, &[unit(&want_images[0]), unit(&want_images[1])]) < 1e-5, "{body}");
+    assert_eq!(host.requests(), 3);
+    let (_, info) = fetching.get("/info");
+    let info: Value = serde_json::from_str(&info).expect("/info's JSON");
+    assert_eq!(info["image_urls"]["fetched"], true, "{info}");
+    assert_eq!(info["image_urls"]["hosts"], json!(["127.0.0.1"]), "{info}");
 }
 
 #[test]

@@ -33,6 +33,8 @@ pub(crate) struct App {
     pub(crate) long: LongInputs,
     strict_model_names: bool,
     default_model: Option<String>,
+    /// Fetches image URLs, where the operator allows them (`--allow-image-urls`).
+    pub(crate) image_urls: Option<Arc<crate::images::Fetcher>>,
     pub(crate) metrics: Metrics,
     /// When the router was made, in Unix seconds: OpenAI's `created` of each model.
     pub(crate) created: u64,
@@ -91,6 +93,7 @@ impl App {
             token_ids: config.token_ids,
             long: config.long,
             strict_model_names: config.strict_model_names,
+            image_urls: crate::images::Fetcher::new(&config).map(Arc::new),
             default_model: config.default_model,
             metrics,
             created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
@@ -288,6 +291,8 @@ struct Info<'a> {
     max_input_length: usize,
     max_client_batch_size: usize,
     max_inputs: usize,
+    /// Whether image URLs are fetched, and within which limits.
+    image_urls: Value,
 }
 
 /// What the doctor says about a model: `/info` for the first, `/models/{name}/info` for any.
@@ -303,6 +308,7 @@ pub(crate) async fn info(State(app): State<Arc<App>>, model: Option<Path<String>
         max_input_length: e.model_info().max_length,
         max_client_batch_size: app.max_inputs,
         max_inputs: app.max_inputs,
+        image_urls: crate::images::Fetcher::info(app.image_urls.as_deref()),
     })
     .into_response())
 }

@@ -9,13 +9,12 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use nornir_vector::{CallOptions, Embedder, Embeddings, ImageInput, Precision, Ranges, Truncation, to_precision};
+use nornir_vector::{CallOptions, Embedder, Embeddings, Precision, Ranges, Truncation, to_precision};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::{ApiError, App, response_id};
 use crate::body::JsonBody;
-use crate::images::image_bytes;
 
 #[derive(Deserialize)]
 pub(crate) struct EmbedRequest {
@@ -32,7 +31,8 @@ pub(crate) struct EmbedRequest {
     truncate: Option<String>,
     #[serde(default)]
     output_dimension: Option<usize>,
-    /// Images as data URIs (`input_type` "image"), for an image-and-text model.
+    /// Images as data URIs, or URLs where the server fetches them (`input_type` "image"), for an
+    /// image-and-text model.
     #[serde(default)]
     images: Option<Vec<String>>,
 }
@@ -161,7 +161,8 @@ pub(crate) async fn embed(
     Ok(axum::Json(answer).into_response())
 }
 
-/// Cohere's `images` (data URIs; `input_type` "image" or none): the same answer, without `texts`.
+/// Cohere's `images` (data URIs, or URLs where allowed; `input_type` "image" or none): the same
+/// answer, without `texts`.
 async fn embed_images(app: &App, req: EmbedRequest, images: Vec<String>) -> Result<Response, ApiError> {
     if req.texts.is_some() {
         return Err(ApiError::bad("send `texts` or `images`, not both (as Cohere takes them)"));
@@ -174,11 +175,8 @@ async fn embed_images(app: &App, req: EmbedRequest, images: Vec<String>) -> Resu
     }
     app.check_inputs(images.len())?;
     let types = embedding_types(req.embedding_types)?;
-    let inputs = images
-        .iter()
-        .enumerate()
-        .map(|(i, uri)| image_bytes(uri, &format!("images[{i}]")).map(ImageInput::bytes))
-        .collect::<Result<Vec<_>, _>>()?;
+    // Read (and fetched, where URLs are allowed) before the model is asked.
+    let inputs = app.images(images.iter().enumerate().map(|(i, v)| (v.as_str(), format!("images[{i}]")))).await?;
     let (entry, embedder) = app.model(req.model.as_deref())?;
     let mut options = CallOptions::new();
     if let Some(d) = req.output_dimension {

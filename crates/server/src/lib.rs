@@ -110,8 +110,8 @@ impl std::str::FromStr for TokenIds {
 
 /// The server's limits, access and names, the same for every model. `Default`: no key, 2,048
 /// inputs and 4 MiB per request, 60 s per request, 30 s to send a request's head and again its
-/// body, token ids read as `cl100k_base`, long texts truncated, and any model name answered by
-/// the one model when only one is served.
+/// body, token ids read as `cl100k_base`, long texts truncated, any model name answered by the
+/// one model when only one is served, and no image URL fetched.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServerConfig {
@@ -136,6 +136,22 @@ pub struct ServerConfig {
     /// With several models, the one that answers a name the server does not know
     /// (`--default-model`); without it such a name is 404 with the list.
     pub default_model: Option<String>,
+    /// Fetch an image given as an `http://` URL (`--allow-image-urls`); off, such an image is 400
+    /// and images come in the request. On, the server fetches whatever its clients name, so a
+    /// client can make it reach addresses only the server can reach (server-side request
+    /// forgery): [`image_url_hosts`](Self::image_url_hosts) limits where.
+    pub allow_image_urls: bool,
+    /// The most bytes of one fetched image (`--image-url-max-bytes`): a larger one is 400, and
+    /// reading it stops there. 4 MiB, the default largest body: an image fetched costs the
+    /// server no more than one sent in a request already may. The image decoder refuses more
+    /// than 32 MiB whatever this says.
+    pub image_url_max_bytes: usize,
+    /// The longest one image's fetch may take, redirects included (`--image-url-timeout`); all
+    /// of a request's fetches (4 at once) also end within [`request_timeout`](Self::request_timeout).
+    pub image_url_timeout: Duration,
+    /// The hosts images may be fetched from, at every redirect, as the URL writes them
+    /// (`images.example.com`, `10.0.0.7`, `[::1]`), any case (`--image-url-host`); empty: any.
+    pub image_url_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -150,6 +166,10 @@ impl Default for ServerConfig {
             long: LongInputs::Truncate,
             strict_model_names: false,
             default_model: None,
+            allow_image_urls: false,
+            image_url_max_bytes: 4 << 20,
+            image_url_timeout: Duration::from_secs(10),
+            image_url_hosts: Vec::new(),
         }
     }
 }
@@ -193,6 +213,25 @@ impl ServerConfig {
         self.default_model = Some(name.into());
         self
     }
+    /// Fetch images given as `http://` URLs (see [`allow_image_urls`](Self::allow_image_urls)).
+    pub fn with_image_urls(mut self, allow: bool) -> Self {
+        self.allow_image_urls = allow;
+        self
+    }
+    /// The most bytes of one fetched image (at least 1; see [`validate`](Self::validate)).
+    pub fn with_image_url_max_bytes(mut self, bytes: usize) -> Self {
+        self.image_url_max_bytes = bytes;
+        self
+    }
+    pub fn with_image_url_timeout(mut self, timeout: Duration) -> Self {
+        self.image_url_timeout = timeout;
+        self
+    }
+    /// The only hosts images are fetched from (see [`image_url_hosts`](Self::image_url_hosts)).
+    pub fn with_image_url_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.image_url_hosts = hosts.into_iter().map(Into::into).collect();
+        self
+    }
 
     /// Refuses a value no server can run with, naming the field, as
     /// `EmbedderOptions::validate` does for an embedder: the builders store what they are given
@@ -210,6 +249,20 @@ impl ServerConfig {
         }
         if self.read_timeout.is_zero() {
             return invalid("read_timeout", "must be longer than zero");
+        }
+        if self.image_url_max_bytes == 0 {
+            return invalid("image_url_max_bytes", "must be at least 1");
+        }
+        if self.image_url_timeout.is_zero() {
+            return invalid("image_url_timeout", "must be longer than zero");
+        }
+        if let Some(h) = self.image_url_hosts.iter().find(|h| !images::is_host(h)) {
+            return invalid(
+                "image_url_hosts",
+                &format!(
+                    "{h:?} is not a host: give a name or an address as a URL writes it (images.example.com, 10.0.0.7, [::1])"
+                ),
+            );
         }
         Ok(())
     }
@@ -282,6 +335,14 @@ mod tests {
         assert_eq!(refused(ServerConfig::default().with_max_body_bytes(0)), "max_body_bytes");
         assert_eq!(refused(ServerConfig::default().with_request_timeout(Duration::ZERO)), "request_timeout");
         assert_eq!(refused(ServerConfig::default().with_read_timeout(Duration::ZERO)), "read_timeout");
+        assert_eq!(refused(ServerConfig::default().with_image_url_max_bytes(0)), "image_url_max_bytes");
+        assert_eq!(refused(ServerConfig::default().with_image_url_timeout(Duration::ZERO)), "image_url_timeout");
+        for host in ["", "http://a.example", "a.example/x", "a.example:80", "two words"] {
+            assert_eq!(refused(ServerConfig::default().with_image_url_hosts([host])), "image_url_hosts", "{host:?}");
+        }
+        let hosts = ServerConfig::default().with_image_url_hosts(["Images.Example.com", "10.0.0.7", "[::1]"]);
+        assert!(hosts.validate().is_ok());
+        assert!(!ServerConfig::default().allow_image_urls, "no URL is fetched unless the operator says so");
         assert_eq!(ServerConfig::default().with_max_inputs(7).max_inputs, 7);
         let models = Arc::new(Models::new(["m".to_owned()]).expect("names"));
         let e = router(models, ServerConfig::default().with_max_inputs(0)).expect_err("refused");

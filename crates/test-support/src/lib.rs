@@ -1,7 +1,9 @@
 //! What several crates' tests share, built at test time in temporary folders: stub shared
 //! libraries with the real sonames and fake `/proc`, `/sys`, `/dev` trees (`stubs`), stub CUDA
-//! libraries generated from the real CUDA provider's imports (`cuda_stubs`), and tiny ONNX models
-//! written byte by byte (`fixtures`), sentence-transformers Dense folders (`dense`). A dev-dependency only: no product crate depends on it.
+//! libraries generated from the real CUDA provider's imports (`cuda_stubs`), tiny ONNX models
+//! written byte by byte (`fixtures`), sentence-transformers Dense folders (`dense`), and a local
+//! HTTP server of an image and of answers that misbehave on purpose (`http`). A dev-dependency
+//! only: no product crate depends on it.
 //! Its helpers panic on failure, as test code does.
 
 #![forbid(unsafe_code)]
@@ -10,6 +12,7 @@
 pub mod cuda_stubs;
 pub mod dense;
 pub mod fixtures;
+pub mod http;
 pub mod stubs;
 
 use std::path::PathBuf;

@@ -79,6 +79,23 @@ pub struct ServeArgs {
     /// Answer a model name the server does not know with 404 even when one model is served.
     #[arg(long)]
     pub strict_model_names: bool,
+    /// Fetch images that requests give as http:// URLs (Cohere's `images`, Jina's `{"image":
+    /// ...}`); without it a URL is 400 and images come as base64 or data URIs. Risky: the server
+    /// fetches whatever clients name, internal addresses included (server-side request forgery);
+    /// limit the hosts with --image-url-host. https is not fetched (this build has no TLS).
+    #[arg(long)]
+    pub allow_image_urls: bool,
+    /// The most bytes of one fetched image; reading stops past it and the request gets 400.
+    #[arg(long, value_name = "BYTES", default_value_t = 4 << 20, requires = "allow_image_urls", value_parser = clap::value_parser!(u64).range(1..))]
+    pub image_url_max_bytes: u64,
+    /// Seconds one image's fetch may take, redirects included (a request's fetches, 4 at once,
+    /// also end within --request-timeout).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, requires = "allow_image_urls", value_parser = parse_timeout)]
+    pub image_url_timeout: f64,
+    /// Fetch images only from this host (a name or address as the URL writes it), at every
+    /// redirect too; repeat it for several. Without it, any host.
+    #[arg(long = "image-url-host", value_name = "HOST", requires = "allow_image_urls")]
+    pub image_url_hosts: Vec<String>,
     #[command(flatten)]
     pub model: ModelArgs,
 }

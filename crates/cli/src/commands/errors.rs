@@ -37,6 +37,9 @@ fn flag_for(option: &str) -> String {
         "max_body_bytes" => "--max-body-bytes",
         "request_timeout" => "--request-timeout",
         "read_timeout" => "--read-timeout",
+        "image_url_max_bytes" => "--image-url-max-bytes",
+        "image_url_timeout" => "--image-url-timeout",
+        "image_url_hosts" => "--image-url-host",
         other => return format!("`{other}`"),
     };
     flag.to_owned()
@@ -117,6 +120,9 @@ mod tests {
             "max_body_bytes",
             "request_timeout",
             "read_timeout",
+            "image_url_max_bytes",
+            "image_url_timeout",
+            "image_url_hosts",
         ] {
             assert!(flag_for(option).starts_with("--"), "{option}");
             let flag = flag_for(option);

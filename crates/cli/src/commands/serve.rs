@@ -182,7 +182,11 @@ pub fn serve(a: &ServeArgs) -> Result<()> {
         .with_read_timeout(Duration::from_secs_f64(a.read_timeout))
         .with_token_ids(token_ids)
         .with_long(long)
-        .with_strict_model_names(a.strict_model_names);
+        .with_strict_model_names(a.strict_model_names)
+        .with_image_urls(a.allow_image_urls)
+        .with_image_url_max_bytes(usize::try_from(a.image_url_max_bytes).unwrap_or(usize::MAX))
+        .with_image_url_timeout(Duration::from_secs_f64(a.image_url_timeout))
+        .with_image_url_hosts(a.image_url_hosts.iter().cloned());
     if let Some(key) = &a.api_key {
         config = config.with_api_key(key.clone());
     }
