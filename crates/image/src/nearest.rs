@@ -1,9 +1,17 @@
 //! Pillow's NEAREST resize: not a convolution but `ImagingScaleAffine` (Geometry.c), which
 //! steps a double-precision source position by `in / out` per pixel from half a step in and
-//! takes the pixel it truncates to; a position past the edge leaves the output pixel black.
+//! takes the pixel it truncates to; a position past the edge leaves the output pixel zeroed
+//! (`outside` here, which for a palette image is the colour of index 0).
 
-/// `rgb` (`w` x `h`, 3 bytes a pixel) scaled to `nw` x `nh`.
-pub(crate) fn resize(rgb: &[u8], w: usize, h: usize, nw: usize, nh: usize) -> Vec<u8> {
+/// `data` (`w` x `h` pixels of `N` samples each) scaled to `nw` x `nh`.
+pub(crate) fn resize<T: Copy, const N: usize>(
+    data: &[T],
+    w: usize,
+    h: usize,
+    nw: usize,
+    nh: usize,
+    outside: [T; N],
+) -> Vec<T> {
     // The affine matrix: a[0] = width / new width, a[4] = height / new height, as doubles from
     // the box's C floats.
     let a0 = f64::from(w as f32) / nw as f64;
@@ -21,14 +29,14 @@ pub(crate) fn resize(rgb: &[u8], w: usize, h: usize, nw: usize, nh: usize) -> Ve
         // Accumulated, not multiplied: the rounding of each addition is Pillow's.
         xo += a0;
     }
-    let mut out = vec![0u8; nw * nh * 3];
+    let mut out = outside.repeat(nw * nh);
     let mut yo = 0.0 + a4 * 0.5;
-    for line_out in out.chunks_exact_mut(nw * 3) {
+    for line_out in out.chunks_exact_mut(nw * N) {
         if let Some(yi) = coord(yo).filter(|&yi| yi < h) {
-            let line = &rgb[yi * w * 3..(yi + 1) * w * 3];
+            let line = &data[yi * w * N..(yi + 1) * w * N];
             for x in xmin..xmax {
-                let src = xintab[x] * 3;
-                line_out[x * 3..x * 3 + 3].copy_from_slice(&line[src..src + 3]);
+                let src = xintab[x] * N;
+                line_out[x * N..x * N + N].copy_from_slice(&line[src..src + N]);
             }
         }
         yo += a4;

@@ -1,8 +1,8 @@
-//! Pillow's `Image.resize` on 8-bit RGB, bit for bit: the separable convolution of
-//! `libImaging/Resample.c` (filter support widened on downscale, weights normalised then turned
-//! into 22-bit fixed point, each pass's result rounded and clipped to 8 bits, the horizontal
-//! pass first unless Pillow 13 picks the vertical) and, for NEAREST, the affine scaling of
-//! `Geometry.c`.
+//! Pillow's `Image.resize`, bit for bit, on 8-bit images of 1 to 4 bands (RGB first among
+//! them): the separable convolution of `libImaging/Resample.c` (filter support widened on
+//! downscale, weights normalised, then turned into 22-bit fixed point; each pass's result
+//! rounded and clipped to 8 bits, the horizontal pass first unless Pillow 13 picks the vertical)
+//! and, for NEAREST, the affine scaling of `Geometry.c`.
 
 use crate::error::ImageError;
 use crate::nearest;
@@ -84,47 +84,66 @@ pub fn resize_rgb8(
         return Err(ImageError::BadPixels(format!("cannot resize to {new_width}x{new_height}")));
     }
     let (w, h, nw, nh) = (width as usize, height as usize, new_width as usize, new_height as usize);
+    Ok(resize8::<3>(rgb, w, h, nw, nh, filter))
+}
+
+/// `data` (`w` x `h` pixels of `N` 8-bit bands, interleaved) resized to `nw` x `nh` as Pillow
+/// resizes an 8-bit image of `N` bands (L, LA's premultiplied La, RGB, RGBA's RGBa, CMYK): every
+/// band through the same weights, each on its own. The sizes are the caller's to check: none is
+/// zero and `data` holds `w * h * N` bytes.
+pub(crate) fn resize8<const N: usize>(
+    data: &[u8],
+    w: usize,
+    h: usize,
+    nw: usize,
+    nh: usize,
+    filter: Resample,
+) -> Vec<u8> {
     if (w, h) == (nw, nh) {
         // Image.resize returns a copy when the size does not change.
-        return Ok(rgb.to_vec());
+        return data.to_vec();
     }
     if filter == Resample::Nearest {
-        return Ok(nearest::resize(rgb, w, h, nw, nh));
+        return nearest::resize::<u8, N>(data, w, h, nw, nh, [0; N]);
     }
-    let vertical = Weights::new(h, nh, filter);
+    let vertical = Weights::new(h, nh, filter).fixed();
     if nw == w {
-        return Ok(vertical_pass(rgb, w, &vertical));
+        return vertical_pass8(data, w * N, &vertical);
     }
-    let horizontal = Weights::new(w, nw, filter);
+    let horizontal = Weights::new(w, nw, filter).fixed();
     if nh == h {
-        return Ok(horizontal_pass(rgb, w, &horizontal));
+        return horizontal_pass8::<N>(data, w, &horizontal);
     }
-    // Pillow 13 runs the vertical pass first when the height loses more than twice as many
-    // pixels as the width (found by measuring 13.0.0; 12.x always went horizontal first).
-    if nh < h && (h - nh) as i64 > 2 * (w as i64 - nw as i64) {
-        let rows = vertical_pass(rgb, w, &vertical);
-        return Ok(horizontal_pass(&rows, w, &horizontal));
+    if vertical_first(w, h, nw, nh) {
+        let rows = vertical_pass8(data, w * N, &vertical);
+        return horizontal_pass8::<N>(&rows, w, &horizontal);
     }
     // Only the rows the vertical pass reads are resampled (Pillow's row box; same result).
     let (first, last) = vertical.span();
-    let rows = horizontal_pass(&rgb[first * w * 3..last * w * 3], w, &horizontal);
-    Ok(vertical_pass(&rows, nw, &vertical.shifted(first)))
+    let rows = horizontal_pass8::<N>(&data[first * w * N..last * w * N], w, &horizontal);
+    vertical_pass8(&rows, nw * N, &vertical.shifted(first))
+}
+
+/// Pillow 13 runs the vertical pass first when the height loses more than twice as many pixels
+/// as the width (found by measuring 13.0.0; 12.x always went horizontal first).
+fn vertical_first(w: usize, h: usize, nw: usize, nh: usize) -> bool {
+    nh < h && (h - nh) as i64 > 2 * (w as i64 - nw as i64)
 }
 
 /// Bits after the fixed point: 32 - 8 - 2, leaving room for overshoot and the sign.
 const PRECISION_BITS: u32 = 22;
 
-/// Each output pixel's first input index, and its fixed-point weights.
-struct Weights {
+/// Each output pixel's first input index, and its weights (doubles, or 8-bit's fixed point).
+struct Weights<T> {
     starts: Vec<usize>,
     /// `starts.len()` runs, each `stride` long; a run's unused tail is zero.
-    values: Vec<i32>,
+    values: Vec<T>,
     lens: Vec<usize>,
     stride: usize,
 }
 
-impl Weights {
-    /// Resample.c's `precompute_coeffs` then `normalize_coeffs_8bpc`, for the box (0, in_size).
+impl Weights<f64> {
+    /// Resample.c's `precompute_coeffs` for the box (0, in_size): each run normalised to sum 1.
     fn new(in_size: usize, out_size: usize, filter: Resample) -> Self {
         let (base_support, f) = filter.kernel();
         // The box edges are C floats: (in1 - in0) is computed in single precision.
@@ -135,28 +154,25 @@ impl Weights {
         let inv_filterscale = 1.0 / filterscale;
         let mut weights = Weights {
             starts: Vec::with_capacity(out_size),
-            values: vec![0; out_size.saturating_mul(stride)],
+            values: vec![0.0; out_size.saturating_mul(stride)],
             lens: Vec::with_capacity(out_size),
             stride,
         };
-        let mut k = vec![0.0f64; stride];
         for xx in 0..out_size {
             let center = 0.0 + (xx as f64 + 0.5) * scale;
             // C's (int) cast truncates toward zero; negatives are clamped to 0 after.
             let xmin = ((center - support + 0.5) as i64).max(0) as usize;
             let xmax = ((center + support + 0.5) as i64).min(in_size as i64).max(0) as usize;
             let len = xmax.saturating_sub(xmin).min(stride);
+            let run = &mut weights.values[xx * stride..xx * stride + len];
             let mut total = 0.0;
-            for (x, slot) in k[..len].iter_mut().enumerate() {
+            for (x, slot) in run.iter_mut().enumerate() {
                 let w = f((((x + xmin) as f64 - center) + 0.5) * inv_filterscale);
                 *slot = w;
                 total += w;
             }
-            let run = &mut weights.values[xx * stride..xx * stride + len];
-            for (out, &w) in run.iter_mut().zip(&k[..len]) {
-                let w = if total != 0.0 { w / total } else { w };
-                let fixed = w * f64::from(1u32 << PRECISION_BITS);
-                *out = if w < 0.0 { (-0.5 + fixed) as i32 } else { (0.5 + fixed) as i32 };
+            if total != 0.0 {
+                run.iter_mut().for_each(|w| *w /= total);
             }
             weights.starts.push(xmin);
             weights.lens.push(len);
@@ -164,6 +180,19 @@ impl Weights {
         weights
     }
 
+    /// `normalize_coeffs_8bpc`: the weights in 22-bit fixed point, rounded half away from zero.
+    fn fixed(self) -> Weights<i32> {
+        let scale = f64::from(1u32 << PRECISION_BITS);
+        let values = self
+            .values
+            .iter()
+            .map(|&w| if w < 0.0 { (-0.5 + w * scale) as i32 } else { (0.5 + w * scale) as i32 })
+            .collect();
+        Weights { starts: self.starts, values, lens: self.lens, stride: self.stride }
+    }
+}
+
+impl<T> Weights<T> {
     /// The input rows `[first, last)` that any output reads.
     fn span(&self) -> (usize, usize) {
         let first = self.starts.first().copied().unwrap_or(0);
@@ -178,7 +207,7 @@ impl Weights {
     }
 
     /// The output `i`'s first input index and its weights.
-    fn run(&self, i: usize) -> (usize, &[i32]) {
+    fn run(&self, i: usize) -> (usize, &[T]) {
         let at = i * self.stride;
         (self.starts[i], &self.values[at..at + self.lens[i]])
     }
@@ -193,29 +222,30 @@ fn clip8(sum: i32) -> u8 {
 /// Half of one in fixed point: the rounding every sum starts from.
 const HALF: i32 = 1 << (PRECISION_BITS - 1);
 
-/// Each row of `rows` (`width` RGB pixels) resampled along x.
-fn horizontal_pass(rows: &[u8], width: usize, weights: &Weights) -> Vec<u8> {
+/// Each row of `rows` (`width` pixels of `N` bands) resampled along x.
+fn horizontal_pass8<const N: usize>(rows: &[u8], width: usize, weights: &Weights<i32>) -> Vec<u8> {
     let out_width = weights.starts.len();
-    let mut out = vec![0u8; rows.len() / (width * 3) * out_width * 3];
-    for (line, line_out) in rows.chunks_exact(width * 3).zip(out.chunks_exact_mut(out_width * 3)) {
-        for (xx, px) in line_out.chunks_exact_mut(3).enumerate() {
+    let mut out = vec![0u8; rows.len() / (width * N) * out_width * N];
+    for (line, line_out) in rows.chunks_exact(width * N).zip(out.chunks_exact_mut(out_width * N)) {
+        for (xx, px) in line_out.chunks_exact_mut(N).enumerate() {
             let (start, k) = weights.run(xx);
-            let (mut r, mut g, mut b) = (HALF, HALF, HALF);
-            for (src, &w) in line.get(start * 3..).unwrap_or_default().chunks_exact(3).zip(k) {
-                r = r.wrapping_add(i32::from(src[0]).wrapping_mul(w));
-                g = g.wrapping_add(i32::from(src[1]).wrapping_mul(w));
-                b = b.wrapping_add(i32::from(src[2]).wrapping_mul(w));
+            let mut sums = [HALF; N];
+            for (src, &w) in line.get(start * N..).unwrap_or_default().chunks_exact(N).zip(k) {
+                for (sum, &v) in sums.iter_mut().zip(src) {
+                    *sum = sum.wrapping_add(i32::from(v).wrapping_mul(w));
+                }
             }
-            px.copy_from_slice(&[clip8(r), clip8(g), clip8(b)]);
+            for (o, &s) in px.iter_mut().zip(&sums) {
+                *o = clip8(s);
+            }
         }
     }
     out
 }
 
-/// `rows` (`width` RGB pixels each) resampled along y. Integer sums, so summing a whole row per
-/// weight gives the same values as Pillow's pixel-by-pixel loop.
-fn vertical_pass(rows: &[u8], width: usize, weights: &Weights) -> Vec<u8> {
-    let line = width * 3;
+/// `rows` (`line` bytes each, whatever the bands) resampled along y. Integer sums, so summing a
+/// whole row per weight gives the same values as Pillow's pixel-by-pixel loop.
+fn vertical_pass8(rows: &[u8], line: usize, weights: &Weights<i32>) -> Vec<u8> {
     let out_height = weights.starts.len();
     let mut out = vec![0u8; out_height * line];
     let mut sums = vec![0i32; line];
