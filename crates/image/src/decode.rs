@@ -1,7 +1,6 @@
-//! Image bytes to 8-bit RGB as Pillow's `Image.open(...).convert("RGB")` gives them: the format
+//! Image bytes to the pixels Pillow's `Image.open` gives them, in the same mode: the format
 //! found from its magic bytes, the size read from its header and checked against the limits
-//! before any pixel is decoded, then each mode Pillow would open the file in turned to RGB as
-//! `libImaging/Convert.c` does (alpha dropped, palette looked up, 16-bit gray clipped).
+//! before any pixel is decoded.
 
 use std::io::Cursor;
 
@@ -9,7 +8,7 @@ use image::{DynamicImage, ImageDecoder};
 
 use crate::error::ImageError;
 use crate::limits::ImageLimits;
-use crate::pixels::{Rgb8, drop_alpha, image_limits, require_rgb};
+use crate::pixels::{Opened, Pixels, drop_alpha, image_limits, require_rgb};
 use crate::{gif, jpeg, png};
 
 /// The formats read.
@@ -21,19 +20,19 @@ enum Format {
     Gif,
 }
 
-/// `bytes` decoded to RGB. With `convert_rgb` false an image that Pillow opens in any mode but
-/// RGB is refused (before decoding), as the processor's numpy steps would refuse it.
-pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Rgb8, ImageError> {
+/// `bytes` decoded in the mode Pillow opens them in. With `convert_rgb` false an image that
+/// Pillow opens in any mode but RGB is refused (before decoding), as the processor's numpy steps
+/// would refuse it.
+pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Opened, ImageError> {
     if bytes.len() > limits.max_bytes {
         return Err(ImageError::TooManyBytes { len: bytes.len(), max: limits.max_bytes });
     }
-    let rgb = match sniff(bytes).ok_or(ImageError::UnknownFormat)? {
-        Format::Png => png::decode(bytes, limits, convert_rgb)?,
-        Format::Jpeg => jpeg::decode(bytes, limits, convert_rgb)?,
-        Format::WebP => webp(bytes, limits, convert_rgb)?,
-        Format::Gif => gif::decode(bytes, limits, convert_rgb)?,
-    };
-    Ok(rgb)
+    match sniff(bytes).ok_or(ImageError::UnknownFormat)? {
+        Format::Png => png::decode(bytes, limits, convert_rgb),
+        Format::Jpeg => jpeg::decode(bytes, limits, convert_rgb),
+        Format::WebP => webp(bytes, limits, convert_rgb),
+        Format::Gif => gif::decode(bytes, limits, convert_rgb),
+    }
 }
 
 /// The format its first bytes name.
@@ -51,9 +50,8 @@ fn sniff(bytes: &[u8]) -> Option<Format> {
     }
 }
 
-/// WebP, lossy or lossless, its alpha dropped. Pillow opens it as RGBA when the header says it
-/// has alpha, else RGB.
-fn webp(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Rgb8, ImageError> {
+/// WebP, lossy or lossless. Pillow opens it as RGBA when the header says it has alpha, else RGB.
+fn webp(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Opened, ImageError> {
     let err = |e: image::ImageError| ImageError::decode("WebP", e);
     let mut decoder = image::codecs::webp::WebPDecoder::new(Cursor::new(bytes)).map_err(err)?;
     let (width, height) = decoder.dimensions();
@@ -61,10 +59,11 @@ fn webp(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Rgb8, I
     let mode = if decoder.color_type().has_alpha() { "RGBA" } else { "RGB" };
     require_rgb(mode, convert_rgb)?;
     decoder.set_limits(image_limits(limits, width, height)).map_err(err)?;
-    let data = match DynamicImage::from_decoder(decoder).map_err(err)? {
-        DynamicImage::ImageRgb8(img) => img.into_raw(),
-        DynamicImage::ImageRgba8(img) => drop_alpha(img.as_raw()),
-        other => return Err(ImageError::decode("WebP", format!("unexpected pixel type {:?}", other.color()))),
+    let pixels = match (mode, DynamicImage::from_decoder(decoder).map_err(err)?) {
+        ("RGB", DynamicImage::ImageRgb8(img)) => Pixels::Rgb(img.into_raw()),
+        ("RGB", DynamicImage::ImageRgba8(img)) => Pixels::Rgb(drop_alpha(img.as_raw())),
+        (_, DynamicImage::ImageRgba8(img)) => Pixels::Rgba(img.into_raw()),
+        (_, other) => return Err(ImageError::decode("WebP", format!("unexpected pixel type {:?}", other.color()))),
     };
-    Ok(Rgb8 { width, height, data })
+    Ok(Opened { width, height, pixels })
 }

@@ -41,6 +41,17 @@ pub enum ImageError {
         /// The limit, in pixels.
         max: u64,
     },
+    /// The config's resize would leave this image no rows or no columns (a long, thin image
+    /// fitted into the size by open_clip's `longest` mode), which Pillow refuses too.
+    #[error(
+        "resizing this image as the processor does gives {width}x{height} pixels, an empty image (Pillow refuses it too): send an image closer to square"
+    )]
+    ResizeToNothing {
+        /// The width the resize would produce.
+        width: u64,
+        /// The height the resize would produce.
+        height: u64,
+    },
     /// The bytes are not a PNG, JPEG, WebP or GIF file.
     #[error("the bytes are not a PNG, JPEG, WebP or GIF image: convert the image to one of those")]
     UnknownFormat,
@@ -73,7 +84,7 @@ pub enum ImageError {
     },
     /// The config names an image processor this crate does not implement.
     #[error(
-        "image processor `{0}` is not supported: this crate computes CLIPImageProcessor (also read as CLIPFeatureExtractor) and SiglipImageProcessor only"
+        "image processor `{0}` is not supported: this crate computes CLIPImageProcessor (also read as CLIPFeatureExtractor), SiglipImageProcessor and JinaCLIPImageProcessor only"
     )]
     UnsupportedProcessor(String),
     /// The config file is not a JSON object, or is too large.

@@ -1,17 +1,17 @@
 //! A GIF's first frame as Pillow's `GifImagePlugin` opens it: indices on a canvas the size of
 //! the logical screen (grown to hold the frame if it sticks out), filled outside the frame with
 //! the transparent index or else 0; mode P with the frame's palette (local, else global), or L
-//! when there is none or it is the identity gray ramp; then `convert("RGB")`, which looks the
-//! indices up (entries past the palette's end are black).
+//! when there is none or it is the identity gray ramp. `convert("RGB")` then looks the indices
+//! up (entries past the palette's end are black).
 
 use std::num::NonZeroU64;
 
 use crate::error::ImageError;
 use crate::limits::ImageLimits;
-use crate::pixels::{Rgb8, require_rgb};
+use crate::pixels::{Opened, Palette, Pixels, require_rgb};
 
-/// The first frame of a GIF, converted to RGB.
-pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Rgb8, ImageError> {
+/// The first frame of a GIF, in mode P or L.
+pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Opened, ImageError> {
     let err = |e: ::gif::DecodingError| ImageError::decode("GIF", e);
     let mut options = ::gif::DecodeOptions::new();
     options.set_color_output(::gif::ColorOutput::Indexed);
@@ -54,17 +54,21 @@ pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> R
             canvas[at..at + frame_w].copy_from_slice(line);
         }
     }
-    let lookup = match (mode, palette) {
+    let (width, height) = (width as u32, height as u32);
+    let palette = match (mode, palette) {
         ("P", Some(p)) => p,
         // L: the index is the gray level.
-        _ => (0..=255u8).flat_map(|v| [v, v, v]).collect(),
+        _ => return Ok(Opened { width, height, pixels: Pixels::L(canvas) }),
     };
-    let mut data = Vec::with_capacity(canvas.len() * 3);
-    for &index in &canvas {
-        let at = usize::from(index) * 3;
-        data.extend_from_slice(lookup.get(at..at + 3).unwrap_or(&[0, 0, 0]));
+    let mut table: Box<Palette> = Box::new([[0; 3]; 256]);
+    for (entry, rgb) in table.iter_mut().zip(palette.chunks_exact(3)) {
+        entry.copy_from_slice(rgb);
     }
-    Ok(Rgb8 { width: width as u32, height: height as u32, data })
+    let mut rgb = Vec::with_capacity(canvas.len() * 3);
+    for &index in &canvas {
+        rgb.extend_from_slice(&table[usize::from(index)]);
+    }
+    Ok(Opened { width, height, pixels: Pixels::P { rgb, palette: table } })
 }
 
 /// Pillow's `_is_palette_needed` is false: entry i is (i, i, i) throughout, so the plugin opens

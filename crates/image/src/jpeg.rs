@@ -1,22 +1,21 @@
 //! JPEG through libjpeg-turbo's decoder (as built by the `mozjpeg` crate), the decoder Pillow
 //! uses, with its defaults (ISLOW IDCT, fancy upsampling): the same pixels, bit for bit. Pillow
-//! opens 1 component as L, 3 as RGB and 4 as CMYK with Adobe's inverted polarity, which
-//! `cmyk2rgb` then turns to RGB; a file that ends before its image does is refused, as Pillow
-//! refuses it.
+//! opens 1 component as L, 3 as RGB and 4 as CMYK with Adobe's inverted polarity ("CMYK;I");
+//! a file that ends before its image does is refused, as Pillow refuses it.
 
 use std::io::{BufRead, Read};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::error::ImageError;
 use crate::limits::ImageLimits;
-use crate::pixels::{Rgb8, gray_to_rgb, require_rgb};
+use crate::pixels::{Opened, Pixels, require_rgb};
 
 /// More scans than any real progressive JPEG has (they have about ten); each costs a pass over
 /// the image, so a file of thousands of tiny scans is refused before decoding.
 const MAX_SCANS: usize = 1000;
 
-/// A JPEG decoded and converted to RGB.
-pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Rgb8, ImageError> {
+/// A JPEG decoded in the mode Pillow opens it in.
+pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Opened, ImageError> {
     let scans = bytes.windows(2).filter(|w| w == &[0xFF, 0xDA]).count();
     if scans > MAX_SCANS {
         return Err(ImageError::decode("JPEG", format!("it has {scans} scans, more than {MAX_SCANS}")));
@@ -36,15 +35,15 @@ pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> R
     }
 }
 
-fn decode_inner(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Rgb8, ImageError> {
+fn decode_inner(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Opened, ImageError> {
     let err = |e: std::io::Error| ImageError::decode("JPEG", e);
     let decompress = mozjpeg::Decompress::new_reader(Watched { rest: bytes, ran_out: false }).map_err(err)?;
     let (width, height) = (decompress.width(), decompress.height());
     limits.check_pixels("JPEG", width as u64, height as u64)?;
-    let (mode, out_space) = match decompress.components().len() {
-        1 => ("L", mozjpeg::ColorSpace::JCS_GRAYSCALE),
-        3 => ("RGB", mozjpeg::ColorSpace::JCS_RGB),
-        4 => ("CMYK", mozjpeg::ColorSpace::JCS_CMYK),
+    let (mode, out_space, per_pixel) = match decompress.components().len() {
+        1 => ("L", mozjpeg::ColorSpace::JCS_GRAYSCALE, 1),
+        3 => ("RGB", mozjpeg::ColorSpace::JCS_RGB, 3),
+        4 => ("CMYK", mozjpeg::ColorSpace::JCS_CMYK, 4),
         n => return Err(ImageError::decode("JPEG", format!("it has {n} components; Pillow reads 1, 3 or 4"))),
     };
     require_rgb(mode, convert_rgb)?;
@@ -54,35 +53,16 @@ fn decode_inner(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result
     if reader.ran_out {
         return Err(ImageError::decode("JPEG", "the file ends before the image does (truncated)"));
     }
-    let data = match mode {
-        "L" => gray_to_rgb(samples.into_iter()),
-        "RGB" => samples,
-        _ => cmyk_to_rgb(&samples),
-    };
-    if data.len() != width * height * 3 {
+    if samples.len() != width * height * per_pixel {
         return Err(ImageError::decode("JPEG", "the decoder returned fewer rows than the header declares"));
     }
-    Ok(Rgb8 { width: width as u32, height: height as u32, data })
-}
-
-/// Pillow reads 4-component JPEG samples as inverted CMYK ("CMYK;I"), then `cmyk2rgb`:
-/// with nk = 255 - K, each channel is nk - C * nk / 255 (rounded as MULDIV255), clipped.
-fn cmyk_to_rgb(samples: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(samples.len() / 4 * 3);
-    for px in samples.chunks_exact(4) {
-        let [c, m, y, k] = [px[0], px[1], px[2], px[3]].map(|v| 255 - i32::from(v));
-        let nk = 255 - k;
-        for v in [c, m, y] {
-            out.push((nk - muldiv255(v, nk)).clamp(0, 255) as u8);
-        }
-    }
-    out
-}
-
-/// libImaging's MULDIV255: a * b / 255, rounded, in integers.
-fn muldiv255(a: i32, b: i32) -> i32 {
-    let tmp = a * b + 128;
-    ((tmp >> 8) + tmp) >> 8
+    let pixels = match mode {
+        "L" => Pixels::L(samples),
+        "RGB" => Pixels::Rgb(samples),
+        // "CMYK;I": Adobe writes the samples inverted; Pillow holds them turned back.
+        _ => Pixels::Cmyk(samples.into_iter().map(|v| 255 - v).collect()),
+    };
+    Ok(Opened { width: width as u32, height: height as u32, pixels })
 }
 
 /// The file's bytes, noting whether the decoder asked for more than there are.

@@ -6,6 +6,16 @@
 //! setting comes from the model folder's `preprocessor_config.json`, read as the processor reads
 //! it ([`ImageProcessor`]).
 //!
+//! jina-clip's `JinaCLIPImageProcessor` is computed too: open_clip's eval transform, torchvision
+//! on the Pillow image, bit for bit (crop offsets rounded half to even as Python's `round`, a
+//! larger crop padded with `fill_color`, `ToTensor` and `Normalize` in float32). By default the
+//! image is converted to RGB first, as jina's own entry points (`encode_image`, the
+//! sentence-transformers module) hand it to the processor;
+//! [`ImageProcessor::with_rgb_first`]`(false)` gives the processor's own order instead, called
+//! on the image as opened: kept in the mode Pillow opens it in (1, L, LA, I;16, RGB, RGBA, CMYK,
+//! P), resized as `Image.resize` does in that mode (NEAREST for 1 and P, alpha premultiplied for
+//! LA and RGBA, 16-bit sums for I;16), cropped and padded in it, and converted to RGB after.
+//!
 //! It is bounded for untrusted input: a byte limit checked first, a pixel limit checked against
 //! the header before any pixel is decoded ([`ImageLimits`]), every config value checked where it
 //! is read, and an error (never a panic) for any input.

@@ -1,7 +1,7 @@
-//! PNG as Pillow opens it (`PngImagePlugin._MODES`) and converts it to RGB: 16-bit gray opens
-//! as I;16 and is clipped to 255 (`I16_RGB`), 16-bit colour opens as 8-bit RGB or RGBA from the
-//! high byte of each sample ("RGB;16B"), 16-bit gray with alpha as RGBA from the high bytes
-//! ("LA;16B"), palettes are looked up, alpha (and tRNS) is dropped.
+//! PNG in the mode Pillow opens it in (`PngImagePlugin._MODES`): 1-bit gray as 1, 2 to 8-bit
+//! gray as L, 16-bit gray as I;16, 16-bit colour as 8-bit RGB or RGBA from the high byte of
+//! each sample ("RGB;16B"), 16-bit gray with alpha as RGBA from the high bytes ("LA;16B"),
+//! palettes as P with the PLTE chunk's colours; a tRNS chunk changes no mode.
 
 use std::io::Cursor;
 
@@ -9,7 +9,7 @@ use image::DynamicImage;
 
 use crate::error::ImageError;
 use crate::limits::ImageLimits;
-use crate::pixels::{Rgb8, drop_alpha, gray_to_rgb, image_limits, require_rgb};
+use crate::pixels::{Opened, Palette, Pixels, drop_alpha, image_limits, require_rgb};
 
 /// What the IHDR chunk declares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,11 +46,12 @@ pub(crate) fn header(bytes: &[u8]) -> Result<Header, ImageError> {
     Ok(Header { width: be(8), height: be(12), bit_depth: h[16], color_type: h[17] })
 }
 
-/// A PNG decoded and converted to RGB.
-pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Rgb8, ImageError> {
+/// A PNG decoded in the mode Pillow opens it in.
+pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> Result<Opened, ImageError> {
     let head = header(bytes)?;
     limits.check_pixels("PNG", head.width.into(), head.height.into())?;
-    require_rgb(head.pillow_mode(), convert_rgb)?;
+    let mode = head.pillow_mode();
+    require_rgb(mode, convert_rgb)?;
     let err = |e: image::ImageError| ImageError::decode("PNG", e);
     let decoder =
         image::codecs::png::PngDecoder::with_limits(Cursor::new(bytes), image_limits(limits, head.width, head.height))
@@ -60,34 +61,62 @@ pub(crate) fn decode(bytes: &[u8], limits: &ImageLimits, convert_rgb: bool) -> R
     if (width, height) != (head.width, head.height) {
         return Err(ImageError::decode("PNG", "the decoded size differs from the header's"));
     }
-    let data = match image {
-        // 1, 2 and 4-bit gray are expanded to 8 bits by scaling, as Pillow's L;2 and L;4 do.
-        DynamicImage::ImageLuma8(img) => gray_to_rgb(img.into_raw().into_iter()),
-        DynamicImage::ImageLumaA8(img) => gray_to_rgb(img.as_raw().iter().step_by(2).copied()),
-        DynamicImage::ImageRgb8(img) => img.into_raw(),
-        DynamicImage::ImageRgba8(img) => drop_alpha(img.as_raw()),
-        DynamicImage::ImageLuma16(img) => gray_to_rgb(img.as_raw().iter().map(|&v| clip16(v))),
-        DynamicImage::ImageLumaA16(img) => {
-            let gray = img.as_raw().iter().step_by(2).copied();
-            // Gray with a tRNS colour opens as I;16 (clipped); gray with alpha as RGBA (high byte).
-            if head.color_type == 0 { gray_to_rgb(gray.map(clip16)) } else { gray_to_rgb(gray.map(high_byte)) }
-        }
-        DynamicImage::ImageRgb16(img) => img.as_raw().iter().map(|&v| high_byte(v)).collect(),
-        DynamicImage::ImageRgba16(img) => {
-            let mut out = Vec::with_capacity(img.as_raw().len() / 4 * 3);
-            for px in img.as_raw().chunks_exact(4) {
-                out.extend_from_slice(&[high_byte(px[0]), high_byte(px[1]), high_byte(px[2])]);
-            }
-            out
-        }
-        other => return Err(ImageError::decode("PNG", format!("unexpected pixel type {:?}", other.color()))),
+    let unexpected = |image: &DynamicImage| {
+        ImageError::decode("PNG", format!("unexpected pixel type {:?} for mode {mode}", image.color()))
     };
-    Ok(Rgb8 { width, height, data })
+    // The image crate expands a tRNS chunk into an alpha channel that Pillow's mode does not
+    // have: it is dropped. 1, 2 and 4-bit gray come scaled to 8 bits, as Pillow's 1, L;2 and
+    // L;4 unpack them.
+    let pixels = match (mode, image) {
+        ("1" | "L", DynamicImage::ImageLuma8(img)) => gray(mode, img.into_raw()),
+        ("1" | "L", DynamicImage::ImageLumaA8(img)) => gray(mode, img.as_raw().iter().step_by(2).copied().collect()),
+        ("I;16", DynamicImage::ImageLuma16(img)) => Pixels::I16(img.into_raw()),
+        ("I;16", DynamicImage::ImageLumaA16(img)) => Pixels::I16(img.as_raw().iter().step_by(2).copied().collect()),
+        ("LA", DynamicImage::ImageLumaA8(img)) => Pixels::La(img.into_raw()),
+        ("RGB", DynamicImage::ImageRgb8(img)) => Pixels::Rgb(img.into_raw()),
+        ("RGB", DynamicImage::ImageRgba8(img)) => Pixels::Rgb(drop_alpha(img.as_raw())),
+        ("RGB", DynamicImage::ImageRgb16(img)) => Pixels::Rgb(img.as_raw().iter().map(|&v| high_byte(v)).collect()),
+        ("RGB", DynamicImage::ImageRgba16(img)) => {
+            Pixels::Rgb(img.as_raw().chunks_exact(4).flat_map(|px| px[..3].iter().map(|&v| high_byte(v))).collect())
+        }
+        ("P", DynamicImage::ImageRgb8(img)) => Pixels::P { rgb: img.into_raw(), palette: palette(bytes) },
+        ("P", DynamicImage::ImageRgba8(img)) => Pixels::P { rgb: drop_alpha(img.as_raw()), palette: palette(bytes) },
+        ("RGBA", DynamicImage::ImageRgba8(img)) => Pixels::Rgba(img.into_raw()),
+        ("RGBA", DynamicImage::ImageRgba16(img)) => Pixels::Rgba(img.as_raw().iter().map(|&v| high_byte(v)).collect()),
+        // "LA;16B": the gray's high byte three times, then the alpha's.
+        ("RGBA", DynamicImage::ImageLumaA16(img)) => Pixels::Rgba(
+            img.as_raw().chunks_exact(2).flat_map(|px| [px[0], px[0], px[0], px[1]].map(high_byte)).collect(),
+        ),
+        (_, other) => return Err(unexpected(&other)),
+    };
+    Ok(Opened { width, height, pixels })
 }
 
-/// Convert.c's `I16_RGB`: a 16-bit value above 255 becomes 255, others keep their low byte.
-fn clip16(v: u16) -> u8 {
-    u8::try_from(v).unwrap_or(u8::MAX)
+/// 8-bit gray samples as mode 1 or L.
+fn gray(mode: &str, samples: Vec<u8>) -> Pixels {
+    if mode == "1" { Pixels::Bilevel(samples) } else { Pixels::L(samples) }
+}
+
+/// The PLTE chunk's colours as Pillow's palette table (black past its end and where there is
+/// none: the decoder has already refused a palette image without one).
+fn palette(bytes: &[u8]) -> Box<Palette> {
+    let mut table: Box<Palette> = Box::new([[0; 3]; 256]);
+    let mut at = 8;
+    while let Some(head) = bytes.get(at..at + 8) {
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let Some(data) = at.checked_add(8 + len).and_then(|end| bytes.get(at + 8..end)) else { break };
+        match &head[4..8] {
+            b"PLTE" => {
+                for (entry, rgb) in table.iter_mut().zip(data.chunks_exact(3)) {
+                    entry.copy_from_slice(rgb);
+                }
+                break;
+            }
+            b"IDAT" | b"IEND" => break,
+            _ => at += 12 + len,
+        }
+    }
+    table
 }
 
 /// The first (most significant) byte of a big-endian 16-bit sample, as Pillow's ";16B" unpackers take.

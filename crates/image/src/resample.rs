@@ -1,8 +1,8 @@
-//! Pillow's `Image.resize`, bit for bit, on 8-bit images of 1 to 4 bands (RGB first among
-//! them): the separable convolution of `libImaging/Resample.c` (filter support widened on
-//! downscale, weights normalised, then turned into 22-bit fixed point; each pass's result
-//! rounded and clipped to 8 bits, the horizontal pass first unless Pillow 13 picks the vertical)
-//! and, for NEAREST, the affine scaling of `Geometry.c`.
+//! Pillow's `Image.resize`, bit for bit, on 8-bit images of 1 to 4 bands (RGB first among them)
+//! and on 16-bit gray (I;16): the separable convolution of `libImaging/Resample.c` (filter
+//! support widened on downscale, weights normalised, then for 8 bits turned into 22-bit fixed
+//! point; each pass's result rounded and clipped to the sample's bits, the horizontal pass first
+//! unless Pillow 13 picks the vertical) and, for NEAREST, the affine scaling of `Geometry.c`.
 
 use crate::error::ImageError;
 use crate::nearest;
@@ -122,6 +122,32 @@ pub(crate) fn resize8<const N: usize>(
     let (first, last) = vertical.span();
     let rows = horizontal_pass8::<N>(&data[first * w * N..last * w * N], w, &horizontal);
     vertical_pass8(&rows, nw * N, &vertical.shifted(first))
+}
+
+/// 16-bit gray (Pillow's I;16) resized as Pillow's `_16bpc` passes resize it: the weights kept
+/// as doubles, each pass's sum rounded half up and clipped to 0..=65535. Sizes as [`resize8`].
+pub(crate) fn resize16(data: &[u16], w: usize, h: usize, nw: usize, nh: usize, filter: Resample) -> Vec<u16> {
+    if (w, h) == (nw, nh) {
+        return data.to_vec();
+    }
+    if filter == Resample::Nearest {
+        return nearest::resize::<u16, 1>(data, w, h, nw, nh, [0]);
+    }
+    let vertical = Weights::new(h, nh, filter);
+    if nw == w {
+        return vertical_pass16(data, w, &vertical);
+    }
+    let horizontal = Weights::new(w, nw, filter);
+    if nh == h {
+        return horizontal_pass16(data, w, &horizontal);
+    }
+    if vertical_first(w, h, nw, nh) {
+        let rows = vertical_pass16(data, w, &vertical);
+        return horizontal_pass16(&rows, w, &horizontal);
+    }
+    let (first, last) = vertical.span();
+    let rows = horizontal_pass16(&data[first * w..last * w], w, &horizontal);
+    vertical_pass16(&rows, nw, &vertical.shifted(first))
 }
 
 /// Pillow 13 runs the vertical pass first when the height loses more than twice as many pixels
@@ -260,6 +286,51 @@ fn vertical_pass8(rows: &[u8], line: usize, weights: &Weights<i32>) -> Vec<u8> {
         }
         for (o, &s) in line_out.iter_mut().zip(&sums) {
             *o = clip8(s);
+        }
+    }
+    out
+}
+
+/// Resample.c's `ROUND_UP` then `CLIP16`: half away from zero, truncated, clipped to 16 bits.
+#[inline]
+fn clip16(sum: f64) -> u16 {
+    let rounded = if sum >= 0.0 { (sum + 0.5) as i32 } else { (sum - 0.5) as i32 };
+    rounded.clamp(0, 65535) as u16
+}
+
+/// Each row of 16-bit gray resampled along x, summed in doubles in Pillow's order.
+fn horizontal_pass16(rows: &[u16], width: usize, weights: &Weights<f64>) -> Vec<u16> {
+    let out_width = weights.starts.len();
+    let mut out = vec![0u16; rows.len() / width * out_width];
+    for (line, line_out) in rows.chunks_exact(width).zip(out.chunks_exact_mut(out_width)) {
+        for (xx, o) in line_out.iter_mut().enumerate() {
+            let (start, k) = weights.run(xx);
+            let mut sum = 0.0;
+            for (&v, &w) in line.get(start..).unwrap_or_default().iter().zip(k) {
+                sum += f64::from(v) * w;
+            }
+            *o = clip16(sum);
+        }
+    }
+    out
+}
+
+/// 16-bit gray resampled along y; each pixel's sum runs over the rows in order, as Pillow's does.
+fn vertical_pass16(rows: &[u16], width: usize, weights: &Weights<f64>) -> Vec<u16> {
+    let out_height = weights.starts.len();
+    let mut out = vec![0u16; out_height * width];
+    let mut sums = vec![0f64; width];
+    for (yy, line_out) in out.chunks_exact_mut(width).enumerate() {
+        let (start, k) = weights.run(yy);
+        sums.fill(0.0);
+        for (y, &w) in k.iter().enumerate() {
+            let src = &rows[(start + y) * width..(start + y + 1) * width];
+            for (sum, &v) in sums.iter_mut().zip(src) {
+                *sum += f64::from(v) * w;
+            }
+        }
+        for (o, &s) in line_out.iter_mut().zip(&sums) {
+            *o = clip16(s);
         }
     }
     out

@@ -57,7 +57,7 @@ pub(crate) fn read_size(value: &Value, key: &'static str, square: bool) -> Resul
 }
 
 /// One side: an integer in 1..=[`MAX_SIDE`].
-fn side(value: &Value, key: &'static str) -> Result<u32, ImageError> {
+pub(crate) fn side(value: &Value, key: &'static str) -> Result<u32, ImageError> {
     match value.as_u64() {
         Some(n @ 1..=MAX_SIDE) => Ok(n as u32),
         _ => Err(ImageError::config(

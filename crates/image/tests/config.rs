@@ -165,3 +165,88 @@ fn folders_without_a_config_have_no_processor() {
     assert!(ImageProcessor::from_folder(&dir).expect_err("not UTF-8").to_string().contains("UTF-8"));
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
+
+/// jina-clip-v2's `preprocessor_config.json`.
+const JINA_V2: &str = r#"{"auto_map": {"AutoImageProcessor": "jinaai/jina-clip-implementation--processing_clip.JinaCLIPImageProcessor",
+    "AutoProcessor": "jinaai/jina-clip-implementation--processing_clip.JinaCLIPProcessor"}, "fill_color": 0,
+    "image_processor_type": "JinaCLIPImageProcessor", "interpolation": "bicubic", "mean": null,
+    "processor_class": "JinaCLIPProcessor", "resize_mode": "shortest", "size": 512, "std": null}"#;
+
+fn jina(settings: &str) -> Result<ImageProcessor, ImageError> {
+    let sep = if settings.is_empty() { "" } else { ", " };
+    read(&format!(r#"{{"image_processor_type": "JinaCLIPImageProcessor"{sep}{settings}}}"#))
+}
+
+#[test]
+fn jina_clip_reads_open_clips_transform_settings() {
+    let p = read(JINA_V2).expect("config");
+    assert_eq!(p.output_size(), Some((512, 512)));
+    assert_eq!(
+        p.to_string(),
+        format!(
+            "JinaCLIPImageProcessor; resize shortest edge 512 BICUBIC; center crop 512x512 (torchvision rounding); \
+             converted to RGB first (jina's encode_image); divide by 255 in float32; {OPENAI}"
+        )
+    );
+    // The processor's own order, for the processor called on the opened image.
+    assert!(p.with_rgb_first(false).to_string().contains("resized in the image's own mode, then converted to RGB"));
+    // The class defaults; and Python's `value or default`: null, 0, "" and [] are the default.
+    let default = jina("").expect("config");
+    assert_eq!(default.output_size(), Some((224, 224)));
+    assert!(default.to_string().contains("resize shortest edge 224 BICUBIC") && default.to_string().contains(OPENAI));
+    let falsy = jina(r#""mean": 0, "std": [], "resize_mode": "", "interpolation": null"#).expect("config");
+    assert_eq!(falsy.to_string(), default.to_string());
+    // "random" is BICUBIC at inference; a non-square shortest size is open_clip's ResizeKeepRatio,
+    // built without the interpolation.
+    assert!(jina(r#""interpolation": "random""#).expect("config").to_string().contains("224 BICUBIC"));
+    let p = jina(r#""size": [48, 40], "interpolation": "bilinear""#).expect("config");
+    assert_eq!(p.output_size(), Some((48, 40)));
+    assert!(p.to_string().contains("resize to cover 48x40 keeping the ratio BICUBIC; center crop 48x40"));
+    let p = jina(r#""size": 50, "resize_mode": "squash", "interpolation": "bilinear", "mean": 0.5, "std": [2]"#)
+        .expect("config");
+    assert!(p.to_string().contains("resize 50x50 BILINEAR; no crop"));
+    assert!(p.to_string().contains("mean [0.5, 0.5, 0.5] std [2.0, 2.0, 2.0]"));
+    let p = jina(r#""size": [30, 20], "resize_mode": "longest", "fill_color": 255"#).expect("config");
+    assert!(p.to_string().contains("resize to fit 30x20 keeping the ratio BICUBIC; center crop or pad 30x20 with 255"));
+    // fill_color is only read where it is used.
+    assert!(jina(r#""fill_color": "white""#).is_ok());
+}
+
+#[test]
+fn jina_clip_refuses_what_open_clip_would_not_run_naming_the_key() {
+    let cases = [
+        (r#""size": 0"#, "`size`"),
+        (r#""size": 9000"#, "`size`"),
+        (r#""size": 512.5"#, "`size`"),
+        (r#""size": "512""#, "`size`"),
+        (r#""size": null"#, "`size`"),
+        (r#""size": [512]"#, "`size`"),
+        (r#""size": [512, 0]"#, "`size`"),
+        (r#""size": {"height": 512, "width": 512}"#, "`size`"),
+        (r#""resize_mode": "crop""#, "`resize_mode`"),
+        (r#""resize_mode": 2"#, "`resize_mode`"),
+        (r#""interpolation": "lanczos""#, "`interpolation`"),
+        (r#""interpolation": 3"#, "`interpolation`"),
+        (r#""mean": [0.5, 0.5]"#, "`mean`"),
+        (r#""mean": [0.5, "a", 0.5]"#, "`mean`"),
+        (r#""mean": "x""#, "`mean`"),
+        (r#""mean": true"#, "`mean`"),
+        (r#""mean": 1e39"#, "`mean`"),
+        (r#""std": [0.5, 0, 0.5]"#, "`std`"),
+        (r#""std": 1e-50"#, "`std`"),
+        (r#""resize_mode": "longest", "fill_color": 256"#, "`fill_color`"),
+        (r#""resize_mode": "longest", "fill_color": -1"#, "`fill_color`"),
+        (r#""resize_mode": "longest", "fill_color": 1.5"#, "`fill_color`"),
+        (r#""resize_mode": "longest", "fill_color": [0, 0, 0]"#, "`fill_color`"),
+    ];
+    for (setting, key) in cases {
+        let err = jina(setting).expect_err(setting).to_string();
+        assert!(!err.contains('\n') && err.contains(key), "{setting}: {err}");
+    }
+    assert!(
+        jina(r#""resize_mode": "crop""#)
+            .expect_err("mode")
+            .to_string()
+            .contains(r#""shortest", "longest" or "squash""#)
+    );
+}

@@ -119,3 +119,98 @@ fn a_resize_beyond_the_pixel_limit_is_refused() {
     let p = processor(r#"{"image_processor_type": "CLIPImageProcessor", "size": 8192, "do_center_crop": false}"#);
     assert!(matches!(p.preprocess_rgb8(1, 3000, &[7; 9000]), Err(ImageError::ResizeTooLarge { .. })));
 }
+
+/// A jina-clip config whose output is each byte / 255 (mean 0 and std 1, given as lists: a
+/// bare 0 would be open_clip's default mean).
+fn jina_plain(settings: &str) -> ImageProcessor {
+    processor(&format!(
+        r#"{{"image_processor_type": "JinaCLIPImageProcessor", "mean": [0, 0, 0], "std": [1, 1, 1], {settings}}}"#
+    ))
+}
+
+/// The bytes of a `v / 255` tensor, interleaved.
+fn bytes_of(values: &[f32]) -> Vec<u8> {
+    interleave(&values.iter().map(|v| (v * 255.0).round()).collect::<Vec<_>>())
+}
+
+#[test]
+fn jina_clip_divides_by_255_in_float32_then_normalises() {
+    let p = processor(r#"{"image_processor_type": "JinaCLIPImageProcessor", "size": 4}"#);
+    let t = p.preprocess_rgb8(4, 4, &[200; 48]).expect("preprocess");
+    let (mean, std) = (0.48145466f64 as f32, 0.26862954f64 as f32);
+    assert_eq!(t.values[0], (200.0f32 / 255.0 - mean) / std);
+}
+
+#[test]
+fn jina_clip_crops_at_pythons_round_half_to_even() {
+    // 4 wide, 7 tall, no resize (the short side is the size): the margin 3 is 1.5 each side,
+    // which Python's round takes to 2 (transformers' floor would start at row 1).
+    let p = jina_plain(r#""size": 4"#);
+    let rgb: Vec<u8> = (0..28u8).flat_map(|v| [v, v, v]).collect(); // value = pixel index
+    let t = p.preprocess_rgb8(4, 7, &rgb).expect("preprocess");
+    assert_eq!((t.height, t.width), (4, 4));
+    assert_eq!(bytes_of(&t.values)[..12], [8, 8, 8, 9, 9, 9, 10, 10, 10, 11, 11, 11]);
+    // A margin of 5 (2.5) rounds to 2, as the floor does.
+    let rgb: Vec<u8> = (0..36u8).flat_map(|v| [v, v, v]).collect();
+    let t = p.preprocess_rgb8(4, 9, &rgb).expect("preprocess");
+    assert_eq!(bytes_of(&t.values)[0], 8);
+}
+
+#[test]
+fn jina_clip_longest_fits_then_pads_with_fill_color() {
+    // 20 x 10 fitted into 16: 16 x 8, padded with 4 rows of 9 above and below.
+    let p = jina_plain(r#""size": 16, "resize_mode": "longest", "fill_color": 9"#);
+    let t = p.preprocess_rgb8(20, 10, &[100; 600]).expect("preprocess");
+    assert_eq!((t.height, t.width), (16, 16));
+    let out = bytes_of(&t.values);
+    for y in 0..16 {
+        let want = if (4..12).contains(&y) { 100 } else { 9 };
+        assert!(out[y * 48..(y + 1) * 48].iter().all(|&v| v == want), "row {y}");
+    }
+    // 300 x 2 fitted into 64 rounds its height to 0 rows: Pillow refuses that resize.
+    let p = jina_plain(r#""size": 64, "resize_mode": "longest""#);
+    let err = p.preprocess_rgb8(300, 2, &[1; 1800]).expect_err("empty");
+    assert!(matches!(err, ImageError::ResizeToNothing { width: 64, height: 0 }), "{err}");
+}
+
+#[test]
+fn jina_clip_in_the_images_own_mode_resizes_rgba_premultiplied() {
+    // A transparent red beside an opaque blue, squashed to one pixel: Pillow resizes RGBA
+    // premultiplied, so the red weighs nothing and the blue comes back whole (128 alpha).
+    let rgba = common::png(2, 1, 8, 6, &[], &[vec![255, 0, 0, 0, 0, 0, 255, 255]]);
+    let settings = r#""size": 1, "resize_mode": "squash", "interpolation": "bilinear""#;
+    let p = jina_plain(settings).with_rgb_first(false);
+    let t = p.preprocess(&rgba, &ImageLimits::default()).expect("preprocess");
+    assert_eq!(bytes_of(&t.values), [0, 0, 255]);
+    // Gray with alpha: (0 * 0 + 10 * 255) / 2 = 5 premultiplied, 255 * 5 / 128 = 9 after.
+    let la = common::png(2, 1, 8, 4, &[], &[vec![200, 0, 10, 255]]);
+    assert_eq!(bytes_of(&p.preprocess(&la, &ImageLimits::default()).expect("LA").values), [9, 9, 9]);
+    // Converted to RGB first (the default, jina's encode_image), as CLIP converts: the plain
+    // average.
+    let first = jina_plain(settings);
+    assert_eq!(bytes_of(&first.preprocess(&rgba, &ImageLimits::default()).expect("RGB first").values), [128, 0, 128]);
+    assert_eq!(bytes_of(&first.preprocess(&la, &ImageLimits::default()).expect("LA").values), [105, 105, 105]);
+    let clip = processor(
+        r#"{"image_processor_type": "CLIPImageProcessor", "size": {"height": 1, "width": 1}, "resample": 2,
+            "do_center_crop": false, "do_rescale": false, "do_normalize": false}"#,
+    );
+    assert_eq!(interleave(&clip.preprocess(&rgba, &ImageLimits::default()).expect("clip").values), [128, 0, 128]);
+}
+
+#[test]
+fn jina_clip_in_the_images_own_mode_resizes_palettes_by_nearest_and_pads_with_an_index() {
+    // A 4 x 2 palette image fitted into 2: 2 x 1 by NEAREST whatever the filter (the pixels of
+    // row 1, columns 1 and 3: indices 2 and 0), then a row of fill index 1 below: its colour,
+    // not the gray 1.
+    let plte = common::chunk(b"PLTE", &[10, 20, 30, 200, 100, 50, 0, 255, 0, 255, 255, 255]);
+    let png = common::png(4, 2, 8, 3, &[plte], &[vec![0, 1, 2, 3], vec![1, 2, 3, 0]]);
+    let p = jina_plain(r#""size": 2, "resize_mode": "longest", "fill_color": 1"#);
+    let t = p.clone().with_rgb_first(false).preprocess(&png, &ImageLimits::default()).expect("preprocess");
+    assert_eq!((t.height, t.width), (2, 2));
+    assert_eq!(bytes_of(&t.values), [0, 255, 0, 10, 20, 30, 200, 100, 50, 200, 100, 50]);
+    // Converted to RGB first, the colours are blended by BICUBIC and the pad is gray 1.
+    let t = p.preprocess(&png, &ImageLimits::default()).expect("preprocess");
+    let out = bytes_of(&t.values);
+    assert_ne!(out[..6], [0, 255, 0, 10, 20, 30]);
+    assert_eq!(out[6..], [1; 6]);
+}
