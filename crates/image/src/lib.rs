@@ -57,16 +57,31 @@ pub mod fuzzing {
     /// Limits small enough for a fuzzer to run many inputs a second.
     const FUZZ_LIMITS: ImageLimits = ImageLimits { max_bytes: 1 << 20, max_pixels: 4_000_000 };
 
-    /// Reads `config_json` as a `preprocessor_config.json` (a CLIP config with a 64-pixel crop
-    /// when it is not valid, so that the image is still decoded) and preprocesses `image` with it.
+    /// The configs an input that is not a valid config stands for, picked by its first byte:
+    /// CLIP with a 64-pixel crop, and jina-clip's transform in each resize mode (small sizes, a
+    /// pad fill, both filters), so that every mode's resize, crop and pad is reached.
+    const FALLBACKS: [&str; 4] = [
+        r#"{"image_processor_type": "CLIPImageProcessor", "size": 64, "crop_size": 64}"#,
+        r#"{"image_processor_type": "JinaCLIPImageProcessor", "size": 48}"#,
+        r#"{"image_processor_type": "JinaCLIPImageProcessor", "size": [40, 56], "resize_mode": "longest",
+            "fill_color": 7, "interpolation": "bilinear"}"#,
+        r#"{"image_processor_type": "JinaCLIPImageProcessor", "size": [33, 47], "resize_mode": "squash"}"#,
+    ];
+
+    /// Reads `config_json` as a `preprocessor_config.json` (one of four fallbacks, CLIP's and
+    /// jina-clip's, when it is not valid, so that the image is still decoded) and preprocesses
+    /// `image` with it; jina-clip's transform runs on the image as opened when the config's
+    /// length is odd, converted to RGB first when it is even.
     pub fn preprocess(config_json: &[u8], image: &[u8]) -> Result<PixelTensor, ImageError> {
         let parsed = std::str::from_utf8(config_json).ok().map(ImageProcessor::from_json);
         let processor = match parsed {
             Some(Ok(processor)) => processor,
-            _ => ImageProcessor::from_json(
-                r#"{"image_processor_type": "CLIPImageProcessor", "size": 64, "crop_size": 64}"#,
-            )?,
+            _ => {
+                let pick = config_json.first().map_or(0, |b| usize::from(*b) % FALLBACKS.len());
+                ImageProcessor::from_json(FALLBACKS[pick])?
+            }
         };
+        let processor = processor.with_rgb_first(config_json.len().is_multiple_of(2));
         processor.preprocess(image, &FUZZ_LIMITS)
     }
 }
