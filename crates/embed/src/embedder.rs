@@ -54,8 +54,6 @@ pub struct Embedder {
     pub(crate) tokens: TokenModel,
     /// The int8 and uint8 ranges its compact calls calibrated.
     pub(crate) calibrated: Calibrations,
-    /// A dual encoder's vision graph and image processor (`None`: text only).
-    pub(crate) images: Option<crate::forward::vision::ImageTower>,
     workers: Vec<JoinHandle<()>>,
     /// Texts of async calls for the tokenizing threads; `None` once the embedder is dropped.
     pub(crate) tokenize_jobs: Option<Sender<TokenizeJob>>,
@@ -67,14 +65,13 @@ impl Embedder {
     /// starts its worker threads (`EmbedderOptions::sessions`). Every mismatch between the folder and the graph is an
     /// error here, not at the first embed.
     pub fn new(dir: &Path, options: &EmbedderOptions) -> Result<Self> {
-        let (engine, tokens, images) = Engine::new(dir, options)?;
+        let (engine, tokens) = Engine::new(dir, options)?;
         let engine = Arc::new(engine);
         let (jobs, receiver) = std::sync::mpsc::channel();
         let mut embedder = Self {
             engine,
             tokens,
             calibrated: Calibrations::default(),
-            images,
             workers: Vec::new(),
             tokenize_jobs: Some(jobs),
             tokenizers: Vec::new(),

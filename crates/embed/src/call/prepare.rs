@@ -40,6 +40,8 @@ pub(crate) struct Call {
     activation: Option<ScoreActivation>,
     /// A token call's rows per text (its token vectors), handed back raw.
     groups: Option<TokenGroups>,
+    /// An image call: a row per image, counted as images, without tokens.
+    images: bool,
 }
 
 impl Call {
@@ -53,7 +55,8 @@ impl Call {
         max_wait: Option<std::time::Duration>,
     ) -> Self {
         let (expand, normalize, chunked, activation) = (None, false, None, Some(activation));
-        Self { request, items, expand, tokens, dim: labels, normalize, chunked, max_wait, activation, groups: None }
+        let (dim, groups, images) = (labels, None, false);
+        Self { request, items, expand, tokens, dim, normalize, chunked, max_wait, activation, groups, images }
     }
 
     /// A call of token vectors: text i fills `groups[i]` rows of `width`, in order, raw.
@@ -66,7 +69,15 @@ impl Call {
         max_wait: Option<std::time::Duration>,
     ) -> Self {
         let (expand, normalize, chunked, activation, groups) = (None, false, None, None, Some(groups));
-        Self { request, items, expand, tokens, dim: width, normalize, chunked, max_wait, activation, groups }
+        let (dim, images) = (width, false);
+        Self { request, items, expand, tokens, dim, normalize, chunked, max_wait, activation, groups, images }
+    }
+
+    /// A call of images, a row each, finished as `plan` says (its width and normalisation).
+    pub(crate) fn of_images(request: Arc<Request>, items: Vec<Item>, plan: &CallPlan<'_>) -> Self {
+        let mut call = Self::new(request, items, None, Vec::new(), plan, None);
+        call.images = true;
+        call
     }
 
     fn new(
@@ -78,7 +89,8 @@ impl Call {
         chunked: Option<Chunked>,
     ) -> Self {
         let (dim, normalize, max_wait) = (plan.dim, plan.normalize, plan.max_wait);
-        Self { request, items, expand, tokens, dim, normalize, chunked, max_wait, activation: None, groups: None }
+        let (activation, groups, images) = (None, None, false);
+        Self { request, items, expand, tokens, dim, normalize, chunked, max_wait, activation, groups, images }
     }
 }
 
@@ -348,11 +360,6 @@ pub(crate) fn finish(engine: &Engine, mut call: Call, rows: Vec<f32>) -> Embeddi
         return Embeddings::from_whole_rows(rows, dim, call.tokens).with_groups(groups);
     }
     let chunked = call.chunked.take();
-    // Text i's row among the unique texts (the same when the call had no duplicates).
-    let texts = call.expand.as_ref().map_or(call.tokens.len(), Vec::len);
-    let unique = |i: usize| call.expand.as_ref().map_or(i, |of| of[i]);
-    engine.counters.texts.fetch_add(texts as u64, Ordering::Relaxed);
-    let tokens = (0..texts).map(|i| call.tokens[unique(i)]).collect();
     let finish_row = |out: &mut Vec<f32>, raw: &[f32]| {
         let start = out.len();
         out.extend_from_slice(&raw[..dim]);
@@ -360,6 +367,17 @@ pub(crate) fn finish(engine: &Engine, mut call: Call, rows: Vec<f32>) -> Embeddi
             normalize(&mut out[start..]);
         }
     };
+    if call.images {
+        let mut data = Vec::with_capacity(rows.len() / width.max(1) * dim);
+        rows.chunks_exact(width.max(1)).for_each(|raw| finish_row(&mut data, raw));
+        engine.counters.images.fetch_add((rows.len() / width.max(1)) as u64, Ordering::Relaxed);
+        return Embeddings::from_whole_rows(data, dim, Vec::new());
+    }
+    // Text i's row among the unique texts (the same when the call had no duplicates).
+    let texts = call.expand.as_ref().map_or(call.tokens.len(), Vec::len);
+    let unique = |i: usize| call.expand.as_ref().map_or(i, |of| of[i]);
+    engine.counters.texts.fetch_add(texts as u64, Ordering::Relaxed);
+    let tokens = (0..texts).map(|i| call.tokens[unique(i)]).collect();
     if let Some(chunked) = chunked {
         let mut chunks = ChunkRows::default();
         let mut data = Vec::with_capacity(texts * dim);

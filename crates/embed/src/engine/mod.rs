@@ -13,11 +13,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use nornir_ep_select::{Plan, Planned, Provider, Vendor};
+use nornir_image::PixelTensor;
 use ort::session::Session;
 
 use crate::error::{EmbedError, Result, error_chain};
 use crate::forward::graph_io::GraphIo;
 use crate::forward::run::{Row, RowSettings, run_and_pool};
+use crate::forward::vision::ImageTower;
 use crate::load::runtime::OrtRuntime;
 use crate::load::session::{self, SessionConfig, Slot, growth_since, resident_bytes};
 use crate::load::tokenize::ModelTokenizer;
@@ -76,6 +78,9 @@ pub(crate) struct Engine {
     pub(crate) counters: Counters,
     pub(crate) scheduler: Scheduler,
     pub(crate) queue_full: QueueFull,
+    /// A dual encoder's vision graph and image processor (`None`: text only): the workers run
+    /// batches of images on it.
+    pub(crate) images: Option<ImageTower>,
 }
 
 impl Engine {
@@ -298,6 +303,26 @@ impl Engine {
         }
         drop(shared);
         self.run_exclusive(slot, sessions, &mut run)
+    }
+
+    /// Runs a batch of preprocessed images of one size on the vision graph: their vectors at the
+    /// model's width, row after row, then the batch counted.
+    pub(crate) fn run_images(&self, pixels: &[&PixelTensor]) -> Result<Vec<f32>> {
+        let tower = self.images.as_ref().ok_or_else(|| EmbedError::Internal {
+            reason: "an image reached the queue of a model without a vision graph".to_owned(),
+        })?;
+        let size = pixels.first().map_or((0, 0), |p| (p.height, p.width));
+        let mut flat = Vec::with_capacity(pixels.iter().map(|p| p.values.len()).sum());
+        for p in pixels {
+            flat.extend_from_slice(&p.values);
+        }
+        let started = std::time::Instant::now();
+        let rows = tower.run(&flat, pixels.len(), size)?;
+        let c = &self.counters;
+        c.ort_nanos.fetch_add(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.count_batch(pixels.len());
+        Ok(rows)
     }
 
     /// Counts a batch of `rows` in the stats, `padded` to its longest (a static model's are not).

@@ -56,13 +56,12 @@ struct FirstSession {
 impl Engine {
     /// Loads the model folder `dir`: probe -> plan -> ONNX Runtime -> session -> checks.
     /// Every mismatch between the folder and the graph is an error here, not at the first embed.
-    /// Returns the engine, what a model that makes token vectors adds, and a dual encoder's image
-    /// tower, which their calls hold.
-    pub(crate) fn new(dir: &Path, options: &EmbedderOptions) -> Result<(Self, TokenModel, Option<ImageTower>)> {
+    /// Returns the engine (with a dual encoder's image tower) and what a model that makes token
+    /// vectors adds, which their calls hold.
+    pub(crate) fn new(dir: &Path, options: &EmbedderOptions) -> Result<(Self, TokenModel)> {
         options.validate()?;
         if let Some(layout) = crate::load::static_model::find(dir)? {
-            let (engine, tokens) = Self::open_static(dir, layout, options)?;
-            return Ok((engine, tokens, None));
+            return Self::open_static(dir, layout, options);
         }
         let FolderParts { mut folder, head, prompt, tokenizer, tokens } = read_folder(dir, options)?;
         let first = build_first_session(&folder, options)?;
@@ -121,23 +120,24 @@ impl Engine {
             counters: Counters::default(),
             scheduler: Scheduler::new(workers, budget, policy, options.max_queued_texts, options.batch_wait),
             queue_full: options.queue_full,
+            images: None,
         };
         engine.check_with_a_first_run(head)?;
-        // An image call runs its batches on its own thread, not the workers': every thread computes.
-        let threads = options.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-        let images = match (&engine.info.folder.vision_file, &engine.backend) {
+        // The workers run batches of images side by side as they run texts: the vision graph's
+        // session gets the threads the text graph's does.
+        engine.images = match (&engine.info.folder.vision_file, &engine.backend) {
             (Some(file), Backend::Onnx(sessions)) => Some(ImageTower::open(
                 &engine.info.folder.dir,
                 file,
                 &sessions.runtime,
                 &plan,
-                nornir_options::intra_threads(threads, 1),
+                sessions.intra_threads,
                 engine.info.model_dimension,
             )?),
             _ => None,
         };
         tracing::info!(provider = %engine.report.active_provider, vendor = %engine.report.gpu_vendor, "embedder ready");
-        Ok((engine, tokens, images))
+        Ok((engine, tokens))
     }
 
     /// Runs one short text: finds the output width, checks it against the configs, and makes a

@@ -95,6 +95,7 @@ impl Engine {
                 options.batch_wait,
             ),
             queue_full: options.queue_full,
+            images: None,
         };
         engine.check_with_a_first_run(DenseHead::default())?;
         tracing::info!(provider = STATIC_PROVIDER, "static embedder ready");

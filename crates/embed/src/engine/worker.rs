@@ -1,6 +1,6 @@
 //! The workers: worker `k` takes its next batch from the queue, runs it (on the CPU on
-//! the one session all workers share, on a GPU on session `k`, with the GPU-to-CPU fallback), and
-//! hands each row to its call's request.
+//! the one session all workers share, on a GPU on session `k`, with the GPU-to-CPU fallback; a
+//! batch of images on the vision graph's one session), and hands each row to its call's request.
 
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result, error_chain};
@@ -21,7 +21,7 @@ pub(crate) fn work(engine: &Engine, k: usize) {
 
 fn run_batches(engine: &Engine, k: usize) {
     while let Some(mut items) = engine.scheduler.next_batch_for(k) {
-        let fed = items.len() * items.iter().map(|i| i.ids.len()).max().unwrap_or(0);
+        let fed = items.len() * items.iter().map(Item::cost).max().unwrap_or(0);
         let started = std::time::Instant::now();
         run_items(engine, k, &mut items);
         engine.scheduler.done(k, fed, started.elapsed());
@@ -29,39 +29,25 @@ fn run_batches(engine: &Engine, k: usize) {
 }
 
 /// Runs a batch of queue items as worker `k` and hands each row to its request, after the
-/// batch is counted in the stats. When the batch fails, each text runs again alone, so one
-/// text (one caller's bad input) fails only its own call; a panic while running fails the
-/// batch's texts, and a panic anywhere else fails them as they drop (see `Item`).
+/// batch is counted in the stats. When the batch fails, each text (or image) runs again alone,
+/// so one text (one caller's bad input) fails only its own call; a panic while running fails the
+/// batch's items, and a panic anywhere else fails them as they drop (see `Item`).
 fn run_items(engine: &Engine, k: usize, items: &mut [Item]) {
     // The batch's vectors in order, each item's rows one after another, and how many floats are
-    // each item's (a raw item's token rows are narrower than the Dense modules' pooled rows).
+    // each item's. They are copied out of ONNX Runtime's output, and handed over only once the
+    // batch succeeded, was counted, and the session is unlocked.
     let run = |batch: &[Item]| -> Result<(Vec<f32>, Vec<usize>)> {
-        let rows: Vec<Row<'_>> = batch
-            .iter()
-            .map(|i| Row {
-                ids: &i.ids,
-                skip: i.skip,
-                spans: &i.spans,
-                types: &i.types,
-                attend: i.attend(),
-                raw: i.raw,
-            })
-            .collect();
-        // The batch's rows are copied out of ONNX Runtime's output here, and handed over only
-        // once the batch succeeded, was counted, and the session is unlocked.
-        let mut out = Vec::with_capacity(batch.len() * engine.info.model_dimension);
-        let mut floats = vec![0; batch.len()];
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             crate::forward::fault::hit(crate::forward::fault::Stage::Run);
-            engine.run_batch(k, &rows, |i, v| {
-                out.extend_from_slice(v);
-                floats[i] += v.len();
-            })
+            if batch.iter().any(|i| i.image.is_some()) {
+                run_images(engine, batch)
+            } else {
+                run_texts(engine, k, batch)
+            }
         }))
         .unwrap_or_else(|_| {
             Err(EmbedError::inference(InferenceKind::WorkerFailed, "a worker panicked running this batch"))
-        })?;
-        Ok((out, floats))
+        })
     };
     let hand_over = |batch: &mut [Item], (rows, floats): (Vec<f32>, Vec<usize>)| {
         crate::forward::fault::hit(crate::forward::fault::Stage::HandOver);
@@ -80,7 +66,8 @@ fn run_items(engine: &Engine, k: usize, items: &mut [Item]) {
         Ok(rows) => hand_over(items, rows),
         Err(e) if items.len() == 1 => fail(&mut items[0], e),
         Err(e) => {
-            tracing::warn!("a batch of {} texts failed ({}); running each alone", items.len(), error_chain(&e));
+            let what = if items[0].image.is_some() { "images" } else { "texts" };
+            tracing::warn!("a batch of {} {what} failed ({}); running each alone", items.len(), error_chain(&e));
             for i in 0..items.len() {
                 match run(&items[i..=i]) {
                     Ok(rows) => hand_over(&mut items[i..=i], rows),
@@ -89,4 +76,30 @@ fn run_items(engine: &Engine, k: usize, items: &mut [Item]) {
             }
         }
     }
+}
+
+/// A batch of texts on worker `k`'s session (a raw item's token rows are narrower than the Dense
+/// modules' pooled rows).
+fn run_texts(engine: &Engine, k: usize, batch: &[Item]) -> Result<(Vec<f32>, Vec<usize>)> {
+    let rows: Vec<Row<'_>> = batch
+        .iter()
+        .map(|i| Row { ids: &i.ids, skip: i.skip, spans: &i.spans, types: &i.types, attend: i.attend(), raw: i.raw })
+        .collect();
+    let mut out = Vec::with_capacity(batch.len() * engine.info.model_dimension);
+    let mut floats = vec![0; batch.len()];
+    engine.run_batch(k, &rows, |i, v| {
+        out.extend_from_slice(v);
+        floats[i] += v.len();
+    })?;
+    Ok((out, floats))
+}
+
+/// A batch of images of one size on the vision graph: a row each.
+fn run_images(engine: &Engine, batch: &[Item]) -> Result<(Vec<f32>, Vec<usize>)> {
+    let pixels: Vec<_> = batch.iter().filter_map(|i| i.image.as_ref()).collect();
+    if pixels.len() != batch.len() {
+        return Err(EmbedError::Internal { reason: "a batch mixed texts and images".to_owned() });
+    }
+    let out = engine.run_images(&pixels)?;
+    Ok((out, vec![engine.info.model_dimension; batch.len()]))
 }

@@ -1,36 +1,37 @@
 //! The image calls of a dual encoder's [`Embedder`]: images decoded and preprocessed on the
-//! caller's threads (in parallel), run on the vision graph in batches, finished as the call's text
-//! vectors are (its `dimensions` cut, normalised as it says), so images and texts land in one
-//! space.
+//! caller's threads (in parallel), then queued as a text call's texts are, an item each, so that
+//! admission, the queue's limit, cancellation and the stats apply to them; the workers run them
+//! on the vision graph in batches of one size, and the call finishes them as its text vectors are
+//! (its `dimensions` cut, normalised as it says), so images and texts land in one space.
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 
 use nornir_image::{ImageError, ImageLimits, PixelTensor};
 
-use crate::call::prepare::plan_call;
+use crate::call::prepare::{Call, plan_call};
+use crate::call::runner::run_call;
 use crate::embedder::Embedder;
+use crate::engine::Engine;
 use crate::error::{EmbedError, Result};
 use crate::forward::vision::ImageTower;
 use crate::kinds::image::ImageInput;
-use crate::math::pooling::normalize;
+use crate::schedule::request::{Item, Request};
 use crate::values::embeddings::Embeddings;
 use nornir_options::CallOptions;
-
-/// Images per run of the vision graph.
-const IMAGES_PER_RUN: usize = 16;
 
 impl Embedder {
     /// Whether this model embeds images: a dual encoder (CLIP, SigLIP) with its vision graph
     /// (`vision_model.onnx`) beside its text graph.
     pub fn takes_images(&self) -> bool {
-        self.images.is_some()
+        self.engine.images.is_some()
     }
 
     /// The image processor's settings in one line (`None` for a text-only model): what
     /// `/info` and `doctor` say.
     pub fn image_settings(&self) -> Option<String> {
-        self.images.as_ref().map(|t| format!("{} (vision graph {})", t.processor, t.file.display()))
+        self.engine.images.as_ref().map(|t| format!("{} (vision graph {})", t.processor, t.file.display()))
     }
 
     /// Embeds `images` into the space of this model's text vectors; row i is image i.
@@ -39,49 +40,35 @@ impl Embedder {
     }
 
     /// [`embed_images`](Self::embed_images) with the call's `dimensions` and normalisation
-    /// (its prompt and truncation are a text's and do not apply).
+    /// (its prompt and truncation are a text's and do not apply). The images are preprocessed on
+    /// the caller's threads, then go through the queue as a call's texts do: the call's
+    /// `max_wait`, a full queue and its `cancel` apply to them, and the stats count them.
     pub fn embed_images_with(&self, images: &[ImageInput], options: &CallOptions) -> Result<Embeddings> {
-        let tower = self.images.as_ref().ok_or_else(|| {
-            EmbedError::invalid(
-                "images",
-                "this model embeds text only (no vision_model.onnx beside a text_model.onnx): use an image-and-text \
-                 model, such as CLIP or SigLIP converted by `nornir vector convert`",
-            )
-        })?;
-        let plan = plan_call(&self.engine, options)?;
-        let width = self.engine.info.model_dimension;
-        let pixels = preprocess_all(tower, images)?;
-        let mut rows = Vec::with_capacity(images.len() * plan.dim);
-        for batch in same_size_runs(&pixels) {
-            let flat: Vec<f32> = batch.iter().flat_map(|p| p.values.iter().copied()).collect();
-            let out = tower.run(&flat, batch.len(), (batch[0].height, batch[0].width))?;
-            for row in out.chunks_exact(width.max(1)) {
-                let start = rows.len();
-                rows.extend_from_slice(&row[..plan.dim]);
-                if plan.normalize {
-                    normalize(&mut rows[start..]);
-                }
-            }
-        }
-        Ok(Embeddings::from_whole_rows(rows, plan.dim, Vec::new()))
+        run_call(&self.engine, prepare_images(&self.engine, images, options)?)
     }
 }
 
-/// Up to [`IMAGES_PER_RUN`] neighbouring images of one size at a time (a processor that resizes
-/// to a shortest edge without a crop gives images of many sizes).
-fn same_size_runs(pixels: &[PixelTensor]) -> Vec<&[PixelTensor]> {
-    let mut runs = Vec::new();
-    let mut start = 0;
-    for i in 1..=pixels.len() {
-        let cut = i == pixels.len()
-            || i - start == IMAGES_PER_RUN
-            || (pixels[i].height, pixels[i].width) != (pixels[start].height, pixels[start].width);
-        if cut {
-            runs.push(&pixels[start..i]);
-            start = i;
-        }
+/// An image call's images preprocessed into queue items (an image that fails names its index),
+/// with the request they fill; a call whose `cancel` handle was used is refused first.
+fn prepare_images(engine: &Engine, images: &[ImageInput], options: &CallOptions) -> Result<Call> {
+    let tower = engine.images.as_ref().ok_or_else(|| {
+        EmbedError::invalid(
+            "images",
+            "this model embeds text only (no vision_model.onnx beside a text_model.onnx): use an image-and-text \
+             model, such as CLIP or SigLIP converted by `nornir vector convert`",
+        )
+    })?;
+    let plan = plan_call(engine, options)?;
+    let request = Request::new(images.len(), engine.info.model_dimension);
+    if let Some(handle) = &options.cancel
+        && !handle.watch(request.watchable())
+    {
+        engine.counters.cancelled_texts.fetch_add(images.len() as u64, Ordering::Relaxed);
+        return Err(EmbedError::Cancelled);
     }
-    runs
+    let pixels = preprocess_all(tower, images)?;
+    let items = pixels.into_iter().enumerate().map(|(index, p)| Item::image(p, &request, index)).collect();
+    Ok(Call::of_images(request, items, &plan))
 }
 
 /// Every image preprocessed, on up to as many threads as the machine has; the first image that

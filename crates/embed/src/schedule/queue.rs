@@ -1,11 +1,15 @@
-//! The texts waiting to run, indexed by length and by call, and the rule that cuts the next batch
-//! from them: the most due call's longest text, with texts of similar length from calls due soon
-//! after, under the token budget and the attention bound.
+//! The texts (and images) waiting to run, indexed by length and by call, and the rule that cuts
+//! the next batch from them: the most due call's longest text, with texts of similar length from
+//! calls due soon after, under the token budget and the attention bound; or, when that call's
+//! longest item is an image, images of its size alone.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 use crate::schedule::request::Item;
+
+/// Images per run of the vision graph.
+pub(crate) const IMAGES_PER_RUN: usize = 16;
 
 /// Texts up to this many tokens are packed by the token budget alone; longer ones by attention
 /// cells too (see [`fits`]).
@@ -108,6 +112,9 @@ impl Queue {
         let &(longest, anchor_key) = texts.last()?;
         let anchor = u64::MAX - anchor_key;
         let horizon = due.saturating_add(policy.horizon_micros(self.micros_per_token, token_budget));
+        if let Some(size) = self.items.get(&anchor).and_then(|(_, item)| item.image_size()) {
+            return Some(self.next_images(anchor, longest, size, horizon));
+        }
         let floor = longest.saturating_sub((policy.max_padding * longest as f32).min(longest as f32) as usize + 2);
         let mut chosen = vec![anchor];
         let mut one_length = true;
@@ -116,7 +123,8 @@ impl Queue {
             if id == anchor {
                 continue;
             }
-            if self.items.get(&id).is_some_and(|(call, _)| call.0 > horizon) {
+            // Images never join a batch of texts.
+            if self.items.get(&id).is_some_and(|(call, item)| call.0 > horizon || item.image.is_some()) {
                 continue;
             }
             let n = chosen.len() + 1;
@@ -128,6 +136,25 @@ impl Queue {
             chosen.push(id);
         }
         Some(chosen.into_iter().filter_map(|id| self.remove(id)).collect())
+    }
+
+    /// A batch of images: the `anchor` image with the oldest waiting images of its pixel `size`
+    /// (so of its `length`) from calls due by `horizon`, up to [`IMAGES_PER_RUN`]. The vision
+    /// graph takes one size per run (a shortest-edge resize without a crop gives many).
+    fn next_images(&mut self, anchor: u64, length: usize, size: (u32, u32), horizon: i64) -> Vec<Item> {
+        let mut chosen = vec![anchor];
+        for &(_, key) in self.by_length.range((length, 0)..=(length, u64::MAX)).rev() {
+            if chosen.len() == IMAGES_PER_RUN {
+                break;
+            }
+            let id = u64::MAX - key;
+            let joins =
+                self.items.get(&id).is_some_and(|(call, item)| call.0 <= horizon && item.image_size() == Some(size));
+            if id != anchor && joins {
+                chosen.push(id);
+            }
+        }
+        chosen.into_iter().filter_map(|id| self.remove(id)).collect()
     }
 
     pub(crate) fn remove(&mut self, id: u64) -> Option<Item> {
@@ -145,7 +172,7 @@ impl Queue {
     }
 
     pub(crate) fn push(&mut self, items: Vec<Item>) {
-        let longest = items.iter().map(|i| i.ids.len()).max().unwrap_or(0);
+        let longest = items.iter().map(Item::cost).max().unwrap_or(0);
         let arrival = i64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(i64::MAX);
         let call = (arrival - (self.micros_per_token * longest as f64) as i64, self.next_call);
         self.next_call += 1;

@@ -1,9 +1,12 @@
 //! A call's side of the queue: the `Request` a call waits on (its rows, filled in by the workers
-//! as batches finish, or its first error) and the queue `Item`s that carry its texts' token ids.
-//! An item dropped before its rows were handed over fails them, so no caller waits forever.
+//! as batches finish, or its first error) and the queue `Item`s that carry its texts' token ids,
+//! or its images' pixels. An item dropped before its rows were handed over fails them, so no
+//! caller waits forever.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
+
+use nornir_image::PixelTensor;
 
 use crate::error::{EmbedError, InferenceKind};
 
@@ -133,11 +136,18 @@ impl nornir_options::Cancel for Request {
     }
 }
 
-/// One text waiting to run: its ids and where its rows go. Dropped before its rows were handed
-/// over (a worker that panicked, at any stage), it fails them, so that no caller waits forever.
+/// The side of an image's square patch in its queue cost (see [`Item::cost`]).
+const COST_PATCH: usize = 16;
+
+/// One text (or image) waiting to run: its ids (or pixels) and where its rows go. Dropped before
+/// its rows were handed over (a worker that panicked, at any stage), it fails them, so that no
+/// caller waits forever.
 #[derive(Debug)]
 pub(crate) struct Item {
     pub(crate) ids: Vec<u32>,
+    /// An image's preprocessed pixels (its `ids` empty): it runs on the vision graph, in a batch
+    /// of images of its size alone.
+    pub(crate) image: Option<PixelTensor>,
     /// Prompt tokens at its start that the pooling leaves out (see `graph_io::Row`).
     pub(crate) skip: usize,
     /// Token ranges pooled into a row each (late chunking); empty: the whole text, one row.
@@ -178,8 +188,20 @@ impl Item {
         request: &Arc<Request>,
         index: usize,
     ) -> Self {
-        let (types, attend, raw) = (Vec::new(), None, false);
-        Self { ids, skip, spans, types, attend, raw, request: Arc::clone(request), index, settled: false }
+        let (types, attend, raw, image) = (Vec::new(), None, false, None);
+        Self { ids, skip, spans, types, attend, raw, image, request: Arc::clone(request), index, settled: false }
+    }
+
+    /// An image's preprocessed pixels: one row.
+    pub(crate) fn image(pixels: PixelTensor, request: &Arc<Request>, index: usize) -> Self {
+        let mut item = Self::new(Vec::new(), 0, Vec::new(), request, index);
+        item.image = Some(pixels);
+        item
+    }
+
+    /// An image's pixel size, `(height, width)`; `None` for a text.
+    pub(crate) fn image_size(&self) -> Option<(u32, u32)> {
+        self.image.as_ref().map(|p| (p.height, p.width))
     }
 
     /// A query and document pair: its ids and their token types.
@@ -214,8 +236,21 @@ impl Item {
         self.settled = true;
     }
 
-    /// Its length in the queue: its tokens, and at least 1 (an empty text still takes a row).
+    /// What it costs to run, in tokens: a text's tokens; an image's 16-pixel patches. A vision
+    /// transformer attends over patches as a text tower over tokens, so a patch costs about a
+    /// token, and the queue's one run time per token (admission, due times) covers both kinds;
+    /// 16 pixels is the common patch (SigLIP, CLIP B/16, jina-clip), and a model with larger
+    /// patches only has its images counted dearer in those estimates. Batches of images are cut
+    /// by size and count (see `queue.rs`), never by this.
+    pub(crate) fn cost(&self) -> usize {
+        match &self.image {
+            Some(p) => (p.height as usize).div_ceil(COST_PATCH) * (p.width as usize).div_ceil(COST_PATCH),
+            None => self.ids.len(),
+        }
+    }
+
+    /// Its length in the queue: its cost, and at least 1 (an empty text still takes a row).
     pub(crate) fn length(&self) -> usize {
-        self.ids.len().max(1)
+        self.cost().max(1)
     }
 }

@@ -2,7 +2,8 @@
 //! takes the next batch from whatever is waiting (the most due call's longest text, with texts of
 //! similar length from calls due soon after, under the token budget; queue.rs says what "due"
 //! is), so concurrent small calls fill the same batches and the most due call is always served
-//! next. Results go back to each call in its own order.
+//! next. An image call's images wait in the same queue, in batches of their own (see queue.rs).
+//! Results go back to each call in its own order.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
@@ -255,6 +256,17 @@ mod tests {
         texts.iter().map(|&(index, len)| Item::new(vec![1; len], 0, Vec::new(), request, index)).collect()
     }
 
+    /// A call of images: (its index in the request, (height, width)).
+    fn images(request: &Arc<Request>, sizes: &[(usize, (u32, u32))]) -> Vec<Item> {
+        sizes
+            .iter()
+            .map(|&(index, (height, width))| {
+                let pixels = nornir_image::PixelTensor { height, width, values: Vec::new() };
+                Item::image(pixels, request, index)
+            })
+            .collect()
+    }
+
     fn indices(batch: Option<Vec<Item>>) -> Vec<usize> {
         batch.expect("a batch").iter().map(|i| i.index).collect()
     }
@@ -324,6 +336,45 @@ mod tests {
         q.push(call(&r, &[(0, 1024), (1, 1000), (2, 1000)]));
         assert_eq!(indices(q.next_batch(4096, tiled)), [0, 1]);
         assert_eq!(indices(q.next_batch(4096, tiled)), [2]);
+    }
+
+    /// Images batch with images of their size alone, oldest first, up to IMAGES_PER_RUN; texts
+    /// batch around them as if they were not there.
+    #[test]
+    fn images_batch_by_size_alone_and_texts_batch_as_without_them() {
+        let r = Request::new(64, 1);
+        let mut q = Queue::new(1);
+        q.micros_per_token = 1.0;
+        // 224 x 224 is 196 patches of 16; 200 x 250 (a shortest-edge resize without a crop) is 13 x 16 = 208.
+        let (square, tall) = ((224, 224), (250, 200));
+        q.push(images(&r, &[(0, square), (1, tall), (2, square)]));
+        q.push(call(&r, &[(3, 196), (4, 190), (5, 208)]));
+        let mut many: Vec<(usize, (u32, u32))> = (6..26).map(|i| (i, square)).collect();
+        many.insert(3, (26, tall));
+        q.push(images(&r, &many));
+        assert_eq!(q.tokens, 196 * 22 + 208 * 2 + 196 + 190 + 208);
+        // The first call's largest image, with the other of its size; the first call's square
+        // images, then the next call's, oldest first, 16 at most.
+        assert_eq!(indices(q.next_batch(1 << 20, BatchPolicy::GPU)), [1, 26]);
+        assert_eq!(
+            indices(q.next_batch(1 << 20, BatchPolicy::GPU)),
+            [0, 2, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+        );
+        // The texts, as they batch alone: no image of 196 or 208 patches joins them.
+        assert_eq!(indices(q.next_batch(1 << 20, BatchPolicy::CPU)), [5, 3, 4]);
+        assert_eq!(indices(q.next_batch(1 << 20, BatchPolicy::GPU)), [20, 21, 22, 23, 24, 25]);
+        assert!(q.next_batch(1 << 20, BatchPolicy::GPU).is_none() && q.tokens == 0 && q.by_call.is_empty());
+    }
+
+    /// Cancelling an image call takes its images out of the queue, as a text call's texts.
+    #[test]
+    fn images_leave_the_queue_with_their_call() {
+        let s = Scheduler::new(1, 256, BatchPolicy::CPU, 1000, Duration::ZERO);
+        let (a, b) = (Request::new(2, 1), Request::new(1, 1));
+        s.submit(images(&a, &[(0, (224, 224)), (1, (224, 224))]), QueueFull::Refuse).expect("room");
+        s.submit(call(&b, &[(0, 5)]), QueueFull::Refuse).expect("room");
+        assert_eq!(s.cancel(&a), 2);
+        assert_eq!((s.load(), s.lock().tokens), ((1, 0), 5));
     }
 
     #[test]

@@ -10,7 +10,9 @@ use serde::Serialize;
 pub struct EmbedStats {
     /// Texts embedded (each unique text of a call once).
     pub texts: u64,
-    /// Batches run.
+    /// Images embedded (a dual encoder's image calls).
+    pub images: u64,
+    /// Batches run (of texts, or of images).
     pub batches: u64,
     /// Real tokens, after truncation.
     pub tokens: u64,
@@ -18,18 +20,19 @@ pub struct EmbedStats {
     pub padded_tokens: u64,
     /// Seconds spent inside `Session::run`.
     pub ort_seconds: f64,
-    /// Batches by their number of texts: entry i counts batches of at most
+    /// Batches by their number of texts (or images): entry i counts batches of at most
     /// [`BATCH_SIZE_BOUNDS`]`[i]` texts (cumulative, as a Prometheus histogram); `batches` is the
     /// count of all.
     pub batch_sizes: [u64; BATCH_SIZE_BOUNDS.len()],
-    /// Texts waiting in the queue now, not yet running.
+    /// Texts waiting in the queue now, not yet running (images count one each).
     pub queued_texts: u64,
-    /// Texts in the batches running now.
+    /// Texts in the batches running now (images count one each).
     pub running_texts: u64,
     /// Texts whose future was dropped before they ran (a server's client that went away): taken
-    /// out of the queue, or never put in it.
+    /// out of the queue, or never put in it (images count one each).
     pub cancelled_texts: u64,
-    /// Texts run in batches (the sum of the batch sizes; identical texts of a call run once).
+    /// Texts run in batches (the sum of the batch sizes; identical texts of a call run once;
+    /// images count one each).
     pub batched_texts: u64,
 }
 
@@ -39,6 +42,7 @@ pub const BATCH_SIZE_BOUNDS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) texts: AtomicU64,
+    pub(crate) images: AtomicU64,
     pub(crate) batches: AtomicU64,
     pub(crate) tokens: AtomicU64,
     pub(crate) padded_tokens: AtomicU64,
@@ -66,6 +70,7 @@ impl Counters {
         }
         EmbedStats {
             texts: self.texts.load(Ordering::Relaxed),
+            images: self.images.load(Ordering::Relaxed),
             batches: self.batches.load(Ordering::Relaxed),
             tokens: self.tokens.load(Ordering::Relaxed),
             padded_tokens: self.padded_tokens.load(Ordering::Relaxed),
@@ -81,6 +86,7 @@ impl Counters {
     pub(crate) fn reset(&self) {
         for a in [
             &self.texts,
+            &self.images,
             &self.batches,
             &self.tokens,
             &self.padded_tokens,
