@@ -20,7 +20,8 @@ use nornir_options::QueueFull;
 /// every small call behind it (a call of more than 16 texts also uses the tokenizer's own pool).
 pub(crate) const TOKENIZING_THREADS: usize = 2;
 
-/// What an async call tokenizes: texts, query and document pairs, or a token call's texts.
+/// What an async call tokenizes: texts, query and document pairs, a token call's texts, or what
+/// a kind prepares itself.
 #[derive(Debug)]
 pub(crate) enum Work {
     Texts(Vec<String>, CallOptions),
@@ -29,6 +30,19 @@ pub(crate) enum Work {
     Tokens(Vec<String>, crate::call::tokens::MultiVectorOptions, usize, Arc<crate::load::multi_vector::TokenRules>),
     /// A text's raw token vectors (TEI's `/embed_all`).
     TokenVectors(String, CallOptions),
+    /// A call a kind prepares itself (an image call: its images preprocessed), and its inputs.
+    Prepared(usize, Preparer),
+}
+
+/// A kind's preparation of its call, run on a tokenizing thread as a text call's tokenizing is.
+pub(crate) struct Preparer(pub(crate) Box<PrepareFn>);
+
+type PrepareFn = dyn Fn(&Engine) -> Result<Call> + Send + Sync;
+
+impl std::fmt::Debug for Preparer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Preparer")
+    }
 }
 
 impl Work {
@@ -38,6 +52,7 @@ impl Work {
             Self::Pairs(p, _) => p.len(),
             Self::Tokens(t, ..) => t.len(),
             Self::TokenVectors(..) => 1,
+            Self::Prepared(inputs, _) => *inputs,
         }
     }
 
@@ -49,6 +64,7 @@ impl Work {
                 crate::call::tokens::prepare_tokens(engine, rules, texts, options, *first)
             }
             Self::TokenVectors(text, options) => crate::call::raw_tokens::prepare_token_vectors(engine, text, options),
+            Self::Prepared(_, prepare) => (prepare.0)(engine),
         }
     }
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 
 use nornir_image::{ImageError, ImageLimits, PixelTensor};
 
+use crate::call::future::{EmbedFuture, Preparer, Work};
 use crate::call::prepare::{Call, plan_call};
 use crate::call::runner::run_call;
 use crate::embedder::Embedder;
@@ -45,6 +46,21 @@ impl Embedder {
     /// `max_wait`, a full queue and its `cancel` apply to them, and the stats count them.
     pub fn embed_images_with(&self, images: &[ImageInput], options: &CallOptions) -> Result<Embeddings> {
         run_call(&self.engine, prepare_images(&self.engine, images, options)?)
+    }
+
+    /// [`embed_images`](Self::embed_images) as a future, as [`embed_async`](Self::embed_async)
+    /// is: at its first poll the images are preprocessed on the embedder's tokenizing threads (in
+    /// parallel from there), then queued; dropping it cancels the call.
+    pub fn embed_images_async(&self, images: Vec<ImageInput>) -> EmbedFuture<'_> {
+        self.embed_images_with_async(images, &CallOptions::default())
+    }
+
+    /// [`embed_images_with`](Self::embed_images_with) as a future, as
+    /// [`embed_images_async`](Self::embed_images_async) is.
+    pub fn embed_images_with_async(&self, images: Vec<ImageInput>, options: &CallOptions) -> EmbedFuture<'_> {
+        let (count, options) = (images.len(), options.clone());
+        let prepare = Preparer(Box::new(move |engine| prepare_images(engine, &images, &options)));
+        self.future(Work::Prepared(count, prepare))
     }
 }
 
