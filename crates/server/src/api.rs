@@ -34,7 +34,7 @@ pub(crate) struct App {
     strict_model_names: bool,
     default_model: Option<String>,
     /// Fetches image URLs, where the operator allows them (`--allow-image-urls`).
-    pub(crate) image_urls: Option<Arc<crate::images::Fetcher>>,
+    pub(crate) image_urls: Option<Arc<crate::image_urls::Fetcher>>,
     pub(crate) metrics: Metrics,
     /// When the router was made, in Unix seconds: OpenAI's `created` of each model.
     pub(crate) created: u64,
@@ -93,7 +93,7 @@ impl App {
             token_ids: config.token_ids,
             long: config.long,
             strict_model_names: config.strict_model_names,
-            image_urls: crate::images::Fetcher::new(&config).map(Arc::new),
+            image_urls: crate::image_urls::Fetcher::new(&config).map(Arc::new),
             default_model: config.default_model,
             metrics,
             created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
@@ -308,7 +308,7 @@ pub(crate) async fn info(State(app): State<Arc<App>>, model: Option<Path<String>
         max_input_length: e.model_info().max_length,
         max_client_batch_size: app.max_inputs,
         max_inputs: app.max_inputs,
-        image_urls: crate::images::Fetcher::info(app.image_urls.as_deref()),
+        image_urls: crate::image_urls::Fetcher::info(app.image_urls.as_deref()),
     })
     .into_response())
 }

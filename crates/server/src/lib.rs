@@ -42,6 +42,7 @@ mod body;
 mod cohere;
 mod error;
 mod grpc;
+mod image_urls;
 mod images;
 mod metrics;
 mod models;
@@ -256,7 +257,7 @@ impl ServerConfig {
         if self.image_url_timeout.is_zero() {
             return invalid("image_url_timeout", "must be longer than zero");
         }
-        if let Some(h) = self.image_url_hosts.iter().find(|h| !images::is_host(h)) {
+        if let Some(h) = self.image_url_hosts.iter().find(|h| !image_urls::is_host(h)) {
             return invalid(
                 "image_url_hosts",
                 &format!(
