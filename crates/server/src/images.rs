@@ -82,7 +82,7 @@ impl App {
         Ok(bytes.into_iter().map(ImageInput::bytes).collect())
     }
 
-    /// `images` embedded by `embedder` off the async threads, within the request timeout; a
+    /// `images` embedded by `embedder` through its queue, within the request timeout; a
     /// text-only model answers 400 in the library's words, a bad image names its place in the
     /// request (`at` of its index).
     pub(crate) async fn embed_images(
@@ -94,13 +94,10 @@ impl App {
         at: impl Fn(usize) -> String,
     ) -> Result<Embeddings, ApiError> {
         let count = images.len();
-        let embedder = Arc::clone(embedder);
-        // A bad image is the request's fault, named by its place in the request.
+        // Queued as texts are: a request that times out or is dropped takes its images out of
+        // the queue. A bad image is the request's fault, named by its place in the request.
         let call = async move {
-            let out = tokio::task::spawn_blocking(move || embedder.embed_images_with(&images, &options))
-                .await
-                .unwrap_or_else(|e| Err(EmbedError::from_panic(&format!("an image call stopped: {e}"))));
-            match out {
+            match embedder.embed_images_with_async(images, &options).await {
                 Err(EmbedError::BadImage { index, reason, .. }) => Ok(Err((index, reason))),
                 other => other.map(Ok),
             }
