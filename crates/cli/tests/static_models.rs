@@ -30,8 +30,6 @@ fn reference(work: &Path) -> Value {
     serde_json::from_slice(&o.stdout).expect("the reference's JSON")
 }
 
-
-
 /// No ONNX Runtime at all: a library path that does not exist is never opened.
 fn options() -> EmbedderOptions {
     EmbedderOptions::default().with_device(Device::Cpu).with_ort_library("/nonexistent/libonnxruntime.so")
