@@ -156,22 +156,10 @@ impl App {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::ServerConfig;
+    use crate::image_urls::tests::{PNG, far, fetcher, small};
     use nornir_test_support::http::ImageHost;
-
-    const PNG: &[u8] = b"\x89PNG\r\n\x1a\nnot decoded here";
-
-    fn fetcher(config: ServerConfig) -> Fetcher {
-        Fetcher::new(&config.with_image_urls(true)).expect("allowed")
-    }
-
-    /// A fetcher of at most 1 KiB in 1 s.
-    fn small() -> Fetcher {
-        fetcher(ServerConfig::default().with_image_url_max_bytes(1024).with_image_url_timeout(Duration::from_secs(1)))
-    }
 
     fn refused(at: &str, value: &str, f: Option<&Fetcher>) -> String {
         match source(value, at, f) {
@@ -207,9 +195,8 @@ mod tests {
         assert!(matches!(source("http://IMAGES.example.com/a.png", "a", Some(&only)), Ok(Source::Url(_))));
         // The allow-list holds at every redirect too.
         let local = fetcher(ServerConfig::default().with_image_url_hosts(["127.0.0.1"]));
-        let far = std::time::Instant::now() + Duration::from_secs(60);
         let redirect = Url::parse(&host.url("/redirect")).expect("a URL");
-        assert_eq!(local.fetch(redirect, far).expect("same host"), PNG);
+        assert_eq!(local.fetch(redirect, far()).expect("same host"), PNG);
         assert_eq!(host.requests(), 2, "nothing fetched for the refused ones");
     }
 }
