@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use common::server::Server;
-use common::{assert_one_line_error, largest_difference, nornir, rows, s};
+use common::{assert_one_line_error, largest_difference, nornir, rows, s, unit};
 use nornir_test_support::env_path;
 use nornir_test_support::http::ImageHost;
 use nornir_vector::{CallOptions, Device, Embedder, EmbedderOptions, ImageInput};
@@ -22,19 +22,7 @@ use serde_json::{Value, json};
 
 /// Runs scripts/image_reference.py with `args`; its JSON.
 fn reference(args: &[&str]) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/image_reference.py");
-    let o = std::process::Command::new(env_path("NORNIR_TEST_REFERENCE_PYTHON"))
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run the reference script");
-    assert!(o.status.success(), "image_reference.py {args:?}:\n{}", String::from_utf8_lossy(&o.stdout));
-    serde_json::from_slice(&o.stdout).expect("the reference's JSON")
-}
-
-fn unit(v: &[f64]) -> Vec<f64> {
-    let n = v.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
-    v.iter().map(|x| x / n).collect()
+    common::reference_json("image_reference.py", args)
 }
 
 /// The images whose bytes every decoder reads alike (PNG, lossless WebP, GIF): their vectors

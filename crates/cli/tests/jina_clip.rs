@@ -11,21 +11,14 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{largest_difference, nornir, rows, s};
+use common::{largest_difference, nornir, rows, s, unit};
 use nornir_test_support::env_path;
 use nornir_vector::{CallOptions, Device, Embedder, EmbedderOptions, ImageInput};
 use serde_json::Value;
 
 /// Runs scripts/jina_clip_reference.py with `args`; its JSON.
 fn reference(args: &[&str]) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/jina_clip_reference.py");
-    let o = std::process::Command::new(env_path("NORNIR_TEST_REFERENCE_PYTHON"))
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run the reference script");
-    assert!(o.status.success(), "jina_clip_reference.py {args:?}:\n{}", String::from_utf8_lossy(&o.stdout));
-    serde_json::from_slice(&o.stdout).expect("the reference's JSON")
+    common::reference_json("jina_clip_reference.py", args)
 }
 
 /// The entry point whose pixels nornir gives: `encode_image` and the sentence-transformers
@@ -34,11 +27,6 @@ const ENTRY: [&str; 2] = ["--entry", "encode_image"];
 
 const TEXTS: [&str; 4] =
     ["a photo of a cat", "two dogs", "", "the quick brown fox jumps over the lazy dog again and again"];
-
-fn unit(v: &[f64]) -> Vec<f64> {
-    let n = v.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
-    v.iter().map(|x| x / n).collect()
-}
 
 fn reference_vectors(source: &Path, images: &[PathBuf], mistake: Option<&str>) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
     let mut args = vec!["embed", s(source), "--images"];

@@ -187,3 +187,22 @@ pub fn largest_difference(got: &[Vec<f32>], want: &[Vec<f64>]) -> f64 {
         })
         .fold(0.0, f64::max)
 }
+
+/// Runs `scripts/<script>` (an independent reference) in the reference venv's Python with `args`;
+/// its JSON. The script's failure fails the test, with its output.
+pub fn reference_json(script: &str, args: &[&str]) -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts").join(script);
+    let o = Command::new(nornir_test_support::env_path("NORNIR_TEST_REFERENCE_PYTHON"))
+        .arg(path)
+        .args(args)
+        .output()
+        .expect("run the reference script");
+    assert!(o.status.success(), "{script} {args:?}:\n{}", String::from_utf8_lossy(&o.stdout));
+    serde_json::from_slice(&o.stdout).expect("the reference's JSON")
+}
+
+/// `v` scaled to length 1.
+pub fn unit(v: &[f64]) -> Vec<f64> {
+    let n = v.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
+    v.iter().map(|x| x / n).collect()
+}
