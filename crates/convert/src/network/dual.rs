@@ -71,7 +71,7 @@ pub(crate) fn build_text(
             let hits = net.g.node("Cast", "", &[&hits], &[("to", Attr::Int(FLOAT.into()))], None);
             net.row_at_max(&x, &hits)
         }
-        TextPool::Mean => net.mean_of_real_tokens(&x),
+        TextPool::Mean => net.mean_over_tokens(&x),
     };
     net.text_embeds(&pooled, d)
 }
@@ -152,18 +152,6 @@ impl Net<'_, '_> {
         self.g.rename_value(pooled, IMAGE_EMBEDS);
         self.g.output(IMAGE_EMBEDS, FLOAT, &["batch", "dim"]);
         Ok(())
-    }
-
-    /// The mean of `x`'s rows (`[batch, sequence, hidden]`) where the attention mask is 1.
-    pub(super) fn mean_of_real_tokens(&mut self, x: &str) -> String {
-        let mask = self.g.node("Cast", "", &[ATTENTION_MASK], &[("to", Attr::Int(FLOAT.into()))], None);
-        let axis = self.g.i64("mean_pool.axis", &[1], &[-1]);
-        let weights = self.g.op("Unsqueeze", &[&mask, &axis]);
-        let kept = self.g.op("Mul", &[x, &weights]);
-        let sum_axis = self.g.i64("mean_pool.sum_axis", &[1], &[1]);
-        let sum = self.g.node("ReduceSum", "", &[&kept, &sum_axis], &[("keepdims", Attr::Int(0))], None);
-        let count = self.g.node("ReduceSum", "", &[&weights, &sum_axis], &[("keepdims", Attr::Int(0))], None);
-        self.g.op("Div", &[&sum, &count])
     }
 
     /// The table `name` (after the tower's prefix), `[rows, width]`.

@@ -72,7 +72,7 @@ impl Net<'_, '_> {
     }
 
     /// The mean of `x`'s tokens where `attention_mask` is 1: `[batch, hidden]`.
-    fn mean_over_tokens(&mut self, x: &str) -> String {
+    pub(super) fn mean_over_tokens(&mut self, x: &str) -> String {
         let m = self.g.node("Cast", "", &[super::ATTENTION_MASK], &[("to", Attr::Int(FLOAT.into()))], None);
         let last = self.g.i64("mean_mask_axis", &[1], &[2]);
         let m3 = self.g.op("Unsqueeze", &[&m, &last]);

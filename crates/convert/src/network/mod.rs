@@ -125,7 +125,7 @@ pub(crate) fn build(g: &mut Graph, c: &Config, weights: &Weights, fused: bool) -
         Head::SequenceClassification | Head::YesNo => (net.classifier(&x)?, &["batch", "labels"]),
         Head::TextTower => {
             let d = c.dual.as_deref().expect("a text tower's config is a dual encoder's");
-            let pooled = net.mean_of_real_tokens(&x);
+            let pooled = net.mean_over_tokens(&x);
             return net.text_embeds(&pooled, d);
         }
     };
