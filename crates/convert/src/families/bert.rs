@@ -4,13 +4,15 @@
 //! `bert.`, the projection beside it, read by `colbert.rs`). Its masked-LM head and pooler are
 //! the other encoder families' too.
 
-use super::Family;
+use super::{Family, Identity};
 use crate::ConvertError;
 use crate::config::encoder::{Encoder, Layout, Sizes, encoder};
 use crate::config::names::{Attention, Classifier, Gated, HeadActivation, MaskedLm, Mlp, Names, Qkv};
 use crate::config::{Head, Positions};
 
 pub(super) const FAMILY: Family = Family {
+    identity: Identity::encoder("BERT"),
+    model_types: &["bert"],
     display: Some("BERT"),
     architectures: &[
         ("BertModel", Head::Encoder),
@@ -23,6 +25,8 @@ pub(super) const FAMILY: Family = Family {
 
 /// Stanford ColBERT's checkpoints, listed after the other encoders.
 pub(super) const COLBERT: Family = Family {
+    identity: Identity::encoder("BERT"),
+    model_types: &[],
     display: None,
     architectures: &[("HF_ColBERT", Head::Encoder)],
     claims: |architecture, _| architecture == "HF_ColBERT",

@@ -5,7 +5,7 @@
 //! space (`projection_dim`). The keys a tower leaves out take `CLIPTextConfig`'s and
 //! `CLIPVisionConfig`'s defaults. Its layer names are SigLIP's too.
 
-use super::Family;
+use super::{Family, Identity};
 use crate::ConvertError;
 use crate::config::dual::{DualFamily, Linear, TextPool, TowerNames, VisionHead, read};
 use crate::config::encoder::{Encoder, Layout, Sizes};
@@ -13,6 +13,8 @@ use crate::config::names::{Attention, Gated, Mlp, Names, Qkv};
 use crate::config::{FeedForward, Head, Positions};
 
 pub(super) const FAMILY: Family = Family {
+    identity: Identity::dual("clip", 77),
+    model_types: &["clip"],
     display: None,
     architectures: &[("CLIPModel", Head::TextTower)],
     claims: |architecture, _| architecture == "CLIPModel",

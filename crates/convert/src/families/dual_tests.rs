@@ -62,7 +62,7 @@ fn a_dual_config_that_cannot_be_converted_is_refused_in_one_line() {
 
 /// jina-clip-v2's config.json as published: the text tower's sizes are XLMRobertaFlashConfig's
 /// defaults, the vision tower's JinaCLIPVisionConfig keys.
-const JINA_CLIP_V2: &str = r#"{"architectures":["JinaCLIPModel"],"model_type":"jina_clip","add_projections":false,
+pub(super) const JINA_CLIP_V2: &str = r#"{"architectures":["JinaCLIPModel"],"model_type":"jina_clip","add_projections":false,
     "projection_dim":1024,"matryoshka_dimensions":[32,64,128,256,512,768,1024],
     "text_config":{"embed_dim":1024,"hf_model_name_or_path":"jinaai/jina-embeddings-v3",
         "hf_model_config_kwargs":{"load_trained_adapters":false,"lora_adaptations":["retrieval.query"],"lora_alpha":4,

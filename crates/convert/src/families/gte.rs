@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{Family, bert};
+use super::{Family, Identity, bert};
 use crate::ConvertError;
 use crate::config::checks::Real;
 use crate::config::encoder::{Encoder, Layout, Sizes, encoder};
@@ -11,6 +11,8 @@ use crate::config::names::{Attention, Classifier, Gated, Mlp, Names, Qkv};
 use crate::config::{FeedForward, Head, Positions, RopeScaling};
 
 pub(super) const FAMILY: Family = Family {
+    identity: Identity::encoder("GTE (NewModel: rotary, GeGLU)"),
+    model_types: &["new"],
     display: Some("GTE (NewModel)"),
     architectures: &[("NewModel", Head::Encoder), ("NewForSequenceClassification", Head::SequenceClassification)],
     claims: |architecture, _| architecture.starts_with("New"),

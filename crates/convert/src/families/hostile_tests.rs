@@ -6,29 +6,29 @@ use serde_json::Value;
 use super::parse;
 use crate::config::*;
 
-const BERT: &str = r#""architectures":["BertModel"],"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,
-    "intermediate_size":16,"vocab_size":10,"max_position_embeddings":20"#;
-const XLMR: &str = r#""architectures":["XLMRobertaModel"],"hidden_size":8,"num_hidden_layers":1,
+pub(super) const BERT: &str = r#""architectures":["BertModel"],"hidden_size":8,"num_hidden_layers":1,
     "num_attention_heads":2,"intermediate_size":16,"vocab_size":10,"max_position_embeddings":20"#;
-const JINA_V2: &str = r#""architectures":["JinaBertModel"],"position_embedding_type":"alibi","hidden_size":8,
+pub(super) const XLMR: &str = r#""architectures":["XLMRobertaModel"],"hidden_size":8,"num_hidden_layers":1,
+    "num_attention_heads":2,"intermediate_size":16,"vocab_size":10,"max_position_embeddings":20"#;
+pub(super) const JINA_V2: &str = r#""architectures":["JinaBertModel"],"position_embedding_type":"alibi","hidden_size":8,
     "num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":16,"vocab_size":10,"max_position_embeddings":20"#;
-const JINA_V3: &str = r#""architectures":["XLMRobertaLoRA"],"position_embedding_type":"rotary","hidden_size":8,
-    "num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":16,"vocab_size":10,"max_position_embeddings":20,
-    "lora_adaptations":["retrieval.query"],"lora_rank":4"#;
-const NOMIC: &str = r#""architectures":["NomicBertModel"],"n_embd":8,"n_layer":1,"n_head":2,"n_inner":16,
+pub(super) const JINA_V3: &str = r#""architectures":["XLMRobertaLoRA"],"position_embedding_type":"rotary",
+    "hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":16,"vocab_size":10,
+    "max_position_embeddings":20,"lora_adaptations":["retrieval.query"],"lora_rank":4"#;
+pub(super) const NOMIC: &str = r#""architectures":["NomicBertModel"],"n_embd":8,"n_layer":1,"n_head":2,"n_inner":16,
     "vocab_size":10,"n_positions":20,"activation_function":"swiglu""#;
-const GTE: &str = r#""architectures":["NewModel"],"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,
-    "intermediate_size":16,"vocab_size":10,"max_position_embeddings":20"#;
-const MODERNBERT: &str = r#""architectures":["ModernBertModel"],"hidden_size":8,"num_hidden_layers":3,
+pub(super) const GTE: &str = r#""architectures":["NewModel"],"hidden_size":8,"num_hidden_layers":1,
+    "num_attention_heads":2,"intermediate_size":16,"vocab_size":10,"max_position_embeddings":20"#;
+pub(super) const MODERNBERT: &str = r#""architectures":["ModernBertModel"],"hidden_size":8,"num_hidden_layers":3,
     "num_attention_heads":2,"intermediate_size":16,"vocab_size":10,"max_position_embeddings":20,
     "global_attn_every_n_layers":3,"local_attention":4"#;
-const QWEN3: &str = r#""architectures":["Qwen3ForCausalLM"],"hidden_size":64,"num_hidden_layers":2,
+pub(super) const QWEN3: &str = r#""architectures":["Qwen3ForCausalLM"],"hidden_size":64,"num_hidden_layers":2,
     "num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"intermediate_size":96,"vocab_size":300"#;
-const QWEN2: &str = r#""architectures":["Qwen2Model"],"hidden_size":64,"num_hidden_layers":2,
+pub(super) const QWEN2: &str = r#""architectures":["Qwen2Model"],"hidden_size":64,"num_hidden_layers":2,
     "num_attention_heads":4,"intermediate_size":96,"vocab_size":300"#;
-const LLAMA: &str = r#""architectures":["LlamaModel"],"hidden_size":64,"num_hidden_layers":2,
+pub(super) const LLAMA: &str = r#""architectures":["LlamaModel"],"hidden_size":64,"num_hidden_layers":2,
     "num_attention_heads":4,"intermediate_size":96,"vocab_size":300"#;
-const MISTRAL: &str = r#""architectures":["MistralModel"],"hidden_size":64,"num_hidden_layers":2,
+pub(super) const MISTRAL: &str = r#""architectures":["MistralModel"],"hidden_size":64,"num_hidden_layers":2,
     "num_attention_heads":4,"intermediate_size":96,"vocab_size":300,"max_position_embeddings":64"#;
 
 /// `base` with `extra` keys (which replace the base's, serde reading the last of a repeated key

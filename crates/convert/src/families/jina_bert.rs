@@ -3,13 +3,15 @@
 //! key norms, a second norm before its own feed-forward. `BertModel` with
 //! `position_embedding_type: alibi` is JinaBERT too.
 
-use super::{Family, bert};
+use super::{Family, Identity, bert};
 use crate::ConvertError;
 use crate::config::encoder::{Encoder, Layout, Sizes, encoder};
 use crate::config::names::{Gated, Mlp, Names, QkNorms};
 use crate::config::{Activation, FeedForward, Head, Positions};
 
 pub(super) const FAMILY: Family = Family {
+    identity: Identity::encoder("JinaBERT v2 (ALiBi)"),
+    model_types: &[],
     display: Some("JinaBERT v2"),
     architectures: &[("JinaBertModel", Head::Encoder), ("JinaBertForMaskedLM", Head::MaskedLm)],
     claims: |architecture, raw| {

@@ -12,7 +12,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Family, bert, jina_v3};
+use super::{Family, Identity, bert, jina_v3};
 use crate::ConvertError;
 use crate::config::checks::{Check, MAX_LAYERS, MAX_WIDTH};
 use crate::config::dual::{Dual, Eva, EvaRotary, Linear, Projection, TextPool, TowerNames, image_input, tower_raw};
@@ -21,6 +21,8 @@ use crate::config::names::Names;
 use crate::config::{Activation, Claim, Config, FeedForward, Head, Positions, Raw};
 
 pub(super) const FAMILY: Family = Family {
+    identity: Identity::dual("jina_clip", 8194),
+    model_types: &["jina_clip"],
     display: None,
     architectures: &[("JinaCLIPModel", Head::TextTower)],
     claims: |architecture, _| architecture == "JinaCLIPModel",

@@ -2,7 +2,7 @@
 //! XLM-RoBERTa with rotary positions, fused QKV (`mixer.Wqkv`) and task LoRA adapters chosen by a
 //! `task_id` input.
 
-use super::{Family, bert};
+use super::{Family, Identity, bert};
 use crate::ConvertError;
 use crate::config::checks::{MAX_WIDTH, Real};
 use crate::config::encoder::{Encoder, Layout, Sizes, encoder};
@@ -10,6 +10,8 @@ use crate::config::names::{Attention, Gated, Mlp, Names, Qkv};
 use crate::config::{Head, Lora, Positions, RopeScaling};
 
 pub(super) const FAMILY: Family = Family {
+    identity: Identity::encoder("jina-embeddings-v3 (XLM-RoBERTa, rotary, task LoRA)"),
+    model_types: &[],
     display: Some("jina-embeddings-v3"),
     architectures: &[("XLMRobertaLoRA", Head::Encoder)],
     claims: |architecture, raw| {

@@ -1,16 +1,19 @@
 //! The model families, one file each, and the one registry of them ([`FAMILIES`]). A family file
 //! says which architectures it claims (names and heads, and any rule on the config's keys), how
 //! its config keys become the family-neutral description the graph builders read (`config`'s
-//! [`Config`]), its tensor names, and its refusals. Adding a family is its file, its line in
+//! [`Config`]), its tensor names, its refusals, and what [`identify`] says of it (the name the
+//! doctor prints, whether it is a causal decoder). Adding a family is its file, its line in
 //! [`FAMILIES`] and its tests.
 
 use crate::ConvertError;
 use crate::config::checks::Check;
 use crate::config::{Claim, Config, Head, Raw, StModule};
+pub use identity::{Identity, identify};
 
 mod bert;
 mod clip;
 mod gte;
+mod identity;
 mod jina_bert;
 mod jina_clip;
 mod jina_v3;
@@ -29,11 +32,19 @@ mod dual_tests;
 #[cfg(test)]
 mod hostile_tests;
 #[cfg(test)]
+mod identity_tests;
+#[cfg(test)]
 mod tests;
 
 /// A family: the architectures it claims, and how it reads their config.
 #[derive(Debug)]
 pub(crate) struct Family {
+    /// What [`identify`] says of a config this family claims.
+    pub(crate) identity: Identity,
+    /// The `model_type`s that name this family where no architecture a family claims does (a
+    /// config without `architectures`): its first architecture stands for them, claimed as any
+    /// other, so that a refinement (JinaBERT v2, BERT with ALiBi) still wins.
+    pub(crate) model_types: &'static [&'static str],
     /// How refusals that list the encoder families name it (`None`: not listed).
     pub(crate) display: Option<&'static str>,
     /// The architectures `config.json` may name, with the head each asks for (a decoder's head
@@ -60,6 +71,7 @@ const FAMILIES: &[&Family] = &[
     &qwen3::FAMILY,
     &qwen2::FAMILY,
     &llama::FAMILY,
+    &llama::MISTRAL,
     &clip::FAMILY,
     &siglip::FAMILY,
     &jina_clip::FAMILY,
@@ -104,7 +116,7 @@ pub(crate) fn parse(text: &str, file: &str, st: Option<StModule>) -> Result<Conf
         )));
     }
     let found = archs.iter().find_map(|a| {
-        let family = FAMILIES.iter().rev().find(|f| (f.claims)(a, &raw))?;
+        let family = identity::claimant(a, &raw)?;
         let head = match st {
             Some(StModule::Transformer) => Head::Encoder,
             Some(StModule::MlmTransformer) => Head::MaskedLm,

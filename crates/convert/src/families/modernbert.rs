@@ -3,7 +3,7 @@
 //! head (dense, activation, norm) under its masked-LM decoder and its classifier, whose pooling
 //! (first token or mean) the config chooses.
 
-use super::Family;
+use super::{Family, Identity};
 use crate::ConvertError;
 use crate::config::checks::{MAX_LAYERS, Real};
 use crate::config::encoder::{Encoder, Layout, Sizes, encoder};
@@ -11,6 +11,8 @@ use crate::config::names::{Attention, Classifier, Gated, HeadActivation, MaskedL
 use crate::config::{Biases, FeedForward, Head, LocalAttention, Positions, RopeScaling};
 
 pub(super) const FAMILY: Family = Family {
+    identity: Identity::encoder("ModernBERT (rotary, local and global attention)"),
+    model_types: &["modernbert"],
     display: Some("ModernBERT"),
     architectures: &[
         ("ModernBertModel", Head::Encoder),

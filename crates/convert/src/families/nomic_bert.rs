@@ -2,7 +2,7 @@
 //! (`attn.Wqkv`), rotary positions with its dynamic NTK scaling, SwiGLU (`swiglu` as its
 //! activation) or a plain GELU feed-forward, optional biases.
 
-use super::{Family, bert};
+use super::{Family, Identity, bert};
 use crate::ConvertError;
 use crate::config::checks::{MAX_TOKENS, Real};
 use crate::config::encoder::{Encoder, Layout, Sizes, encoder};
@@ -10,6 +10,8 @@ use crate::config::names::{Attention, Gated, Mlp, Names, Qkv};
 use crate::config::{Activation, Head, Positions, RopeScaling};
 
 pub(super) const FAMILY: Family = Family {
+    identity: Identity::encoder("NomicBERT (rotary, SwiGLU)"),
+    model_types: &["nomic_bert"],
     display: Some("NomicBERT (v1, v1.5)"),
     architectures: &[("NomicBertModel", Head::Encoder)],
     claims: |architecture, _| architecture.starts_with("NomicBert"),

@@ -1,11 +1,13 @@
 //! Qwen2 decoders (gte-Qwen2-instruct): as Qwen3 without the query and key norms, with biases on
 //! the query, key and value projections.
 
-use super::Family;
+use super::{Family, Identity};
 use crate::config::Head;
 use crate::config::decoder::{DecoderFamily, Window, decoder};
 
 pub(super) const FAMILY: Family = Family {
+    identity: Identity::decoder("Qwen2 (decoder: causal, grouped-query, rotary)"),
+    model_types: &["qwen2"],
     display: None,
     architectures: &[("Qwen2Model", Head::Encoder), ("Qwen2ForCausalLM", Head::Encoder)],
     claims: |architecture, _| {

@@ -6,13 +6,15 @@
 //! (`vision_model.head`). The keys a tower leaves out take `SiglipTextConfig`'s and
 //! `SiglipVisionConfig`'s defaults.
 
-use super::Family;
 use super::clip::{NAMES, TEXT_NAMES, TOWER, VISION_NAMES};
+use super::{Family, Identity};
 use crate::config::Head;
 use crate::config::dual::{DualFamily, Linear, TextPool, VisionHead, read};
 use crate::config::encoder::Encoder;
 
 pub(super) const FAMILY: Family = Family {
+    identity: Identity::dual("siglip", 64),
+    model_types: &["siglip"],
     display: None,
     architectures: &[("SiglipModel", Head::TextTower)],
     claims: |architecture, _| architecture == "SiglipModel",

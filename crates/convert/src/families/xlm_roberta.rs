@@ -2,12 +2,14 @@
 //! counted from the padding index + 1 (padding tokens at the padding index), its own masked-LM
 //! head (`lm_head`) and classifier (`classifier.dense`, tanh, `classifier.out_proj`).
 
-use super::{Family, bert};
+use super::{Family, Identity, bert};
 use crate::config::Head;
 use crate::config::encoder::{Encoder, encoder};
 use crate::config::names::{Classifier, HeadActivation, MaskedLm, Names};
 
 pub(super) const FAMILY: Family = Family {
+    identity: Identity::encoder("XLM-RoBERTa"),
+    model_types: &["xlm-roberta"],
     display: Some("XLM-RoBERTa"),
     architectures: &[
         ("XLMRobertaModel", Head::Encoder),

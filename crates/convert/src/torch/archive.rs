@@ -7,7 +7,8 @@ use std::cell::Cell;
 use std::io::{Cursor, Read, Seek, SeekFrom};
 use std::rc::Rc;
 
-use crate::{ConvertError, grouped};
+use crate::ConvertError;
+use crate::conversion::grouped;
 
 /// What to do with an archive refused for a bound: said in every such error.
 pub(super) const ADVICE: &str =

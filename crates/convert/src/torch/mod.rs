@@ -29,7 +29,8 @@ use std::ops::Range;
 
 use safetensors::tensor::Dtype;
 
-use crate::{ConvertError, grouped};
+use crate::ConvertError;
+use crate::conversion::grouped;
 use archive::archive_err;
 use pickle::PickleError;
 use values::{MAX_DEPTH, MAX_RANK, TensorRecord, Value};

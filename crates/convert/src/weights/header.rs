@@ -10,7 +10,7 @@ use std::io::Read;
 
 use safetensors::tensor::{Dtype, Metadata};
 
-use crate::grouped;
+use crate::conversion::grouped;
 
 /// `safetensors`' own limit on a header's length.
 pub(crate) const MAX_HEADER: u64 = 100_000_000;

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 
-use crate::{ConvertError, grouped};
+use crate::ConvertError;
+use crate::conversion::grouped;
 
 /// The largest index read (as `safetensors` bounds a header). An index takes about 90 bytes a
 /// tensor, so this is a million tensors; the largest models have a hundred thousand or two.

@@ -17,6 +17,7 @@ pub use crate::load::st_configs::{
 use crate::load::template::parse_pair_template;
 use crate::values::KindChoice;
 use crate::values::{DenseSpec, ModelFolder, PairTemplate, Prompts, Quantization};
+use nornir_convert::Identity;
 use nornir_options::ModelKind;
 
 impl Quantization {
@@ -61,6 +62,10 @@ pub struct HfConfig {
     /// jina-embeddings-v3: the text put before a text for each task.
     #[serde(default)]
     pub task_instructions: BTreeMap<String, String>,
+    /// The family the converter's registry finds in the same text (`None`: one it does not
+    /// know), for [`HfConfig::family`] and [`HfConfig::is_decoder`].
+    #[serde(skip)]
+    identity: Option<Identity>,
 }
 
 /// A dual encoder's text tower keys (CLIP's and SigLIP's `text_config`; jina-clip's are in its
@@ -77,19 +82,14 @@ struct Towers {
     text_config: Option<TextTower>,
 }
 
-/// Parses a Hugging Face `config.json` (other keys are ignored); its sizes checked. A dual
-/// encoder's (CLIP, SigLIP) positions and vocabulary are its text tower's, the defaults of its
-/// config class where `text_config` leaves them out.
+/// Parses a Hugging Face `config.json` (other keys are ignored); its sizes checked, its family
+/// found by the converter's registry. A dual encoder's (CLIP, SigLIP, jina-clip) positions and
+/// vocabulary are its text tower's, the defaults of its config class where `text_config` leaves
+/// them out.
 pub fn parse_hf_config(text: &str) -> Result<HfConfig, String> {
     let mut c: HfConfig = from_json(text)?;
-    let tower_positions = match c.model_type.as_deref() {
-        Some("clip") => Some(77),
-        Some("siglip") => Some(64),
-        // XLMRobertaFlashConfig's default.
-        Some("jina_clip") => Some(8194),
-        _ => None,
-    };
-    if let Some(default_positions) = tower_positions {
+    c.identity = nornir_convert::identify(text);
+    if let Some(default_positions) = c.identity.and_then(|i| i.text_positions) {
         let mut tower = from_json::<Towers>(text)?.text_config.unwrap_or_default();
         if let Some(inner) = tower.hf_model_config_kwargs.take() {
             tower = *inner;
@@ -126,34 +126,22 @@ impl HfConfig {
         self.max_position_embeddings.map(|n| n.saturating_sub(offset))
     }
 
-    /// A causal decoder (Qwen3, Qwen2, Llama, Mistral, or any `*ForCausalLM`): its token vectors
-    /// see only the tokens before them, so only its last token sees the whole text.
+    /// A causal decoder (a decoder family of the converter's registry, or any `*ForCausalLM`):
+    /// its token vectors see only the tokens before them, so only its last token sees the whole
+    /// text.
     pub fn is_decoder(&self) -> bool {
-        matches!(self.model_type.as_deref(), Some("qwen3" | "qwen2" | "llama" | "mistral"))
-            || self.architectures.iter().any(|a| a.ends_with("ForCausalLM"))
+        self.identity.is_some_and(|i| i.decoder) || self.architectures.iter().any(|a| a.ends_with("ForCausalLM"))
     }
 
-    /// The family, named for a person: from `architectures`, `model_type` and the positions.
+    /// The family, named for a person: the converter registry's name for it, else `model_type`,
+    /// else the architecture; with the first architecture.
     pub fn family(&self) -> Option<String> {
         let arch = self.architectures.first().map(String::as_str).unwrap_or_default();
-        let positions = self.position_embedding_type.as_deref();
-        let named = match self.model_type.as_deref() {
-            _ if arch.starts_with("JinaBert") => "JinaBERT v2 (ALiBi)",
-            Some("bert") if positions == Some("alibi") => "JinaBERT v2 (ALiBi)",
-            _ if arch.starts_with("XLMRobertaLoRA") => "jina-embeddings-v3 (XLM-RoBERTa, rotary, task LoRA)",
-            Some("xlm-roberta") if positions == Some("rotary") => "jina-embeddings-v3 (XLM-RoBERTa, rotary, task LoRA)",
-            Some("nomic_bert") => "NomicBERT (rotary, SwiGLU)",
-            Some("new") => "GTE (NewModel: rotary, GeGLU)",
-            Some("modernbert") => "ModernBERT (rotary, local and global attention)",
-            Some("qwen3") => "Qwen3 (decoder: causal, grouped-query, rotary)",
-            Some("qwen2") => "Qwen2 (decoder: causal, grouped-query, rotary)",
-            Some("llama") => "Llama (decoder: causal, grouped-query, rotary)",
-            Some("mistral") => "Mistral (decoder: causal, grouped-query, rotary)",
-            Some("bert") => "BERT",
-            Some("xlm-roberta") => "XLM-RoBERTa",
-            Some(other) => other,
-            None if arch.is_empty() => return None,
-            None => arch,
+        let named = match (self.identity, self.model_type.as_deref()) {
+            (Some(identity), _) => identity.name,
+            (None, Some(model_type)) => model_type,
+            (None, None) if arch.is_empty() => return None,
+            (None, None) => arch,
         };
         Some(if arch.is_empty() { named.to_owned() } else { format!("{named}, {arch}") })
     }

@@ -98,8 +98,9 @@ pub struct ModelFolder {
     /// `position_embedding_type`), e.g. "JinaBERT v2 (ALiBi)"; absent without a config.json.
     #[serde(default)]
     pub family: Option<String>,
-    /// `config.json` names a causal decoder (Qwen3, Qwen2, Llama, Mistral): its embedder needs a
-    /// pooling rule (the last token), as mean pooling reads tokens that never saw the text's end.
+    /// `config.json` names a causal decoder (a decoder family of nornir-convert's registry, such
+    /// as Qwen3, or any `*ForCausalLM`): its embedder needs a pooling rule (the last token), as
+    /// mean pooling reads tokens that never saw the text's end.
     #[serde(default)]
     pub decoder: bool,
     /// The `Dense` modules `modules.json` lists after pooling, in order (their configs; the

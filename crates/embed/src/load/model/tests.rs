@@ -135,6 +135,30 @@ fn the_family_is_named_from_the_config_and_nomics_keys_are_read() {
     );
     assert_eq!(family(r#"{"architectures":["BertModel"],"model_type":"bert"}"#).as_deref(), Some("BERT, BertModel"));
     assert_eq!(family("{}"), None);
+    // Families the converter does not know are named by model_type, else the architecture.
+    assert_eq!(
+        family(r#"{"architectures":["MPNetModel"],"model_type":"mpnet"}"#).as_deref(),
+        Some("mpnet, MPNetModel")
+    );
+    assert_eq!(family(r#"{"architectures":["MPNetModel"]}"#).as_deref(), Some("MPNetModel, MPNetModel"));
+    let hf = |text: &str| parse_hf_config(text).expect("config");
+    let qwen3 = hf(r#"{"architectures":["Qwen3ForCausalLM"],"model_type":"qwen3"}"#);
+    let named = "Qwen3 (decoder: causal, grouped-query, rotary), Qwen3ForCausalLM";
+    assert_eq!((qwen3.family().as_deref(), qwen3.is_decoder()), (Some(named), true));
+    assert!(
+        hf(r#"{"model_type":"mistral"}"#).is_decoder() && hf(r#"{"architectures":["GemmaForCausalLM"]}"#).is_decoder()
+    );
+    assert!(!hf(r#"{"architectures":["BertModel"],"model_type":"bert"}"#).is_decoder());
+    // A dual encoder's positions are its text tower's, its config class's default where it is silent.
+    let clip = hf(r#"{"architectures":["CLIPModel"],"model_type":"clip","text_config":{"vocab_size":99}}"#);
+    assert_eq!(
+        (clip.family().as_deref(), clip.max_position_embeddings, clip.vocab_size),
+        (Some("clip, CLIPModel"), Some(77), Some(99))
+    );
+    let siglip = hf(r#"{"model_type":"siglip","text_config":{"max_position_embeddings":16}}"#);
+    assert_eq!(siglip.max_position_embeddings, Some(16));
+    let jina_clip = hf(r#"{"model_type":"jina_clip","text_config":{"hf_model_config_kwargs":{}}}"#);
+    assert_eq!(jina_clip.max_position_embeddings, Some(8194));
     let nomic = parse_hf_config(r#"{"model_type":"nomic_bert","n_positions":8192,"n_embd":768}"#).expect("config");
     assert_eq!((nomic.usable_positions(), nomic.hidden_size), (Some(8192), Some(768)));
 }
