@@ -96,6 +96,15 @@ fn every_layout_equals_its_numpy_reference_and_bge_m3_serves_its_three_outputs()
     }
     let sparse = lib.embed_sparse(&DOCUMENTS, &SparseOptions::new().with_top_k(2)).expect("top 2");
     assert!(sparse.vectors.iter().all(|v| v.indices.len() <= 2));
+    // BGE-M3 is an embedder that also takes the multi-vector and sparse kinds' calls: its
+    // handles give what the embedder's own calls give, and it takes no cross-encoder's.
+    assert!(matches!(lib.by_kind(), Ok(nornir_vector::KindHandle::Embedder(_))));
+    let as_documents = MultiVectorOptions::new();
+    let handle = lib.multi_vector_encoder().expect("BGE-M3's token vectors");
+    assert_eq!(handle.embed(&DOCUMENTS, &as_documents).expect("documents").as_slice(), vectors.as_slice());
+    let handle = lib.sparse_encoder().expect("BGE-M3's term weights");
+    assert_eq!(handle.embed(&DOCUMENTS, &SparseOptions::new().with_top_k(2)).expect("top 2"), sparse);
+    assert!(lib.cross_encoder().is_err() && lib.image_embedder().is_err());
 }
 
 #[test]

@@ -189,6 +189,12 @@ fn cross_encoders_of_both_families_score_as_the_reference() {
         }
         let refused = e.embed(&["a text"]).expect_err("embed on a cross-encoder");
         assert!(matches!(refused, EmbedError::WrongKind { kind: ModelKind::CrossEncoder, .. }), "{refused}");
+        // The kind's handle, checked once, gives the same scores; the other kinds' handles are refused.
+        let Ok(nornir_vector::KindHandle::CrossEncoder(handle)) = e.by_kind() else { panic!("{name}: by_kind") };
+        assert_eq!(handle.predict(&pairs, &PairOptions::new()).expect(name).as_slice(), scores.as_slice());
+        let refused = e.text_embedder().expect_err("a text embedder handle on a cross-encoder");
+        assert!(matches!(refused, EmbedError::WrongKind { call: "embed", .. }), "{refused}");
+        assert!(e.sparse_encoder().is_err() && e.multi_vector_encoder().is_err() && e.image_embedder().is_err());
         let query = "what is a fjord?";
         let documents: Vec<&str> = pairs.iter().filter(|p| p.0 == query).map(|p| p.1.as_str()).collect();
         if name == "BertForSequenceClassification-1" {

@@ -11,10 +11,10 @@ use nornir_convert::{Conversion, ConvertError, ConvertOptions, Head, WeightDtype
 use nornir_options::{EmbedderOptions, ModelKind};
 use serde::Serialize;
 
-use crate::call::tokens::MultiVectorOptions;
 use crate::embedder::Embedder;
 use crate::error::EmbedError;
 use crate::kinds::compact_calls::SAMPLE_TEXTS;
+use crate::kinds::multi_vector_tokens::MultiVectorOptions;
 use crate::values::embeddings::Embeddings;
 
 /// The fused graph only reorders float arithmetic (measured: min cosine 1.0000 on the sample for

@@ -13,7 +13,7 @@ use nornir_ep_select::Vendor;
 
 use crate::call::future::{EmbedFuture, TOKENIZING_THREADS, TokenizeJob, Work, tokenizing_thread};
 use crate::call::prepare;
-use crate::call::runner::{Runner, block_on};
+use crate::call::runner::Runner;
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::load::multi_vector::TokenModel;
@@ -167,21 +167,6 @@ impl Embedder {
     /// in the caller's thread.
     pub fn tokenize(&self, text: &str, options: &CallOptions, special_tokens: bool) -> Result<Vec<Token>> {
         prepare::tokens(&self.engine, text, options, special_tokens)
-    }
-
-    /// The model's raw token vectors for `text` (its prompt and special tokens included, after
-    /// truncation), one row of the graph's width per token, as the graph gives them (neither
-    /// pooled nor through Dense modules), for TEI's `/embed_all`; an error for a graph that
-    /// pools. The text goes through the queue as every call's texts do: it shares batches, and
-    /// `max_wait`, a full queue and `cancel` apply to it; `total_tokens()` counts its tokens.
-    pub fn token_vectors(&self, text: &str, options: &CallOptions) -> Result<Embeddings> {
-        block_on(self.blocking().run(Work::TokenVectors(text.to_owned(), options.clone())))
-    }
-
-    /// [`token_vectors`](Self::token_vectors) as a future, as [`embed_async`](Self::embed_async)
-    /// is: tokenized on the embedder's threads, queued at its first poll, cancelled when dropped.
-    pub fn token_vectors_async(&self, text: &str, options: &CallOptions) -> EmbedFuture<'_> {
-        self.future(Work::TokenVectors(text.to_owned(), options.clone()))
     }
 
     /// The text of the model's token ids; an id outside the vocabulary is an error.

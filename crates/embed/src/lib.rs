@@ -28,8 +28,6 @@ mod schedule;
 mod values;
 
 pub use call::future::EmbedFuture;
-pub use call::pairs::{ChunkSpan, PairOptions, Ranked, Ranking, rank};
-pub use call::tokens::{MultiVectorOptions, ROWS_PER_PART};
 #[cfg(feature = "convert")]
 pub use converted::{CheckedConversion, ConvertCheckError, FUSED_MIN_COSINE, convert_checked};
 pub use embedder::Embedder;
@@ -37,8 +35,15 @@ pub use error::{Cause, EmbedError, InferenceKind, Result, error_chain};
 pub use kinds::compact::{CompactVectors, to_precision};
 pub use kinds::compact_calls::SAMPLE_TEXTS;
 pub use kinds::image::ImageInput;
+pub use kinds::image_calls::ImageEmbedder;
 pub use kinds::multi_vector::{Encoded, MultiVectors, Outputs, max_sim};
+pub use kinds::multi_vector_handle::MultiVectorEncoder;
+pub use kinds::multi_vector_tokens::{MultiVectorOptions, ROWS_PER_PART};
+pub use kinds::rerank::{ChunkSpan, PairOptions, Ranked, Ranking, rank};
+pub use kinds::rerank_calls::CrossEncoder;
 pub use kinds::sparse::{SparseOptions, SparseVector, SparseVectors};
+pub use kinds::sparse_calls::SparseEncoder;
+pub use kinds::text::{KindHandle, TextEmbedder};
 pub use load::plan::{plan_for, plan_with};
 pub use load::plugin_probe::run_plugin_probe;
 pub use load::plugin_trial::{PLUGIN_PROBE_COMMAND, PLUGIN_PROBE_VAR, set_plugin_probe};

@@ -94,6 +94,15 @@ fn a_call_chooses_its_width_and_normalisation() {
         let e = unit.embed_with(&texts, &CallOptions::new().with_dimensions(bad)).unwrap_err();
         assert!(e.to_string().contains("between 1 and 384"), "{e}");
     }
+    // The embedder kind's handle makes the same rows; the other kinds' handles are refused once,
+    // with the wrong-kind error their calls give.
+    let Ok(nornir_embed::KindHandle::Embedder(handle)) = unit.by_kind() else { panic!("an embedder's handle") };
+    let options = CallOptions::new().with_dimensions(128);
+    assert_eq!(handle.embed_with(&texts, &options).expect("handle").as_slice(), cut.as_slice());
+    let refused = unit.sparse_encoder().expect_err("a sparse encoder's handle");
+    assert!(matches!(refused, nornir_embed::EmbedError::WrongKind { call: "embed_sparse", .. }), "{refused}");
+    assert!(unit.cross_encoder().is_err() && unit.multi_vector_encoder().is_err());
+    assert!(unit.image_embedder().expect_err("no vision graph").to_string().contains("embeds text only"));
 }
 
 /// A long text of plain lower-case words, whose tokens decode back to the same words.

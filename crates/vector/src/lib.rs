@@ -41,10 +41,11 @@ pub use nornir_options::{
 
 #[cfg(feature = "embed-ort")]
 pub use nornir_embed::{
-    BATCH_SIZE_BOUNDS, Cause, CharChunk, Chunk, ChunkSpan, CompactVectors, EmbedError, EmbedFuture, EmbedStats,
-    Embedder, EmbedderReport, Embeddings, Encoded, ImageInput, InferenceKind, KindChoice, MultiVectorOptions,
-    MultiVectors, Outputs, PairOptions, ROWS_PER_PART, RangesReport, RangesUse, Ranked, Ranking, Result, SAMPLE_TEXTS,
-    SparseOptions, SparseVector, SparseVectors, Token, Usage, error_chain, max_sim, normalize, rank, to_precision,
+    BATCH_SIZE_BOUNDS, Cause, CharChunk, Chunk, ChunkSpan, CompactVectors, CrossEncoder, EmbedError, EmbedFuture,
+    EmbedStats, Embedder, EmbedderReport, Embeddings, Encoded, ImageEmbedder, ImageInput, InferenceKind, KindChoice,
+    KindHandle, MultiVectorEncoder, MultiVectorOptions, MultiVectors, Outputs, PairOptions, ROWS_PER_PART,
+    RangesReport, RangesUse, Ranked, Ranking, Result, SAMPLE_TEXTS, SparseEncoder, SparseOptions, SparseVector,
+    SparseVectors, TextEmbedder, Token, Usage, error_chain, max_sim, normalize, rank, to_precision,
 };
 
 /// What nornir found on this machine and what it decided, as typed reports: the probe's

@@ -8,7 +8,6 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use crate::call::pairs::PairOptions;
 use crate::call::prepare::{self, Call};
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
@@ -20,24 +19,26 @@ use nornir_options::QueueFull;
 /// every small call behind it (a call of more than 16 texts also uses the tokenizer's own pool).
 pub(crate) const TOKENIZING_THREADS: usize = 2;
 
-/// What an async call tokenizes: texts, query and document pairs, a token call's texts, or what
-/// a kind prepares itself.
+/// What an async call tokenizes: texts, or what a kind prepares itself (pairs, a token call's
+/// texts, images), run on a tokenizing thread.
 #[derive(Debug)]
 pub(crate) enum Work {
     Texts(Vec<String>, CallOptions),
-    Pairs(Vec<(String, Option<String>)>, PairOptions),
-    /// A part of a token call, and its first text's index in the call.
-    Tokens(Vec<String>, crate::call::tokens::MultiVectorOptions, usize, Arc<crate::load::multi_vector::TokenRules>),
-    /// A text's raw token vectors (TEI's `/embed_all`).
-    TokenVectors(String, CallOptions),
-    /// A call a kind prepares itself (an image call: its images preprocessed), and its inputs.
+    /// A call its kind prepares, and how many inputs it has.
     Prepared(usize, Preparer),
 }
 
 /// A kind's preparation of its call, run on a tokenizing thread as a text call's tokenizing is.
-pub(crate) struct Preparer(pub(crate) Box<PrepareFn>);
+pub(crate) struct Preparer(Box<PrepareFn>);
 
 type PrepareFn = dyn Fn(&Engine) -> Result<Call> + Send + Sync;
+
+impl Work {
+    /// The work of a call that `prepare` makes from its `inputs` inputs.
+    pub(crate) fn prepared(inputs: usize, prepare: impl Fn(&Engine) -> Result<Call> + Send + Sync + 'static) -> Self {
+        Self::Prepared(inputs, Preparer(Box::new(prepare)))
+    }
+}
 
 impl std::fmt::Debug for Preparer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -49,9 +50,6 @@ impl Work {
     fn len(&self) -> usize {
         match self {
             Self::Texts(t, _) => t.len(),
-            Self::Pairs(p, _) => p.len(),
-            Self::Tokens(t, ..) => t.len(),
-            Self::TokenVectors(..) => 1,
             Self::Prepared(inputs, _) => *inputs,
         }
     }
@@ -59,11 +57,6 @@ impl Work {
     pub(crate) fn prepare(&self, engine: &Engine) -> Result<Call> {
         match self {
             Self::Texts(texts, options) => prepare::prepare(engine, texts, options),
-            Self::Pairs(pairs, options) => crate::call::pairs::prepare_pairs(engine, pairs, options),
-            Self::Tokens(texts, options, first, rules) => {
-                crate::call::tokens::prepare_tokens(engine, rules, texts, options, *first)
-            }
-            Self::TokenVectors(text, options) => crate::call::raw_tokens::prepare_token_vectors(engine, text, options),
             Self::Prepared(_, prepare) => (prepare.0)(engine),
         }
     }
@@ -238,7 +231,7 @@ impl Future for EmbedFuture<'_> {
                         prepare::cancel_queued(this.engine, &call.request);
                         return Poll::Ready(Err(EmbedError::Cancelled));
                     }
-                    Some(rows) => return Poll::Ready(rows.map(|rows| prepare::finish(this.engine, call, rows))),
+                    Some(rows) => return Poll::Ready(rows.map(|rows| call.finish(this.engine, rows))),
                 },
                 State::Done => {
                     return Poll::Ready(Err(EmbedError::inference(

@@ -12,86 +12,57 @@ use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result};
 use crate::load::prompt::named_prompt;
 use crate::load::tokenize::{tokenizer_failed, with_prompt};
-use crate::math::pooling::normalize;
-use crate::schedule::request::{Item, Request};
+use crate::schedule::request::{Item, Request, TextInput};
 use crate::values::Token;
-use crate::values::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens, TokenGroups};
-use nornir_options::ScoreActivation;
+use crate::values::embeddings::{Chunk, ChunkRows, Embeddings, TextTokens};
 use nornir_options::{CallOptions, Chunking, DocumentVector, Prompt, Truncation};
 
-/// A call on its way: the request its rows go to, its items until they are queued, and how to
-/// lay its rows out again and finish them.
+/// A call on its way: the request its rows go to, its items until they are queued, and what its
+/// kind does with the rows once every one is done.
 #[derive(Debug)]
 pub(crate) struct Call {
     pub(crate) request: Arc<Request>,
     pub(crate) items: Vec<Item>,
+    /// Refuse the call when the queue ahead of it would take longer (`CallOptions::max_wait`).
+    pub(crate) max_wait: Option<std::time::Duration>,
+    finish: Box<dyn Finish>,
+}
+
+/// What a kind makes of its call's rows once every one is done (its rows in the request's
+/// order, each the model's width): its result, counted in the embedder's stats. Each kind
+/// writes its own, so the queue and the workers carry no kind's state.
+pub(crate) trait Finish: std::fmt::Debug + Send {
+    fn finish(self: Box<Self>, engine: &Engine, rows: Vec<f32>) -> Embeddings;
+}
+
+impl Call {
+    pub(crate) fn new(
+        request: Arc<Request>,
+        items: Vec<Item>,
+        max_wait: Option<std::time::Duration>,
+        finish: impl Finish + 'static,
+    ) -> Self {
+        Self { request, items, max_wait, finish: Box::new(finish) }
+    }
+
+    /// Its result from its request's rows.
+    pub(crate) fn finish(self, engine: &Engine, rows: Vec<f32>) -> Embeddings {
+        self.finish.finish(engine, rows)
+    }
+}
+
+/// A text call's finishing: duplicates expanded, each row cut to the call's width and
+/// normalised if it asks, chunks combined into their document's vector.
+#[derive(Debug)]
+struct TextRows {
     /// For each text of the call, its row among the unique texts; `None` when all are unique.
     expand: Option<Vec<usize>>,
     /// Per unique text.
     tokens: Vec<TextTokens>,
-    /// The call's width and normalisation, applied to the model's raw rows.
     dim: usize,
     normalize: bool,
     /// Per unique text, its chunks, when the call chunks long texts.
     chunked: Option<Chunked>,
-    /// Refuse the call when the queue ahead of it would take longer (`CallOptions::max_wait`).
-    pub(crate) max_wait: Option<std::time::Duration>,
-    /// A cross-encoder call's activation, applied to each row instead of normalising.
-    activation: Option<ScoreActivation>,
-    /// A token call's rows per text (its token vectors), handed back raw.
-    groups: Option<TokenGroups>,
-    /// An image call: a row per image, counted as images, without tokens.
-    images: bool,
-}
-
-impl Call {
-    /// A call of query and document pairs: a row of `labels` scores each, activated as asked.
-    pub(crate) fn of_pairs(
-        request: Arc<Request>,
-        items: Vec<Item>,
-        tokens: Vec<TextTokens>,
-        labels: usize,
-        activation: ScoreActivation,
-        max_wait: Option<std::time::Duration>,
-    ) -> Self {
-        let (expand, normalize, chunked, activation) = (None, false, None, Some(activation));
-        let (dim, groups, images) = (labels, None, false);
-        Self { request, items, expand, tokens, dim, normalize, chunked, max_wait, activation, groups, images }
-    }
-
-    /// A call of token vectors: text i fills `groups[i]` rows of `width`, in order, raw.
-    pub(crate) fn of_tokens(
-        request: Arc<Request>,
-        items: Vec<Item>,
-        tokens: Vec<TextTokens>,
-        groups: TokenGroups,
-        width: usize,
-        max_wait: Option<std::time::Duration>,
-    ) -> Self {
-        let (expand, normalize, chunked, activation, groups) = (None, false, None, None, Some(groups));
-        let (dim, images) = (width, false);
-        Self { request, items, expand, tokens, dim, normalize, chunked, max_wait, activation, groups, images }
-    }
-
-    /// A call of images, a row each, finished as `plan` says (its width and normalisation).
-    pub(crate) fn of_images(request: Arc<Request>, items: Vec<Item>, plan: &CallPlan<'_>) -> Self {
-        let mut call = Self::new(request, items, None, Vec::new(), plan, None);
-        call.images = true;
-        call
-    }
-
-    fn new(
-        request: Arc<Request>,
-        items: Vec<Item>,
-        expand: Option<Vec<usize>>,
-        tokens: Vec<TextTokens>,
-        plan: &CallPlan<'_>,
-        chunked: Option<Chunked>,
-    ) -> Self {
-        let (dim, normalize, max_wait) = (plan.dim, plan.normalize, plan.max_wait);
-        let (activation, groups, images) = (None, None, false);
-        Self { request, items, expand, tokens, dim, normalize, chunked, max_wait, activation, groups, images }
-    }
 }
 
 /// How a chunking call's texts were cut.
@@ -242,10 +213,11 @@ pub(crate) fn prepare_texts<S: AsRef<str>>(engine: &Engine, texts: &[S], options
             // A prompt cut from the left is no longer whole at the start: pool every token.
             let cut_left = plan.truncation == Truncation::Left && !e.get_overflowing().is_empty();
             let skip = if cut_left { 0 } else { plan.skip };
-            Item::new(e.get_ids().to_vec(), skip, Vec::new(), &request, index)
+            Item::text(TextInput { skip, ..TextInput::new(e.get_ids().to_vec()) }, &request, index)
         })
         .collect();
-    Ok(Call::new(request, items, expand, tokens, &plan, None))
+    let (dim, normalize, chunked) = (plan.dim, plan.normalize, None);
+    Ok(Call::new(request, items, plan.max_wait, TextRows { expand, tokens, dim, normalize, chunked }))
 }
 
 /// A chunking call: each text's whole token ids cut into windows (see [`Chunking`]), a queue
@@ -337,10 +309,15 @@ pub(crate) fn prepare_chunks(
         chunked.push((first, spans));
     }
     let request = Request::new(rows, engine.info.model_dimension);
-    let items =
-        pieces.into_iter().map(|Piece(ids, spans, index)| Item::new(ids, plan.skip, spans, &request, index)).collect();
+    let items = pieces
+        .into_iter()
+        .map(|Piece(ids, spans, index)| {
+            Item::text(TextInput { skip: plan.skip, spans, ..TextInput::new(ids) }, &request, index)
+        })
+        .collect();
     let chunked = Chunked { texts: chunked, document: chunking.document };
-    Ok(Call::new(request, items, expand, tokens, plan, Some(chunked)))
+    let (dim, normalize, chunked) = (plan.dim, plan.normalize, Some(chunked));
+    Ok(Call::new(request, items, plan.max_wait, TextRows { expand, tokens, dim, normalize, chunked }))
 }
 
 /// The error for text `index` of a call that refuses truncation, with its token count.
@@ -350,72 +327,62 @@ pub(crate) fn too_long(engine: &Engine, index: usize, text: &str, prompt: &str) 
     EmbedError::TooLong { index, tokens: counted.unwrap_or(max_length), exact: counted.is_some(), max_length }
 }
 
-/// The call's embeddings from its request's rows, in the call's order, duplicates expanded,
-/// each cut to the call's width and normalised if it asks.
-pub(crate) fn finish(engine: &Engine, mut call: Call, rows: Vec<f32>) -> Embeddings {
-    let (width, dim) = (engine.info.model_dimension, call.dim);
-    if let Some(groups) = call.groups.take() {
-        // A token call's rows are `dim` wide: the model's, or the graph's own for raw rows.
-        engine.counters.texts.fetch_add(groups.counts.len() as u64, Ordering::Relaxed);
-        return Embeddings::from_whole_rows(rows, dim, call.tokens).with_groups(groups);
+/// A row of `raw` (the model's width) cut to `dim` onto `out`, normalised if asked.
+pub(crate) fn finish_row(out: &mut Vec<f32>, raw: &[f32], dim: usize, normalize: bool) {
+    let start = out.len();
+    out.extend_from_slice(&raw[..dim]);
+    if normalize {
+        crate::math::pooling::normalize(&mut out[start..]);
     }
-    let chunked = call.chunked.take();
-    let finish_row = |out: &mut Vec<f32>, raw: &[f32]| {
-        let start = out.len();
-        out.extend_from_slice(&raw[..dim]);
-        if call.normalize {
-            normalize(&mut out[start..]);
-        }
-    };
-    if call.images {
-        let mut data = Vec::with_capacity(rows.len() / width.max(1) * dim);
-        rows.chunks_exact(width.max(1)).for_each(|raw| finish_row(&mut data, raw));
-        engine.counters.images.fetch_add((rows.len() / width.max(1)) as u64, Ordering::Relaxed);
-        return Embeddings::from_whole_rows(data, dim, Vec::new());
-    }
-    // Text i's row among the unique texts (the same when the call had no duplicates).
-    let texts = call.expand.as_ref().map_or(call.tokens.len(), Vec::len);
-    let unique = |i: usize| call.expand.as_ref().map_or(i, |of| of[i]);
-    engine.counters.texts.fetch_add(texts as u64, Ordering::Relaxed);
-    let tokens = (0..texts).map(|i| call.tokens[unique(i)]).collect();
-    if let Some(chunked) = chunked {
-        let mut chunks = ChunkRows::default();
-        let mut data = Vec::with_capacity(texts * dim);
-        for u in (0..texts).map(unique) {
-            let (first, spans) = &chunked.texts[u];
-            let from = chunks.spans.len();
-            for (j, span) in spans.iter().enumerate() {
-                let row = first + j;
-                finish_row(&mut chunks.data, &rows[row * width..(row + 1) * width]);
-                chunks.spans.push(*span);
+}
+
+impl Finish for TextRows {
+    /// The call's embeddings in the call's order, duplicates expanded, each cut to the call's
+    /// width and normalised if it asks.
+    fn finish(self: Box<Self>, engine: &Engine, rows: Vec<f32>) -> Embeddings {
+        let call = *self;
+        let (width, dim, normalize) = (engine.info.model_dimension, call.dim, call.normalize);
+        // Text i's row among the unique texts (the same when the call had no duplicates).
+        let texts = call.expand.as_ref().map_or(call.tokens.len(), Vec::len);
+        let unique = |i: usize| call.expand.as_ref().map_or(i, |of| of[i]);
+        engine.counters.texts.fetch_add(texts as u64, Ordering::Relaxed);
+        let tokens = (0..texts).map(|i| call.tokens[unique(i)]).collect();
+        if let Some(chunked) = &call.chunked {
+            let mut chunks = ChunkRows::default();
+            let mut data = Vec::with_capacity(texts * dim);
+            for u in (0..texts).map(unique) {
+                let (first, spans) = &chunked.texts[u];
+                let from = chunks.spans.len();
+                for (j, span) in spans.iter().enumerate() {
+                    let row = first + j;
+                    finish_row(&mut chunks.data, &rows[row * width..(row + 1) * width], dim, normalize);
+                    chunks.spans.push(*span);
+                }
+                chunks.ranges.push(from..chunks.spans.len());
+                let vectors = &chunks.data[from * dim..];
+                if spans.len() == 1 {
+                    data.extend_from_slice(vectors);
+                } else {
+                    finish_row(&mut data, &combine(vectors, dim, spans, chunked.document), dim, normalize);
+                }
             }
-            chunks.ranges.push(from..chunks.spans.len());
-            let vectors = &chunks.data[from * dim..];
-            if spans.len() == 1 {
-                data.extend_from_slice(vectors);
-            } else {
-                finish_row(&mut data, &combine(vectors, dim, spans, chunked.document));
+            return Embeddings::from_whole_rows(data, dim, tokens).with_chunks(chunks);
+        }
+        let data = if call.expand.is_none() && dim == width {
+            let mut rows = rows;
+            if normalize {
+                rows.chunks_exact_mut(width.max(1)).for_each(crate::math::pooling::normalize);
             }
-        }
-        return Embeddings::from_whole_rows(data, dim, tokens).with_chunks(chunks);
+            rows
+        } else {
+            let mut data = Vec::with_capacity(texts * dim);
+            for u in (0..texts).map(unique) {
+                finish_row(&mut data, &rows[u * width..(u + 1) * width], dim, normalize);
+            }
+            data
+        };
+        Embeddings::from_whole_rows(data, dim, tokens)
     }
-    let data = if call.expand.is_none() && dim == width {
-        let mut rows = rows;
-        if call.normalize {
-            rows.chunks_exact_mut(width.max(1)).for_each(normalize);
-        }
-        if let Some(a) = call.activation {
-            rows.chunks_exact_mut(width.max(1)).for_each(|r| a.apply(r));
-        }
-        rows
-    } else {
-        let mut data = Vec::with_capacity(texts * dim);
-        for u in (0..texts).map(unique) {
-            finish_row(&mut data, &rows[u * width..(u + 1) * width]);
-        }
-        data
-    };
-    Embeddings::from_whole_rows(data, dim, tokens)
 }
 
 /// Every token of `text` with the call's prompt, not cut to the model's length (TEI's

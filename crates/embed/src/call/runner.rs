@@ -41,7 +41,7 @@ pub(crate) fn run_call(engine: &Engine, mut call: prepare::Call) -> Result<Embed
     engine.scheduler.admit(&call.items, call.max_wait)?;
     engine.scheduler.submit(std::mem::take(&mut call.items), engine.queue_full)?;
     match call.request.wait() {
-        Ok(rows) => Ok(prepare::finish(engine, call, rows)),
+        Ok(rows) => Ok(call.finish(engine, rows)),
         Err(EmbedError::Cancelled) => {
             prepare::cancel_queued(engine, &call.request);
             Err(EmbedError::Cancelled)

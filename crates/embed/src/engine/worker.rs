@@ -5,7 +5,7 @@
 use crate::engine::Engine;
 use crate::error::{EmbedError, InferenceKind, Result, error_chain};
 use crate::forward::run::Row;
-use crate::schedule::request::Item;
+use crate::schedule::request::{Input, Item};
 
 /// Worker `k`: runs batches until the embedder is dropped. A panic anywhere in
 /// it (building a session, running, handing rows over, taking work) fails the texts it holds,
@@ -39,7 +39,7 @@ fn run_items(engine: &Engine, k: usize, items: &mut [Item]) {
     let run = |batch: &[Item]| -> Result<(Vec<f32>, Vec<usize>)> {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             crate::forward::fault::hit(crate::forward::fault::Stage::Run);
-            if batch.iter().any(|i| i.image.is_some()) {
+            if batch.iter().any(|i| i.image_size().is_some()) {
                 run_images(engine, batch)
             } else {
                 run_texts(engine, k, batch)
@@ -66,7 +66,7 @@ fn run_items(engine: &Engine, k: usize, items: &mut [Item]) {
         Ok(rows) => hand_over(items, rows),
         Err(e) if items.len() == 1 => fail(&mut items[0], e),
         Err(e) => {
-            let what = if items[0].image.is_some() { "images" } else { "texts" };
+            let what = if items[0].image_size().is_some() { "images" } else { "texts" };
             tracing::warn!("a batch of {} {what} failed ({}); running each alone", items.len(), error_chain(&e));
             for i in 0..items.len() {
                 match run(&items[i..=i]) {
@@ -83,8 +83,13 @@ fn run_items(engine: &Engine, k: usize, items: &mut [Item]) {
 fn run_texts(engine: &Engine, k: usize, batch: &[Item]) -> Result<(Vec<f32>, Vec<usize>)> {
     let rows: Vec<Row<'_>> = batch
         .iter()
-        .map(|i| Row { ids: &i.ids, skip: i.skip, spans: &i.spans, types: &i.types, attend: i.attend(), raw: i.raw })
-        .collect();
+        .map(|i| match &i.input {
+            Input::Text(t) => {
+                Ok(Row { ids: &t.ids, skip: t.skip, spans: &t.spans, types: &t.types, attend: t.attend(), raw: t.raw })
+            }
+            Input::Image(_) => Err(mixed()),
+        })
+        .collect::<Result<_>>()?;
     let mut out = Vec::with_capacity(batch.len() * engine.info.model_dimension);
     let mut floats = vec![0; batch.len()];
     engine.run_batch(k, &rows, |i, v| {
@@ -96,10 +101,18 @@ fn run_texts(engine: &Engine, k: usize, batch: &[Item]) -> Result<(Vec<f32>, Vec
 
 /// A batch of images of one size on the vision graph: a row each.
 fn run_images(engine: &Engine, batch: &[Item]) -> Result<(Vec<f32>, Vec<usize>)> {
-    let pixels: Vec<_> = batch.iter().filter_map(|i| i.image.as_ref()).collect();
-    if pixels.len() != batch.len() {
-        return Err(EmbedError::Internal { reason: "a batch mixed texts and images".to_owned() });
-    }
+    let pixels: Vec<_> = batch
+        .iter()
+        .map(|i| match &i.input {
+            Input::Image(p) => Ok(p),
+            Input::Text(_) => Err(mixed()),
+        })
+        .collect::<Result<_>>()?;
     let out = engine.run_images(&pixels)?;
     Ok((out, vec![engine.info.model_dimension; batch.len()]))
+}
+
+/// The error of a batch that mixes texts and images, which the queue never makes.
+fn mixed() -> EmbedError {
+    EmbedError::Internal { reason: "a batch mixed texts and images".to_owned() }
 }

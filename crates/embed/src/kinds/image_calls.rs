@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering;
 
 use nornir_image::{ImageError, ImageLimits, PixelTensor};
 
-use crate::call::future::{EmbedFuture, Preparer, Work};
-use crate::call::prepare::{Call, plan_call};
+use crate::call::future::{EmbedFuture, Work};
+use crate::call::prepare::{Call, Finish, finish_row, plan_call};
 use crate::call::runner::run_call;
 use crate::embedder::Embedder;
 use crate::engine::Engine;
@@ -59,21 +59,14 @@ impl Embedder {
     /// [`embed_images_async`](Self::embed_images_async) is.
     pub fn embed_images_with_async(&self, images: Vec<ImageInput>, options: &CallOptions) -> EmbedFuture<'_> {
         let (count, options) = (images.len(), options.clone());
-        let prepare = Preparer(Box::new(move |engine| prepare_images(engine, &images, &options)));
-        self.future(Work::Prepared(count, prepare))
+        self.future(Work::prepared(count, move |engine| prepare_images(engine, &images, &options)))
     }
 }
 
 /// An image call's images preprocessed into queue items (an image that fails names its index),
 /// with the request they fill; a call whose `cancel` handle was used is refused first.
 fn prepare_images(engine: &Engine, images: &[ImageInput], options: &CallOptions) -> Result<Call> {
-    let tower = engine.images.as_ref().ok_or_else(|| {
-        EmbedError::invalid(
-            "images",
-            "this model embeds text only (no vision_model.onnx beside a text_model.onnx): use an image-and-text \
-             model, such as CLIP or SigLIP converted by `nornir vector convert`",
-        )
-    })?;
+    let tower = engine.images.as_ref().ok_or_else(text_only)?;
     let plan = plan_call(engine, options)?;
     let request = Request::new(images.len(), engine.info.model_dimension);
     if let Some(handle) = &options.cancel
@@ -84,7 +77,25 @@ fn prepare_images(engine: &Engine, images: &[ImageInput], options: &CallOptions)
     }
     let pixels = preprocess_all(tower, images)?;
     let items = pixels.into_iter().enumerate().map(|(index, p)| Item::image(p, &request, index)).collect();
-    Ok(Call::of_images(request, items, &plan))
+    Ok(Call::new(request, items, plan.max_wait, ImageRows { dim: plan.dim, normalize: plan.normalize }))
+}
+
+/// An image call's finishing: a row per image, cut to the call's width and normalised if it
+/// asks, counted as images.
+#[derive(Debug)]
+struct ImageRows {
+    dim: usize,
+    normalize: bool,
+}
+
+impl Finish for ImageRows {
+    fn finish(self: Box<Self>, engine: &Engine, rows: Vec<f32>) -> Embeddings {
+        let width = engine.info.model_dimension.max(1);
+        let mut data = Vec::with_capacity(rows.len() / width * self.dim);
+        rows.chunks_exact(width).for_each(|raw| finish_row(&mut data, raw, self.dim, self.normalize));
+        engine.counters.images.fetch_add((rows.len() / width) as u64, Ordering::Relaxed);
+        Embeddings::from_whole_rows(data, self.dim, Vec::new())
+    }
 }
 
 /// Every image preprocessed, on up to as many threads as the machine has; the first image that
@@ -142,4 +153,51 @@ fn read_bounded(path: &Path, limits: &ImageLimits) -> std::result::Result<Vec<u8
     let mut bytes = Vec::with_capacity(len as usize);
     file.take(limits.max_bytes as u64 + 1).read_to_end(&mut bytes).map_err(io)?;
     Ok(bytes)
+}
+
+/// The error of an image call on a model without a vision graph.
+fn text_only() -> EmbedError {
+    EmbedError::invalid(
+        "images",
+        "this model embeds text only (no vision_model.onnx beside a text_model.onnx): use an image-and-text \
+         model, such as CLIP or SigLIP converted by `nornir vector convert`",
+    )
+}
+
+/// A dual encoder's image calls, from [`Embedder::image_embedder`]: the model was checked once,
+/// when the handle was made, so these calls never meet a model without a vision graph.
+#[derive(Debug, Clone, Copy)]
+pub struct ImageEmbedder<'a> {
+    embedder: &'a Embedder,
+}
+
+impl Embedder {
+    /// This model's image calls (a CLIP, SigLIP or jina-clip dual encoder with its vision graph);
+    /// an error for a model that embeds text only.
+    pub fn image_embedder(&self) -> Result<ImageEmbedder<'_>> {
+        self.engine.images.as_ref().ok_or_else(text_only)?;
+        Ok(ImageEmbedder { embedder: self })
+    }
+}
+
+impl<'a> ImageEmbedder<'a> {
+    /// [`Embedder::embed_images`].
+    pub fn embed(&self, images: &[ImageInput]) -> Result<Embeddings> {
+        self.embedder.embed_images(images)
+    }
+
+    /// [`Embedder::embed_images_with`].
+    pub fn embed_with(&self, images: &[ImageInput], options: &CallOptions) -> Result<Embeddings> {
+        self.embedder.embed_images_with(images, options)
+    }
+
+    /// [`Embedder::embed_images_with_async`].
+    pub fn embed_with_async(&self, images: Vec<ImageInput>, options: &CallOptions) -> EmbedFuture<'a> {
+        self.embedder.embed_images_with_async(images, options)
+    }
+
+    /// The embedder behind it: its text calls embed into the same space.
+    pub fn embedder(&self) -> &'a Embedder {
+        self.embedder
+    }
 }

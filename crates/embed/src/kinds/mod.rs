@@ -1,12 +1,9 @@
-//! One module per kind of model and what its calls make: the embedder's compact vectors
-//! (`compact`, `compact_calls`), the sparse encoder's (`sparse`, `sparse_calls`), the
-//! multi-vector model's token vectors and MaxSim (`multi_vector`, `multi_vector_calls`), the
-//! cross-encoder's scores and rankings (`rerank`), a dual encoder's images (`image`,
-//! `image_calls`). Each `*_calls` file holds that kind's methods
-//! on the `Embedder`, and the state a kind needs (token rules, BGE-M3's sparse head, calibrated
-//! ranges) is the embedder's, not the engine's. What is left below: the workers apply the
-//! folder's Dense modules to pooled rows, and a token call's queue items carry their attended
-//! length and its rows their token ids.
+//! One module per kind of model: its options, the calls it prepares (pairs, token calls,
+//! images), what it makes of its rows (its `Finish`), its methods on the `Embedder`
+//! (`*_calls.rs`) and its handle, a view of the `Embedder` with that kind's calls alone (`text`,
+//! `sparse_calls`, `rerank_calls`, `multi_vector_handle`, `image_calls`). The state a kind needs
+//! (token rules, BGE-M3's sparse head, calibrated ranges) is the embedder's, not the engine's;
+//! the queue and the workers see a text's tokens or an image's pixels, never a kind.
 
 pub(crate) mod compact;
 pub(crate) mod compact_calls;
@@ -14,6 +11,11 @@ pub(crate) mod image;
 pub(crate) mod image_calls;
 pub(crate) mod multi_vector;
 pub(crate) mod multi_vector_calls;
+pub(crate) mod multi_vector_handle;
+pub(crate) mod multi_vector_tokens;
 pub(crate) mod rerank;
+pub(crate) mod rerank_calls;
 pub(crate) mod sparse;
 pub(crate) mod sparse_calls;
+pub(crate) mod text;
+pub(crate) mod token_vectors;

@@ -6,14 +6,13 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::call::future::Work;
-use crate::call::pairs::{PairOptions, Ranked, Ranking};
 use crate::call::runner::{Runner, block_on};
-use crate::call::tokens::{MultiVectorOptions, parts};
 use crate::embedder::Embedder;
 use crate::engine::Engine;
 use crate::error::{EmbedError, Result};
 use crate::kinds::multi_vector::{Encoded, MultiVectors, Outputs, max_sim};
+use crate::kinds::multi_vector_tokens::{MultiVectorOptions, parts, tokens_work};
+use crate::kinds::rerank::{PairOptions, Ranked, Ranking};
 use crate::kinds::sparse::{SparseOptions, SparseVector, SparseVectors};
 use crate::load::multi_vector::{TokenModel, TokenRules};
 use crate::math::pooling::normalize;
@@ -242,7 +241,7 @@ impl Embedder {
         let Planned { mut acc, parts, options, call } = planned;
         let rules = self.token_rules(call)?;
         for (first, part) in parts {
-            let rows = runner.run(Work::Tokens(part, options.clone(), first, Arc::clone(rules))).await?;
+            let rows = runner.run(tokens_work(part, options.clone(), first, Arc::clone(rules))).await?;
             acc.add(&self.engine, &self.tokens, rules, rows);
         }
         Ok(acc.done())

@@ -70,3 +70,47 @@ impl Embedder {
         self.engine.tokenizer.truncating().id_to_token(id)
     }
 }
+
+/// A sparse encoder's calls, from [`Embedder::sparse_encoder`]: the model was checked once, when
+/// the handle was made, so these calls meet no wrong-kind error.
+#[derive(Debug, Clone, Copy)]
+pub struct SparseEncoder<'a> {
+    embedder: &'a Embedder,
+}
+
+impl Embedder {
+    /// This model as a sparse encoder (a SPLADE model, or BGE-M3 with its sparse head); an error
+    /// ([`EmbedError::WrongKind`](crate::EmbedError::WrongKind)) for any other.
+    pub fn sparse_encoder(&self) -> Result<SparseEncoder<'_>> {
+        if self.tokens.sparse_head.is_none() {
+            self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse")?;
+        }
+        Ok(SparseEncoder { embedder: self })
+    }
+}
+
+impl<'a> SparseEncoder<'a> {
+    /// [`Embedder::embed_sparse`].
+    pub fn embed<S: AsRef<str>>(&self, texts: &[S], options: &SparseOptions) -> Result<SparseVectors> {
+        self.embedder.embed_sparse(texts, options)
+    }
+
+    /// [`Embedder::embed_sparse_async`].
+    pub fn embed_async<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        options: &SparseOptions,
+    ) -> impl Future<Output = Result<SparseVectors>> + 'a {
+        self.embedder.embed_sparse_async(texts, options)
+    }
+
+    /// [`Embedder::vocabulary_term`].
+    pub fn vocabulary_term(&self, id: u32) -> Option<String> {
+        self.embedder.vocabulary_term(id)
+    }
+
+    /// The embedder behind it.
+    pub fn embedder(&self) -> &'a Embedder {
+        self.embedder
+    }
+}

@@ -8,12 +8,12 @@
 
 use nornir_options::ModelKind;
 
-use crate::call::pairs::PairOptions;
-use crate::call::pairs::rank;
-use crate::call::tokens::MultiVectorOptions;
 use crate::embedder::Embedder;
 use crate::error::Result;
 use crate::kinds::multi_vector::{MultiVectors, max_sim};
+use crate::kinds::multi_vector_tokens::MultiVectorOptions;
+use crate::kinds::rerank::PairOptions;
+use crate::kinds::rerank::rank;
 use crate::kinds::sparse::{SparseOptions, SparseVector};
 use crate::values::embeddings::Embeddings;
 

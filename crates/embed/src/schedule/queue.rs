@@ -124,7 +124,7 @@ impl Queue {
                 continue;
             }
             // Images never join a batch of texts.
-            if self.items.get(&id).is_some_and(|(call, item)| call.0 > horizon || item.image.is_some()) {
+            if self.items.get(&id).is_some_and(|(call, item)| call.0 > horizon || item.image_size().is_some()) {
                 continue;
             }
             let n = chosen.len() + 1;

@@ -139,31 +139,56 @@ impl nornir_options::Cancel for Request {
 /// The side of an image's square patch in its queue cost (see [`Item::cost`]).
 const COST_PATCH: usize = 16;
 
-/// One text (or image) waiting to run: its ids (or pixels) and where its rows go. Dropped before
-/// its rows were handed over (a worker that panicked, at any stage), it fails them, so that no
-/// caller waits forever.
+/// One text (or image) waiting to run: what the model reads of it, and where its rows go.
+/// Dropped before its rows were handed over (a worker that panicked, at any stage), it fails
+/// them, so that no caller waits forever.
 #[derive(Debug)]
 pub(crate) struct Item {
-    pub(crate) ids: Vec<u32>,
-    /// An image's preprocessed pixels (its `ids` empty): it runs on the vision graph, in a batch
-    /// of images of its size alone.
-    pub(crate) image: Option<PixelTensor>,
-    /// Prompt tokens at its start that the pooling leaves out (see `graph_io::Row`).
-    pub(crate) skip: usize,
-    /// Token ranges pooled into a row each (late chunking); empty: the whole text, one row.
-    pub(crate) spans: Vec<(usize, usize)>,
-    /// Token type ids (a query and document pair's); empty: all 0.
-    pub(crate) types: Vec<u32>,
-    /// Tokens attended to, from the first (see `graph_io::Row::attend`); `None`: all.
-    pub(crate) attend: Option<usize>,
-    /// Its spans are single tokens handed over as the graph gives them, neither pooled nor
-    /// through the Dense modules (TEI's token vectors; see `graph_io::Row::raw`).
-    pub(crate) raw: bool,
+    pub(crate) input: Input,
     pub(crate) request: Arc<Request>,
     /// Its first row in the request.
     pub(crate) index: usize,
     /// Its rows were handed over (or failed, or nobody waits for them).
     pub(crate) settled: bool,
+}
+
+/// What the model reads of an item: the two inputs there are, whatever the kind that queued it.
+#[derive(Debug)]
+pub(crate) enum Input {
+    Text(TextInput),
+    /// An image's preprocessed pixels: one row, from the vision graph, in a batch of images of
+    /// its size alone.
+    Image(PixelTensor),
+}
+
+/// A text's token ids as the model reads them, and which rows come back (see `forward::run::Row`).
+#[derive(Debug, Default)]
+pub(crate) struct TextInput {
+    pub(crate) ids: Vec<u32>,
+    /// Token type ids (a query and document pair's); empty: all 0.
+    pub(crate) types: Vec<u32>,
+    /// Tokens attended to, from the first; `None`: all.
+    pub(crate) attend: Option<usize>,
+    /// Prompt tokens at its start that the pooling leaves out.
+    pub(crate) skip: usize,
+    /// Token ranges pooled into a row each (late chunking, or a token each); empty: the whole
+    /// text, one row.
+    pub(crate) spans: Vec<(usize, usize)>,
+    /// Its spans are single tokens handed over as the graph gives them, neither pooled nor
+    /// through the Dense modules (TEI's token vectors).
+    pub(crate) raw: bool,
+}
+
+impl TextInput {
+    /// `ids`, pooled whole into one row.
+    pub(crate) fn new(ids: Vec<u32>) -> Self {
+        Self { ids, ..Self::default() }
+    }
+
+    /// The tokens attended to, from the first.
+    pub(crate) fn attend(&self) -> usize {
+        self.attend.unwrap_or(self.ids.len())
+    }
 }
 
 impl Drop for Item {
@@ -181,44 +206,34 @@ impl Drop for Item {
 }
 
 impl Item {
-    pub(crate) fn new(
-        ids: Vec<u32>,
-        skip: usize,
-        spans: Vec<(usize, usize)>,
-        request: &Arc<Request>,
-        index: usize,
-    ) -> Self {
-        let (types, attend, raw, image) = (Vec::new(), None, false, None);
-        Self { ids, skip, spans, types, attend, raw, image, request: Arc::clone(request), index, settled: false }
+    pub(crate) fn new(input: Input, request: &Arc<Request>, index: usize) -> Self {
+        Self { input, request: Arc::clone(request), index, settled: false }
+    }
+
+    /// A text's `input`.
+    pub(crate) fn text(input: TextInput, request: &Arc<Request>, index: usize) -> Self {
+        Self::new(Input::Text(input), request, index)
     }
 
     /// An image's preprocessed pixels: one row.
     pub(crate) fn image(pixels: PixelTensor, request: &Arc<Request>, index: usize) -> Self {
-        let mut item = Self::new(Vec::new(), 0, Vec::new(), request, index);
-        item.image = Some(pixels);
-        item
+        Self::new(Input::Image(pixels), request, index)
     }
 
     /// An image's pixel size, `(height, width)`; `None` for a text.
     pub(crate) fn image_size(&self) -> Option<(u32, u32)> {
-        self.image.as_ref().map(|p| (p.height, p.width))
-    }
-
-    /// A query and document pair: its ids and their token types.
-    pub(crate) fn pair(ids: Vec<u32>, types: Vec<u32>, request: &Arc<Request>, index: usize) -> Self {
-        let mut item = Self::new(ids, 0, Vec::new(), request, index);
-        item.types = types;
-        item
-    }
-
-    /// The tokens attended to, from the first.
-    pub(crate) fn attend(&self) -> usize {
-        self.attend.unwrap_or(self.ids.len())
+        match &self.input {
+            Input::Image(p) => Some((p.height, p.width)),
+            Input::Text(_) => None,
+        }
     }
 
     /// How many rows it fills.
     pub(crate) fn rows(&self) -> usize {
-        self.spans.len().max(1)
+        match &self.input {
+            Input::Text(t) => t.spans.len().max(1),
+            Input::Image(_) => 1,
+        }
     }
 
     /// Hands over its rows: `vectors` holds `rows()` vectors one after another.
@@ -243,9 +258,9 @@ impl Item {
     /// patches only has its images counted dearer in those estimates. Batches of images are cut
     /// by size and count (see `queue.rs`), never by this.
     pub(crate) fn cost(&self) -> usize {
-        match &self.image {
-            Some(p) => (p.height as usize).div_ceil(COST_PATCH) * (p.width as usize).div_ceil(COST_PATCH),
-            None => self.ids.len(),
+        match &self.input {
+            Input::Image(p) => (p.height as usize).div_ceil(COST_PATCH) * (p.width as usize).div_ceil(COST_PATCH),
+            Input::Text(t) => t.ids.len(),
         }
     }
 

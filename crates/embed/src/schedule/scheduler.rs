@@ -251,9 +251,10 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schedule::request::TextInput;
 
     fn call(request: &Arc<Request>, texts: &[(usize, usize)]) -> Vec<Item> {
-        texts.iter().map(|&(index, len)| Item::new(vec![1; len], 0, Vec::new(), request, index)).collect()
+        texts.iter().map(|&(index, len)| Item::text(TextInput::new(vec![1; len]), request, index)).collect()
     }
 
     /// A call of images: (its index in the request, (height, width)).

@@ -4,12 +4,16 @@
 //! one queue item whose rows are its kept tokens, and a long list split into parts of at most
 //! [`ROWS_PER_PART`] rows, so what a call holds is bounded.
 
+use std::sync::Arc;
+
+use crate::call::future::Work;
 use crate::call::prepare::{Call, plan_call, too_long};
 use crate::engine::Engine;
 use crate::error::{EmbedError, Result};
+use crate::kinds::token_vectors::TokenRows;
 use crate::load::multi_vector::TokenRules;
 use crate::load::tokenize::{tokenizer_failed, with_prompt};
-use crate::schedule::request::{Item, Request};
+use crate::schedule::request::{Item, Request, TextInput};
 use crate::values::embeddings::{TextTokens, TokenGroups};
 use nornir_options::{CallOptions, Truncation};
 
@@ -168,6 +172,16 @@ pub(crate) fn parts<S: AsRef<str>>(
     out
 }
 
+/// The work of a part of a token call whose first text is `first` in the whole call.
+pub(crate) fn tokens_work(
+    texts: Vec<String>,
+    options: MultiVectorOptions,
+    first: usize,
+    rules: Arc<TokenRules>,
+) -> Work {
+    Work::prepared(texts.len(), move |engine| prepare_tokens(engine, &rules, &texts, &options, first))
+}
+
 /// A part's texts as queue items, a row per kept token; `first` is the part's first index in
 /// the whole call (for errors).
 pub(crate) fn prepare_tokens<S: AsRef<str>>(
@@ -199,13 +213,13 @@ pub(crate) fn prepare_tokens<S: AsRef<str>>(
         if n == 0 {
             continue;
         }
-        let mut item = Item::new(t.ids, 0, spans, &request, row);
-        item.attend = Some(t.attend);
-        items.push(item);
+        let input = TextInput { attend: Some(t.attend), spans, ..TextInput::new(t.ids) };
+        items.push(Item::text(input, &request, row));
         row += n;
     }
     let groups = TokenGroups { counts, ids };
-    let call = Call::of_tokens(request, items, tokens, groups, engine.info.model_dimension, plan.max_wait);
+    let finish = TokenRows { tokens, groups, width: engine.info.model_dimension };
+    let call = Call::new(request, items, plan.max_wait, finish);
     if let Some(handle) = &options.call.cancel
         && !handle.watch(call.request.watchable())
     {
