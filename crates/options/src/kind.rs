@@ -81,6 +81,41 @@ impl ModelKind {
     }
 }
 
+/// What a kind's output rows are as wide as: what the embedder checks a graph's output against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OutputWidth {
+    /// The model's hidden size, or its last Dense module's `out_features`: a vector per text (or
+    /// per token).
+    Hidden,
+    /// The vocabulary: a weight per term for each token (a sparse encoder's logits).
+    Vocabulary,
+    /// A score per label.
+    Labels,
+}
+
+impl ModelKind {
+    /// How wide its graph's output rows are.
+    pub fn output_width(self) -> OutputWidth {
+        match self {
+            Self::Embedder | Self::MultiVector => OutputWidth::Hidden,
+            Self::SparseEncoder => OutputWidth::Vocabulary,
+            Self::CrossEncoder => OutputWidth::Labels,
+        }
+    }
+
+    /// Whether its rows are normalised whatever the folder's modules say, and why; `None`: as
+    /// they say (an embedder).
+    pub fn fixed_normalization(self) -> Option<(bool, &'static str)> {
+        match self {
+            Self::Embedder => None,
+            Self::SparseEncoder => Some((false, "a sparse encoder's term weights are not normalised")),
+            Self::CrossEncoder => Some((false, "a cross-encoder's scores are not normalised")),
+            Self::MultiVector => Some((true, "token vectors are normalised, as PyLate does")),
+        }
+    }
+}
+
 impl fmt::Display for ModelKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.label())

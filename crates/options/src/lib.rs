@@ -20,7 +20,7 @@ mod precision;
 
 pub use call::{CallOptions, Cancel, CancelHandle, Chunking, DocumentVector, Prompt, Truncation};
 pub use embedder::{EmbedderOptions, QueueFull, default_cpu_workers, intra_threads};
-pub use kind::{KindCalls, ModelKind, ScoreActivation};
+pub use kind::{KindCalls, ModelKind, OutputWidth, ScoreActivation};
 pub use long::LongInputs;
 pub use pooling::Pooling;
 pub use precision::{Precision, Ranges};

@@ -27,7 +27,7 @@ use crate::schedule::queue::BatchPolicy;
 use crate::schedule::scheduler::Scheduler;
 use crate::schedule::stats::Counters;
 use crate::values::{ModelFolder, ModelInfo, PromptChoice, SessionReport};
-use nornir_options::{EmbedderOptions, ModelKind, Pooling, default_cpu_workers, intra_threads};
+use nornir_options::{EmbedderOptions, ModelKind, OutputWidth, Pooling, default_cpu_workers, intra_threads};
 
 /// What the folder gives before any session is built.
 struct FolderParts {
@@ -168,16 +168,17 @@ impl Engine {
         let (dim, dense_reason) = self.place_dense(head, dim)?;
         self.info.dense_reason = dense_reason;
         let folder = &self.info.folder;
-        let expected = match folder.kind.kind {
-            ModelKind::Embedder | ModelKind::MultiVector if !self.head.is_empty() => {
+        let expected = match folder.kind.kind.output_width() {
+            OutputWidth::Hidden if !self.head.is_empty() => {
                 self.head.out_features().map(|o| (o, "last Dense module's out_features"))
             }
-            ModelKind::Embedder | ModelKind::MultiVector if !folder.dense.is_empty() => {
+            OutputWidth::Hidden if !folder.dense.is_empty() => {
                 folder.dense.last().map(|d| (d.out_features, "last Dense module's out_features"))
             }
-            ModelKind::Embedder | ModelKind::MultiVector => folder.hidden_size.map(|h| (h, "hidden size")),
-            ModelKind::SparseEncoder => folder.vocab_size.map(|v| (v, "vocabulary size")),
-            ModelKind::CrossEncoder => Some((folder.kind.labels.len(), "number of labels")),
+            OutputWidth::Hidden => folder.hidden_size.map(|h| (h, "hidden size")),
+            OutputWidth::Vocabulary => folder.vocab_size.map(|v| (v, "vocabulary size")),
+            OutputWidth::Labels => Some((folder.kind.labels.len(), "number of labels")),
+            _ => None,
         };
         if let Some((want, what)) = expected
             && want != dim

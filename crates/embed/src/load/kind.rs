@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use nornir_options::{ModelKind, Pooling, ScoreActivation};
+use nornir_options::{ModelKind, OutputWidth, Pooling, ScoreActivation};
 
 use crate::load::checks::{MAX_WIDTH, maybe_in};
 use crate::values::KindChoice;
@@ -175,10 +175,11 @@ pub(crate) fn with_graph(choice: KindChoice, output: &str, pooled: bool) -> Resu
 pub(crate) const SPARSE_LOGITS_BYTES: usize = 64 << 20;
 
 /// The token budget of a batch for a model of `kind` with `vocab` terms: `asked`, capped for a
-/// sparse encoder at [`SPARSE_LOGITS_BYTES`] of logits (and at least one text's worth).
+/// kind whose rows are vocabulary-wide (a sparse encoder) at [`SPARSE_LOGITS_BYTES`] of logits
+/// (and at least one text's worth).
 pub(crate) fn token_budget(kind: ModelKind, vocab: usize, asked: usize) -> usize {
-    match kind {
-        ModelKind::SparseEncoder => asked.min((SPARSE_LOGITS_BYTES / (vocab.max(1) * 4)).max(1)),
+    match kind.output_width() {
+        OutputWidth::Vocabulary => asked.min((SPARSE_LOGITS_BYTES / (vocab.max(1) * 4)).max(1)),
         _ => asked,
     }
 }

@@ -152,11 +152,8 @@ impl ModelFolder {
     /// sentence-transformers does where `modules.json` exists, else normalised (as TEI and
     /// fastembed do).
     pub fn normalize_default(&self) -> (bool, &'static str) {
-        match self.kind.kind {
-            ModelKind::SparseEncoder => return (false, "a sparse encoder's term weights are not normalised"),
-            ModelKind::CrossEncoder => return (false, "a cross-encoder's scores are not normalised"),
-            ModelKind::MultiVector => return (true, "token vectors are normalised, as PyLate does"),
-            ModelKind::Embedder => {}
+        if let Some(fixed) = self.kind.kind.fixed_normalization() {
+            return fixed;
         }
         match &self.modules {
             Some(m) if m.normalize => (true, "modules.json lists a Normalize module"),
