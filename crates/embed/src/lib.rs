@@ -66,7 +66,7 @@ pub use values::{
 // The words of its options, defined without ONNX Runtime in `nornir-options`.
 pub use nornir_options::{
     CallOptions, CancelHandle, Chunking, DocumentVector, EmbedderOptions, InvalidOption, KindCalls, LongInputs,
-    ModelKind, Pooling, Precision, Prompt, QueueFull, Ranges, ScoreActivation, Truncation,
+    ModelKind, OutputWidth, Pooling, Precision, Prompt, QueueFull, Ranges, ScoreActivation, Truncation,
 };
 
 /// Internals the benches and fuzz targets reach: not an API, may change in any release.

@@ -36,7 +36,7 @@ pub use nornir_gpu_probe::{preflight, probe};
 // The words of the options, in every build (no ONNX Runtime in them).
 pub use nornir_options::{
     CallOptions, CancelHandle, Chunking, DocumentVector, EmbedderOptions, InvalidOption, KindCalls, LongInputs,
-    ModelKind, Pooling, Precision, Prompt, QueueFull, Ranges, ScoreActivation, Truncation,
+    ModelKind, OutputWidth, Pooling, Precision, Prompt, QueueFull, Ranges, ScoreActivation, Truncation,
 };
 
 #[cfg(feature = "embed-ort")]
