@@ -157,7 +157,11 @@ fn predict_rerank_and_sparse_calls_answer_as_the_http_routes() {
         assert_eq!(got.len(), want.len(), "EmbedSparse {i}");
         for (a, b) in got.iter().zip(want) {
             assert_eq!(a["index"].as_u64().unwrap_or(0), b["index"].as_u64().expect("index"));
-            assert!((a["value"].as_f64().expect("value") - b["value"].as_f64().expect("value")).abs() <= 1e-6);
+            // The gRPC calls run a text alone, the HTTP call batches all three: a padded batch's
+            // sums run in another order where the CPU's kernels block by batch size (AVX-512
+            // and AMX machines differ by about 1e-6), so the weights agree to float noise.
+            let (a, b) = (a["value"].as_f64().expect("value"), b["value"].as_f64().expect("value"));
+            assert!((a - b).abs() <= 1e-5, "EmbedSparse {i}: gRPC {a}, HTTP {b}");
         }
     }
 }
