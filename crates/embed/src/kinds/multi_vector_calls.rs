@@ -118,7 +118,7 @@ impl Accumulator {
 impl Embedder {
     /// The model's token rules, or the error for a call (`call`) on a model that makes no token
     /// vectors.
-    fn token_rules(&self, call: &'static str) -> Result<&Arc<TokenRules>> {
+    pub(crate) fn token_rules(&self, call: &'static str) -> Result<&Arc<TokenRules>> {
         self.tokens.rules.as_ref().ok_or(EmbedError::WrongKind {
             call,
             wanted: ModelKind::MultiVector,

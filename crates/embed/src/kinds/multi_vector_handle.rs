@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::kinds::multi_vector::{Encoded, MultiVectors, Outputs};
 use crate::kinds::multi_vector_tokens::MultiVectorOptions;
 use crate::kinds::rerank::{PairOptions, Ranking};
-use nornir_options::{ModelKind, Ranges};
+use nornir_options::Ranges;
 
 /// A multi-vector model's calls, from [`Embedder::multi_vector_encoder`]: the model was checked
 /// once, when the handle was made, so these calls meet no wrong-kind error.
@@ -22,11 +22,7 @@ impl Embedder {
     /// `colbert_linear`); an error ([`EmbedError::WrongKind`](crate::EmbedError::WrongKind)) for
     /// one that makes no token vectors.
     pub fn multi_vector_encoder(&self) -> Result<MultiVectorEncoder<'_>> {
-        if self.tokens.rules.is_none() {
-            let kind = self.engine.info.folder.kind.kind;
-            let call = "embed_multi_vector";
-            return Err(crate::EmbedError::WrongKind { call, wanted: ModelKind::MultiVector, kind });
-        }
+        self.token_rules("embed_multi_vector")?;
         Ok(MultiVectorEncoder { embedder: self })
     }
 }

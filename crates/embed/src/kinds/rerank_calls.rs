@@ -57,7 +57,7 @@ impl Embedder {
         inputs: &[(A, Option<B>)],
         options: &PairOptions,
     ) -> EmbedFuture<'_> {
-        if let Err(e) = self.engine.expect_kind(ModelKind::CrossEncoder, "predict") {
+        if let Err(e) = self.cross_encoder() {
             return EmbedFuture::refused(&self.engine, e);
         }
         let owned =

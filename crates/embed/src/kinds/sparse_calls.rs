@@ -39,13 +39,12 @@ impl Embedder {
     /// A sparse call checked, its texts in parts: BGE-M3's sparse head runs them as a token
     /// call, a SPLADE model as texts.
     fn plan_sparse<S: AsRef<str>>(&self, texts: &[S], options: &SparseOptions) -> Result<SparsePlan> {
+        self.sparse_encoder()?;
+        options.check()?;
         if self.tokens.sparse_head.is_some() {
-            options.check()?;
             let planned = self.plan_parts(texts, SPARSE_ONLY, &as_tokens(options), "embed_sparse")?;
             return Ok(SparsePlan::ByHead(Box::new(planned), options.clone()));
         }
-        self.engine.expect_kind(ModelKind::SparseEncoder, "embed_sparse")?;
-        options.check()?;
         let parts = texts.chunks(TEXTS_PER_PART).map(|p| p.iter().map(|t| t.as_ref().to_owned()).collect());
         Ok(SparsePlan::Texts(parts.collect(), options.clone()))
     }
