@@ -7,11 +7,13 @@ use std::io::Write;
 
 mod branch;
 mod dtype;
+mod function;
 pub use dtype::WeightDtype;
+pub(crate) use function::NORNIR_DOMAIN;
 
 use crate::onnx::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
+    AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
 };
 
 pub(crate) const FLOAT: i32 = 1;
@@ -54,6 +56,8 @@ pub(crate) struct Graph {
     external_bytes: usize,
     /// How [`Graph::weight`] stores its values.
     dtype: WeightDtype,
+    /// Model-local functions ([`Graph::define_function`]).
+    functions: Vec<FunctionProto>,
 }
 
 impl Graph {
@@ -67,6 +71,7 @@ impl Graph {
             sink: None,
             external_bytes: 0,
             dtype: WeightDtype::Float32,
+            functions: Vec::new(),
         }
     }
 
@@ -406,8 +411,9 @@ impl Graph {
         self.g.initializer.iter().map(|t| t.raw_data.as_ref().map_or(0, Vec::len)).sum()
     }
 
-    /// The model: this graph with ONNX's opset [`OPSET`] and ONNX Runtime's contrib domain.
-    pub(crate) fn into_model(self, producer_version: &str) -> ModelProto {
+    /// The model: this graph with ONNX's opset [`OPSET`] and ONNX Runtime's contrib domain, and
+    /// nornir's domain where a function is defined.
+    pub(crate) fn into_model(mut self, producer_version: &str) -> ModelProto {
         let mut m = ModelProto::new();
         m.ir_version = Some(8);
         m.producer_name = Some("nornir-convert".to_owned());
@@ -417,6 +423,10 @@ impl Graph {
             o.domain = Some(domain.to_owned());
             o.version = Some(version);
             m.opset_import.push(o);
+        }
+        m.functions = self.take_functions();
+        if !m.functions.is_empty() {
+            m.opset_import.push(function::opset(NORNIR_DOMAIN, 1));
         }
         m.graph = Some(self.g).into();
         m

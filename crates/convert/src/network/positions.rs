@@ -1,7 +1,7 @@
 //! What attention adds to its scores and how queries and keys learn where they are: the padding
 //! mask, ALiBi's per-head distance bias, ModernBERT's sliding window, and rotary tables.
 
-use super::alibi::{AlibiBlocks, alibi_slopes};
+use super::alibi::{AlibiSlopes, alibi_slopes};
 use super::window::Blocks;
 use super::{ATTENTION_MASK, INPUT_IDS, Net};
 use crate::config::{Positions, RopeScaling};
@@ -24,7 +24,7 @@ pub(crate) enum Bias {
     /// ModernBERT's sliding window in a fused graph: attention in blocks (`window.rs`).
     Window(Blocks),
     /// ALiBi in a fused graph: blocks of queries, each with its slice of the bias (`alibi.rs`).
-    Alibi(AlibiBlocks),
+    Alibi(AlibiSlopes),
 }
 
 /// The additive biases and rotary tables every layer shares.
