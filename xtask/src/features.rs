@@ -82,7 +82,14 @@ pub fn check_features(test_env: &[(&str, std::path::PathBuf)], tests_ran: bool) 
         eprintln!("xtask: check-features: {label}");
         run_checked(cargo().args(["clippy", "--quiet"]).args(*flags).args(["--", "-D", "warnings"]))?;
     }
-    for pkg in ["nornir-gpu-probe", "nornir-ep-select", "nornir-options", "nornir-quantize", "nornir-convert"] {
+    for pkg in [
+        "nornir-gpu-probe",
+        "nornir-ep-select",
+        "nornir-options",
+        "nornir-kernels",
+        "nornir-quantize",
+        "nornir-convert",
+    ] {
         let out = cargo()
             .args(["tree", "--quiet", "--all-features", "-e", "normal", "-p", pkg])
             .output()

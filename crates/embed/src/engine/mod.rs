@@ -49,6 +49,8 @@ pub(crate) struct Sessions {
     pub(crate) extra: OnceLock<Vec<RwLock<Slot>>>,
     pub(crate) runtime: Arc<OrtRuntime>,
     pub(crate) intra_threads: usize,
+    /// The threads nornir's own kernels share (`load/kernels.rs`): the embedder's.
+    pub(crate) kernel_threads: usize,
 }
 
 /// Everything the callers and the workers share.
@@ -250,7 +252,12 @@ impl Engine {
 
     /// How every session of the model is built.
     pub(crate) fn pooled_config<'s>(&'s self, sessions: &Sessions) -> SessionConfig<'s> {
-        SessionConfig { model: &self.info.folder.model_file, intra_threads: sessions.intra_threads, profile_to: None }
+        SessionConfig {
+            model: &self.info.folder.model_file,
+            intra_threads: sessions.intra_threads,
+            kernel_threads: sessions.kernel_threads,
+            profile_to: None,
+        }
     }
 
     /// A CPU session like the others, to replace a GPU session that failed at run time.

@@ -45,6 +45,7 @@ struct FirstSession {
     report: SessionReport,
     workers: usize,
     intra_threads: usize,
+    kernel_threads: usize,
     session_growth: Mutex<Vec<u64>>,
     one_text_per_run: Option<String>,
     /// How the graph computes attention ([`attention`]).
@@ -88,8 +89,18 @@ impl Engine {
             attention: first.attention.phrase(),
         };
         let (info, settings, include_prompt) = model_info(folder, prompt, &tokenizer, facts, output, options)?;
-        let FirstSession { runtime, session, report, workers, intra_threads, session_growth, attention, plan, .. } =
-            first;
+        let FirstSession {
+            runtime,
+            session,
+            report,
+            workers,
+            intra_threads,
+            kernel_threads,
+            session_growth,
+            attention,
+            plan,
+            ..
+        } = first;
         let policy = match report.gpu_vendor {
             Vendor::Cpu => BatchPolicy::CPU.with_tiled_unpadded_attention(attention.tiled_when_unpadded()),
             _ => BatchPolicy::GPU,
@@ -103,6 +114,7 @@ impl Engine {
             extra: OnceLock::new(),
             runtime,
             intra_threads,
+            kernel_threads,
         };
         let mut engine = Self {
             backend: Backend::Onnx(Box::new(sessions)),
@@ -291,7 +303,7 @@ fn build_first_session(folder: &ModelFolder, options: &EmbedderOptions) -> Resul
     let graph = std::fs::read(&folder.model_file).unwrap_or_default();
     let (one_text_per_run, attention) = (one_text_per_run(&graph), attention(&graph));
     drop(graph);
-    let cfg = SessionConfig { model: &folder.model_file, intra_threads, profile_to: None };
+    let cfg = SessionConfig { model: &folder.model_file, intra_threads, kernel_threads: threads, profile_to: None };
     let (session, report) = session::build(&runtime, &plan, &cfg)?;
     let session_growth = Mutex::new(growth_since(resident).into_iter().collect());
     let workers = if report.on_builtin_cpu() { cpu_workers } else { options.workers.unwrap_or(1) };
@@ -301,6 +313,7 @@ fn build_first_session(folder: &ModelFolder, options: &EmbedderOptions) -> Resul
         report,
         workers,
         intra_threads,
+        kernel_threads: threads,
         session_growth,
         one_text_per_run,
         attention,

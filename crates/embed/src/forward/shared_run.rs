@@ -37,6 +37,7 @@ pub(crate) fn run(
     let output_name_ptrs = [output_name.as_ptr()];
     let input_ptrs: Vec<*const ort::sys::OrtValue> = inputs.iter().map(|(_, v)| v.ptr()).collect();
     let mut out: *mut ort::sys::OrtValue = ptr::null_mut();
+    let _in_flight = crate::load::kernels::InFlight::start();
     // SAFETY: the session, the input values and the name strings outlive the call; the arrays
     // have the lengths given; ONNX Runtime writes one output pointer into `out`. Concurrent
     // calls on one session are ONNX Runtime's documented use (see the module's doc).

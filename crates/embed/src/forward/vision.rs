@@ -49,7 +49,8 @@ impl ImageTower {
             }
             Err(e) => return Err(err(format!("preprocessor_config.json: {e}"))),
         };
-        let cfg = SessionConfig { model: file, intra_threads, profile_to: None };
+        // A vision graph calls none of nornir's own kernels.
+        let cfg = SessionConfig { model: file, intra_threads, kernel_threads: intra_threads, profile_to: None };
         let (session, report) = session::build(runtime, plan, &cfg)?;
         let (input, output) = vision_io(&session).map_err(|why| err(format!("{}: {why}", file.display())))?;
         let tower = Self {

@@ -58,6 +58,7 @@ pub(crate) fn attention(model: &[u8]) -> Attention {
             ("com.microsoft", "MultiHeadAttention") if output_ends_with(node, WINDOWED_ATTENTION) => a.windowed += 1,
             ("com.microsoft", "MultiHeadAttention") => a.masked += 1,
             ("com.microsoft", "GroupQueryAttention") => a.grouped += 1,
+            ("ai.nornir", "AlibiAttention") => a.alibi_kernel += 1,
             ("", "Loop") if subgraph_nodes(node).any(|n| op(n) == ("com.microsoft", "MultiHeadAttention")) => {
                 a.blocked += 1
             }
@@ -97,6 +98,8 @@ pub(crate) struct Attention {
     windowed: usize,
     /// `Loop`s over blocks of queries with a `MultiHeadAttention` in their body (ALiBi).
     blocked: usize,
+    /// nornir's `AlibiAttention` operator (the converter's `network/alibi.rs`).
+    alibi_kernel: usize,
 }
 
 /// What nornir's converter names the output of a sliding-window layer's `MultiHeadAttention`
@@ -119,12 +122,13 @@ impl Attention {
     /// layers leave the mask out of such a batch. Its memory then grows with the tokens, not
     /// their square (the scheduler's attention bound applies to padded batches only).
     pub(crate) fn tiled_when_unpadded(&self) -> bool {
-        self.mask_free + self.grouped_unpadded + self.blocked > 0
+        self.mask_free + self.grouped_unpadded + self.blocked + self.alibi_kernel > 0
     }
 
     /// The phrase for `doctor`; empty for a graph with no attention this reader recognises.
     pub(crate) fn phrase(&self) -> String {
-        let &Attention { mask_free, grouped_unpadded, masked, grouped, softmax, windowed, blocked } = self;
+        let &Attention { mask_free, grouped_unpadded, masked, grouped, softmax, windowed, blocked, alibi_kernel } =
+            self;
         let mut parts = Vec::new();
         if grouped_unpadded > 0 {
             parts.push(format!(
@@ -159,7 +163,13 @@ impl Attention {
                 plural(blocked)
             ));
         }
-        if softmax > 0 && mask_free + masked + grouped + grouped_unpadded + windowed + blocked == 0 {
+        if alibi_kernel > 0 {
+            parts.push(format!(
+                "{alibi_kernel} ALiBi layer{} run nornir's tiled attention kernel on the CPU (a tile of scores at a time, the bias made in the tile) and, on a GPU, one block of queries at a time with its slice of the bias (never the whole queries x keys matrix)",
+                plural(alibi_kernel)
+            ));
+        }
+        if softmax > 0 && mask_free + masked + grouped + grouped_unpadded + windowed + blocked + alibi_kernel == 0 {
             parts.push(format!("unfused: Softmax over the whole queries x keys matrix in {softmax} places"));
         }
         parts.join("; ")
@@ -354,6 +364,11 @@ mod tests {
         let said = attention(&blocks).phrase();
         assert!(said.starts_with("1 sliding-window layer attend in blocks"), "{said}");
         assert!(said.ends_with("1 ALiBi layer attend one block of queries at a time with its slice of the bias (never the whole queries x keys matrix)"), "{said}");
+        let kernel =
+            bytes_field(7, &[node("AlibiAttention", "ai.nornir"), node("AlibiAttention", "ai.nornir")].concat());
+        let said = attention(&kernel).phrase();
+        assert!(said.starts_with("2 ALiBi layers run nornir's tiled attention kernel on the CPU"), "{said}");
+        assert!(attention(&kernel).tiled_when_unpadded());
         let plain = bytes_field(7, &[node("Softmax", ""), node("Softmax", "")].concat());
         assert_eq!(attention(&plain).phrase(), "unfused: Softmax over the whole queries x keys matrix in 2 places");
         assert!(attention(&model).tiled_when_unpadded() && attention(&decoder).tiled_when_unpadded());

@@ -7,6 +7,7 @@ pub(crate) mod checks;
 pub(crate) mod dense;
 pub(crate) mod files;
 pub(crate) mod graph_scan;
+pub(crate) mod kernels;
 pub(crate) mod kind;
 pub(crate) mod model;
 pub(crate) mod multi_vector;

@@ -52,6 +52,8 @@ pub(crate) fn growth_since(before: Option<u64>) -> Option<u64> {
 pub(crate) struct SessionConfig<'a> {
     pub model: &'a Path,
     pub intra_threads: usize,
+    /// The threads nornir's own kernels may use between them (`kernels.rs`): the embedder's.
+    pub kernel_threads: usize,
     pub profile_to: Option<&'a Path>,
 }
 
@@ -71,6 +73,9 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
     if plan.forced && chosen.is_none() {
         return Err(forced_failure(plan, &registrations));
     }
+    if chosen.is_none() {
+        builder = with_nornir_kernels(builder, cfg)?;
+    }
     let cpu = Planned::Builtin(Provider::Cpu);
     let mut active: &Planned = chosen.map_or(&cpu, |(p, _)| p);
     let mut fallback = None;
@@ -86,7 +91,7 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
                 return Err(EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: why, registrations });
             }
             tracing::warn!("{why}; rebuilding it on CPU");
-            let s = base_builder(rt, cfg, true)?
+            let s = with_nornir_kernels(base_builder(rt, cfg, true)?, cfg)?
                 .commit_from_file(cfg.model)
                 .map_err(|e| EmbedError::session_because(cfg.model, e))?;
             fallback = Some(format!("{why}; rebuilt on CPUExecutionProvider"));
@@ -136,6 +141,15 @@ fn base_builder(rt: &OrtRuntime, cfg: &SessionConfig<'_>, cpu_only: bool) -> Res
         b = b.with_profiling(p).map_err(|e| EmbedError::session_because(model, e))?;
     }
     Ok(b)
+}
+
+/// `b` with nornir's own operators (`kernels.rs`), for a session on ONNX Runtime's CPU provider:
+/// a GPU session leaves them out, so ONNX Runtime runs their functions' standard bodies there
+/// instead of copying each layer's tensors to the CPU and back.
+fn with_nornir_kernels(b: SessionBuilder, cfg: &SessionConfig<'_>) -> Result<SessionBuilder> {
+    let operators = crate::load::kernels::operators(cfg.kernel_threads.max(1))
+        .map_err(|e| EmbedError::session_because(cfg.model, e))?;
+    b.with_operators(operators).map_err(|e| EmbedError::session_because(cfg.model, e))
 }
 
 /// The preflight's word on what `provider` opens at run time and is missing, as ` (preflight: ...)`,

@@ -1,0 +1,24 @@
+//! nornir's own CPU kernels (crates/kernels): a session on ONNX Runtime's CPU provider runs them
+//! in place of the portable function bodies a converted graph carries, and a runtime without them
+//! runs the bodies (scripts/kernel_check.py, whose model's body is deliberately not attention).
+
+mod common;
+
+use common::s;
+
+#[test]
+#[ignore = "needs the ONNX Runtime builds, models and venv that `cargo xtask test` fetches"]
+fn a_cpu_session_runs_nornirs_alibi_kernel_and_other_runtimes_the_function_body() {
+    nornir_test_support::needs_assets!();
+    let t = tempfile::tempdir().expect("tempdir");
+    let r = common::reference_script("kernel_check.py", "alibi", &[s(t.path())]);
+    let number = |key: &str| r[key].as_f64().unwrap_or_else(|| panic!("no {key} in {r:#}"));
+    // ALiBi attention as NumPy computes it from the definition, on texts of 3 to 700 tokens.
+    assert!(number("max_abs_diff_to_attention") < 1e-5, "{r:#}");
+    // Not the body, which another runtime runs (and Python's onnxruntime does).
+    assert!(number("min_abs_diff_to_the_body") > 1e-2, "{r:#}");
+    assert!(number("python_onnxruntime_runs_the_body") < 1e-5, "{r:#}");
+    // A padded batch gives each text what it gives alone.
+    assert!(number("batched_vs_alone_max_abs_diff") < 1e-6, "{r:#}");
+    assert_eq!(r["ok"], true, "{r:#}");
+}

@@ -1,0 +1,122 @@
+//! nornir's own CPU kernels (the `nornir-kernels` crate) as ONNX Runtime operators of the
+//! `ai.nornir` domain. A converted graph calls them as model-local functions whose bodies are
+//! standard operators: ONNX Runtime runs the kernel where it is registered (sessions on its CPU
+//! provider, see `session.rs`) and the function's body anywhere else (a GPU provider, another
+//! runtime), so a model folder stays portable.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ort::operator::{
+    BoxedKernel, ComputeContext, KernelContext, Operator, OperatorDomain, OperatorInput, OperatorOutput,
+};
+use ort::value::TensorElementType;
+
+/// The domain converted graphs name nornir's operators by.
+pub(crate) const DOMAIN: &str = "ai.nornir";
+
+/// The operators of [`DOMAIN`], sharing `threads` threads (the embedder's) with the runs beside
+/// theirs.
+pub(crate) fn operators(threads: usize) -> ort::Result<OperatorDomain> {
+    OperatorDomain::new(DOMAIN)?.add(AlibiAttention { threads })
+}
+
+/// Session runs in flight in this process (`forward/shared_run.rs` counts them).
+static RUNS_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// One session run in flight, while it lives.
+pub(crate) struct InFlight(());
+
+impl InFlight {
+    pub(crate) fn start() -> InFlight {
+        RUNS_IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+        InFlight(())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        RUNS_IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The threads a kernel call takes out of `threads`: all but one per other run in flight (each
+/// of which computes on its own thread). A lone long text then has every core in its attention,
+/// as two texts side by side have one each.
+fn free_threads(threads: usize) -> usize {
+    let others = RUNS_IN_FLIGHT.load(Ordering::Relaxed).saturating_sub(1);
+    threads.saturating_sub(others).max(1)
+}
+
+/// JinaBERT's attention: `nornir_kernels::alibi_attention` (inputs `query`, `key`, `value`,
+/// `attention_mask`, `negative_slopes`, optional `qkv_bias`; the converter's `network/alibi.rs`
+/// writes the node and its function).
+struct AlibiAttention {
+    threads: usize,
+}
+
+impl Operator for AlibiAttention {
+    type Kernel<'attr> = BoxedKernel<'attr>;
+
+    fn name(&self) -> &str {
+        "AlibiAttention"
+    }
+
+    fn inputs(&self) -> impl IntoIterator<Item = OperatorInput> {
+        let f32 = || OperatorInput::required(TensorElementType::Float32);
+        [
+            f32(),
+            f32(),
+            f32(),
+            OperatorInput::required(TensorElementType::Int64),
+            f32(),
+            OperatorInput::optional(TensorElementType::Float32),
+        ]
+    }
+
+    fn outputs(&self) -> impl IntoIterator<Item = OperatorOutput> {
+        [OperatorOutput::required(TensorElementType::Float32)]
+    }
+
+    fn create_kernel<'attr>(&self, _: &KernelContext<'attr>) -> ort::Result<Self::Kernel<'attr>> {
+        let threads = self.threads;
+        Ok(Box::new(move |ctx: &ComputeContext| alibi_attention(ctx, free_threads(threads))))
+    }
+}
+
+fn refused(message: String) -> ort::Error {
+    ort::Error::new(format!("nornir AlibiAttention: {message}"))
+}
+
+fn alibi_attention(ctx: &ComputeContext, threads: usize) -> ort::Result<()> {
+    let input = |i: usize| ctx.input(i)?.ok_or_else(|| refused(format!("input {i} is missing")));
+    let (query, key, value, mask, slopes) = (input(0)?, input(1)?, input(2)?, input(3)?, input(4)?);
+    let bias = if ctx.num_inputs()? > 5 { ctx.input(5)? } else { None };
+    let (shape, query) = query.try_extract_tensor::<f32>()?;
+    let dims: Vec<i64> = shape.to_vec();
+    let [batch, sequence, _] = dims[..] else {
+        return Err(refused(format!("the query is {dims:?}, not [batch, sequence, hidden]")));
+    };
+    let (mask_shape, attention_mask) = mask.try_extract_tensor::<i64>()?;
+    if mask_shape[..] != [batch, sequence] {
+        return Err(refused(format!("the mask is {:?}, not [{batch}, {sequence}]", &mask_shape[..])));
+    }
+    let inputs = nornir_kernels::AlibiInputs {
+        query,
+        key: key.try_extract_tensor::<f32>()?.1,
+        value: value.try_extract_tensor::<f32>()?.1,
+        attention_mask,
+        negative_slopes: slopes.try_extract_tensor::<f32>()?.1,
+        qkv_bias: match &bias {
+            Some(b) => Some(b.try_extract_tensor::<f32>()?.1),
+            None => None,
+        },
+    };
+    let mut output = ctx.output(0, dims.clone())?.ok_or_else(|| refused("no output".to_owned()))?;
+    let (_, output) = output.try_extract_tensor_mut::<f32>()?;
+    if batch == 0 || sequence == 0 {
+        return Ok(());
+    }
+    let size = |d: i64| usize::try_from(d).map_err(|_| refused(format!("a negative size {d}")));
+    nornir_kernels::alibi_attention(size(batch)?, size(sequence)?, &inputs, output, threads)
+        .map_err(|e| ort::Error::new(e.to_string()))
+}

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""nornir's own CPU kernels run where they are registered, and a model's portable body elsewhere.
+
+  kernel_check.py alibi NORNIR WORK
+      writes a small model folder whose one attention layer is nornir's `ai.nornir.AlibiAttention`
+      node (the converter writes one per JinaBERT layer), with a model-local function body that is
+      deliberately NOT attention (it passes the values through): a runtime without nornir's
+      kernel runs that body. `nornir vector embed --device cpu` must give ALiBi attention as NumPy
+      computes it in float64 from the definition (softmax(q k^T / sqrt(d) - slope |i - j|) v over
+      the kept keys, biases added), mean-pooled and normalised, and not the body's vectors; texts
+      embedded in one padded batch must equal the same texts embedded alone; and onnxruntime in
+      Python, which has no such kernel, must run the body.
+
+Texts of 3 to 700 tokens cross the kernel's tiles (256 queries x 512 keys). Prints one JSON
+object; exits 1 when not ok. Run it with the bench venv's Python (numpy, onnx, onnxruntime,
+tokenizers).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+HOME = Path(os.environ.get("NORNIR_HOME", Path.home() / ".cache" / "nornir"))
+TOKENIZER = HOME / "models" / "all-MiniLM-L6-v2" / "tokenizer.json"
+HEADS, HEAD = 4, 8
+WIDTH = HEADS * HEAD
+WORDS = "the cat sat on a mat and looked at its house near an old tree by river".split()
+LENGTHS = [3, 40, 255, 257, 600, 700]
+
+
+def slopes(n):
+    """ALiBi's slopes for a power-of-two head count: start^1 .. start^n, start = 2^(-8/n)."""
+    start = 2 ** (-8 / n)
+    return np.array([start ** (i + 1) for i in range(n)])
+
+
+def write_folder(folder, rng):
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = json.loads(TOKENIZER.read_text())["model"]["vocab"]
+    w = {
+        "embedding": rng.standard_normal((len(vocab), WIDTH)).astype(np.float32),
+        "wq": (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32),
+        "wk": (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32),
+        "wv": (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32),
+        "qkv_bias": (0.1 * rng.standard_normal(3 * WIDTH)).astype(np.float32),
+        "negative_slopes": (-slopes(HEADS)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Gather", ["embedding", "input_ids"], ["x"]),
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("MatMul", ["x", "wv"], ["v"]),
+        helper.make_node("AlibiAttention", ["q", "k", "v", "attention_mask", "negative_slopes", "qkv_bias"],
+                         ["last_hidden_state"], domain="ai.nornir"),
+    ]
+    # The body a runtime without nornir's kernel runs: the values as they are (not attention).
+    body = helper.make_function("ai.nornir", "AlibiAttention",
+                                ["query", "key", "value", "attention_mask", "negative_slopes", "qkv_bias"], ["y"],
+                                [helper.make_node("Identity", ["value"], ["y"])], [helper.make_opsetid("", 17)])
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
+              for n in ("input_ids", "attention_mask")]
+    output = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", WIDTH])
+    graph = helper.make_graph(nodes, "alibi_kernel_check", inputs, [output],
+                              [onnx.numpy_helper.from_array(a, n) for n, a in w.items()])
+    model = helper.make_model(graph, functions=[body],
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.nornir", 1)])
+    model.ir_version = 8
+    onnx.save(model, folder / "model.onnx")
+    tok = json.loads(TOKENIZER.read_text())
+    tok["truncation"], tok["padding"] = None, None
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]))
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 1024}))
+    return w
+
+
+def texts():
+    """One text per length in LENGTHS tokens ([CLS], words, [SEP]; each word one token)."""
+    return [" ".join(WORDS[(j + k) % len(WORDS)] for j in range(n - 2)) for k, n in enumerate(LENGTHS)]
+
+
+def attention(w, ids):
+    """ALiBi attention of one text's tokens in float64, mean-pooled and normalised."""
+    x = w["embedding"][ids].astype(np.float64)
+    bias = w["qkv_bias"].astype(np.float64)
+    q, k, v = (x @ w[m].astype(np.float64) + bias[i * WIDTH:(i + 1) * WIDTH] for i, m in enumerate(("wq", "wk", "wv")))
+    n = len(ids)
+    distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+    out = np.zeros((n, WIDTH))
+    for h in range(HEADS):
+        cols = slice(h * HEAD, (h + 1) * HEAD)
+        scores = q[:, cols] @ k[:, cols].T / np.sqrt(HEAD) + w["negative_slopes"][h] * distance
+        p = np.exp(scores - scores.max(axis=1, keepdims=True))
+        out[:, cols] = (p / p.sum(axis=1, keepdims=True)) @ v[:, cols]
+    return normalised(out.mean(axis=0))
+
+
+def the_body(w, ids):
+    """What the function's body gives: the values (before their bias), mean-pooled and normalised."""
+    x = w["embedding"][ids].astype(np.float64)
+    return normalised((x @ w["wv"].astype(np.float64)).mean(axis=0))
+
+
+def normalised(v):
+    return v / np.linalg.norm(v)
+
+
+def embed(nornir, model, lines, out):
+    src = out.with_suffix(".txt")
+    src.write_text("".join(line + "\n" for line in lines))
+    subprocess.run([nornir, "vector", "embed", "--quiet", "--device", "cpu", "--format", "f32", "--model", str(model),
+                    "--input", str(src), "--output", str(out)], check=True)
+    return np.fromfile(out, dtype="<f4").reshape(len(lines), WIDTH)
+
+
+def run_alibi(nornir, work):
+    from tokenizers import Tokenizer
+    import onnxruntime as ort
+
+    work = Path(work)
+    model = work / "alibi-kernel-model"
+    w = write_folder(model, np.random.default_rng(11))
+    lines = texts()
+    tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
+    ids = [tokenizer.encode(t).ids for t in lines]
+    batched = embed(nornir, model, lines, work / "batched.f32")
+    alone = np.concatenate([embed(nornir, model, [t], work / f"alone-{i}.f32") for i, t in enumerate(lines)])
+    want = np.array([attention(w, i) for i in ids])
+    body = np.array([the_body(w, i) for i in ids])
+    session = ort.InferenceSession(str(model / "model.onnx"), providers=["CPUExecutionProvider"])
+    python = session.run(None, {"input_ids": np.array([ids[0]]), "attention_mask": np.ones((1, len(ids[0])), np.int64)})[0]
+    result = {
+        "tokens": [len(i) for i in ids],
+        "max_abs_diff_to_attention": float(np.abs(batched - want).max()),
+        "min_abs_diff_to_the_body": float(np.abs(batched - body).max(axis=1).min()),
+        "batched_vs_alone_max_abs_diff": float(np.abs(batched - alone).max()),
+        "python_onnxruntime_runs_the_body": float(np.abs(normalised(python[0].mean(axis=0)) - body[0]).max()),
+    }
+    result["ok"] = bool(result["tokens"] == LENGTHS and result["max_abs_diff_to_attention"] < 1e-5
+                        and result["min_abs_diff_to_the_body"] > 1e-2 and result["batched_vs_alone_max_abs_diff"] < 1e-6
+                        and result["python_onnxruntime_runs_the_body"] < 1e-5)
+    return result
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] != "alibi":
+        sys.exit(__doc__)
+    result = run_alibi(sys.argv[2], sys.argv[3])
+    print(json.dumps(result, indent=1))
+    sys.exit(0 if result["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()
