@@ -8,8 +8,9 @@
       kernel runs that body. `nornir vector embed --device cpu` must give ALiBi attention as NumPy
       computes it in float64 from the definition (softmax(q k^T / sqrt(d) - slope |i - j|) v over
       the kept keys, biases added), mean-pooled and normalised, and not the body's vectors; texts
-      embedded in one padded batch must equal the same texts embedded alone; and onnxruntime in
-      Python, which has no such kernel, must run the body.
+      embedded in one padded batch must equal the same texts embedded alone; onnxruntime in
+      Python, which has no such kernel, must run the body; and `nornir vector quantize` must make
+      the folder int8 (its calibration reads the shapes after the node) with vectors near.
 
 Texts of 3 to 700 tokens cross the kernel's tiles (256 queries x 512 keys). Prints one JSON
 object; exits 1 when not ok. Run it with the bench venv's Python (numpy, onnx, onnxruntime,
@@ -30,6 +31,7 @@ HOME = Path(os.environ.get("NORNIR_HOME", Path.home() / ".cache" / "nornir"))
 TOKENIZER = HOME / "models" / "all-MiniLM-L6-v2" / "tokenizer.json"
 HEADS, HEAD = 4, 8
 WIDTH = HEADS * HEAD
+EPS = 1e-5
 WORDS = "the cat sat on a mat and looked at its house near an old tree by river".split()
 LENGTHS = [3, 40, 255, 257, 600, 700]
 
@@ -50,9 +52,12 @@ def write_folder(folder, rng):
         "wv": (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32),
         "qkv_bias": (0.1 * rng.standard_normal(3 * WIDTH)).astype(np.float32),
         "negative_slopes": (-slopes(HEADS)).astype(np.float32),
+        "norm_scale": (1 + 0.1 * rng.standard_normal(WIDTH)).astype(np.float32),
+        "norm_shift": (0.1 * rng.standard_normal(WIDTH)).astype(np.float32),
     }
     nodes = [
-        helper.make_node("Gather", ["embedding", "input_ids"], ["x"]),
+        helper.make_node("Gather", ["embedding", "input_ids"], ["embedded"]),
+        helper.make_node("LayerNormalization", ["embedded", "norm_scale", "norm_shift"], ["x"], axis=-1, epsilon=EPS),
         helper.make_node("MatMul", ["x", "wq"], ["q"]),
         helper.make_node("MatMul", ["x", "wk"], ["k"]),
         helper.make_node("MatMul", ["x", "wv"], ["v"]),
@@ -91,9 +96,16 @@ def texts():
     return [" ".join(WORDS[(j + k) % len(WORDS)] for j in range(n - 2)) for k, n in enumerate(LENGTHS)]
 
 
+def normed(w, ids):
+    """The layer norm of the tokens' embedding rows, in float64."""
+    e = w["embedding"][ids].astype(np.float64)
+    e = (e - e.mean(axis=1, keepdims=True)) / np.sqrt(e.var(axis=1, keepdims=True) + EPS)
+    return e * w["norm_scale"] + w["norm_shift"]
+
+
 def attention(w, ids):
     """ALiBi attention of one text's tokens in float64, mean-pooled and normalised."""
-    x = w["embedding"][ids].astype(np.float64)
+    x = normed(w, ids)
     bias = w["qkv_bias"].astype(np.float64)
     q, k, v = (x @ w[m].astype(np.float64) + bias[i * WIDTH:(i + 1) * WIDTH] for i, m in enumerate(("wq", "wk", "wv")))
     n = len(ids)
@@ -109,7 +121,7 @@ def attention(w, ids):
 
 def the_body(w, ids):
     """What the function's body gives: the values (before their bias), mean-pooled and normalised."""
-    x = w["embedding"][ids].astype(np.float64)
+    x = normed(w, ids)
     return normalised((x @ w["wv"].astype(np.float64)).mean(axis=0))
 
 
@@ -141,8 +153,13 @@ def run_alibi(nornir, work):
     body = np.array([the_body(w, i) for i in ids])
     session = ort.InferenceSession(str(model / "model.onnx"), providers=["CPUExecutionProvider"])
     python = session.run(None, {"input_ids": np.array([ids[0]]), "attention_mask": np.ones((1, len(ids[0])), np.int64)})[0]
+    # The quantizer's calibration reads the shapes after the node (the kernel infers its output's).
+    subprocess.run([nornir, "vector", "quantize", "--quiet", "--model", str(model), "--output", str(work / "int8")],
+                   check=True)
+    int8 = embed(nornir, work / "int8", lines, work / "int8.f32")
     result = {
         "tokens": [len(i) for i in ids],
+        "int8_min_cosine_to_float32": float((int8 * batched).sum(axis=1).min()),
         "max_abs_diff_to_attention": float(np.abs(batched - want).max()),
         "min_abs_diff_to_the_body": float(np.abs(batched - body).max(axis=1).min()),
         "batched_vs_alone_max_abs_diff": float(np.abs(batched - alone).max()),
@@ -150,7 +167,8 @@ def run_alibi(nornir, work):
     }
     result["ok"] = bool(result["tokens"] == LENGTHS and result["max_abs_diff_to_attention"] < 1e-5
                         and result["min_abs_diff_to_the_body"] > 1e-2 and result["batched_vs_alone_max_abs_diff"] < 1e-6
-                        and result["python_onnxruntime_runs_the_body"] < 1e-5)
+                        and result["python_onnxruntime_runs_the_body"] < 1e-5
+                        and result["int8_min_cosine_to_float32"] > 0.99)
     return result
 
 

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ort::operator::{
     BoxedKernel, ComputeContext, KernelContext, Operator, OperatorDomain, OperatorInput, OperatorOutput,
+    ShapeInferenceContext,
 };
 use ort::value::TensorElementType;
 
@@ -75,6 +76,16 @@ impl Operator for AlibiAttention {
 
     fn outputs(&self) -> impl IntoIterator<Item = OperatorOutput> {
         [OperatorOutput::required(TensorElementType::Float32)]
+    }
+
+    /// The output is the query's type and shape: without this, ONNX Runtime knows nothing of the
+    /// shapes after the node (a graph output added after it, as the quantizer's calibration adds
+    /// one, would have no rank).
+    fn infer_shape(&self, ctx: &mut ShapeInferenceContext) -> ort::Result<()> {
+        match ctx.inputs().into_iter().next() {
+            Some(query) => ctx.set_output(0, &query),
+            None => Ok(()),
+        }
     }
 
     fn create_kernel<'attr>(&self, _: &KernelContext<'attr>) -> ort::Result<Self::Kernel<'attr>> {
