@@ -1,7 +1,8 @@
 //! A defence against machines whose `/dev/null` is a regular file.
 //!
 //! Some CI containers have a plain file at `/dev/null` that keeps whatever was "discarded" into
-//! it. Cargo probes the compiler with its stdin from `/dev/null` (`rustc - --print=cfg ...`), and
+//! it (nornir itself made one, run as root, until `--output /dev/null` was written in place
+//! rather than renamed onto: `crates/cli/src/output.rs`). Cargo probes the compiler with its stdin from `/dev/null` (`rustc - --print=cfg ...`), and
 //! rustix's build script discards its probe's warnings there, so the next probe reads those
 //! warnings as source and fails with "failed to run `rustc` to learn about target-specific
 //! information". Cargo probes again whenever the compiler's fingerprint changes, which is each

@@ -20,7 +20,8 @@ pub enum OutputFormat {
     Npz,
 }
 
-/// Where the output goes: stdout, or a temporary file renamed onto the target on success.
+/// Where the output goes: stdout, a device or pipe written in place, or a temporary file renamed
+/// onto the target on success.
 pub struct Sink {
     out: BufWriter<Box<dyn Write>>,
     target: Option<(PathBuf, PathBuf)>,
@@ -38,6 +39,15 @@ impl Sink {
                 let name = p.file_name().with_context(|| format!("{} is not a file path", p.display()))?;
                 if p.is_dir() {
                     anyhow::bail!("--output {} is a folder: give a file path inside it", p.display());
+                }
+                if std::fs::metadata(p).is_ok_and(|m| !m.is_file()) {
+                    // A device or a pipe (/dev/null, a FIFO) is written in place: renaming a
+                    // temporary file onto it would replace it with a regular file.
+                    let file = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(p)
+                        .with_context(|| format!("cannot write to --output {}", p.display()))?;
+                    return Ok(Self { out: BufWriter::with_capacity(1 << 20, Box::new(file)), target: None });
                 }
                 let tmp = dir.join(format!(".{}.nornir-{}.tmp", name.to_string_lossy(), std::process::id()));
                 let file = std::fs::File::create(&tmp)
@@ -236,6 +246,42 @@ impl RowWriter {
             npy.finish().context("finish .npy")?;
         }
         self.sink.finish()
+    }
+}
+
+#[cfg(test)]
+mod sink_tests {
+    use super::*;
+    use std::os::unix::fs::FileTypeExt;
+
+    /// `--output /dev/null` writes to the device; before, the finished output was renamed onto
+    /// it, which (run as root) replaced /dev/null with a regular file for the whole machine.
+    #[test]
+    fn a_device_is_written_in_place_and_stays_a_device() {
+        let null = Path::new("/dev/null");
+        if !std::fs::metadata(null).is_ok_and(|m| m.file_type().is_char_device()) {
+            eprintln!("skipped: /dev/null is not a character device on this machine");
+            return;
+        }
+        let mut sink = Sink::open(Some(null)).expect("open /dev/null");
+        sink.writer().write_all(b"discarded").expect("write");
+        sink.finish().expect("finish");
+        assert!(std::fs::metadata(null).expect("stat").file_type().is_char_device());
+    }
+
+    /// A regular file appears only when finished, and nothing is left when not.
+    #[test]
+    fn a_file_appears_when_finished_and_never_half_written() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let path = t.path().join("out.f32");
+        let mut sink = Sink::open(Some(&path)).expect("open");
+        sink.writer().write_all(b"rows").expect("write");
+        assert!(!path.exists());
+        sink.finish().expect("finish");
+        assert_eq!(std::fs::read(&path).expect("read"), b"rows");
+        let other = t.path().join("dropped.f32");
+        drop(Sink::open(Some(&other)).expect("open"));
+        assert_eq!(std::fs::read_dir(t.path()).expect("list").count(), 1, "only out.f32 is left");
     }
 }
 
