@@ -16,9 +16,9 @@ use ort::value::TensorElementType;
 pub(crate) const DOMAIN: &str = "ai.nornir";
 
 /// The operators of [`DOMAIN`], sharing `threads` threads (the embedder's) with the runs beside
-/// theirs.
-pub(crate) fn operators(threads: usize) -> ort::Result<OperatorDomain> {
-    OperatorDomain::new(DOMAIN)?.add(AlibiAttention { threads })
+/// theirs, each of which computes on up to `intra_threads` (its session's).
+pub(crate) fn operators(threads: usize, intra_threads: usize) -> ort::Result<OperatorDomain> {
+    OperatorDomain::new(DOMAIN)?.add(AlibiAttention { share: Share { threads, intra_threads } })
 }
 
 /// Session runs in flight in this process (`forward/shared_run.rs` counts them).
@@ -40,19 +40,32 @@ impl Drop for InFlight {
     }
 }
 
-/// The threads a kernel call takes out of `threads`: all but one per other run in flight (each
-/// of which computes on its own thread). A lone long text then has every core in its attention,
-/// as two texts side by side have one each.
-fn free_threads(threads: usize) -> usize {
-    let others = RUNS_IN_FLIGHT.load(Ordering::Relaxed).saturating_sub(1);
-    threads.saturating_sub(others).max(1)
+/// The threads nornir's kernels may use, and what each other run in flight takes of them.
+#[derive(Clone, Copy)]
+struct Share {
+    threads: usize,
+    intra_threads: usize,
+}
+
+impl Share {
+    /// The threads a kernel call takes: what the other runs in flight leave, each counted at its
+    /// session's intra-op threads, and at least one. A lone long text then has every core in its
+    /// attention, as runs side by side have their share.
+    fn free(self) -> usize {
+        let others = RUNS_IN_FLIGHT.load(Ordering::Relaxed).saturating_sub(1);
+        free_threads(self.threads, self.intra_threads, others)
+    }
+}
+
+fn free_threads(threads: usize, intra_threads: usize, others: usize) -> usize {
+    threads.saturating_sub(others.saturating_mul(intra_threads.max(1))).max(1)
 }
 
 /// JinaBERT's attention: `nornir_kernels::alibi_attention` (inputs `query`, `key`, `value`,
 /// `attention_mask`, `negative_slopes`, optional `qkv_bias`; the converter's `network/alibi.rs`
 /// writes the node and its function).
 struct AlibiAttention {
-    threads: usize,
+    share: Share,
 }
 
 impl Operator for AlibiAttention {
@@ -89,8 +102,8 @@ impl Operator for AlibiAttention {
     }
 
     fn create_kernel<'attr>(&self, _: &KernelContext<'attr>) -> ort::Result<Self::Kernel<'attr>> {
-        let threads = self.threads;
-        Ok(Box::new(move |ctx: &ComputeContext| alibi_attention(ctx, free_threads(threads))))
+        let share = self.share;
+        Ok(Box::new(move |ctx: &ComputeContext| alibi_attention(ctx, share.free())))
     }
 }
 
@@ -130,4 +143,20 @@ fn alibi_attention(ctx: &ComputeContext, threads: usize) -> ort::Result<()> {
     let size = |d: i64| usize::try_from(d).map_err(|_| refused(format!("a negative size {d}")));
     nornir_kernels::alibi_attention(size(batch)?, size(sequence)?, &inputs, output, threads)
         .map_err(|e| ort::Error::new(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::free_threads;
+
+    #[test]
+    fn a_kernel_call_takes_the_threads_the_other_runs_leave() {
+        // 2 threads, two workers of one intra-op thread each (the default on 2 cores).
+        assert_eq!(free_threads(2, 1, 0), 2);
+        assert_eq!(free_threads(2, 1, 1), 1);
+        // 16 threads, 8 workers of 9 intra-op threads: one other run leaves 7, more leave 1.
+        assert_eq!((free_threads(16, 9, 0), free_threads(16, 9, 1), free_threads(16, 9, 5)), (16, 7, 1));
+        assert_eq!(free_threads(1, 1, 0), 1);
+        assert_eq!(free_threads(0, 0, usize::MAX), 1);
+    }
 }

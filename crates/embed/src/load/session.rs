@@ -147,7 +147,7 @@ fn base_builder(rt: &OrtRuntime, cfg: &SessionConfig<'_>, cpu_only: bool) -> Res
 /// a GPU session leaves them out, so ONNX Runtime runs their functions' standard bodies there
 /// instead of copying each layer's tensors to the CPU and back.
 fn with_nornir_kernels(b: SessionBuilder, cfg: &SessionConfig<'_>) -> Result<SessionBuilder> {
-    let operators = crate::load::kernels::operators(cfg.kernel_threads.max(1))
+    let operators = crate::load::kernels::operators(cfg.kernel_threads.max(1), cfg.intra_threads)
         .map_err(|e| EmbedError::session_because(cfg.model, e))?;
     b.with_operators(operators).map_err(|e| EmbedError::session_because(cfg.model, e))
 }
