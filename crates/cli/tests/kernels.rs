@@ -7,7 +7,7 @@ mod common;
 use common::s;
 
 #[test]
-#[ignore = "needs the ONNX Runtime builds, models and venv that `cargo xtask test` fetches"]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn a_cpu_session_runs_nornirs_alibi_kernel_and_other_runtimes_the_function_body() {
     nornir_test_support::needs_assets!();
     let t = tempfile::tempdir().expect("tempdir");
