@@ -2,6 +2,8 @@
 //! in place of the portable function bodies a converted graph carries, and a runtime without them
 //! runs the bodies (scripts/kernel_check.py, whose model's body is deliberately not attention).
 
+#![cfg(feature = "embed-ort")]
+
 mod common;
 
 use common::s;
