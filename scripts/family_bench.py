@@ -202,6 +202,12 @@ def write_source(folder, family, max_length):
         cfg, w = base_checkpoint(family, np.random.default_rng(7))
         (folder / "config.json").write_text(json.dumps(cfg))
         cr.write_safetensors(folder / "model.safetensors", w, "F32")
+    write_mean_pooling_files(folder, max_length)
+
+
+def write_mean_pooling_files(folder, max_length):
+    """The default tokenizer (no truncation or padding) and a mean-pooling, normalising
+    sentence-transformers configuration of `max_length` tokens, beside a model in `folder`."""
     tok = json.loads(TOKENIZER.read_text())
     tok["truncation"], tok["padding"] = None, None
     (folder / "tokenizer.json").write_text(json.dumps(tok))

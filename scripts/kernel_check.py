@@ -18,7 +18,6 @@ tokenizers).
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,8 +26,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-HOME = Path(os.environ.get("NORNIR_HOME", Path.home() / ".cache" / "nornir"))
-TOKENIZER = HOME / "models" / "all-MiniLM-L6-v2" / "tokenizer.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import family_bench  # noqa: E402  (the sentence-transformers files beside a model)
+
+TOKENIZER = family_bench.TOKENIZER
 HEADS, HEAD = 4, 8
 WIDTH = HEADS * HEAD
 EPS = 1e-5
@@ -77,17 +78,7 @@ def write_folder(folder, rng):
                               opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.nornir", 1)])
     model.ir_version = 8
     onnx.save(model, folder / "model.onnx")
-    tok = json.loads(TOKENIZER.read_text())
-    tok["truncation"], tok["padding"] = None, None
-    (folder / "tokenizer.json").write_text(json.dumps(tok))
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-    ]))
-    (folder / "1_Pooling").mkdir(exist_ok=True)
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
-    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 1024}))
+    family_bench.write_mean_pooling_files(folder, 1024)
     return w
 
 

@@ -418,13 +418,8 @@ impl Graph {
         m.ir_version = Some(8);
         m.producer_name = Some("nornir-convert".to_owned());
         m.producer_version = Some(producer_version.to_owned());
-        for (domain, version) in [("", OPSET), (MS_DOMAIN, 1)] {
-            let mut o = OperatorSetIdProto::new();
-            o.domain = Some(domain.to_owned());
-            o.version = Some(version);
-            m.opset_import.push(o);
-        }
-        m.functions = self.take_functions();
+        m.opset_import = vec![function::opset("", OPSET), function::opset(MS_DOMAIN, 1)];
+        m.functions = std::mem::take(&mut self.functions);
         if !m.functions.is_empty() {
             m.opset_import.push(function::opset(NORNIR_DOMAIN, 1));
         }

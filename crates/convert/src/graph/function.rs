@@ -41,11 +41,6 @@ impl Graph {
         f.opset_import = [("", OPSET), (MS_DOMAIN, 1)].into_iter().map(|(d, v)| opset(d, v)).collect();
         self.functions.push(f);
     }
-
-    /// The functions defined so far, for the model.
-    pub(super) fn take_functions(&mut self) -> Vec<FunctionProto> {
-        std::mem::take(&mut self.functions)
-    }
 }
 
 /// `Constant(value = t)`, writing `t`'s name.
