@@ -1,8 +1,9 @@
 //! nornir's own CPU kernels: plain Rust over slices, without ONNX Runtime (the embedder registers
 //! them as operators). [`alibi_attention`] is JinaBERT's attention in tiles with an online
-//! softmax: memory holds one tile of scores per thread, never the queries x keys matrix.
+//! softmax: memory holds one tile of scores per thread, never the queries x keys matrix;
+//! [`attention`] is the same without ALiBi's bias (every other family's global layers).
 
 mod alibi;
 mod lanes;
 
-pub use alibi::{AlibiInputs, AttentionShapeError, alibi_attention};
+pub use alibi::{AlibiInputs, AttentionInputs, AttentionShapeError, alibi_attention, attention};

@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use nornir_kernels::AttentionInputs;
 use ort::operator::{
     BoxedKernel, ComputeContext, KernelContext, Operator, OperatorDomain, OperatorInput, OperatorOutput,
     ShapeInferenceContext,
@@ -18,7 +19,10 @@ pub(crate) const DOMAIN: &str = "ai.nornir";
 /// The operators of [`DOMAIN`], sharing `threads` threads (the embedder's) with the runs beside
 /// theirs, each of which computes on up to `intra_threads` (its session's).
 pub(crate) fn operators(threads: usize, intra_threads: usize) -> ort::Result<OperatorDomain> {
-    OperatorDomain::new(DOMAIN)?.add(AlibiAttention { share: Share { threads, intra_threads } })
+    let share = Share { threads, intra_threads };
+    OperatorDomain::new(DOMAIN)?
+        .add(TiledAttention { share, bias: PositionBias::Alibi })?
+        .add(TiledAttention { share, bias: PositionBias::None })
 }
 
 /// Session runs in flight in this process (`forward/shared_run.rs` counts them).
@@ -61,30 +65,41 @@ fn free_threads(threads: usize, intra_threads: usize, others: usize) -> usize {
     threads.saturating_sub(others.saturating_mul(intra_threads.max(1))).max(1)
 }
 
-/// JinaBERT's attention: `nornir_kernels::alibi_attention` (inputs `query`, `key`, `value`,
-/// `attention_mask`, `negative_slopes`, optional `qkv_bias`; the converter's `network/alibi.rs`
-/// writes the node and its function).
-struct AlibiAttention {
-    share: Share,
+/// What an attention operator adds to its scores besides the padding.
+#[derive(Clone, Copy, PartialEq)]
+enum PositionBias {
+    /// `AlibiAttention` (JinaBERT; the converter's `network/alibi.rs`): inputs `query`, `key`,
+    /// `value`, `attention_mask`, `negative_slopes`, optional `qkv_bias`.
+    Alibi,
+    /// `Attention` (every other encoder's global layers; `network/padded.rs`): inputs `query`,
+    /// `key`, `value`, `attention_mask`, optional `qkv_bias`, and the `num_heads` attribute.
+    None,
 }
 
-impl Operator for AlibiAttention {
+/// nornir's tiled attention kernel (`nornir_kernels`) as one of the [`DOMAIN`] operators.
+struct TiledAttention {
+    share: Share,
+    bias: PositionBias,
+}
+
+impl Operator for TiledAttention {
     type Kernel<'attr> = BoxedKernel<'attr>;
 
     fn name(&self) -> &str {
-        "AlibiAttention"
+        match self.bias {
+            PositionBias::Alibi => "AlibiAttention",
+            PositionBias::None => "Attention",
+        }
     }
 
     fn inputs(&self) -> impl IntoIterator<Item = OperatorInput> {
         let f32 = || OperatorInput::required(TensorElementType::Float32);
-        [
-            f32(),
-            f32(),
-            f32(),
-            OperatorInput::required(TensorElementType::Int64),
-            f32(),
-            OperatorInput::optional(TensorElementType::Float32),
-        ]
+        let mut inputs = vec![f32(), f32(), f32(), OperatorInput::required(TensorElementType::Int64)];
+        if self.bias == PositionBias::Alibi {
+            inputs.push(f32());
+        }
+        inputs.push(OperatorInput::optional(TensorElementType::Float32));
+        inputs
     }
 
     fn outputs(&self) -> impl IntoIterator<Item = OperatorOutput> {
@@ -101,20 +116,30 @@ impl Operator for AlibiAttention {
         }
     }
 
-    fn create_kernel<'attr>(&self, _: &KernelContext<'attr>) -> ort::Result<Self::Kernel<'attr>> {
+    fn create_kernel<'attr>(&self, info: &KernelContext<'attr>) -> ort::Result<Self::Kernel<'attr>> {
         let share = self.share;
-        Ok(Box::new(move |ctx: &ComputeContext| alibi_attention(ctx, share.free())))
+        let heads = match self.bias {
+            PositionBias::Alibi => None,
+            PositionBias::None => {
+                let heads = info.get::<i64>("num_heads").ok_or_else(|| refused("no num_heads attribute".to_owned()))?;
+                Some(usize::try_from(heads).map_err(|_| refused(format!("num_heads is {heads}")))?)
+            }
+        };
+        Ok(Box::new(move |ctx: &ComputeContext| tiled_attention(ctx, heads, share.free())))
     }
 }
 
 fn refused(message: String) -> ort::Error {
-    ort::Error::new(format!("nornir AlibiAttention: {message}"))
+    ort::Error::new(format!("nornir attention: {message}"))
 }
 
-fn alibi_attention(ctx: &ComputeContext, threads: usize) -> ort::Result<()> {
+/// One call: ALiBi's when `heads` is `None` (the slopes give the heads), else without a bias.
+fn tiled_attention(ctx: &ComputeContext, heads: Option<usize>, threads: usize) -> ort::Result<()> {
     let input = |i: usize| ctx.input(i)?.ok_or_else(|| refused(format!("input {i} is missing")));
-    let (query, key, value, mask, slopes) = (input(0)?, input(1)?, input(2)?, input(3)?, input(4)?);
-    let bias = if ctx.num_inputs()? > 5 { ctx.input(5)? } else { None };
+    let (query, key, value, mask) = (input(0)?, input(1)?, input(2)?, input(3)?);
+    let slopes = if heads.is_none() { Some(input(4)?) } else { None };
+    let bias_at = if heads.is_none() { 5 } else { 4 };
+    let bias = if ctx.num_inputs()? > bias_at { ctx.input(bias_at)? } else { None };
     let (shape, query) = query.try_extract_tensor::<f32>()?;
     let dims: Vec<i64> = shape.to_vec();
     let [batch, sequence, _] = dims[..] else {
@@ -124,12 +149,11 @@ fn alibi_attention(ctx: &ComputeContext, threads: usize) -> ort::Result<()> {
     if mask_shape[..] != [batch, sequence] {
         return Err(refused(format!("the mask is {:?}, not [{batch}, {sequence}]", &mask_shape[..])));
     }
-    let inputs = nornir_kernels::AlibiInputs {
+    let inputs = AttentionInputs {
         query,
         key: key.try_extract_tensor::<f32>()?.1,
         value: value.try_extract_tensor::<f32>()?.1,
         attention_mask,
-        negative_slopes: slopes.try_extract_tensor::<f32>()?.1,
         qkv_bias: match &bias {
             Some(b) => Some(b.try_extract_tensor::<f32>()?.1),
             None => None,
@@ -141,8 +165,17 @@ fn alibi_attention(ctx: &ComputeContext, threads: usize) -> ort::Result<()> {
         return Ok(());
     }
     let size = |d: i64| usize::try_from(d).map_err(|_| refused(format!("a negative size {d}")));
-    nornir_kernels::alibi_attention(size(batch)?, size(sequence)?, &inputs, output, threads)
-        .map_err(|e| ort::Error::new(e.to_string()))
+    let (batch, sequence) = (size(batch)?, size(sequence)?);
+    let done = match (heads, slopes) {
+        (Some(heads), _) => nornir_kernels::attention(batch, sequence, heads, &inputs, output, threads),
+        (None, Some(slopes)) => {
+            let negative_slopes = slopes.try_extract_tensor::<f32>()?.1;
+            let with = nornir_kernels::AlibiInputs { attention: inputs, negative_slopes };
+            nornir_kernels::alibi_attention(batch, sequence, &with, output, threads)
+        }
+        (None, None) => return Err(refused("no slopes".to_owned())),
+    };
+    done.map_err(|e| ort::Error::new(e.to_string()))
 }
 
 #[cfg(test)]

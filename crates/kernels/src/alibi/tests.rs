@@ -51,14 +51,14 @@ impl Case {
     }
 
     fn inputs(&self) -> AlibiInputs<'_> {
-        AlibiInputs {
+        let attention = AttentionInputs {
             query: &self.q,
             key: &self.k,
             value: &self.v,
             attention_mask: &self.mask,
-            negative_slopes: &self.slopes,
             qkv_bias: self.bias.as_deref(),
-        }
+        };
+        AlibiInputs { attention, negative_slopes: &self.slopes }
     }
 
     fn tiled(&self, threads: usize, tiles: Tiles) -> Vec<f32> {
@@ -182,7 +182,7 @@ fn sizes_that_disagree_are_refused_without_writing() {
     let c = Case::new(1, 6, 2, 4, true);
     let mut out = vec![7.0; c.q.len()];
     let mut bad = c.inputs();
-    bad.key = &c.k[1..];
+    bad.attention.key = &c.k[1..];
     let e = alibi_attention(1, 6, &bad, &mut out, 1).unwrap_err().to_string();
     assert!(e.contains("key has 47 values"), "{e}");
     let mut bad = c.inputs();
@@ -190,9 +190,30 @@ fn sizes_that_disagree_are_refused_without_writing() {
     assert!(alibi_attention(1, 6, &bad, &mut out, 1).is_err());
     let short_bias = [0.0; 5];
     let mut bad = c.inputs();
-    bad.qkv_bias = Some(&short_bias);
+    bad.attention.qkv_bias = Some(&short_bias);
     assert!(alibi_attention(1, 6, &bad, &mut out, 1).unwrap_err().to_string().contains("qkv_bias"));
     assert!(alibi_attention(0, 6, &c.inputs(), &mut out, 1).is_err());
     assert!(alibi_attention(usize::MAX, 6, &c.inputs(), &mut out, 1).is_err());
     assert!(out.iter().all(|x| *x == 7.0));
+}
+
+#[test]
+fn attention_without_a_bias_is_the_whole_matrix_softmax_and_refuses_a_wrong_head_count() {
+    let mut c = Case::new(2, 70, 3, 8, true);
+    c.slopes.fill(0.0);
+    c.mask[120..].fill(0);
+    let want = c.whole_matrix();
+    let x =
+        AttentionInputs { query: &c.q, key: &c.k, value: &c.v, attention_mask: &c.mask, qkv_bias: c.bias.as_deref() };
+    let mut got = vec![f32::NAN; c.q.len()];
+    attention(2, 70, 3, &x, &mut got, 2).unwrap();
+    assert!(worst(&got, &want, |_| true, 24) < 2e-6);
+    // Slopes that are not 0 give other values: the test sees a bias that is there.
+    c.slopes.fill(-0.5);
+    assert!(worst(&got, &c.whole_matrix(), |_| true, 24) > 1e-2);
+    let mut out = vec![7.0; c.q.len()];
+    for heads in [0, 5, usize::MAX] {
+        assert!(attention(2, 70, heads, &x, &mut out, 1).is_err(), "{heads} heads");
+    }
+    assert!(out.iter().all(|v| *v == 7.0));
 }
