@@ -12,6 +12,12 @@
       Python, which has no such kernel, must run the body; and `nornir vector quantize` must make
       the folder int8 (its calibration reads the shapes after the node) with vectors near.
 
+  kernel_check.py attention NORNIR WORK
+      the same for `ai.nornir.Attention` (the converter writes one per global layer of every other
+      encoder family): inputs without the slopes, the `num_heads` attribute, and attention without
+      ALiBi's bias as the reference; and the model with a `num_heads` its width does not divide
+      must be refused in one line (exit 2), writing nothing.
+
 Texts of 3 to 700 tokens cross the kernel's tiles (256 queries x 512 keys). Prints one JSON
 object; exits 1 when not ok. Run it with the bench venv's Python (numpy, onnx, onnxruntime,
 tokenizers).
@@ -43,7 +49,8 @@ def slopes(n):
     return np.array([start ** (i + 1) for i in range(n)])
 
 
-def write_folder(folder, rng):
+def write_folder(folder, rng, op):
+    """The model folder for operator `op` ("AlibiAttention" or "Attention"); its weights."""
     folder.mkdir(parents=True, exist_ok=True)
     vocab = json.loads(TOKENIZER.read_text())["model"]["vocab"]
     w = {
@@ -62,13 +69,15 @@ def write_folder(folder, rng):
         helper.make_node("MatMul", ["x", "wq"], ["q"]),
         helper.make_node("MatMul", ["x", "wk"], ["k"]),
         helper.make_node("MatMul", ["x", "wv"], ["v"]),
-        helper.make_node("AlibiAttention", ["q", "k", "v", "attention_mask", "negative_slopes", "qkv_bias"],
-                         ["last_hidden_state"], domain="ai.nornir"),
     ]
+    alibi = op == "AlibiAttention"
+    actual = ["q", "k", "v", "attention_mask"] + (["negative_slopes"] if alibi else []) + ["qkv_bias"]
+    attributes = {} if alibi else {"num_heads": HEADS}
+    nodes.append(helper.make_node(op, actual, ["last_hidden_state"], domain="ai.nornir", **attributes))
+    formal = ["query", "key", "value", "attention_mask"] + (["negative_slopes"] if alibi else []) + ["qkv_bias"]
     # The body a runtime without nornir's kernel runs: the values as they are (not attention).
-    body = helper.make_function("ai.nornir", "AlibiAttention",
-                                ["query", "key", "value", "attention_mask", "negative_slopes", "qkv_bias"], ["y"],
-                                [helper.make_node("Identity", ["value"], ["y"])], [helper.make_opsetid("", 17)])
+    body = helper.make_function("ai.nornir", op, formal, ["y"], [helper.make_node("Identity", ["value"], ["y"])],
+                                [helper.make_opsetid("", 17)], attributes=list(attributes))
     inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
               for n in ("input_ids", "attention_mask")]
     output = helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", WIDTH])
@@ -94,13 +103,14 @@ def normed(w, ids):
     return e * w["norm_scale"] + w["norm_shift"]
 
 
-def attention(w, ids):
-    """ALiBi attention of one text's tokens in float64, mean-pooled and normalised."""
+def attention(w, ids, alibi):
+    """Attention of one text's tokens in float64 (with ALiBi's bias where `alibi`), mean-pooled
+    and normalised."""
     x = normed(w, ids)
     bias = w["qkv_bias"].astype(np.float64)
     q, k, v = (x @ w[m].astype(np.float64) + bias[i * WIDTH:(i + 1) * WIDTH] for i, m in enumerate(("wq", "wk", "wv")))
     n = len(ids)
-    distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+    distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :]) if alibi else np.zeros((n, n))
     out = np.zeros((n, WIDTH))
     for h in range(HEADS):
         cols = slice(h * HEAD, (h + 1) * HEAD)
@@ -128,19 +138,19 @@ def embed(nornir, model, lines, out):
     return np.fromfile(out, dtype="<f4").reshape(len(lines), WIDTH)
 
 
-def run_alibi(nornir, work):
+def run(op, nornir, work):
     from tokenizers import Tokenizer
     import onnxruntime as ort
 
     work = Path(work)
-    model = work / "alibi-kernel-model"
-    w = write_folder(model, np.random.default_rng(11))
+    model = work / f"{op}-kernel-model"
+    w = write_folder(model, np.random.default_rng(11), op)
     lines = texts()
     tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
     ids = [tokenizer.encode(t).ids for t in lines]
     batched = embed(nornir, model, lines, work / "batched.f32")
     alone = np.concatenate([embed(nornir, model, [t], work / f"alone-{i}.f32") for i, t in enumerate(lines)])
-    want = np.array([attention(w, i) for i in ids])
+    want = np.array([attention(w, i, op == "AlibiAttention") for i in ids])
     body = np.array([the_body(w, i) for i in ids])
     session = ort.InferenceSession(str(model / "model.onnx"), providers=["CPUExecutionProvider"])
     python = session.run(None, {"input_ids": np.array([ids[0]]), "attention_mask": np.ones((1, len(ids[0])), np.int64)})[0]
@@ -156,17 +166,37 @@ def run_alibi(nornir, work):
         "batched_vs_alone_max_abs_diff": float(np.abs(batched - alone).max()),
         "python_onnxruntime_runs_the_body": float(np.abs(normalised(python[0].mean(axis=0)) - body[0]).max()),
     }
+    if op == "Attention":
+        result["wrong_num_heads"] = wrong_num_heads(nornir, model, work)
     result["ok"] = bool(result["tokens"] == LENGTHS and result["max_abs_diff_to_attention"] < 1e-5
                         and result["min_abs_diff_to_the_body"] > 1e-2 and result["batched_vs_alone_max_abs_diff"] < 1e-6
                         and result["python_onnxruntime_runs_the_body"] < 1e-5
-                        and result["int8_min_cosine_to_float32"] > 0.99)
+                        and result["int8_min_cosine_to_float32"] > 0.99
+                        and result.get("wrong_num_heads", {"refused": True})["refused"])
     return result
 
 
+def wrong_num_heads(nornir, model, work):
+    """The model with `num_heads` 7 (its width, 32, is not 7 heads' multiple): refused in one
+    line with exit 2, and no output file."""
+    broken = work / "wrong-heads"
+    subprocess.run(["cp", "-r", str(model), str(broken)], check=True)
+    m = onnx.load(broken / "model.onnx")
+    next(n for n in m.graph.node if n.op_type == "Attention").attribute[0].i = 7
+    onnx.save(m, broken / "model.onnx")
+    out = work / "wrong-heads.f32"
+    done = subprocess.run([nornir, "vector", "embed", "--device", "cpu", "--model", str(broken), "--output", str(out),
+                           "a text"], capture_output=True, text=True)
+    lines = done.stderr.strip().splitlines()
+    return {"exit": done.returncode, "stderr": lines, "refused": done.returncode == 2 and len(lines) == 1
+            and "7 heads" in lines[0] and not out.exists()}
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] != "alibi":
+    ops = {"alibi": "AlibiAttention", "attention": "Attention"}
+    if len(sys.argv) != 4 or sys.argv[1] not in ops:
         sys.exit(__doc__)
-    result = run_alibi(sys.argv[2], sys.argv[3])
+    result = run(ops[sys.argv[1]], sys.argv[2], sys.argv[3])
     print(json.dumps(result, indent=1))
     sys.exit(0 if result["ok"] else 1)
 

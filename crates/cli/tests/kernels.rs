@@ -12,10 +12,22 @@ use common::s;
 #[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn a_cpu_session_runs_nornirs_alibi_kernel_and_other_runtimes_the_function_body() {
     nornir_test_support::needs_assets!();
-    let t = tempfile::tempdir().expect("tempdir");
-    let r = common::reference_script("kernel_check.py", "alibi", &[s(t.path())]);
-    let number = |key: &str| r[key].as_f64().unwrap_or_else(|| panic!("no {key} in {r:#}"));
     // ALiBi attention as NumPy computes it from the definition, on texts of 3 to 700 tokens.
+    kernel_runs_in_place_of_the_body("alibi");
+}
+
+#[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
+fn a_cpu_session_runs_nornirs_attention_kernel_and_other_runtimes_the_function_body() {
+    nornir_test_support::needs_assets!();
+    // Attention without a positional bias (every other encoder family's global layers).
+    kernel_runs_in_place_of_the_body("attention");
+}
+
+fn kernel_runs_in_place_of_the_body(op: &str) {
+    let t = tempfile::tempdir().expect("tempdir");
+    let r = common::reference_script("kernel_check.py", op, &[s(t.path())]);
+    let number = |key: &str| r[key].as_f64().unwrap_or_else(|| panic!("no {key} in {r:#}"));
     assert!(number("max_abs_diff_to_attention") < 1e-5, "{r:#}");
     // Not the body, which another runtime runs (and Python's onnxruntime does).
     assert!(number("min_abs_diff_to_the_body") > 1e-2, "{r:#}");
@@ -24,5 +36,9 @@ fn a_cpu_session_runs_nornirs_alibi_kernel_and_other_runtimes_the_function_body(
     assert!(number("batched_vs_alone_max_abs_diff") < 1e-6, "{r:#}");
     // The quantizer's calibration sees the shapes after the node (the kernel infers them).
     assert!(number("int8_min_cosine_to_float32") > 0.99, "{r:#}");
+    if op == "attention" {
+        // A num_heads the width does not divide: one line, exit 2, nothing written.
+        assert_eq!(r["wrong_num_heads"]["refused"], true, "{r:#}");
+    }
     assert_eq!(r["ok"], true, "{r:#}");
 }

@@ -9,12 +9,19 @@ pub(crate) const NORNIR_DOMAIN: &str = "ai.nornir";
 
 impl Graph {
     /// Defines function `name` of [`NORNIR_DOMAIN`] taking `inputs` (their formal names, some
-    /// optional: a caller may pass "") and giving `build`'s value as its one output `y`. `build`
+    /// optional: a caller may pass "") and the attributes named in `attributes` (which a
+    /// registered kernel reads; the body has its values built in), giving `build`'s value as its one output `y`. `build`
     /// uses the graph's own builder; a constant it makes becomes a `Constant` node of the body
     /// (a function has no initializers) and a name shared with the graph ([`Graph::constant_i64`])
     /// is the body's own. Returns nothing: nodes then call it by `name` ([`Graph::node`] with
     /// [`NORNIR_DOMAIN`]). A second definition of one name is ignored.
-    pub(crate) fn define_function(&mut self, name: &str, inputs: &[&str], build: impl FnOnce(&mut Graph) -> String) {
+    pub(crate) fn define_function(
+        &mut self,
+        name: &str,
+        inputs: &[&str],
+        attributes: &[&str],
+        build: impl FnOnce(&mut Graph) -> String,
+    ) {
         if self.functions.iter().any(|f| f.name.as_deref() == Some(name)) {
             return;
         }
@@ -31,6 +38,7 @@ impl Graph {
         f.domain = Some(NORNIR_DOMAIN.to_owned());
         f.input = inputs.iter().map(|i| (*i).to_owned()).collect();
         f.output = vec!["y".to_owned()];
+        f.attribute = attributes.iter().map(|a| (*a).to_owned()).collect();
         f.node = body.initializer.into_iter().map(constant_node).collect();
         f.node.append(&mut body.node);
         let mut y = NodeProto::new();

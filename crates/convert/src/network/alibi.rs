@@ -44,7 +44,7 @@ impl Net<'_, '_> {
         if biased {
             formals.push("qkv_bias");
         }
-        self.g.define_function(name, &formals, |g| alibi_body(g, c, biased));
+        self.g.define_function(name, &formals, &[], |g| alibi_body(g, c, biased));
         let mut inputs = vec![q, k, v, ATTENTION_MASK, &a.0];
         if biased {
             inputs.push(qkv_bias);

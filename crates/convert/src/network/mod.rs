@@ -16,6 +16,7 @@ pub(crate) mod dual;
 mod eva;
 mod heads;
 mod lora;
+mod padded;
 mod positions;
 mod post_norm;
 mod pre_norm;
@@ -271,26 +272,15 @@ impl Net<'_, '_> {
         ))
     }
 
-    /// `com.microsoft.MultiHeadAttention` of `q`, `k`, `v` with the projections' biases (the
-    /// fourth input, "" for none) and `bias`. A padding-only bias makes it an `If`: a batch in
-    /// which no row is padded runs the operator without a mask (ONNX Runtime's memory-efficient
-    /// path on the CPU), any other with the mask expanded to the queries, as before.
-    fn multi_head_attention(&mut self, [q, k, v, qkv_bias]: [&str; 4], bias: &Bias, l: &str) -> String {
-        let c = self.c;
-        let node = |g: &mut Graph, mask: &str| attention_node(g, c, [q, k, v, qkv_bias, "", mask]);
+    /// Attention of `q`, `k`, `v` with the projections' biases (the fourth input, "" for none)
+    /// and `bias`, as one of nornir's operators (`padded.rs`, `alibi.rs`) or, for a window, in
+    /// blocks of `com.microsoft.MultiHeadAttention` (`window.rs`).
+    fn multi_head_attention(&mut self, qkv: [&str; 4], bias: &Bias, l: &str) -> String {
         match bias {
-            Bias::Full(bias) => node(self.g, bias),
-            Bias::Window(blocks) => self.windowed_attention([q, k, v, qkv_bias], blocks, l),
-            Bias::Alibi(blocks) => self.alibi_attention([q, k, v, qkv_bias], blocks, l),
-            Bias::Padding { mask, target, unpadded } => {
-                let without = self.g.branch(&format!("{l}.attention.unpadded"), FLOAT, |g| node(g, ""));
-                let with = self.g.branch(&format!("{l}.attention.padded"), FLOAT, |g| {
-                    let expanded = g.op("Expand", &[mask, target]);
-                    node(g, &expanded)
-                });
-                let branches = [("then_branch", Attr::Graph(without)), ("else_branch", Attr::Graph(with))];
-                self.g.node("If", "", &[unpadded], &branches, None)
-            }
+            Bias::Full(bias) => attention_node(self.g, self.c, [qkv[0], qkv[1], qkv[2], qkv[3], "", bias]),
+            Bias::Window(blocks) => self.windowed_attention(qkv, blocks, l),
+            Bias::Alibi(blocks) => self.alibi_attention(qkv, blocks, l),
+            Bias::Padding => self.padded_attention(qkv),
         }
     }
 
@@ -351,8 +341,13 @@ impl Net<'_, '_> {
             return self.multi_head_attention([q, k, v, ""], bias, l);
         }
         // The plain graph's padding mask broadcasts to the scores (blocks are a fused graph's).
+        let padding;
         let bias = match bias {
-            Bias::Full(bias) | Bias::Padding { mask: bias, .. } => bias,
+            Bias::Full(bias) => bias,
+            Bias::Padding => {
+                padding = self.padding_bias();
+                &padding
+            }
             Bias::Window(blocks) => return self.windowed_attention([q, k, v, ""], blocks, l),
             Bias::Alibi(blocks) => return self.alibi_attention([q, k, v, ""], blocks, l),
         };

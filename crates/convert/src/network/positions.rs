@@ -12,12 +12,9 @@ const BOOL: i32 = 9;
 
 /// What a layer's attention adds to its scores.
 pub(crate) enum Bias {
-    /// The padding mask alone, `[batch, 1, 1, keys]`, in a fused graph: left out of a batch in
-    /// which no row is padded (`unpadded`, a bool scalar), so that ONNX Runtime's CPU
-    /// `MultiHeadAttention` takes its memory-efficient path (tiles of keys with an online
-    /// softmax, never the queries x keys matrix), which it takes only without a mask; `target`
-    /// is the `[batch, 1, queries, keys]` shape the operator takes a mask at.
-    Padding { mask: String, target: String, unpadded: String },
+    /// The padding mask alone, in a fused graph: nornir's `Attention` operator (`padded.rs`),
+    /// which reads the attention mask itself.
+    Padding,
     /// A bias at the shape attention takes it (ALiBi's, a window, or the padding mask of the
     /// plain graph, which broadcasts).
     Full(String),
@@ -43,18 +40,14 @@ impl Net<'_, '_> {
     /// Every mask and table the layers read.
     pub(super) fn masks(&mut self) -> Masks {
         let c = self.c;
-        let padding = self.padding_bias();
         let global = match c.positions {
             Positions::Alibi if self.fused => Bias::Alibi(self.alibi_blocks()),
             Positions::Alibi => {
-                let alibi = self.alibi();
+                let (padding, alibi) = (self.padding_bias(), self.alibi());
                 Bias::Full(self.g.op("Add", &[&padding, &alibi]))
             }
-            _ if self.fused => {
-                let target = self.queries_target();
-                Bias::Padding { mask: padding, target, unpadded: self.unpadded() }
-            }
-            _ => Bias::Full(padding),
+            _ if self.fused => Bias::Padding,
+            _ => Bias::Full(self.padding_bias()),
         };
         let local = c.local.as_ref().map(|l| l.window).map(|window| match self.fused {
             true => Bias::Window(self.window_blocks(window)),
@@ -102,32 +95,13 @@ impl Net<'_, '_> {
 
     /// The padding mask `[batch, 1, 1, keys]`: 0 where attended, the float minimum elsewhere,
     /// as transformers adds it.
-    fn padding_bias(&mut self) -> String {
-        let m = self.g.node("Cast", "", &[ATTENTION_MASK], &[("to", Attr::Int(FLOAT.into()))], None);
-        let one = self.scalar("mask_one", 1.0);
-        let min = self.scalar("mask_min", f32::MIN);
-        let off = self.g.op("Sub", &[&one, &m]);
-        let bias = self.g.op("Mul", &[&off, &min]);
-        let axes = self.g.i64("mask_axes", &[2], &[1, 2]);
-        self.g.op("Unsqueeze", &[&bias, &axes])
-    }
-
-    /// `[1, 1, queries, 1]`: what a `[batch, 1, 1, keys]` bias is expanded by to
-    /// `[batch, 1, queries, keys]`, the shape MultiHeadAttention takes (`[batch or 1, heads or 1,
-    /// queries, keys]`).
-    fn queries_target(&mut self) -> String {
-        let shape = self.g.op("Shape", &[ATTENTION_MASK]);
-        let (one_i, two_i) = (self.g.i64("mask_slice_one", &[1], &[1]), self.g.i64("mask_slice_two", &[1], &[2]));
-        let queries = self.g.op("Slice", &[&shape, &one_i, &two_i]);
-        let ones = self.g.i64("mask_ones", &[2], &[1, 1]);
-        self.g.node("Concat", "", &[&ones, &queries, &one_i], &[("axis", Attr::Int(0))], None)
+    pub(super) fn padding_bias(&mut self) -> String {
+        super::padded::padding_bias(self.g, ATTENTION_MASK)
     }
 
     /// Whether no row of the batch is padded (every attention mask value 1), a bool scalar.
     pub(super) fn unpadded(&mut self) -> String {
-        let min = self.g.node("ReduceMin", "", &[ATTENTION_MASK], &[("keepdims", Attr::Int(0))], None);
-        let one = self.g.i64("mask_attended", &[], &[1]);
-        self.g.op("Equal", &[&min, &one])
+        super::padded::unpadded(self.g, ATTENTION_MASK)
     }
 
     /// ALiBi's bias `[1, heads, queries, keys]`: `-slope(head) * |i - j|`.

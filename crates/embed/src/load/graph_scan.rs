@@ -59,6 +59,7 @@ pub(crate) fn attention(model: &[u8]) -> Attention {
             ("com.microsoft", "MultiHeadAttention") => a.masked += 1,
             ("com.microsoft", "GroupQueryAttention") => a.grouped += 1,
             ("ai.nornir", "AlibiAttention") => a.alibi_kernel += 1,
+            ("ai.nornir", "Attention") => a.kernel += 1,
             ("", "Loop") if subgraph_nodes(node).any(|n| op(n) == ("com.microsoft", "MultiHeadAttention")) => {
                 a.blocked += 1
             }
@@ -100,6 +101,8 @@ pub(crate) struct Attention {
     blocked: usize,
     /// nornir's `AlibiAttention` operator (the converter's `network/alibi.rs`).
     alibi_kernel: usize,
+    /// nornir's `Attention` operator (the converter's `network/padded.rs`).
+    kernel: usize,
 }
 
 /// What nornir's converter names the output of a sliding-window layer's `MultiHeadAttention`
@@ -118,17 +121,33 @@ fn output_ends_with(node: &[u8], suffix: &str) -> bool {
 }
 
 impl Attention {
+    /// Whether every batch, padded or not, attends in tiles: all the graph's attention is
+    /// nornir's kernels (which a CPU session runs) or sliding windows (in blocks either way).
+    pub(crate) fn tiled_when_padded(&self) -> bool {
+        let whole_matrix = self.masked + self.mask_free + self.grouped + self.grouped_unpadded + self.softmax;
+        self.kernel + self.alibi_kernel > 0 && whole_matrix + self.blocked == 0
+    }
+
     /// Whether a batch without padding attends without the queries x keys matrix: the graph's
     /// layers leave the mask out of such a batch. Its memory then grows with the tokens, not
     /// their square (the scheduler's attention bound applies to padded batches only).
     pub(crate) fn tiled_when_unpadded(&self) -> bool {
-        self.mask_free + self.grouped_unpadded + self.blocked + self.alibi_kernel > 0
+        self.mask_free + self.grouped_unpadded + self.blocked + self.alibi_kernel + self.kernel > 0
     }
 
     /// The phrase for `doctor`; empty for a graph with no attention this reader recognises.
     pub(crate) fn phrase(&self) -> String {
-        let &Attention { mask_free, grouped_unpadded, masked, grouped, softmax, windowed, blocked, alibi_kernel } =
-            self;
+        let &Attention {
+            mask_free,
+            grouped_unpadded,
+            masked,
+            grouped,
+            softmax,
+            windowed,
+            blocked,
+            alibi_kernel,
+            kernel,
+        } = self;
         let mut parts = Vec::new();
         if grouped_unpadded > 0 {
             parts.push(format!(
@@ -169,7 +188,14 @@ impl Attention {
                 plural(alibi_kernel)
             ));
         }
-        if softmax > 0 && mask_free + masked + grouped + grouped_unpadded + windowed + blocked + alibi_kernel == 0 {
+        if kernel > 0 {
+            parts.push(format!(
+                "{kernel} layer{} run nornir's tiled attention kernel on the CPU (a tile of scores at a time, padded batch or not) and, on a GPU, MultiHeadAttention without the mask on a batch without padding",
+                plural(kernel)
+            ));
+        }
+        let fused = mask_free + masked + grouped + grouped_unpadded + windowed + blocked + alibi_kernel + kernel;
+        if softmax > 0 && fused == 0 {
             parts.push(format!("unfused: Softmax over the whole queries x keys matrix in {softmax} places"));
         }
         parts.join("; ")
@@ -369,10 +395,16 @@ mod tests {
         let said = attention(&kernel).phrase();
         assert!(said.starts_with("2 ALiBi layers run nornir's tiled attention kernel on the CPU"), "{said}");
         assert!(attention(&kernel).tiled_when_unpadded());
+        let plain_kernel = bytes_field(7, &node("Attention", "ai.nornir"));
+        let said = attention(&plain_kernel).phrase();
+        assert!(said.starts_with("1 layer run nornir's tiled attention kernel on the CPU"), "{said}");
+        assert!(attention(&plain_kernel).tiled_when_unpadded() && attention(&plain_kernel).tiled_when_padded());
         let plain = bytes_field(7, &[node("Softmax", ""), node("Softmax", "")].concat());
         assert_eq!(attention(&plain).phrase(), "unfused: Softmax over the whole queries x keys matrix in 2 places");
         assert!(attention(&model).tiled_when_unpadded() && attention(&decoder).tiled_when_unpadded());
         assert!(!attention(&masked).tiled_when_unpadded() && !attention(&plain).tiled_when_unpadded());
+        assert!(!attention(&model).tiled_when_padded() && !attention(&plain).tiled_when_padded());
+        assert!(attention(&kernel).tiled_when_padded());
         for cut in 0..model.len() {
             let _ = attention(&model[..cut]).phrase();
         }
