@@ -23,7 +23,7 @@ use crate::load::runtime::{OrtRuntime, list_devices, load_runtime};
 use crate::load::session::{self, SessionConfig, Slot, growth_since, resident_bytes};
 use crate::load::tokenize::ModelTokenizer;
 use crate::math::dense::DenseHead;
-use crate::schedule::queue::BatchPolicy;
+use crate::schedule::queue::{BatchPolicy, Tiling};
 use crate::schedule::scheduler::Scheduler;
 use crate::schedule::stats::Counters;
 use crate::values::{ModelFolder, ModelInfo, PromptChoice, SessionReport};
@@ -102,7 +102,11 @@ impl Engine {
             ..
         } = first;
         let policy = match report.gpu_vendor {
-            Vendor::Cpu => BatchPolicy::CPU.with_tiled_unpadded_attention(attention.tiled_when_unpadded()),
+            Vendor::Cpu => BatchPolicy::CPU.with_attention(match attention {
+                a if a.tiled_when_padded() => Tiling::Always,
+                a if a.tiled_when_unpadded() => Tiling::Unpadded,
+                _ => Tiling::Never,
+            }),
             _ => BatchPolicy::GPU,
         };
         let kind = info.folder.kind.kind;

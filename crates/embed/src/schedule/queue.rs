@@ -33,10 +33,21 @@ pub(crate) struct BatchPolicy {
     max_padding: f32,
     /// How far past the most due call a batch reaches for company, in runs of a full batch.
     horizon_batches: f64,
-    /// Whether the model attends without the `queries x keys` matrix in a batch without padding
-    /// (`graph_scan::Attention::tiled_when_unpadded`): texts of one length then need the token
-    /// budget only, and the attention bound holds for padded batches.
-    tiled_unpadded_attention: bool,
+    /// Which batches the model attends without the `queries x keys` matrix in.
+    attention: Tiling,
+}
+
+/// Which batches a model attends in tiles, never holding the `queries x keys` matrix
+/// (`graph_scan::Attention`): those need the token budget only; the others keep the attention
+/// bound too.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Tiling {
+    /// None: every batch builds the matrix.
+    Never,
+    /// A batch without padding (texts of one length).
+    Unpadded,
+    /// Every batch (nornir's attention kernels, which skip padded keys in the tile).
+    Always,
 }
 
 impl BatchPolicy {
@@ -45,12 +56,12 @@ impl BatchPolicy {
     /// similar lengths (10% padding) and to calls due within half a batch's run, which keeps
     /// latency even (16 one-text callers: p99 under 2x p50). A GPU gains more from large batches
     /// than it loses to padding: no bounds there but the token budget.
-    pub(crate) const CPU: Self = Self { max_padding: 0.1, horizon_batches: 0.5, tiled_unpadded_attention: false };
+    pub(crate) const CPU: Self = Self { max_padding: 0.1, horizon_batches: 0.5, attention: Tiling::Never };
     pub(crate) const GPU: Self =
-        Self { max_padding: f32::INFINITY, horizon_batches: f64::INFINITY, tiled_unpadded_attention: false };
+        Self { max_padding: f32::INFINITY, horizon_batches: f64::INFINITY, attention: Tiling::Never };
 
-    pub(crate) const fn with_tiled_unpadded_attention(self, tiled: bool) -> Self {
-        Self { tiled_unpadded_attention: tiled, ..self }
+    pub(crate) const fn with_attention(self, attention: Tiling) -> Self {
+        Self { attention, ..self }
     }
 
     fn horizon_micros(self, micros_per_token: f64, token_budget: usize) -> i64 {
@@ -129,7 +140,11 @@ impl Queue {
             }
             let n = chosen.len() + 1;
             one_length &= len == longest;
-            let whole_matrix = !(policy.tiled_unpadded_attention && one_length);
+            let whole_matrix = match policy.attention {
+                Tiling::Never => true,
+                Tiling::Unpadded => !one_length,
+                Tiling::Always => false,
+            };
             if len < floor || !within_budget(n, longest, token_budget, whole_matrix) {
                 break;
             }

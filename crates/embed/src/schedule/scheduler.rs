@@ -251,6 +251,7 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schedule::queue::Tiling;
     use crate::schedule::request::TextInput;
 
     fn call(request: &Arc<Request>, texts: &[(usize, usize)]) -> Vec<Item> {
@@ -329,14 +330,17 @@ mod tests {
         let r = Request::new(6, 1);
         let mut q = Queue::new(1);
         q.push(call(&r, &[(0, 1024), (1, 1024), (2, 1024), (3, 1024), (4, 1000), (5, 1000)]));
-        let tiled = BatchPolicy::GPU.with_tiled_unpadded_attention(true);
+        let tiled = BatchPolicy::GPU.with_attention(Tiling::Unpadded);
         // Four texts of one length run without padding: the token budget alone.
         assert_eq!(indices(q.next_batch(4096, tiled)), [0, 1, 2, 3]);
         assert_eq!(indices(q.next_batch(4096, tiled)), [4, 5]);
         // 1,024 with 1,000 is padded: the attention bound again (2 x 1024² fits 4096 x 512, 3 not).
         q.push(call(&r, &[(0, 1024), (1, 1000), (2, 1000)]));
-        assert_eq!(indices(q.next_batch(4096, tiled)), [0, 1]);
-        assert_eq!(indices(q.next_batch(4096, tiled)), [2]);
+        assert_eq!([q.next_batch(4096, tiled), q.next_batch(4096, tiled)].map(indices), [vec![0, 1], vec![2]]);
+        // Attention in tiles whatever the padding (nornir's kernels): the token budget alone.
+        q.push(call(&r, &[(0, 1024), (1, 1000), (2, 1000), (3, 1000), (4, 1000)]));
+        let kernel = BatchPolicy::GPU.with_attention(Tiling::Always);
+        assert_eq!([q.next_batch(4096, kernel), q.next_batch(4096, kernel)].map(indices), [vec![0, 1, 2, 3], vec![4]]);
     }
 
     /// Images batch with images of their size alone, oldest first, up to IMAGES_PER_RUN; texts
