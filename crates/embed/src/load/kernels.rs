@@ -4,7 +4,8 @@
 //! provider, see `session.rs`) and the function's body anywhere else (a GPU provider, another
 //! runtime), so a model folder stays portable.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use nornir_kernels::AttentionInputs;
 use ort::operator::{
@@ -23,6 +24,25 @@ pub(crate) fn operators(threads: usize, intra_threads: usize) -> ort::Result<Ope
     OperatorDomain::new(DOMAIN)?
         .add(TiledAttention { share, bias: PositionBias::Alibi })?
         .add(TiledAttention { share, bias: PositionBias::None })
+}
+
+/// Commits a session, one at a time until one has succeeded. ONNX Runtime adds a custom domain
+/// to ONNX's process-wide table of domains with a check and then an add, without a lock, so two
+/// sessions built at once with nornir's domain can both add it, and the second then fails ("the
+/// domain is already exist"); any session build reads that table too. Once one build has added
+/// the domain, the table only is read, and builds run side by side.
+pub(crate) fn committing<T>(commit: impl FnOnce() -> ort::Result<T>) -> ort::Result<T> {
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+    static FIRST: Mutex<()> = Mutex::new(());
+    if REGISTERED.load(Ordering::Acquire) {
+        return commit();
+    }
+    let _one_at_a_time = FIRST.lock().unwrap_or_else(PoisonError::into_inner);
+    let done = commit();
+    if done.is_ok() {
+        REGISTERED.store(true, Ordering::Release);
+    }
+    done
 }
 
 /// Session runs in flight in this process (`forward/shared_run.rs` counts them).

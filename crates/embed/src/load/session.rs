@@ -9,6 +9,7 @@ use ort::session::Session;
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 
 use crate::error::{EmbedError, Result, one_line};
+use crate::load::kernels::committing;
 use crate::load::runtime::OrtRuntime;
 use crate::values::{Memory, Registration, RegistrationOutcome, SessionReport};
 
@@ -79,7 +80,7 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
     let cpu = Planned::Builtin(Provider::Cpu);
     let mut active: &Planned = chosen.map_or(&cpu, |(p, _)| p);
     let mut fallback = None;
-    let session = match builder.commit_from_file(cfg.model) {
+    let session = match committing(|| builder.commit_from_file(cfg.model)) {
         Ok(s) => s,
         Err(e) if chosen.is_some() => {
             let why = format!(
@@ -91,8 +92,8 @@ pub(crate) fn build(rt: &OrtRuntime, plan: &Plan, cfg: &SessionConfig<'_>) -> Re
                 return Err(EmbedError::ForcedDeviceFailed { vendor: plan.vendor, details: why, registrations });
             }
             tracing::warn!("{why}; rebuilding it on CPU");
-            let s = with_nornir_kernels(base_builder(rt, cfg, true)?, cfg)?
-                .commit_from_file(cfg.model)
+            let mut cpu_builder = with_nornir_kernels(base_builder(rt, cfg, true)?, cfg)?;
+            let s = committing(|| cpu_builder.commit_from_file(cfg.model))
                 .map_err(|e| EmbedError::session_because(cfg.model, e))?;
             fallback = Some(format!("{why}; rebuilt on CPUExecutionProvider"));
             active = &cpu;
