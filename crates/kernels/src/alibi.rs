@@ -2,11 +2,16 @@
 //! tile at a time, its scores made by one matrix product, ALiBi's `-slope x |i - j|` added in the
 //! same pass, and the softmax kept online (running maximum and sum, FlashAttention's rule), so
 //! memory holds a tile of scores per thread. The result is the softmax attention of the whole
-//! matrix up to float32 rounding, for any tile size.
+//! matrix up to float32 rounding, for any tile size. Under ALiBi the tiles run from the query
+//! block outwards, and a tile whose every score is provably too far below its queries' maxima to
+//! count is left out (`reach`): a head with a steep slope reads only the keys near each query.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::lanes::{alibi_scores, exp_minus};
+
+mod reach;
+use reach::{KeyTiles, outwards};
 
 /// The inputs of [`attention`], as `com.microsoft.MultiHeadAttention` takes them.
 #[derive(Debug, Clone, Copy)]
@@ -47,8 +52,10 @@ const TILES: Tiles = Tiles { queries: 256, keys: 512 };
 
 /// Softmax attention of each query over the keys its row's mask keeps, scores scaled by
 /// `1 / sqrt(head width)` plus `-slope(head) x |i - j|`, on `threads` threads; writes
-/// `output` (`[batch, sequence, hidden]`). A query whose row keeps no key gets zeros. Fails,
-/// writing nothing, when the sizes disagree.
+/// `output` (`[batch, sequence, hidden]`). A query whose row keeps no key gets zeros. Tiles of
+/// keys whose weights are all below e^-(ln(keys) + 24) of the query's largest are left out, a
+/// bound checked from the keys, not assumed from the slope. Fails, writing nothing, when the
+/// sizes disagree.
 pub fn alibi_attention(
     batch: usize,
     sequence: usize,
@@ -170,6 +177,7 @@ fn attention_in_tiles(
         scale: 1.0 / (head as f32).sqrt(),
         tiles,
     };
+    let far = KeyTiles::new(&p, batch);
     let blocks = sequence.div_ceil(tiles.queries);
     let tasks = batch * heads * blocks;
     let next = AtomicUsize::new(0);
@@ -182,7 +190,7 @@ fn attention_in_tiles(
                 break;
             }
             let (row, head, block) = (t / (heads * blocks), t / blocks % heads, t % blocks);
-            run_task(&p, &mut scratch, out, row, head, block);
+            run_task(&p, &far, &mut scratch, out, [row, head, block]);
         }
     };
     match threads.clamp(1, tasks) {
@@ -201,6 +209,7 @@ struct Scratch {
     scores: Vec<f32>,
     sums: Vec<f32>,
     maxes: Vec<f32>,
+    norms: Vec<f32>,
     acc: Vec<f32>,
 }
 
@@ -211,6 +220,7 @@ impl Scratch {
             scores: vec![0.0; q * p.tiles.keys],
             sums: vec![0.0; q],
             maxes: vec![0.0; q],
+            norms: vec![0.0; q],
             acc: vec![0.0; q * p.head],
         }
     }
@@ -259,8 +269,9 @@ unsafe fn product(
     }
 }
 
-/// The queries of block `block` of row `row`, head `head`: attention over every kept key.
-fn run_task(p: &Problem, s: &mut Scratch, out: Output, row: usize, head: usize, block: usize) {
+/// The queries of block `block` of row `row`, head `head`: attention over every kept key, leaving
+/// out under ALiBi the tiles that `far` shows cannot count (see `reach`).
+fn run_task(p: &Problem, far: &KeyTiles, s: &mut Scratch, out: Output, [row, head, block]: [usize; 3]) {
     let (hidden, d) = (p.hidden, p.head);
     let first_query = block * p.tiles.queries;
     let queries = p.tiles.queries.min(p.sequence - first_query);
@@ -273,8 +284,25 @@ fn run_task(p: &Problem, s: &mut Scratch, out: Output, row: usize, head: usize, 
     s.acc[..queries * d].fill(0.0);
     s.sums[..queries].fill(0.0);
     s.maxes[..queries].fill(f32::NEG_INFINITY);
-    let mut first_key = 0;
-    while first_key < end {
+    let tiles = end.div_ceil(p.tiles.keys);
+    let reaching = slope < 0.0;
+    let order: Box<dyn Iterator<Item = usize>> = match reaching {
+        true => Box::new(outwards((first_query + queries / 2) / p.tiles.keys, tiles)),
+        false => Box::new(0..tiles),
+    };
+    if reaching {
+        for (a, norm) in s.norms[..queries].iter_mut().enumerate() {
+            let q = &p.query[base + (first_query + a) * hidden..][..d];
+            *norm = q.iter().map(|x| x * x).sum::<f32>().sqrt() * (1.0 + 1e-4);
+        }
+    }
+    let margin = (end as f32).ln() + 24.0;
+    for tile in order {
+        let (norms, maxes) = (&s.norms[..queries], &s.maxes[..queries]);
+        if reaching && far.negligible(p, [row, head, tile], first_query, norms, maxes, margin) {
+            continue;
+        }
+        let first_key = tile * p.tiles.keys;
         let keys = p.tiles.keys.min(end - first_key);
         // SAFETY: rows first_query.. and first_key.. lie in the row's `sequence` tokens, columns
         // head x d .. + d in `hidden`; the scores tile holds queries x keys.
@@ -326,7 +354,6 @@ fn run_task(p: &Problem, s: &mut Scratch, out: Output, row: usize, head: usize, 
                 [hidden, 1],
             );
         }
-        first_key += keys;
     }
     for a in 0..queries {
         let inverse = if s.sums[a] > 0.0 { 1.0 / s.sums[a] } else { 0.0 };

@@ -217,3 +217,76 @@ fn attention_without_a_bias_is_the_whole_matrix_softmax_and_refuses_a_wrong_head
     }
     assert!(out.iter().all(|v| *v == 7.0));
 }
+
+/// How many (query block, key tile) pairs of row 0 the bound leaves out after the near tiles ran,
+/// each query's running maximum taken as its score with itself (a lower bound of the real one).
+fn tiles_left_out(c: &Case, tiles: Tiles) -> usize {
+    let p = Problem {
+        query: &c.q,
+        key: &c.k,
+        value: &c.v,
+        mask: &c.mask,
+        negative_slopes: &c.slopes,
+        sequence: c.sequence,
+        hidden: c.heads * c.head,
+        head: c.head,
+        scale: 1.0 / (c.head as f32).sqrt(),
+        tiles,
+    };
+    let far = reach::KeyTiles::new(&p, c.batch);
+    let margin = (c.sequence as f32).ln() + 24.0;
+    let mut left_out = 0;
+    for head in 0..c.heads {
+        for first in (0..c.sequence).step_by(tiles.queries) {
+            let queries = first..(first + tiles.queries).min(c.sequence);
+            let vector = |x: &[f32], t: usize| x[t * p.hidden + head * c.head..][..c.head].to_vec();
+            let norms: Vec<f32> =
+                queries.clone().map(|i| vector(&c.q, i).iter().map(|x| x * x).sum::<f32>().sqrt()).collect();
+            let maxes: Vec<f32> = queries
+                .clone()
+                .map(|i| vector(&c.q, i).iter().zip(vector(&c.k, i)).map(|(q, k)| q * k).sum::<f32>() * p.scale)
+                .collect();
+            left_out += (0..c.sequence.div_ceil(tiles.keys))
+                .filter(|&t| far.negligible(&p, [0, head, t], first, &norms, &maxes, margin))
+                .count();
+        }
+    }
+    left_out
+}
+
+#[test]
+fn alibi_leaves_out_far_tiles_of_steep_heads_and_still_gives_the_whole_matrix() {
+    let mut c = Case::new(1, 400, 3, 8, false);
+    c.slopes = vec![-2.0, -0.5, -0.001];
+    let tiles = Tiles { queries: 16, keys: 32 };
+    let left_out = tiles_left_out(&c, tiles);
+    // Head 0 reaches about 20 keys, head 1 about 80; head 2 reaches them all.
+    assert!(left_out > 300, "{left_out} of {} tiles left out", 3 * 25 * 13);
+    let got = c.tiled(2, tiles);
+    assert!(worst(&got, &c.whole_matrix(), |_| true, 24) < 2e-6);
+    // Without slopes no tile may be left out.
+    c.slopes.fill(0.0);
+    assert_eq!(tiles_left_out(&c, tiles), 0);
+}
+
+#[test]
+fn a_far_key_whose_score_outweighs_the_bias_keeps_its_tile() {
+    let mut c = Case::new(1, 300, 1, 8, false);
+    c.slopes = vec![-1.0];
+    // Key 290 points along query 3, so far (287 tokens, a bias of -287) yet its score (~750) wins.
+    let q3: Vec<f32> = c.q[3 * 8..4 * 8].to_vec();
+    c.k[290 * 8..291 * 8].iter_mut().zip(&q3).for_each(|(k, q)| *k = 200.0 * q);
+    let want = c.whole_matrix();
+    let (v290, got) = (&c.v[290 * 8..291 * 8], c.tiled(1, Tiles { queries: 8, keys: 16 }));
+    assert!(got[3 * 8..4 * 8].iter().zip(v290).all(|(a, b)| (a - b).abs() < 1e-4), "query 3 must take key 290's value");
+    assert!(worst(&got, &want, |_| true, 8) < 2e-6);
+}
+
+#[test]
+fn key_tiles_run_from_the_query_block_outwards_each_once() {
+    let order = |center, tiles| reach::outwards(center, tiles).collect::<Vec<_>>();
+    assert_eq!(order(2, 5), [2, 3, 1, 4, 0]);
+    assert_eq!(order(0, 3), [0, 1, 2]);
+    assert_eq!(order(9, 3), [2, 1, 0]);
+    assert!(order(0, 0).is_empty());
+}
