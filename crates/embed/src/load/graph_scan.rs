@@ -184,7 +184,7 @@ impl Attention {
         }
         if alibi_kernel > 0 {
             parts.push(format!(
-                "{alibi_kernel} ALiBi layer{} run nornir's tiled attention kernel on the CPU (a tile of scores at a time, the bias made in the tile) and, on a GPU, one block of queries at a time with its slice of the bias (never the whole queries x keys matrix)",
+                "{alibi_kernel} ALiBi layer{} run nornir's tiled attention kernel on the CPU (a tile of scores at a time, the bias made in the tile, tiles too far away to count left out) and, on a GPU, one block of queries at a time with its slice of the bias (never the whole queries x keys matrix)",
                 plural(alibi_kernel)
             ));
         }
