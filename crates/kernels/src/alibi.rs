@@ -50,6 +50,9 @@ struct Tiles {
 /// AVX-512, 128 to 512 x 256 to 1,024 all ran within 10% of it (90 to 101 GFLOP/s a thread).
 const TILES: Tiles = Tiles { queries: 256, keys: 512 };
 
+/// A window's tiles: 128 queries see 128 + 2 x window keys, one tile for ModernBERT's 64.
+const WINDOW_TILES: Tiles = Tiles { queries: 128, keys: 256 };
+
 /// Softmax attention of each query over the keys its row's mask keeps, scores scaled by
 /// `1 / sqrt(head width)` plus `-slope(head) x |i - j|`, on `threads` threads; writes
 /// `output` (`[batch, sequence, hidden]`). A query whose row keeps no key gets zeros. Tiles of
@@ -63,7 +66,7 @@ pub fn alibi_attention(
     output: &mut [f32],
     threads: usize,
 ) -> Result<(), AttentionShapeError> {
-    attention_in_tiles(batch, sequence, inputs, output, threads, TILES)
+    attention_in_tiles(batch, sequence, inputs, output, threads, TILES, None)
 }
 
 /// Softmax attention of `heads` heads without a positional bias (BERT's, or rotary after the
@@ -77,12 +80,34 @@ pub fn attention(
     output: &mut [f32],
     threads: usize,
 ) -> Result<(), AttentionShapeError> {
+    let flat = flat_slopes(heads, inputs)?;
+    alibi_attention(batch, sequence, &AlibiInputs { attention: *inputs, negative_slopes: &flat }, output, threads)
+}
+
+/// Softmax attention of `heads` heads without a positional bias in which query `i` attends only
+/// to the keys `j` with `|i - j| <= window` (ModernBERT's local layers: half its
+/// `local_attention`): only the tiles of keys in that band are computed, in blocks of 128 queries.
+/// Fails, writing nothing, when the sizes disagree.
+pub fn window_attention(
+    batch: usize,
+    sequence: usize,
+    [heads, window]: [usize; 2],
+    inputs: &AttentionInputs,
+    output: &mut [f32],
+    threads: usize,
+) -> Result<(), AttentionShapeError> {
+    let flat = flat_slopes(heads, inputs)?;
+    let with = AlibiInputs { attention: *inputs, negative_slopes: &flat };
+    attention_in_tiles(batch, sequence, &with, output, threads, WINDOW_TILES, Some(window))
+}
+
+/// A slope of 0 for each of `heads` heads.
+fn flat_slopes(heads: usize, inputs: &AttentionInputs) -> Result<Vec<f32>, AttentionShapeError> {
     // Each head has at least one value per token: more heads than values is a wrong count.
     if heads == 0 || heads > inputs.query.len() {
         return Err(AttentionShapeError(format!("{heads} heads for {} query values", inputs.query.len())));
     }
-    let flat = vec![0.0; heads];
-    alibi_attention(batch, sequence, &AlibiInputs { attention: *inputs, negative_slopes: &flat }, output, threads)
+    Ok(vec![0.0; heads])
 }
 
 /// The sizes [`alibi_attention`] reads: `(hidden, heads)`.
@@ -140,6 +165,8 @@ struct Problem<'a> {
     head: usize,
     scale: f32,
     tiles: Tiles,
+    /// Keys farther than this from the query are left out (a sliding window).
+    window: Option<usize>,
 }
 
 fn attention_in_tiles(
@@ -149,6 +176,7 @@ fn attention_in_tiles(
     output: &mut [f32],
     threads: usize,
     tiles: Tiles,
+    window: Option<usize>,
 ) -> Result<(), AttentionShapeError> {
     let (hidden, heads) = checked_shape(batch, sequence, inputs, output)?;
     let negative_slopes = inputs.negative_slopes;
@@ -176,6 +204,7 @@ fn attention_in_tiles(
         head,
         scale: 1.0 / (head as f32).sqrt(),
         tiles,
+        window,
     };
     let far = KeyTiles::new(&p, batch);
     let blocks = sequence.div_ceil(tiles.queries);
@@ -269,6 +298,22 @@ unsafe fn product(
     }
 }
 
+/// The first key of each tile of keys the queries `block` read, in the order they run: a
+/// window's band; under ALiBi from the block outwards; else in order.
+fn first_keys(
+    p: &Problem,
+    block: std::ops::Range<usize>,
+    end: usize,
+    reaching: bool,
+) -> Box<dyn Iterator<Item = usize>> {
+    let (tile, tiles) = (p.tiles.keys, end.div_ceil(p.tiles.keys));
+    match (p.window, reaching) {
+        (Some(w), _) => Box::new((block.start.saturating_sub(w)..block.end.saturating_add(w).min(end)).step_by(tile)),
+        (None, true) => Box::new(outwards((block.start + block.len() / 2) / tile, tiles).map(move |t| t * tile)),
+        (None, false) => Box::new((0..tiles).map(move |t| t * tile)),
+    }
+}
+
 /// The queries of block `block` of row `row`, head `head`: attention over every kept key, leaving
 /// out under ALiBi the tiles that `far` shows cannot count (see `reach`).
 fn run_task(p: &Problem, far: &KeyTiles, s: &mut Scratch, out: Output, [row, head, block]: [usize; 3]) {
@@ -284,12 +329,8 @@ fn run_task(p: &Problem, far: &KeyTiles, s: &mut Scratch, out: Output, [row, hea
     s.acc[..queries * d].fill(0.0);
     s.sums[..queries].fill(0.0);
     s.maxes[..queries].fill(f32::NEG_INFINITY);
-    let tiles = end.div_ceil(p.tiles.keys);
+    let tile = p.tiles.keys;
     let reaching = slope < 0.0;
-    let order: Box<dyn Iterator<Item = usize>> = match reaching {
-        true => Box::new(outwards((first_query + queries / 2) / p.tiles.keys, tiles)),
-        false => Box::new(0..tiles),
-    };
     if reaching {
         for (a, norm) in s.norms[..queries].iter_mut().enumerate() {
             let q = &p.query[base + (first_query + a) * hidden..][..d];
@@ -297,12 +338,11 @@ fn run_task(p: &Problem, far: &KeyTiles, s: &mut Scratch, out: Output, [row, hea
         }
     }
     let margin = (end as f32).ln() + 24.0;
-    for tile in order {
+    for first_key in first_keys(p, first_query..first_query + queries, end, reaching) {
         let (norms, maxes) = (&s.norms[..queries], &s.maxes[..queries]);
-        if reaching && far.negligible(p, [row, head, tile], first_query, norms, maxes, margin) {
+        if reaching && far.negligible(p, [row, head, first_key / tile], first_query, norms, maxes, margin) {
             continue;
         }
-        let first_key = tile * p.tiles.keys;
         let keys = p.tiles.keys.min(end - first_key);
         // SAFETY: rows first_query.. and first_key.. lie in the row's `sequence` tokens, columns
         // head x d .. + d in `hidden`; the scores tile holds queries x keys.
@@ -326,6 +366,14 @@ fn run_task(p: &Problem, far: &KeyTiles, s: &mut Scratch, out: Output, [row, hea
                         *x = f32::NEG_INFINITY;
                     }
                 }
+            }
+            if let Some(w) = p.window {
+                // Only keys first_query + a -+ w are in the band.
+                let i = first_query + a;
+                let before = i.saturating_sub(w).saturating_sub(first_key).min(keys);
+                let after = i.saturating_add(w).saturating_add(1).saturating_sub(first_key).min(keys);
+                scores[..before].fill(f32::NEG_INFINITY);
+                scores[after..].fill(f32::NEG_INFINITY);
             }
             let i = (first_query + a) as f32;
             let tile_max = alibi_scores(scores, p.scale, slope, i, first_key as f32);

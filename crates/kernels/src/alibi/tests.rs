@@ -28,6 +28,8 @@ struct Case {
     mask: Vec<i64>,
     slopes: Vec<f32>,
     bias: Option<Vec<f32>>,
+    /// Keys farther than this from the query are left out.
+    window: Option<usize>,
 }
 
 impl Case {
@@ -47,6 +49,7 @@ impl Case {
             mask: vec![1; batch * sequence],
             slopes,
             bias,
+            window: None,
         }
     }
 
@@ -63,7 +66,7 @@ impl Case {
 
     fn tiled(&self, threads: usize, tiles: Tiles) -> Vec<f32> {
         let mut out = vec![f32::NAN; self.q.len()];
-        attention_in_tiles(self.batch, self.sequence, &self.inputs(), &mut out, threads, tiles).unwrap();
+        attention_in_tiles(self.batch, self.sequence, &self.inputs(), &mut out, threads, tiles, self.window).unwrap();
         out
     }
 
@@ -82,6 +85,7 @@ impl Case {
                     let scores: Vec<f64> = (0..s)
                         .map(|j| match self.mask[b * s + j] {
                             0 => f64::NEG_INFINITY,
+                            _ if self.window.is_some_and(|w| i.abs_diff(j) > w) => f64::NEG_INFINITY,
                             _ => {
                                 let dot: f64 =
                                     (0..d).map(|c| at(&self.q, 0, b, i, hh, c) * at(&self.k, 1, b, j, hh, c)).sum();
@@ -232,6 +236,7 @@ fn tiles_left_out(c: &Case, tiles: Tiles) -> usize {
         head: c.head,
         scale: 1.0 / (c.head as f32).sqrt(),
         tiles,
+        window: None,
     };
     let far = reach::KeyTiles::new(&p, c.batch);
     let margin = (c.sequence as f32).ln() + 24.0;
@@ -289,4 +294,34 @@ fn key_tiles_run_from_the_query_block_outwards_each_once() {
     assert_eq!(order(0, 3), [0, 1, 2]);
     assert_eq!(order(9, 3), [2, 1, 0]);
     assert!(order(0, 0).is_empty());
+}
+
+#[test]
+fn a_window_attends_only_to_the_keys_within_it_in_any_tiles() {
+    for (window, tiles) in
+        [(0, Tiles { queries: 8, keys: 16 }), (5, Tiles { queries: 8, keys: 16 }), (64, WINDOW_TILES)]
+    {
+        let mut c = Case::new(2, 300, 3, 8, true);
+        c.slopes.fill(0.0);
+        c.window = Some(window);
+        // Row 1 padded after 250 tokens, with a hole at 100.
+        c.mask[300 + 250..].fill(0);
+        c.mask[300 + 100] = 0;
+        let want = c.whole_matrix();
+        let got = c.tiled(2, tiles);
+        let kept = |t: usize| t < 300 || (t < 550 && t != 400);
+        assert!(worst(&got, &want, kept, 24) < 2e-6, "window {window}");
+        // The window is there: the whole matrix's attention differs.
+        c.window = None;
+        assert!(worst(&got, &c.whole_matrix(), kept, 24) > 1e-3, "window {window}");
+    }
+    let c = Case::new(1, 20, 2, 4, false);
+    let x = c.inputs().attention;
+    let mut wide = vec![0.0; c.q.len()];
+    // A window wider than the text is the whole matrix.
+    window_attention(1, 20, [2, usize::MAX], &x, &mut wide, 1).unwrap();
+    let mut whole = vec![0.0; c.q.len()];
+    attention(1, 20, 2, &x, &mut whole, 1).unwrap();
+    assert_eq!(wide, whole);
+    assert!(window_attention(1, 20, [0, 3], &x, &mut wide, 1).is_err());
 }
