@@ -18,6 +18,13 @@
       ALiBi's bias as the reference; and the model with a `num_heads` its width does not divide
       must be refused in one line (exit 2), writing nothing.
 
+  kernel_check.py window NORNIR WORK
+      the same for `ai.nornir.WindowAttention` (the converter writes one per ModernBERT local
+      layer): `Attention`'s inputs and attributes and `window` (150: query i attends to the keys
+      j with |i - j| <= 150, so texts of 600 and 700 tokens reach past it), attention within the
+      window as the reference; and the model with a negative `window` must be refused in one line
+      (exit 2), writing nothing.
+
 Texts of 3 to 700 tokens cross the kernel's tiles (256 queries x 512 keys). Prints one JSON
 object; exits 1 when not ok. Run it with the bench venv's Python (numpy, onnx, onnxruntime,
 tokenizers).
@@ -37,6 +44,7 @@ import family_bench  # noqa: E402  (the sentence-transformers files beside a mod
 
 TOKENIZER = family_bench.TOKENIZER
 HEADS, HEAD = 4, 8
+WINDOW = 150
 WIDTH = HEADS * HEAD
 EPS = 1e-5
 WORDS = "the cat sat on a mat and looked at its house near an old tree by river".split()
@@ -50,7 +58,8 @@ def slopes(n):
 
 
 def write_folder(folder, rng, op):
-    """The model folder for operator `op` ("AlibiAttention" or "Attention"); its weights."""
+    """The model folder for operator `op` ("AlibiAttention", "Attention" or "WindowAttention");
+    its weights."""
     folder.mkdir(parents=True, exist_ok=True)
     vocab = json.loads(TOKENIZER.read_text())["model"]["vocab"]
     w = {
@@ -72,7 +81,8 @@ def write_folder(folder, rng, op):
     ]
     alibi = op == "AlibiAttention"
     actual = ["q", "k", "v", "attention_mask"] + (["negative_slopes"] if alibi else []) + ["qkv_bias"]
-    attributes = {} if alibi else {"num_heads": HEADS}
+    attributes = {"AlibiAttention": {}, "Attention": {"num_heads": HEADS},
+                  "WindowAttention": {"num_heads": HEADS, "window": WINDOW}}[op]
     nodes.append(helper.make_node(op, actual, ["last_hidden_state"], domain="ai.nornir", **attributes))
     formal = ["query", "key", "value", "attention_mask"] + (["negative_slopes"] if alibi else []) + ["qkv_bias"]
     # The body a runtime without nornir's kernel runs: the values as they are (not attention).
@@ -103,18 +113,21 @@ def normed(w, ids):
     return e * w["norm_scale"] + w["norm_shift"]
 
 
-def attention(w, ids, alibi):
-    """Attention of one text's tokens in float64 (with ALiBi's bias where `alibi`), mean-pooled
-    and normalised."""
+def attention(w, ids, op):
+    """Attention of one text's tokens in float64 as operator `op` defines it (ALiBi's bias, a
+    window, or neither), mean-pooled and normalised."""
     x = normed(w, ids)
     bias = w["qkv_bias"].astype(np.float64)
     q, k, v = (x @ w[m].astype(np.float64) + bias[i * WIDTH:(i + 1) * WIDTH] for i, m in enumerate(("wq", "wk", "wv")))
     n = len(ids)
-    distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :]) if alibi else np.zeros((n, n))
+    distance = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+    outside = np.where(distance > WINDOW, -np.inf, 0.0) if op == "WindowAttention" else np.zeros((n, n))
+    if op != "AlibiAttention":
+        distance = np.zeros((n, n))
     out = np.zeros((n, WIDTH))
     for h in range(HEADS):
         cols = slice(h * HEAD, (h + 1) * HEAD)
-        scores = q[:, cols] @ k[:, cols].T / np.sqrt(HEAD) + w["negative_slopes"][h] * distance
+        scores = q[:, cols] @ k[:, cols].T / np.sqrt(HEAD) + w["negative_slopes"][h] * distance + outside
         p = np.exp(scores - scores.max(axis=1, keepdims=True))
         out[:, cols] = (p / p.sum(axis=1, keepdims=True)) @ v[:, cols]
     return normalised(out.mean(axis=0))
@@ -150,7 +163,7 @@ def run(op, nornir, work):
     ids = [tokenizer.encode(t).ids for t in lines]
     batched = embed(nornir, model, lines, work / "batched.f32")
     alone = np.concatenate([embed(nornir, model, [t], work / f"alone-{i}.f32") for i, t in enumerate(lines)])
-    want = np.array([attention(w, i, op == "AlibiAttention") for i in ids])
+    want = np.array([attention(w, i, op) for i in ids])
     body = np.array([the_body(w, i) for i in ids])
     session = ort.InferenceSession(str(model / "model.onnx"), providers=["CPUExecutionProvider"])
     python = session.run(None, {"input_ids": np.array([ids[0]]), "attention_mask": np.ones((1, len(ids[0])), np.int64)})[0]
@@ -167,33 +180,38 @@ def run(op, nornir, work):
         "python_onnxruntime_runs_the_body": float(np.abs(normalised(python[0].mean(axis=0)) - body[0]).max()),
     }
     if op == "Attention":
-        result["wrong_num_heads"] = wrong_num_heads(nornir, model, work)
+        result["wrong_num_heads"] = refused(nornir, model, work, "Attention", "num_heads", 7, "7 heads")
+    if op == "WindowAttention":
+        result["negative_window"] = refused(nornir, model, work, op, "window", -1, "window is -1")
     result["ok"] = bool(result["tokens"] == LENGTHS and result["max_abs_diff_to_attention"] < 1e-5
                         and result["min_abs_diff_to_the_body"] > 1e-2 and result["batched_vs_alone_max_abs_diff"] < 1e-6
                         and result["python_onnxruntime_runs_the_body"] < 1e-5
                         and result["int8_min_cosine_to_float32"] > 0.99
-                        and result.get("wrong_num_heads", {"refused": True})["refused"])
+                        and result.get("wrong_num_heads", {"refused": True})["refused"]
+                        and result.get("negative_window", {"refused": True})["refused"])
     return result
 
 
-def wrong_num_heads(nornir, model, work):
-    """The model with `num_heads` 7 (its width, 32, is not 7 heads' multiple): refused in one
-    line with exit 2, and no output file."""
-    broken = work / "wrong-heads"
+def refused(nornir, model, work, op, attribute, value, says):
+    """The model with `op`'s `attribute` set to `value` (`num_heads` 7, which its width of 32
+    is not a multiple of; a negative `window`): refused in one line that `says` so, with exit 2,
+    and no output file."""
+    broken = work / f"wrong-{attribute}"
     subprocess.run(["cp", "-r", str(model), str(broken)], check=True)
     m = onnx.load(broken / "model.onnx")
-    next(n for n in m.graph.node if n.op_type == "Attention").attribute[0].i = 7
+    node = next(n for n in m.graph.node if n.op_type == op)
+    next(a for a in node.attribute if a.name == attribute).i = value
     onnx.save(m, broken / "model.onnx")
-    out = work / "wrong-heads.f32"
+    out = work / f"wrong-{attribute}.f32"
     done = subprocess.run([nornir, "vector", "embed", "--device", "cpu", "--model", str(broken), "--output", str(out),
                            "a text"], capture_output=True, text=True)
     lines = done.stderr.strip().splitlines()
     return {"exit": done.returncode, "stderr": lines, "refused": done.returncode == 2 and len(lines) == 1
-            and "7 heads" in lines[0] and not out.exists()}
+            and says in lines[0] and not out.exists()}
 
 
 def main():
-    ops = {"alibi": "AlibiAttention", "attention": "Attention"}
+    ops = {"alibi": "AlibiAttention", "attention": "Attention", "window": "WindowAttention"}
     if len(sys.argv) != 4 or sys.argv[1] not in ops:
         sys.exit(__doc__)
     result = run(ops[sys.argv[1]], sys.argv[2], sys.argv[3])

@@ -24,6 +24,14 @@ fn a_cpu_session_runs_nornirs_attention_kernel_and_other_runtimes_the_function_b
     kernel_runs_in_place_of_the_body("attention");
 }
 
+#[test]
+#[ignore = "needs the ONNX Runtime builds and models that `cargo xtask test` fetches"]
+fn a_cpu_session_runs_nornirs_window_kernel_and_other_runtimes_the_function_body() {
+    nornir_test_support::needs_assets!();
+    // Attention within a sliding window (ModernBERT's local layers), texts longer than it.
+    kernel_runs_in_place_of_the_body("window");
+}
+
 fn kernel_runs_in_place_of_the_body(op: &str) {
     let t = tempfile::tempdir().expect("tempdir");
     let r = common::reference_script("kernel_check.py", op, &[s(t.path())]);
@@ -39,6 +47,10 @@ fn kernel_runs_in_place_of_the_body(op: &str) {
     if op == "attention" {
         // A num_heads the width does not divide: one line, exit 2, nothing written.
         assert_eq!(r["wrong_num_heads"]["refused"], true, "{r:#}");
+    }
+    if op == "window" {
+        // A negative window: one line, exit 2, nothing written.
+        assert_eq!(r["negative_window"]["refused"], true, "{r:#}");
     }
     assert_eq!(r["ok"], true, "{r:#}");
 }

@@ -5,8 +5,8 @@
 //! [`Config`] and the tensor names in [`Names`], never a family's name. This file holds the blocks
 //! they share (linear layers, norms, activations, attention, the gated feed-forward);
 //! `post_norm.rs` the embeddings and the post-norm layers, `pre_norm.rs` the pre-norm one,
-//! `positions.rs` ALiBi, rotary tables and masks (`window.rs` and `alibi.rs` the fused graph's
-//! attention in blocks), `heads.rs` the masked-LM and classification heads, `decoder.rs` the
+//! `positions.rs` ALiBi, rotary tables and masks (`padded.rs`, `window.rs` and `alibi.rs` the
+//! fused graph's attention as nornir's operators), `heads.rs` the masked-LM and classification heads, `decoder.rs` the
 //! causal decoders and their yes/no reranker head.
 
 mod alibi;
@@ -31,10 +31,6 @@ use crate::graph::{Attr, FLOAT, Graph, MS_DOMAIN};
 use crate::weights::Weights;
 
 pub(crate) use positions::{Bias, Masks};
-
-/// What the output of a windowed layer's `MultiHeadAttention` ends with, so that `doctor` can
-/// tell its blocks from a layer that adds a bias to the whole matrix.
-pub(crate) const WINDOWED_ATTENTION: &str = ".attention.window";
 
 /// The graph's inputs, as nornir and the exporters name them.
 pub(crate) const INPUT_IDS: &str = "input_ids";
@@ -273,12 +269,12 @@ impl Net<'_, '_> {
     }
 
     /// Attention of `q`, `k`, `v` with the projections' biases (the fourth input, "" for none)
-    /// and `bias`, as one of nornir's operators (`padded.rs`, `alibi.rs`) or, for a window, in
-    /// blocks of `com.microsoft.MultiHeadAttention` (`window.rs`).
+    /// and `bias`, as one of nornir's operators (`padded.rs`, `window.rs`, `alibi.rs`) or, for a
+    /// bias given whole, `com.microsoft.MultiHeadAttention`.
     fn multi_head_attention(&mut self, qkv: [&str; 4], bias: &Bias, l: &str) -> String {
         match bias {
             Bias::Full(bias) => attention_node(self.g, self.c, [qkv[0], qkv[1], qkv[2], qkv[3], "", bias]),
-            Bias::Window(blocks) => self.windowed_attention(qkv, blocks, l),
+            Bias::Window(window) => self.window_attention(qkv, *window),
             Bias::Alibi(blocks) => self.alibi_attention(qkv, blocks, l),
             Bias::Padding => self.padded_attention(qkv),
         }
@@ -348,7 +344,7 @@ impl Net<'_, '_> {
                 padding = self.padding_bias();
                 &padding
             }
-            Bias::Window(blocks) => return self.windowed_attention([q, k, v, ""], blocks, l),
+            Bias::Window(window) => return self.window_attention([q, k, v, ""], *window),
             Bias::Alibi(blocks) => return self.alibi_attention([q, k, v, ""], blocks, l),
         };
         let split = self.g.i64(&format!("{l}.heads_shape"), &[4], &[0, 0, heads as i64, head_dim as i64]);

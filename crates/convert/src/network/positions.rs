@@ -2,7 +2,6 @@
 //! mask, ALiBi's per-head distance bias, ModernBERT's sliding window, and rotary tables.
 
 use super::alibi::{AlibiSlopes, alibi_slopes};
-use super::window::Blocks;
 use super::{ATTENTION_MASK, INPUT_IDS, Net};
 use crate::config::{Positions, RopeScaling};
 use crate::graph::{Attr, FLOAT};
@@ -18,8 +17,9 @@ pub(crate) enum Bias {
     /// A bias at the shape attention takes it (ALiBi's, a window, or the padding mask of the
     /// plain graph, which broadcasts).
     Full(String),
-    /// ModernBERT's sliding window in a fused graph: attention in blocks (`window.rs`).
-    Window(Blocks),
+    /// ModernBERT's sliding window of this many tokens in a fused graph: nornir's
+    /// `WindowAttention` operator (`window.rs`).
+    Window(usize),
     /// ALiBi in a fused graph: blocks of queries, each with its slice of the bias (`alibi.rs`).
     Alibi(AlibiSlopes),
 }
@@ -50,7 +50,7 @@ impl Net<'_, '_> {
             _ => Bias::Full(self.padding_bias()),
         };
         let local = c.local.as_ref().map(|l| l.window).map(|window| match self.fused {
-            true => Bias::Window(self.window_blocks(window)),
+            true => Bias::Window(window),
             false => Bias::Full(self.window_bias(window)),
         });
         let rotary = match c.positions {

@@ -60,6 +60,7 @@ pub(crate) fn attention(model: &[u8]) -> Attention {
             ("com.microsoft", "GroupQueryAttention") => a.grouped += 1,
             ("ai.nornir", "AlibiAttention") => a.alibi_kernel += 1,
             ("ai.nornir", "Attention") => a.kernel += 1,
+            ("ai.nornir", "WindowAttention") => a.window_kernel += 1,
             ("", "Loop") if subgraph_nodes(node).any(|n| op(n) == ("com.microsoft", "MultiHeadAttention")) => {
                 a.blocked += 1
             }
@@ -103,10 +104,12 @@ pub(crate) struct Attention {
     alibi_kernel: usize,
     /// nornir's `Attention` operator (the converter's `network/padded.rs`).
     kernel: usize,
+    /// nornir's `WindowAttention` operator (the converter's `network/window.rs`).
+    window_kernel: usize,
 }
 
-/// What nornir's converter names the output of a sliding-window layer's `MultiHeadAttention`
-/// (its `network::WINDOWED_ATTENTION`): queries in blocks against their band of keys.
+/// What nornir's converter named the output of a sliding-window layer's `MultiHeadAttention`
+/// before that layer was its `WindowAttention` operator: queries in blocks against their band.
 const WINDOWED_ATTENTION: &str = ".attention.window";
 
 /// The nodes of `node`'s subgraphs (an `If`'s branches, a `Loop`'s body): each attribute's
@@ -125,14 +128,14 @@ impl Attention {
     /// nornir's kernels (which a CPU session runs) or sliding windows (in blocks either way).
     pub(crate) fn tiled_when_padded(&self) -> bool {
         let whole_matrix = self.masked + self.mask_free + self.grouped + self.grouped_unpadded + self.softmax;
-        self.kernel + self.alibi_kernel > 0 && whole_matrix + self.blocked == 0
+        self.kernel + self.alibi_kernel + self.window_kernel > 0 && whole_matrix + self.blocked == 0
     }
 
     /// Whether a batch without padding attends without the queries x keys matrix: the graph's
     /// layers leave the mask out of such a batch. Its memory then grows with the tokens, not
     /// their square (the scheduler's attention bound applies to padded batches only).
     pub(crate) fn tiled_when_unpadded(&self) -> bool {
-        self.mask_free + self.grouped_unpadded + self.blocked + self.alibi_kernel + self.kernel > 0
+        self.mask_free + self.grouped_unpadded + self.blocked + self.alibi_kernel + self.kernel + self.window_kernel > 0
     }
 
     /// The phrase for `doctor`; empty for a graph with no attention this reader recognises.
@@ -147,6 +150,7 @@ impl Attention {
             blocked,
             alibi_kernel,
             kernel,
+            window_kernel,
         } = self;
         let mut parts = Vec::new();
         if grouped_unpadded > 0 {
@@ -194,7 +198,21 @@ impl Attention {
                 plural(kernel)
             ));
         }
-        let fused = mask_free + masked + grouped + grouped_unpadded + windowed + blocked + alibi_kernel + kernel;
+        if window_kernel > 0 {
+            parts.push(format!(
+                "{window_kernel} sliding-window layer{} run nornir's tiled attention kernel on the CPU (only the tiles of keys within the window) and, on a GPU, attend in blocks of queries against their band of keys (never the whole matrix)",
+                plural(window_kernel)
+            ));
+        }
+        let fused = mask_free
+            + masked
+            + grouped
+            + grouped_unpadded
+            + windowed
+            + blocked
+            + alibi_kernel
+            + kernel
+            + window_kernel;
         if softmax > 0 && fused == 0 {
             parts.push(format!("unfused: Softmax over the whole queries x keys matrix in {softmax} places"));
         }
@@ -399,6 +417,10 @@ mod tests {
         let said = attention(&plain_kernel).phrase();
         assert!(said.starts_with("1 layer run nornir's tiled attention kernel on the CPU"), "{said}");
         assert!(attention(&plain_kernel).tiled_when_unpadded() && attention(&plain_kernel).tiled_when_padded());
+        let modern = bytes_field(7, &[node("Attention", "ai.nornir"), node("WindowAttention", "ai.nornir")].concat());
+        let said = attention(&modern).phrase();
+        assert!(said.ends_with("; 1 sliding-window layer run nornir's tiled attention kernel on the CPU (only the tiles of keys within the window) and, on a GPU, attend in blocks of queries against their band of keys (never the whole matrix)"), "{said}");
+        assert!(attention(&modern).tiled_when_padded());
         let plain = bytes_field(7, &[node("Softmax", ""), node("Softmax", "")].concat());
         assert_eq!(attention(&plain).phrase(), "unfused: Softmax over the whole queries x keys matrix in 2 places");
         assert!(attention(&model).tiled_when_unpadded() && attention(&decoder).tiled_when_unpadded());

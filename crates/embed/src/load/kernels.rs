@@ -23,7 +23,8 @@ pub(crate) fn operators(threads: usize, intra_threads: usize) -> ort::Result<Ope
     let share = Share { threads, intra_threads };
     OperatorDomain::new(DOMAIN)?
         .add(TiledAttention { share, bias: PositionBias::Alibi })?
-        .add(TiledAttention { share, bias: PositionBias::None })
+        .add(TiledAttention { share, bias: PositionBias::None })?
+        .add(TiledAttention { share, bias: PositionBias::Window })
 }
 
 /// Commits a session, one at a time until one has succeeded. ONNX Runtime adds a custom domain
@@ -94,6 +95,23 @@ enum PositionBias {
     /// `Attention` (every other encoder's global layers; `network/padded.rs`): inputs `query`,
     /// `key`, `value`, `attention_mask`, optional `qkv_bias`, and the `num_heads` attribute.
     None,
+    /// `WindowAttention` (ModernBERT's local layers; `network/window.rs`): `Attention`'s inputs
+    /// and attributes, and `window`: the keys within it of the query on either side.
+    Window,
+}
+
+/// What one kernel of an attention operator computes, from its attributes.
+#[derive(Clone, Copy)]
+enum Call {
+    /// ALiBi's: the slopes input gives the heads.
+    Alibi,
+    Plain {
+        heads: usize,
+    },
+    Window {
+        heads: usize,
+        window: usize,
+    },
 }
 
 /// nornir's tiled attention kernel (`nornir_kernels`) as one of the [`DOMAIN`] operators.
@@ -109,6 +127,7 @@ impl Operator for TiledAttention {
         match self.bias {
             PositionBias::Alibi => "AlibiAttention",
             PositionBias::None => "Attention",
+            PositionBias::Window => "WindowAttention",
         }
     }
 
@@ -138,14 +157,16 @@ impl Operator for TiledAttention {
 
     fn create_kernel<'attr>(&self, info: &KernelContext<'attr>) -> ort::Result<Self::Kernel<'attr>> {
         let share = self.share;
-        let heads = match self.bias {
-            PositionBias::Alibi => None,
-            PositionBias::None => {
-                let heads = info.get::<i64>("num_heads").ok_or_else(|| refused("no num_heads attribute".to_owned()))?;
-                Some(usize::try_from(heads).map_err(|_| refused(format!("num_heads is {heads}")))?)
-            }
+        let count = |name: &str| -> ort::Result<usize> {
+            let n = info.get::<i64>(name).ok_or_else(|| refused(format!("no {name} attribute")))?;
+            usize::try_from(n).map_err(|_| refused(format!("{name} is {n}")))
         };
-        Ok(Box::new(move |ctx: &ComputeContext| tiled_attention(ctx, heads, share.free())))
+        let call = match self.bias {
+            PositionBias::Alibi => Call::Alibi,
+            PositionBias::None => Call::Plain { heads: count("num_heads")? },
+            PositionBias::Window => Call::Window { heads: count("num_heads")?, window: count("window")? },
+        };
+        Ok(Box::new(move |ctx: &ComputeContext| tiled_attention(ctx, call, share.free())))
     }
 }
 
@@ -153,12 +174,12 @@ fn refused(message: String) -> ort::Error {
     ort::Error::new(format!("nornir attention: {message}"))
 }
 
-/// One call: ALiBi's when `heads` is `None` (the slopes give the heads), else without a bias.
-fn tiled_attention(ctx: &ComputeContext, heads: Option<usize>, threads: usize) -> ort::Result<()> {
+/// One call of the kernel `call` says.
+fn tiled_attention(ctx: &ComputeContext, call: Call, threads: usize) -> ort::Result<()> {
     let input = |i: usize| ctx.input(i)?.ok_or_else(|| refused(format!("input {i} is missing")));
     let (query, key, value, mask) = (input(0)?, input(1)?, input(2)?, input(3)?);
-    let slopes = if heads.is_none() { Some(input(4)?) } else { None };
-    let bias_at = if heads.is_none() { 5 } else { 4 };
+    // ALiBi's slopes come before the optional qkv_bias.
+    let bias_at = if matches!(call, Call::Alibi) { 5 } else { 4 };
     let bias = if ctx.num_inputs()? > bias_at { ctx.input(bias_at)? } else { None };
     let (shape, query) = query.try_extract_tensor::<f32>()?;
     let dims: Vec<i64> = shape.to_vec();
@@ -186,14 +207,17 @@ fn tiled_attention(ctx: &ComputeContext, heads: Option<usize>, threads: usize) -
     }
     let size = |d: i64| usize::try_from(d).map_err(|_| refused(format!("a negative size {d}")));
     let (batch, sequence) = (size(batch)?, size(sequence)?);
-    let done = match (heads, slopes) {
-        (Some(heads), _) => nornir_kernels::attention(batch, sequence, heads, &inputs, output, threads),
-        (None, Some(slopes)) => {
+    let done = match call {
+        Call::Plain { heads } => nornir_kernels::attention(batch, sequence, heads, &inputs, output, threads),
+        Call::Window { heads, window } => {
+            nornir_kernels::window_attention(batch, sequence, [heads, window], &inputs, output, threads)
+        }
+        Call::Alibi => {
+            let slopes = input(4)?;
             let negative_slopes = slopes.try_extract_tensor::<f32>()?.1;
             let with = nornir_kernels::AlibiInputs { attention: inputs, negative_slopes };
             nornir_kernels::alibi_attention(batch, sequence, &with, output, threads)
         }
-        (None, None) => return Err(refused("no slopes".to_owned())),
     };
     done.map_err(|e| ort::Error::new(e.to_string()))
 }
