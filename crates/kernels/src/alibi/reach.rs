@@ -20,10 +20,15 @@ pub(super) struct KeyTiles {
 }
 
 impl KeyTiles {
+    /// Empty where no slope is negative (no tile is ever weighed): attention without ALiBi
+    /// allocates nothing here.
     pub(super) fn new(p: &Problem, batch: usize) -> KeyTiles {
         let (d, keys) = (p.head, p.tiles.keys);
         let heads = p.negative_slopes.len();
         let tiles = p.sequence.div_ceil(keys);
+        if !p.negative_slopes.iter().any(|s| *s < 0.0) {
+            return KeyTiles { tiles, centroids: Vec::new(), radii: Vec::new() };
+        }
         let mut centroids = vec![0.0f32; batch * heads * tiles * d];
         let mut radii = vec![f32::INFINITY; batch * heads * tiles];
         for row in 0..batch {
@@ -62,11 +67,15 @@ impl KeyTiles {
         maxes: &[f32],
         margin: f32,
     ) -> bool {
+        let slope = p.negative_slopes[head];
+        // Only a negative slope has tables (and only it makes far keys weigh less).
+        if slope.is_nan() || slope >= 0.0 {
+            return false;
+        }
         let (d, keys) = (p.head, p.tiles.keys);
         let at = (row * p.negative_slopes.len() + head) * self.tiles + tile;
         let (centroid, radius) = (&self.centroids[at * d..(at + 1) * d], self.radii[at]);
         let (first_key, last_key) = (tile * keys, ((tile + 1) * keys).min(p.sequence) - 1);
-        let slope = p.negative_slopes[head];
         norms.iter().zip(maxes).enumerate().all(|(a, (norm, max))| {
             let i = first_query + a;
             let query = &p.query[(row * p.sequence + i) * p.hidden + head * d..][..d];
