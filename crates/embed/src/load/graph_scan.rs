@@ -152,67 +152,56 @@ impl Attention {
             kernel,
             window_kernel,
         } = self;
-        let mut parts = Vec::new();
-        if grouped_unpadded > 0 {
-            parts.push(format!(
-                "{grouped_unpadded} causal layer{} run GroupQueryAttention on a batch without padding (ONNX Runtime's memory-efficient CPU path); a padded batch builds each layer's masked queries x keys matrix",
-                plural(grouped_unpadded)
-            ));
-        }
-        if grouped > 0 {
-            parts.push(format!("{grouped} GroupQueryAttention layer{} on every batch", plural(grouped)));
-        }
-        if mask_free > 0 {
-            parts.push(format!(
-                "{mask_free} MultiHeadAttention layer{} leave the mask out of a batch without padding (ONNX Runtime's memory-efficient CPU path); a padded batch builds each layer's masked queries x keys matrix",
-                plural(mask_free)
-            ));
-        }
-        if masked > 0 {
-            let s = plural(masked);
-            parts.push(format!(
-                "{masked} MultiHeadAttention layer{s} with a mask or bias on every batch (the whole queries x keys matrix)"
-            ));
-        }
-        if windowed > 0 {
-            parts.push(format!(
-                "{windowed} sliding-window layer{} attend in blocks of queries against their band of keys (never the whole matrix)",
-                plural(windowed)
-            ));
-        }
-        if blocked > 0 {
-            parts.push(format!(
-                "{blocked} ALiBi layer{} attend one block of queries at a time with its slice of the bias (never the whole queries x keys matrix)",
-                plural(blocked)
-            ));
-        }
-        if alibi_kernel > 0 {
-            parts.push(format!(
-                "{alibi_kernel} ALiBi layer{} run nornir's tiled attention kernel on the CPU (a tile of scores at a time, the bias made in the tile, tiles too far away to count left out) and, on a GPU, one block of queries at a time with its slice of the bias (never the whole queries x keys matrix)",
-                plural(alibi_kernel)
-            ));
-        }
-        if kernel > 0 {
-            parts.push(format!(
-                "{kernel} layer{} run nornir's tiled attention kernel on the CPU (a tile of scores at a time, padded batch or not) and, on a GPU, MultiHeadAttention without the mask on a batch without padding",
-                plural(kernel)
-            ));
-        }
-        if window_kernel > 0 {
-            parts.push(format!(
-                "{window_kernel} sliding-window layer{} run nornir's tiled attention kernel on the CPU (only the tiles of keys within the window) and, on a GPU, attend in blocks of queries against their band of keys (never the whole matrix)",
-                plural(window_kernel)
-            ));
-        }
-        let fused = mask_free
-            + masked
-            + grouped
-            + grouped_unpadded
-            + windowed
-            + blocked
-            + alibi_kernel
-            + kernel
-            + window_kernel;
+        // Each way of attending: its layers' count, what they are, and what they do.
+        let ways = [
+            (
+                grouped_unpadded,
+                "causal layer",
+                "run GroupQueryAttention on a batch without padding (ONNX Runtime's memory-efficient CPU path); a padded batch builds each layer's masked queries x keys matrix",
+            ),
+            (grouped, "GroupQueryAttention layer", "on every batch"),
+            (
+                mask_free,
+                "MultiHeadAttention layer",
+                "leave the mask out of a batch without padding (ONNX Runtime's memory-efficient CPU path); a padded batch builds each layer's masked queries x keys matrix",
+            ),
+            (
+                masked,
+                "MultiHeadAttention layer",
+                "with a mask or bias on every batch (the whole queries x keys matrix)",
+            ),
+            (
+                windowed,
+                "sliding-window layer",
+                "attend in blocks of queries against their band of keys (never the whole matrix)",
+            ),
+            (
+                blocked,
+                "ALiBi layer",
+                "attend one block of queries at a time with its slice of the bias (never the whole queries x keys matrix)",
+            ),
+            (
+                alibi_kernel,
+                "ALiBi layer",
+                "run nornir's tiled attention kernel on the CPU (a tile of scores at a time, the bias made in the tile, tiles too far away to count left out) and, on a GPU, one block of queries at a time with its slice of the bias (never the whole queries x keys matrix)",
+            ),
+            (
+                kernel,
+                "layer",
+                "run nornir's tiled attention kernel on the CPU (a tile of scores at a time, padded batch or not) and, on a GPU, MultiHeadAttention without the mask on a batch without padding",
+            ),
+            (
+                window_kernel,
+                "sliding-window layer",
+                "run nornir's tiled attention kernel on the CPU (only the tiles of keys within the window) and, on a GPU, attend in blocks of queries against their band of keys (never the whole matrix)",
+            ),
+        ];
+        let mut parts: Vec<String> = ways
+            .iter()
+            .filter(|(n, ..)| *n > 0)
+            .map(|(n, what, how)| format!("{n} {what}{} {how}", plural(*n)))
+            .collect();
+        let fused: usize = ways.iter().map(|(n, ..)| n).sum();
         if softmax > 0 && fused == 0 {
             parts.push(format!("unfused: Softmax over the whole queries x keys matrix in {softmax} places"));
         }
